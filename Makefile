@@ -1,0 +1,26 @@
+# Set-up and the two commands the README promises. Everything installs into .venv.
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+.PHONY: install test test-fast clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# The whole suite, slow end-to-end tests included (CI runs exactly this).
+test: $(STAMP)
+	$(PY) -m pytest -q -n 2 --durations=15
+
+# Everything but the slow end-to-end tests.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n 2 -m "not slow"
+
+clean:
+	rm -rf $(VENV) .pytest_cache

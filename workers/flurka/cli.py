@@ -1,0 +1,35 @@
+"""The ``flurka`` console script.
+
+Subcommands live next to the code they drive and are imported only when used,
+so ``flurka flops`` or ``flurka train`` work on a machine without Ray or MLflow
+(the GPU box) while ``flurka tables`` still reaches the platform.
+Each subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module, one-line help). Later subcommands register here.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "flops": ("flurka.attention.flops_cli", "forward FLOPs per mechanism and the paper's regime claims"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="flurka", description="FLuRKA attention and experiment platform.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = argv[0] if argv else None
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        sp = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:  # import only the subcommand in use
+            importlib.import_module(module).add_arguments(sp)
+    args = parser.parse_args(argv)
+    return int(importlib.import_module(SUBCOMMANDS[args.command][0]).run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,6 +15,7 @@ import sys
 # name -> (module, one-line help). Later subcommands register here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "flops": ("flurka.attention.flops_cli", "forward FLOPs per mechanism and the paper's regime claims"),
+    "tables": ("flurka.results.cli", "print a paper table (Tables 1-5, speed) from the results database"),
 }
 
 

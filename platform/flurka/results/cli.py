@@ -1,0 +1,71 @@
+"""``flurka tables``: print one of the paper's tables from a results database.
+
+    flurka tables --db postgresql://me@db-host/flurka --table glue --format latex
+    flurka tables --db sqlite:////abs/results.db --table uptraining --metric bleu --benchmark nmt-small
+
+Exit codes: 0 printed; 1 nothing to build the table from or a bad option; 2 the database cannot
+be reached or is not at this code's schema (one line on stderr, never the password).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from flurka.results import db, tables
+
+TABLES = ("uptraining", "glue", "lra", "collective", "isoflops", "speed", "speedup")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=db.DEFAULT_URL, help="SQLAlchemy URL (default %(default)s)")
+    parser.add_argument("--table", required=True, choices=TABLES,
+                        help="uptraining (Table 5), glue (2), lra (3), collective (4), isoflops (1), speed, speedup")
+    parser.add_argument("--format", default="markdown", choices=tables.FORMATS)
+    parser.add_argument("--metric", help="uptraining: metric (default bleu); isoflops: curve loss name (default loss)")
+    parser.add_argument("--benchmark", help="uptraining/isoflops benchmark (default nmt-wmt14-ende)")
+    parser.add_argument("--agg", default="mean", choices=tables.AGGS,
+                        help="mean: best config's mean over seeds (default); best: best single trial")
+    parser.add_argument("--sweep", help="only this sweep (external id or name)")
+    parser.add_argument("--small", action="store_true", help="lra: the CPU-size tasks (lra-*-small)")
+    parser.add_argument("--mode", default="train", choices=("forward", "train"), help="speed/speedup mode")
+    parser.add_argument("--device", help="speed/speedup: device name contains this")
+    parser.add_argument("--d-model", type=int, help="speed/speedup: only this d_model")
+    parser.add_argument("--upgrade", action="store_true", help="migrate the database to this code's schema first")
+
+
+def build(engine, args: argparse.Namespace):
+    quality = {"agg": args.agg, "sweep": args.sweep}
+    bench = {"benchmark": args.benchmark} if args.benchmark else {}
+    if args.table == "uptraining":
+        return tables.uptraining_table(engine, metric=args.metric or "bleu", **bench, **quality)
+    if args.table == "glue":
+        return tables.glue_table(engine, **quality)
+    if args.table == "lra":
+        return tables.lra_table(engine, small=args.small, **quality)
+    if args.table == "collective":
+        return tables.collective_table(engine, **quality)
+    if args.table == "isoflops":
+        return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep, **bench)
+    speed = tables.speed_table if args.table == "speed" else tables.speedup_table
+    return speed(engine, mode=args.mode, device=args.device, d_model=args.d_model)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        engine = db.connect(args.db)
+        if args.upgrade:
+            db.upgrade(engine)
+        db.require_current(engine)
+    except (db.DatabaseUnreachable, db.SchemaOutOfDate) as e:
+        print(f"flurka tables: {e}", file=sys.stderr)
+        return 2
+    try:
+        df = build(engine, args)
+    except ValueError as e:  # NoResults, ambiguous speed filters
+        print(f"flurka tables: {e}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    sys.stdout.write(tables.format_table(df, args.format))
+    return 0

@@ -1,0 +1,115 @@
+"""Writing records into the results database: idempotent and all-or-nothing.
+
+Each call is one transaction. Rows are found by their natural keys first, so ingesting the same
+sweep (or speed file) twice adds nothing, and a growing sweep re-ingested adds only its new
+trials; an existing trial is never rewritten (first write wins). Any failure rolls the whole
+call back, so no partial sweep is ever visible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from flurka.results.models import CurvePoint, Environment, Metric, SpeedMeasurement, Sweep, Trial
+from flurka.results.records import (EnvironmentRecord, SpeedRecord, SweepRecord, TrialRecord,
+                                     speed_records_from_document)
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestReport:
+    added: int  # trials (or speed measurements) written by this call
+    skipped: int  # already present, left as they were
+
+
+def _environment(session: Session, env: EnvironmentRecord) -> Environment:
+    row = session.scalar(sa.select(Environment).where(Environment.fingerprint == env.fingerprint))
+    if row is None:
+        row = Environment(fingerprint=env.fingerprint, device=env.device, host=env.host, versions=env.versions)
+        session.add(row)
+    return row
+
+
+def _add_trial(session: Session, sweep: Sweep, t: TrialRecord) -> None:
+    trial = Trial(
+        sweep=sweep, trial_key=t.trial_key, attention=t.attention, benchmark=t.benchmark, seed=t.seed,
+        status=t.status, steps=t.steps, alpha=t.alpha, base=t.base, d_k=t.d_k, num_features=t.num_features,
+        train_flops=t.train_flops, wall_time_s=t.wall_time_s, config=t.config,
+        metrics=[Metric(name=k, value=v) for k, v in t.metrics.items()],
+        curve=[CurvePoint(step=p["step"], name=k, value=v) for p in t.curve for k, v in p.items() if k != "step"],
+    )
+    session.add(trial)
+    session.flush()  # surface constraint errors here, inside the transaction
+
+
+def ingest_sweep(engine: Engine, record: SweepRecord | Mapping[str, Any]) -> IngestReport:
+    """Add a sweep and its trials; returns how many trials were added and how many already existed."""
+    if not isinstance(record, SweepRecord):
+        record = SweepRecord.from_dict(record)  # validate everything before touching the database
+    added = skipped = 0
+    with Session(engine) as session, session.begin():
+        sweep = session.scalar(sa.select(Sweep).where(Sweep.external_id == record.sweep_id))
+        if sweep is None:
+            sweep = Sweep(external_id=record.sweep_id, name=record.name, created_at=record.created_at,
+                          git_commit=record.git_commit, environment=_environment(session, record.environment))
+            session.add(sweep)
+            session.flush()
+            existing: set[str] = set()
+        else:
+            existing = set(session.scalars(sa.select(Trial.trial_key).where(Trial.sweep_id == sweep.id)))
+        for t in record.trials:
+            if t.trial_key in existing:
+                skipped += 1
+            else:
+                _add_trial(session, sweep, t)
+                added += 1
+    return IngestReport(added, skipped)
+
+
+def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, Any]]) -> IngestReport:
+    """Add speed measurements (records, or the dicts of a speed benchmark's JSON file)."""
+    parsed = [r if isinstance(r, SpeedRecord) else SpeedRecord.from_dict(r, f"speed records[{i}]")
+              for i, r in enumerate(records)]
+    added = skipped = 0
+    with Session(engine) as session, session.begin():
+        seen = set(session.scalars(sa.select(SpeedMeasurement.key).where(
+            SpeedMeasurement.key.in_([r.key for r in parsed]))))
+        for r in parsed:
+            if r.key in seen:
+                skipped += 1
+                continue
+            seen.add(r.key)
+            session.add(SpeedMeasurement(
+                key=r.key, environment=_environment(session, r.environment), mechanism=r.mechanism,
+                mode=r.mode, scope=r.scope, seq_len=r.N, d_model=r.d_model, heads=r.heads, d_k=r.d_k,
+                num_features=r.m, batch=r.batch, dtype=r.dtype, status=r.status, median_s=r.median_s, spread_s=r.spread_s, flops=r.flops,
+                config=r.config))
+            session.flush()
+            added += 1
+    return IngestReport(added, skipped)
+
+
+def load_json(path: str | Path) -> Any:
+    """A sweep record (object) or speed records (list) from a JSON file, with a one-line error."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read results JSON {path}: {e}") from None
+
+
+def ingest_file(engine: Engine, path: str | Path) -> IngestReport:
+    """Ingest a JSON file: a list is speed records, an object with ``results`` is a ``flurka.speed``
+    document, any other object is a sweep record."""
+    data = load_json(path)
+    if isinstance(data, list):
+        return ingest_speed(engine, data)
+    if isinstance(data, dict) and "results" in data:
+        return ingest_speed(engine, speed_records_from_document(data))
+    return ingest_sweep(engine, data)

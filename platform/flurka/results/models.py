@@ -1,0 +1,127 @@
+"""The results schema: SQLAlchemy 2 declarative models.
+
+Every table has a natural unique key (sweep external id; trial per sweep; metric per trial;
+curve point per trial, metric and step; speed measurement per configuration hash; environment
+per fingerprint) so that ingesting the same record twice adds nothing. The schema is created
+only by the Alembic migrations next to this module; a test checks both agree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Deterministic constraint names, identical on SQLite and PostgreSQL, so migrations can name them.
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, dt.datetime: DateTime(timezone=True)}
+
+
+class Environment(Base):
+    """Where something ran: device, host and package versions."""
+
+    __tablename__ = "environments"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    device: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(255))
+    versions: Mapped[dict[str, Any]]
+
+
+class Sweep(Base):
+    __tablename__ = "sweeps"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    external_id: Mapped[str] = mapped_column(String(255), unique=True)
+    name: Mapped[str] = mapped_column(String(255))
+    created_at: Mapped[dt.datetime]
+    git_commit: Mapped[str | None] = mapped_column(String(64))
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"), index=True)
+
+    environment: Mapped[Environment] = relationship()
+    trials: Mapped[list[Trial]] = relationship(back_populates="sweep", cascade="all, delete-orphan")
+
+
+class Trial(Base):
+    """One training run: a mechanism on a benchmark with its hyperparameters and outcome."""
+
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("sweep_id", "trial_key"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    trial_key: Mapped[str] = mapped_column(String(255))
+    attention: Mapped[str] = mapped_column(String(32), index=True)
+    benchmark: Mapped[str] = mapped_column(String(64), index=True)
+    seed: Mapped[int]
+    status: Mapped[str] = mapped_column(String(255))
+    steps: Mapped[int]
+    alpha: Mapped[float | None] = mapped_column(Float)
+    base: Mapped[str | None] = mapped_column(String(32))
+    d_k: Mapped[int | None] = mapped_column(Integer)
+    num_features: Mapped[int | None] = mapped_column(Integer)
+    train_flops: Mapped[float | None] = mapped_column(Float)
+    wall_time_s: Mapped[float | None] = mapped_column(Float)
+    config: Mapped[dict[str, Any] | None]
+
+    sweep: Mapped[Sweep] = relationship(back_populates="trials")
+    metrics: Mapped[list[Metric]] = relationship(cascade="all, delete-orphan")
+    curve: Mapped[list[CurvePoint]] = relationship(cascade="all, delete-orphan")
+
+
+class Metric(Base):
+    """A final metric of a trial (accuracy, bleu, perplexity, ...)."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (UniqueConstraint("trial_id", "name"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+
+
+class CurvePoint(Base):
+    """One value of a training curve (loss, cumulative train_flops, ...) at a step."""
+
+    __tablename__ = "curve_points"
+    __table_args__ = (UniqueConstraint("trial_id", "name", "step"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    step: Mapped[int]
+    name: Mapped[str] = mapped_column(String(64))
+    value: Mapped[float] = mapped_column(Float)
+
+
+class SpeedMeasurement(Base):
+    """One step-time measurement (or an out-of-memory) of a mechanism at one configuration."""
+
+    __tablename__ = "speed_measurements"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"), index=True)
+    mechanism: Mapped[str] = mapped_column(String(32), index=True)
+    mode: Mapped[str] = mapped_column(String(16))
+    scope: Mapped[str | None] = mapped_column(String(16))
+    seq_len: Mapped[int]
+    d_model: Mapped[int]
+    heads: Mapped[int]
+    d_k: Mapped[int | None] = mapped_column(Integer)
+    num_features: Mapped[int | None] = mapped_column(Integer)
+    batch: Mapped[int]
+    dtype: Mapped[str | None] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    median_s: Mapped[float | None] = mapped_column(Float)
+    spread_s: Mapped[float | None] = mapped_column(Float)
+    flops: Mapped[float | None] = mapped_column(Float)
+    config: Mapped[dict[str, Any] | None]
+
+    environment: Mapped[Environment] = relationship()

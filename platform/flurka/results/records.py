@@ -1,0 +1,352 @@
+"""What producers hand to ingestion: a *sweep record* and *speed records*.
+
+Plain dataclasses, each with ``from_dict`` (the JSON form, validated into one readable
+``ValueError`` line before anything touches the database) and ``to_dict``. A sweep record:
+
+.. code-block:: json
+
+    {"sweep_id": "uptrain-2024-05-01-a1b2", "name": "uptrain nmt", "created_at": "2024-05-01T12:00:00+00:00",
+     "git_commit": "f5764a2", "environment": {"device": "NVIDIA H100", "host": "node-3",
+                                              "versions": {"jax": "0.11.0", "flax": "0.12.8"}},
+     "trials": [{"trial_key": "t0001", "attention": "flurka-performer", "benchmark": "nmt-wmt14-ende",
+                 "seed": 0, "status": "ok", "steps": 128000, "alpha": 0.375, "base": "linformer",
+                 "d_k": 128, "num_features": 64, "train_flops": 2.4e19, "wall_time_s": 5400.0,
+                 "metrics": {"bleu": 28.0}, "curve": [{"step": 1000, "loss": 3.2, "train_flops": 1.9e17}],
+                 "config": {...}}]}
+
+Fraction metrics (accuracy, f1, matthews, pearson, spearman, top5) are fractions in [-1, 1],
+not percent; BLEU is sacreBLEU's 0-100; perplexity and loss are raw. ``status`` is ``"ok"`` or a
+short reason (``"diverged at step 812"``); tables use only ``"ok"`` trials. ``alpha`` is the
+up-training fraction of steps spent on ``base`` (None: trained from scratch).
+
+A speed record (one measurement; the speed benchmarks write a JSON list of these):
+
+.. code-block:: json
+
+    {"device": "NVIDIA H100", "versions": {"jax": "0.11.0"}, "host": "node-3", "mechanism": "flurka-eva",
+     "mode": "train", "N": 16384, "d_model": 512, "heads": 8, "d_k": 256, "m": 64, "batch": 1,
+     "dtype": "bfloat16", "status": "ok", "median_s": 0.0123, "spread_s": 0.0004, "flops": 1.1e12,
+     "config": {...}}
+
+``status`` is ``"ok"`` (then ``median_s`` is required), ``"oom"`` or ``"error"``; ``scope`` is
+``"layer"`` or ``"model"``. ``speed_records_from_document`` reads the JSON document that
+``flurka.speed`` writes (``{"device": {...}, "versions": {...}, "results": [...]}``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import math
+from typing import Any
+
+# Mirrors flurka.attention.MECHANISMS; results must not import JAX to read a database.
+MECHANISMS = ("full", "flash", "linformer", "performer", "rnn", "eva",
+              "flurka-performer", "flurka-rnn", "flurka-eva")
+BENCHMARKS = (
+    "mlm-wikitext103",
+    *(f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")),
+    *(f"lra-{t}" for t in ("listops", "text", "retrieval", "image", "pathfinder")),
+    "nmt-wmt14-ende", "nmt-wmt14-enfr", "imagenet",
+    "lra-listops-small", "lra-image-small", "mlm-small", "nmt-small",
+)
+FRACTION_METRICS = ("accuracy", "accuracy_mismatched", "f1", "matthews", "pearson", "spearman", "top5")
+SPEED_MODES = ("forward", "train")
+SPEED_STATUSES = ("ok", "oom", "error")
+SPEED_SCOPES = ("layer", "model")
+
+
+def _fail(where: str, msg: str) -> None:
+    raise ValueError(f"{where}: {msg}")
+
+
+def _choice(where: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        _fail(where, f"{name} {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _int(where: str, name: str, value: Any, *, optional: bool = False, minimum: int = 0) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        _fail(where, f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _float(where: str, name: str, value: Any, *, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(where, f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _str(where: str, name: str, value: Any, *, optional: bool = False, max_len: int = 255) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value or len(value) > max_len:
+        _fail(where, f"{name} must be a non-empty string of at most {max_len} characters, got {value!r}")
+    return value
+
+
+def _keys(where: str, d: Any, required: set[str], optional: set[str]) -> None:
+    if not isinstance(d, dict):
+        _fail(where, f"expected a JSON object, got {type(d).__name__}")
+    missing, unknown = required - d.keys(), d.keys() - required - optional
+    if missing:
+        _fail(where, f"missing {', '.join(sorted(missing))}")
+    if unknown:
+        _fail(where, f"unknown {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(required | optional))})")
+
+
+def _metric(where: str, name: str, value: Any) -> float:
+    value = _float(where, f"metric {name!r}", value)
+    if name in FRACTION_METRICS and not -1.0 <= value <= 1.0:
+        _fail(where, f"metric {name!r}={value} must be a fraction in [-1, 1], not percent")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentRecord:
+    device: str
+    host: str = "unknown"
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "environment") -> EnvironmentRecord:
+        _keys(where, d, {"device"}, {"host", "versions"})
+        versions = d.get("versions") or {}
+        if not isinstance(versions, dict) or not all(isinstance(v, str) for v in versions.values()):
+            _fail(where, f"versions must map package names to version strings, got {versions!r}")
+        return cls(_str(where, "device", d["device"]), _str(where, "host", d.get("host", "unknown")),
+                   dict(sorted(versions.items())))
+
+    @property
+    def fingerprint(self) -> str:
+        """Natural key: the same device, host and versions are one environment row."""
+        blob = json.dumps([self.device, self.host, self.versions], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialRecord:
+    trial_key: str
+    attention: str
+    benchmark: str
+    seed: int
+    status: str
+    steps: int
+    alpha: float | None = None
+    base: str | None = None
+    d_k: int | None = None
+    num_features: int | None = None
+    train_flops: float | None = None
+    wall_time_s: float | None = None
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    curve: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    config: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "trial") -> TrialRecord:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        required = {"trial_key", "attention", "benchmark", "seed", "status", "steps"}
+        _keys(where, d, required, fields - required)
+        where = f"{where} {d['trial_key']!r}"
+        alpha = _float(where, "alpha", d.get("alpha"), optional=True)
+        if alpha is not None and not 0.0 <= alpha <= 1.0:
+            _fail(where, f"alpha must be in [0, 1], got {alpha}")
+        base = d.get("base")
+        if base is not None:
+            _choice(where, "base", base, MECHANISMS)
+        metrics = d.get("metrics") or {}
+        if not isinstance(metrics, dict):
+            _fail(where, f"metrics must be an object name -> value, got {metrics!r}")
+        curve = [cls._point(where, p) for p in d.get("curve") or []]
+        if len({p["step"] for p in curve}) != len(curve):
+            _fail(where, "curve has repeated steps")
+        return cls(
+            trial_key=_str(where, "trial_key", d["trial_key"]),
+            attention=_choice(where, "attention", d["attention"], MECHANISMS),
+            benchmark=_choice(where, "benchmark", d["benchmark"], BENCHMARKS),
+            seed=_int(where, "seed", d["seed"]),
+            status=_str(where, "status", d["status"]),
+            steps=_int(where, "steps", d["steps"]),
+            alpha=alpha,
+            base=base,
+            d_k=_int(where, "d_k", d.get("d_k"), optional=True, minimum=1),
+            num_features=_int(where, "num_features", d.get("num_features"), optional=True, minimum=1),
+            train_flops=_float(where, "train_flops", d.get("train_flops"), optional=True),
+            wall_time_s=_float(where, "wall_time_s", d.get("wall_time_s"), optional=True),
+            metrics={_str(where, "metric name", k, max_len=64): _metric(where, k, v) for k, v in metrics.items()},
+            curve=curve,
+            config=d.get("config"),
+        )
+
+    @staticmethod
+    def _point(where: str, p: Any) -> dict[str, float]:
+        if not isinstance(p, dict) or "step" not in p:
+            _fail(where, f"curve points must be objects with a 'step', got {p!r}")
+        point: dict[str, float] = {"step": _int(where, "curve step", p["step"])}
+        for name, value in p.items():
+            if name != "step":
+                point[_str(where, "curve metric name", name, max_len=64)] = _float(where, f"curve {name!r}", value)
+        return point
+
+
+def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
+    """A trial record from what ``flurka.training.run(config)`` returns inside a Tune trial.
+
+    Non-finite final metrics (a diverged run's perplexity) and history points are dropped; the
+    status says why the trial has none.
+    """
+    config = result.get("config") or {}
+    options = config.get("attention_options") or {}
+    finite = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
+    curve = [{k: v for k, v in p.items() if finite(v)} for p in result.get("history") or []]
+    return TrialRecord.from_dict({
+        "trial_key": trial_key,
+        "attention": result.get("attention"),
+        "benchmark": result.get("benchmark"),
+        "seed": result.get("seed"),
+        "status": result.get("status"),
+        "steps": result.get("steps"),
+        "alpha": config.get("alpha"),
+        "base": config.get("base"),
+        "d_k": options.get("d_k"),
+        "num_features": options.get("num_features"),
+        "train_flops": result.get("train_flops"),
+        "wall_time_s": result.get("wall_time_s"),
+        "metrics": {k: v for k, v in (result.get("final_metrics") or {}).items() if finite(v)},
+        "curve": [p for p in curve if "step" in p],
+        "config": config,
+    }, where=f"trial result {trial_key!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepRecord:
+    sweep_id: str
+    name: str
+    created_at: dt.datetime
+    environment: EnvironmentRecord
+    trials: list[TrialRecord]
+    git_commit: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> SweepRecord:
+        _keys("sweep", d, {"sweep_id", "name", "created_at", "environment", "trials"}, {"git_commit"})
+        where = f"sweep {d['sweep_id']!r}"
+        created = d["created_at"]
+        if isinstance(created, str):
+            try:
+                created = dt.datetime.fromisoformat(created)
+            except ValueError:
+                _fail(where, f"created_at must be an ISO 8601 time, got {created!r}")
+        if not isinstance(created, dt.datetime):
+            _fail(where, f"created_at must be an ISO 8601 time, got {created!r}")
+        if not isinstance(d["trials"], list):
+            _fail(where, "trials must be a list")
+        trials = [t if isinstance(t, TrialRecord) else TrialRecord.from_dict(t, f"{where} trials[{i}]")
+                  for i, t in enumerate(d["trials"])]
+        keys = [t.trial_key for t in trials]
+        if len(set(keys)) != len(keys):
+            _fail(where, f"repeated trial_key {sorted({k for k in keys if keys.count(k) > 1})}")
+        env = d["environment"]
+        return cls(
+            sweep_id=_str(where, "sweep_id", d["sweep_id"]),
+            name=_str(where, "name", d["name"]),
+            created_at=created if created.tzinfo else created.replace(tzinfo=dt.timezone.utc),
+            environment=env if isinstance(env, EnvironmentRecord) else EnvironmentRecord.from_dict(env, f"{where} environment"),
+            trials=trials,
+            git_commit=_str(where, "git_commit", d.get("git_commit"), optional=True, max_len=64),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["created_at"] = self.created_at.isoformat()
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeedRecord:
+    environment: EnvironmentRecord
+    mechanism: str
+    mode: str
+    N: int
+    d_model: int
+    heads: int
+    status: str
+    scope: str | None = None
+    d_k: int | None = None
+    m: int | None = None
+    batch: int = 1
+    dtype: str | None = None
+    median_s: float | None = None
+    spread_s: float | None = None
+    flops: float | None = None
+    config: dict[str, Any] | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "speed record") -> SpeedRecord:
+        env_keys = {"device", "host", "versions"}
+        fields = {f.name for f in dataclasses.fields(cls)} - {"environment"}
+        required = {"device", "mechanism", "mode", "N", "d_model", "heads", "status"}
+        _keys(where, d, required, (fields | env_keys) - required)
+        status = _choice(where, "status", d["status"], SPEED_STATUSES)
+        median = _float(where, "median_s", d.get("median_s"), optional=True)
+        if status == "ok" and median is None:
+            _fail(where, "status 'ok' needs median_s")
+        return cls(
+            environment=EnvironmentRecord.from_dict({k: d[k] for k in env_keys if k in d}, where),
+            mechanism=_choice(where, "mechanism", d["mechanism"], MECHANISMS),
+            mode=_choice(where, "mode", d["mode"], SPEED_MODES),
+            N=_int(where, "N", d["N"], minimum=1),
+            d_model=_int(where, "d_model", d["d_model"], minimum=1),
+            heads=_int(where, "heads", d["heads"], minimum=1),
+            status=status,
+            scope=None if d.get("scope") is None else _choice(where, "scope", d["scope"], SPEED_SCOPES),
+            d_k=_int(where, "d_k", d.get("d_k"), optional=True, minimum=1),
+            m=_int(where, "m", d.get("m"), optional=True, minimum=1),
+            batch=_int(where, "batch", d.get("batch", 1), minimum=1),
+            dtype=_str(where, "dtype", d.get("dtype"), optional=True, max_len=32),
+            median_s=median,
+            spread_s=_float(where, "spread_s", d.get("spread_s"), optional=True),
+            flops=_float(where, "flops", d.get("flops"), optional=True),
+            config=d.get("config"),
+        )
+
+    @property
+    def key(self) -> str:
+        """Natural key: one measurement per configuration (config included) per environment."""
+        ident = [self.environment.fingerprint, self.mechanism, self.mode, self.scope, self.N, self.d_model,
+                 self.heads, self.d_k, self.m, self.batch, self.dtype, self.config]
+        return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
+    """Speed records from the document ``flurka.speed`` writes: its ``results`` entries (Point
+    fields seq_len/num_heads/num_features + status/median_s/p10_s/p90_s/flops), its ``device``
+    and ``versions``. ``spread_s`` is p90 - p10; every other result field is kept in ``config``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise ValueError("speed document: expected an object with a 'results' list")
+    device = doc.get("device") or {}
+    env = {"device": device.get("name") if isinstance(device, dict) else device,
+           "host": (device.get("host") if isinstance(device, dict) else None) or "unknown",
+           "versions": {k: str(v) for k, v in (doc.get("versions") or {}).items() if v is not None}}
+    own = {"mechanism", "mode", "scope", "seq_len", "d_model", "num_heads", "d_k", "num_features", "batch",
+           "dtype", "status", "median_s", "flops"}
+    records = []
+    for i, r in enumerate(doc["results"]):
+        if not isinstance(r, dict):
+            raise ValueError(f"speed document results[{i}]: expected an object, got {type(r).__name__}")
+        spread = r["p90_s"] - r["p10_s"] if r.get("p90_s") is not None and r.get("p10_s") is not None else None
+        records.append(SpeedRecord.from_dict({
+            **env, "mechanism": r.get("mechanism"), "mode": r.get("mode"), "scope": r.get("scope"),
+            "N": r.get("seq_len"), "d_model": r.get("d_model"), "heads": r.get("num_heads"),
+            "d_k": r.get("d_k"), "m": r.get("num_features"), "batch": r.get("batch", 1), "dtype": r.get("dtype"),
+            "status": r.get("status"), "median_s": r.get("median_s"), "spread_s": spread,
+            "flops": r.get("flops"), "config": {k: v for k, v in r.items() if k not in own} or None,
+        }, f"speed document results[{i}]"))
+    return records

@@ -1,0 +1,292 @@
+"""The paper's tables, read from the results database with SQL and shaped with pandas.
+
+One rule fills every quality cell: among the ``status = 'ok'`` trials of a mechanism on a
+benchmark, group by hyperparameter configuration (alpha, base, d_k, num_features), average each
+configuration over its seeds (``agg="mean"``, the default) and report the best configuration;
+``agg="best"`` reports the best single trial instead. "Best" is the maximum, except for
+perplexity and loss (minimum). Fraction metrics (accuracy, f1, ...) are shown in percent, as in
+the paper. Columns with no results at all are left out; a missing cell is NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from flurka.results.models import CurvePoint, Environment, Metric, SpeedMeasurement, Sweep, Trial
+from flurka.results.records import FRACTION_METRICS, MECHANISMS
+
+LOWER_IS_BETTER = ("perplexity", "loss")
+CONFIG = ["alpha", "base", "d_k", "num_features"]
+AGGS = ("mean", "best")
+KERNEL_OF = {"flurka-performer": "performer", "flurka-rnn": "rnn", "flurka-eva": "eva"}
+LOW_RANK = "linformer"
+
+# (column label, benchmark, metric): Table 2 (GLUE), Table 3 (LRA), Table 4 (collective tasks).
+GLUE_COLUMNS = [
+    ("CoLA (mcc)", "glue-cola", "matthews"), ("SST-2 (acc)", "glue-sst2", "accuracy"),
+    ("MRPC (f1)", "glue-mrpc", "f1"), ("MRPC (acc)", "glue-mrpc", "accuracy"),
+    ("STS-B (pearson)", "glue-stsb", "pearson"), ("STS-B (spearman)", "glue-stsb", "spearman"),
+    ("QQP (f1)", "glue-qqp", "f1"), ("QQP (acc)", "glue-qqp", "accuracy"),
+    ("MNLI-m (acc)", "glue-mnli", "accuracy"), ("MNLI-mm (acc)", "glue-mnli", "accuracy_mismatched"),
+    ("QNLI (acc)", "glue-qnli", "accuracy"), ("RTE (acc)", "glue-rte", "accuracy"),
+]
+LRA_COLUMNS = [("ListOps", "lra-listops", "accuracy"), ("Text", "lra-text", "accuracy"),
+               ("Retrieval", "lra-retrieval", "accuracy"), ("Image", "lra-image", "accuracy"),
+               ("Pathfinder", "lra-pathfinder", "accuracy")]
+LRA_SMALL_COLUMNS = [("ListOps", "lra-listops-small", "accuracy"), ("Image", "lra-image-small", "accuracy")]
+COLLECTIVE_COLUMNS = [("En-De (BLEU)", "nmt-wmt14-ende", "bleu"), ("En-Fr (BLEU)", "nmt-wmt14-enfr", "bleu"),
+                      ("ImageNet top-1", "imagenet", "accuracy"), ("ImageNet top-5", "imagenet", "top5"),
+                      ("WikiText-103 (ppl)", "mlm-wikitext103", "perplexity")]
+
+
+class NoResults(ValueError):
+    """The database holds nothing the requested table can be built from."""
+
+
+def _check_agg(agg: str) -> None:
+    if agg not in AGGS:
+        raise ValueError(f"agg {agg!r} is not one of {', '.join(AGGS)}")
+
+
+def _trial_filter(stmt: sa.Select, benchmarks: Sequence[str], sweep: str | None) -> sa.Select:
+    stmt = stmt.where(Trial.status == "ok", Trial.benchmark.in_(list(benchmarks)))
+    if sweep is not None:
+        stmt = stmt.join(Sweep, Sweep.id == Trial.sweep_id).where(sa.or_(Sweep.external_id == sweep, Sweep.name == sweep))
+    return stmt
+
+
+def final_metrics(engine: Engine, benchmarks: Sequence[str], metrics: Sequence[str], *,
+                  sweep: str | None = None) -> pd.DataFrame:
+    """One row per (ok trial, metric): attention, benchmark, seed, config columns, metric, value."""
+    stmt = _trial_filter(
+        sa.select(Trial.id.label("trial_id"), Trial.attention, Trial.benchmark, Trial.seed, Trial.alpha, Trial.base,
+                  Trial.d_k, Trial.num_features, Metric.name.label("metric"), Metric.value)
+        .join(Metric, Metric.trial_id == Trial.id).where(Metric.name.in_(list(metrics))),
+        benchmarks, sweep)
+    with engine.connect() as conn:
+        return pd.read_sql(stmt, conn)
+
+
+def _select(df: pd.DataFrame, by: list[str], value: str, lower_better: bool, agg: str) -> pd.Series:
+    """The cell rule: per ``by`` group, best configuration's seed mean (or best single trial)."""
+    if agg == "mean":
+        df = df.groupby(by + CONFIG, dropna=False)[value].mean().reset_index()
+    grouped = df.groupby(by)[value]
+    return grouped.min() if lower_better else grouped.max()
+
+
+def _scaled(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    frac = df["metric"].isin(FRACTION_METRICS)
+    df.loc[frac, "value"] = df.loc[frac, "value"] * 100.0
+    return df
+
+
+def _order(mechanisms) -> list[str]:
+    return [m for m in MECHANISMS if m in set(mechanisms)]
+
+
+def metric_table(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg: str = "mean",
+                 sweep: str | None = None, average: bool = False) -> pd.DataFrame:
+    """Rows: mechanisms; one column per (label, benchmark, metric); optional mean over columns."""
+    _check_agg(agg)
+    df = final_metrics(engine, sorted({b for _, b, _ in columns}), sorted({m for _, _, m in columns}), sweep=sweep)
+    if df.empty:
+        raise NoResults(f"no ok trials with metrics for {', '.join(sorted({b for _, b, _ in columns}))}")
+    df = _scaled(df)
+    out = pd.DataFrame(index=pd.Index(_order(df["attention"]), name="mechanism"))
+    for label, bench, metric in columns:
+        part = df[(df["benchmark"] == bench) & (df["metric"] == metric)]
+        if not part.empty:
+            out[label] = _select(part, ["attention"], "value", metric in LOWER_IS_BETTER, agg)
+    if average:
+        out["Average"] = out.mean(axis=1, skipna=False)  # as the paper: mean of every shown column
+    return out
+
+
+def glue_table(engine: Engine, *, agg: str = "mean", sweep: str | None = None) -> pd.DataFrame:
+    """Table 2: GLUE dev scores per mechanism (percent) and their average over all columns."""
+    return metric_table(engine, GLUE_COLUMNS, agg=agg, sweep=sweep, average=True)
+
+
+def lra_table(engine: Engine, *, agg: str = "mean", sweep: str | None = None, small: bool = False) -> pd.DataFrame:
+    """Table 3: LRA accuracy (percent) per mechanism and the average; ``small``: the CPU-size tasks."""
+    return metric_table(engine, LRA_SMALL_COLUMNS if small else LRA_COLUMNS, agg=agg, sweep=sweep, average=True)
+
+
+def collective_table(engine: Engine, *, agg: str = "mean", sweep: str | None = None) -> pd.DataFrame:
+    """Table 4: NMT BLEU (en-de, en-fr), ImageNet top-1/top-5 (percent), WikiText-103 perplexity."""
+    return metric_table(engine, COLLECTIVE_COLUMNS, agg=agg, sweep=sweep)
+
+
+def alpha_label(alpha: float) -> str:
+    return f"{alpha * 100:g}%"
+
+
+def uptraining_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metric: str = "bleu",
+                     agg: str = "mean", sweep: str | None = None) -> pd.DataFrame:
+    """Table 5: each FLuRKA variant up-trained at each alpha, beside its kernel and low-rank constituents.
+
+    Rows: variants (index) with their kernel constituent; columns ``kernel``, ``low-rank``, then one
+    per up-training fraction alpha in (0, 1) found in the database ("12.5%", ...).
+    """
+    _check_agg(agg)
+    df = final_metrics(engine, [benchmark], [metric], sweep=sweep)
+    variants = _order(set(df["attention"]) & set(KERNEL_OF))
+    if not variants:
+        raise NoResults(f"no ok FLuRKA trials with {metric!r} on {benchmark}")
+    df = _scaled(df)
+    lower = metric in LOWER_IS_BETTER
+    single = _select(df[~df["attention"].isin(KERNEL_OF)], ["attention"], "value", lower, agg)
+    up = df[df["attention"].isin(variants) & (df["alpha"] > 0) & (df["alpha"] < 1)].copy()
+    up["alpha"] = up["alpha"].round(6)
+    by_alpha = _select(up.assign(a=up["alpha"]), ["attention", "a"], "value", lower, agg) if not up.empty else None
+    out = pd.DataFrame(index=pd.Index(variants, name="variant"))
+    out["kernel constituent"] = [KERNEL_OF[v] for v in variants]
+    out["kernel"] = [single.get(KERNEL_OF[v], float("nan")) for v in variants]
+    out["low-rank"] = single.get(LOW_RANK, float("nan"))
+    for a in sorted(up["alpha"].unique()):
+        out[alpha_label(a)] = [by_alpha.get((v, a), float("nan")) for v in variants]
+    return out
+
+
+def curves(engine: Engine, benchmark: str, names: Sequence[str], *, sweep: str | None = None) -> pd.DataFrame:
+    """Training curves of ok trials, wide: one row per (trial, step), one column per curve metric."""
+    stmt = _trial_filter(
+        sa.select(Trial.id.label("trial_id"), Trial.attention, Trial.seed, Trial.alpha, Trial.base, Trial.d_k,
+                  Trial.num_features, CurvePoint.step, CurvePoint.name, CurvePoint.value)
+        .join(CurvePoint, CurvePoint.trial_id == Trial.id).where(CurvePoint.name.in_(list(names))),
+        [benchmark], sweep)
+    with engine.connect() as conn:
+        long = pd.read_sql(stmt, conn)
+    if long.empty or not set(names) <= set(long["name"]):
+        return pd.DataFrame(columns=[*long.columns.drop(["name", "value"]), *names])
+    keys = ["trial_id", "attention", "seed", *CONFIG, "step"]
+    wide = long.pivot_table(index=keys, columns="name", values="value", dropna=False).reset_index()
+    return wide.dropna(subset=list(names)).sort_values(["trial_id", "step"])
+
+
+def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: str = "loss",
+                   reference: str = "full", target_loss: float | None = None,
+                   sweep: str | None = None) -> pd.DataFrame:
+    """Table 1: training FLOPs each mechanism needs to reach a target loss.
+
+    The target is ``target_loss`` or the reference mechanism's final loss (its best configuration's
+    seed mean). Per trial: the first curve point with loss <= target gives ``Loss`` and the
+    cumulative ``train_flops`` there (``EFLOPs`` = 1e18 FLOPs); per mechanism the configuration
+    with the fewest seed-mean FLOPs is reported; NaN where no trial reached the target.
+    """
+    df = curves(engine, benchmark, [loss, "train_flops"], sweep=sweep)
+    if df.empty:
+        raise NoResults(f"no ok trials with {loss!r} and 'train_flops' curves on {benchmark}")
+    if target_loss is None:
+        finals = df.sort_values("step").groupby(["trial_id", "attention", "seed", *CONFIG], dropna=False).tail(1)
+        ref = finals[finals["attention"] == reference]
+        if ref.empty:
+            raise NoResults(f"no {reference!r} trials on {benchmark} to take the target loss from")
+        target_loss = float(_select(ref, ["attention"], loss, True, "mean").iloc[0])
+    rows = []
+    for _, trial in df.groupby("trial_id"):
+        hit = trial[trial[loss] <= target_loss + 1e-12]
+        first = hit.iloc[0] if not hit.empty else None
+        rows.append({**trial.iloc[0][["attention", "seed", *CONFIG]].to_dict(),
+                     "Loss": float("nan") if first is None else first[loss],
+                     "EFLOPs": float("nan") if first is None else first["train_flops"] / 1e18})
+    per_trial = pd.DataFrame(rows)
+    per_config = per_trial.groupby(["attention", *CONFIG], dropna=False)[["Loss", "EFLOPs"]].mean().reset_index()
+    per_config = per_config.sort_values("EFLOPs", na_position="last")
+    out = per_config.groupby("attention").head(1).set_index("attention")[["Loss", "EFLOPs"]]
+    out = out.reindex(pd.Index(_order(out.index), name="mechanism"))
+    out.attrs.update(target_loss=target_loss, floatfmt=".4g")
+    return out
+
+
+SPEED_FILTERS = ("device", "scope", "d_model", "heads", "d_k", "num_features", "batch", "dtype")
+
+
+def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
+    """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
+    SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error."""
+    unknown = set(filters) - set(SPEED_FILTERS)
+    if unknown:
+        raise ValueError(f"unknown speed filter {', '.join(sorted(unknown))} (valid: {', '.join(SPEED_FILTERS)})")
+    stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.seq_len.label("N"),
+                      SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
+                      SpeedMeasurement.num_features, SpeedMeasurement.batch, SpeedMeasurement.dtype,
+                      SpeedMeasurement.scope, SpeedMeasurement.status, SpeedMeasurement.median_s, SpeedMeasurement.flops)
+            .join(Environment, Environment.id == SpeedMeasurement.environment_id)
+            .where(SpeedMeasurement.mode == mode, SpeedMeasurement.status != "error"))
+    for name, value in filters.items():
+        if value is None:
+            continue
+        if name == "device":
+            stmt = stmt.where(Environment.device.contains(value))
+        else:
+            stmt = stmt.where(getattr(SpeedMeasurement, name) == value)
+    with engine.connect() as conn:
+        df = pd.read_sql(stmt, conn)
+    if df.empty:
+        raise NoResults(f"no {mode!r} speed measurements match {filters or 'the database'}")
+    dup = df.duplicated(["mechanism", "N"], keep=False)
+    if dup.any():
+        varying = [c for c in SPEED_FILTERS if df.loc[dup, c].nunique(dropna=False) > 1]
+        detail = "; ".join(f"{c} in {sorted(map(str, df.loc[dup, c].unique()))}" for c in varying)
+        raise ValueError(f"several speed measurements per mechanism and N ({detail}): filter by {', '.join(varying)}")
+    return df
+
+
+def speed_table(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
+    """Median step time in milliseconds: rows N, columns mechanisms; "OOM" where it ran out of memory."""
+    df = speed_measurements(engine, mode=mode, **filters)
+    df["ms"] = df["median_s"] * 1000.0
+    table = df.pivot(index="N", columns="mechanism", values="ms").astype(object)
+    for _, r in df[df["status"] == "oom"].iterrows():
+        table.loc[r["N"], r["mechanism"]] = "OOM"
+    table = table[_order(table.columns)]
+    table.columns.name = None
+    table.attrs["floatfmt"] = ".4g"
+    return table
+
+
+def speedup_table(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
+    """Speedup (baseline time / variant time) of each FLuRKA variant over its low-rank and kernel
+    constituents, flash and full attention; rows (variant, N); NaN where either side is missing/OOM."""
+    df = speed_measurements(engine, mode=mode, **filters)
+    times = df[df["status"] == "ok"].pivot(index="N", columns="mechanism", values="median_s")
+    rows = []
+    for variant in _order(set(times.columns) & set(KERNEL_OF)):
+        for n, t in times[variant].dropna().items():
+            base = lambda m: times.at[n, m] / t if m in times.columns else float("nan")  # noqa: E731
+            rows.append({"variant": variant, "N": n, "vs low-rank": base(LOW_RANK), "vs kernel": base(KERNEL_OF[variant]),
+                         "vs flash": base("flash"), "vs full": base("full")})
+    if not rows:
+        raise NoResults(f"no {mode!r} speed measurements of a FLuRKA variant")
+    return pd.DataFrame(rows).set_index(["variant", "N"])
+
+
+FORMATS = ("markdown", "latex", "csv")
+
+
+def format_table(df: pd.DataFrame, fmt: str = "markdown", floatfmt: str | None = None) -> str:
+    """Text of a table: markdown (tabulate), LaTeX (booktabs tabular) or CSV (full precision).
+
+    Numbers are shown with ``floatfmt``, else the table's ``attrs["floatfmt"]``, else two decimals
+    as in the paper; a missing cell is "--".
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    floatfmt = floatfmt or df.attrs.get("floatfmt", ".2f")
+    n_index = df.index.nlevels
+    flat = df.reset_index()
+    if fmt == "csv":
+        return flat.to_csv(index=False)
+    if fmt == "markdown":
+        cells = flat.astype(object).where(flat.notna(), None)
+        return cells.to_markdown(index=False, floatfmt=floatfmt, missingval="--") + "\n"
+    shown = flat.map(lambda v: "--" if v is None or (isinstance(v, float) and v != v)
+                     else format(v, floatfmt) if isinstance(v, float) else str(v))
+    return shown.to_latex(index=False, escape=True, column_format="l" * n_index + "r" * (flat.shape[1] - n_index))

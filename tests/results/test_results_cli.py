@@ -1,0 +1,87 @@
+"""`flurka tables`: formats, and one-line errors with exit code 2 for a database it cannot use."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from flurka.results import cli
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="flurka tables")
+    cli.add_arguments(parser)
+    code = cli.run(parser.parse_args(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def seeded_url(seeded):
+    return seeded.url.render_as_string(hide_password=False)
+
+
+def test_markdown_latex_csv(seeded_url, capsys):
+    code, md, _ = run_cli(["--db", seeded_url, "--table", "lra"], capsys)
+    assert code == 0
+    lines = md.splitlines()
+    assert [c.strip() for c in lines[0].strip("|").split("|")] == \
+        ["mechanism", "ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Average"]
+    assert set(lines[1]) <= set("|-: ") and lines[2].split("|")[1].strip() == "full"
+    assert "57.23" in lines[2] and "59.13" in lines[3]
+
+    code, tex, _ = run_cli(["--db", seeded_url, "--table", "uptraining", "--format", "latex"], capsys)
+    assert code == 0
+    assert r"\begin{tabular}" in tex and r"\end{tabular}" in tex
+    assert r"12.5\%" in tex and "flurka-performer" in tex and "27.49" in tex
+
+    code, csv, _ = run_cli(["--db", seeded_url, "--table", "speed", "--device", "H100", "--format", "csv"], capsys)
+    assert code == 0
+    back = pd.read_csv(io.StringIO(csv))
+    assert list(back.columns) == ["N", "full", "flash", "linformer", "performer", "flurka-performer"]
+    assert back["N"].tolist() == [1024, 4096]
+    assert back["full"].tolist() == ["10.0", "OOM"] and back["flash"].tolist() == [4.0, 40.0]
+
+
+def test_options_reach_the_table(seeded_url, capsys):
+    code, out, _ = run_cli(["--db", seeded_url, "--table", "uptraining", "--agg", "best", "--format", "csv"], capsys)
+    assert code == 0
+    back = pd.read_csv(io.StringIO(out)).set_index("variant")
+    assert back.at["flurka-performer", "12.5%"] == pytest.approx(27.98)
+    code, out, err = run_cli(["--db", seeded_url, "--table", "speedup"], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1 and "filter by device" in err
+
+
+def test_unmigrated_database_exit_2_then_upgrade(db_url, capsys):
+    code, out, err = run_cli(["--db", db_url, "--table", "glue"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "schema revision none" in err and "--upgrade" in err
+    code, out, err = run_cli(["--db", db_url, "--table", "glue", "--upgrade"], capsys)
+    assert code == 1 and err.strip() == "flurka tables: no ok trials with metrics for " + ", ".join(
+        sorted(f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")))
+
+
+def test_unreachable_database_is_one_line_exit_2(capsys, tmp_path):
+    start = time.monotonic()
+    code, out, err = run_cli(["--db", "postgresql://u:secret@127.0.0.1:1/x", "--table", "glue"], capsys)
+    assert time.monotonic() - start < 6
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("flurka tables: cannot reach postgresql://u@127.0.0.1:1/x: ") and "secret" not in err
+    code, _, err = run_cli(["--db", f"sqlite:///{tmp_path}/missing/r.db", "--table", "lra"], capsys)
+    assert code == 2 and f"directory {tmp_path}/missing does not exist" in err
+
+
+def test_module_entry_in_a_fresh_process():
+    """No traceback from a real process either: the whole stderr is the one line."""
+    code = ("import argparse, sys; from flurka.results import cli; p = argparse.ArgumentParser(); "
+            "cli.add_arguments(p); sys.exit(cli.run(p.parse_args(sys.argv[1:])))")
+    proc = subprocess.run([sys.executable, "-c", code, "--db", "postgresql://u:secret@127.0.0.1:1/x",
+                           "--table", "lra"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "secret" not in proc.stderr

@@ -1,0 +1,203 @@
+"""Ingestion: validated up front, idempotent, and all-or-nothing, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import sqlalchemy as sa
+
+from flurka.results import SweepRecord, ingest, ingest_file, ingest_speed, ingest_sweep, models, trial_from_result
+
+
+def counts(engine) -> dict[str, int]:
+    tables = [models.Environment, models.Sweep, models.Trial, models.Metric, models.CurvePoint, models.SpeedMeasurement]
+    with engine.connect() as conn:
+        return {t.__tablename__: conn.scalar(sa.select(sa.func.count()).select_from(t)) for t in tables}
+
+
+def test_ingesting_a_sweep_twice_adds_nothing(engine, sweep_dict):
+    n = len(sweep_dict["trials"])
+    first = ingest_sweep(engine, sweep_dict)
+    assert (first.added, first.skipped) == (n, 0)
+    after = counts(engine)
+    assert after["sweeps"] == 1 and after["environments"] == 1 and after["trials"] == n
+    assert after["metrics"] == sum(len(t["metrics"]) for t in sweep_dict["trials"])
+    assert after["curve_points"] == sum(2 * len(t["curve"]) for t in sweep_dict["trials"])  # loss + train_flops
+    second = ingest_sweep(engine, sweep_dict)
+    assert (second.added, second.skipped) == (0, n)
+    assert counts(engine) == after
+
+
+def test_growing_sweep_adds_only_new_trials(engine, sweep_dict, make_trial):
+    ingest_sweep(engine, {**sweep_dict, "trials": sweep_dict["trials"][:3]})
+    report = ingest_sweep(engine, {**sweep_dict, "trials": sweep_dict["trials"][:3] + [
+        make_trial("new", "eva", "nmt-small", {"bleu": 3.5})]})
+    assert (report.added, report.skipped) == (1, 3)
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(models.Trial.attention, models.Metric.value)
+                           .join(models.Metric).where(models.Trial.trial_key == "new")).one()
+    assert tuple(row) == ("eva", 3.5)
+
+
+def test_round_trip_of_a_trial(engine, sweep_dict):
+    ingest_sweep(engine, sweep_dict)
+    with engine.connect() as conn:
+        t = conn.execute(sa.select(models.Trial).where(models.Trial.trial_key == "fe-a3")).one()
+        pts = conn.execute(sa.select(models.CurvePoint.step, models.CurvePoint.name, models.CurvePoint.value)
+                           .where(models.CurvePoint.trial_id == t.id).order_by("step", "name")).all()
+        sweep = conn.execute(sa.select(models.Sweep)).one()
+    assert (t.attention, t.benchmark, t.alpha, t.base, t.d_k, t.status) == \
+        ("flurka-eva", "nmt-wmt14-ende", 0.375, "linformer", 64, "ok")
+    assert [tuple(p) for p in pts] == [(1, "loss", 0.6), (1, "train_flops", 0.5e18),
+                                       (2, "loss", 0.24), (2, "train_flops", 1.0e18)]
+    assert sweep.external_id == "paper-2024-05-01" and sweep.git_commit == "f5764a2"
+    assert sweep.created_at.replace(tzinfo=None).isoformat() == "2024-05-01T12:00:00"
+
+
+def test_invalid_third_trial_writes_nothing(engine, sweep_dict):
+    sweep_dict["trials"][2]["attention"] = "softmax"
+    with pytest.raises(ValueError, match=r"trials\[2\] 'p2': attention 'softmax' is not one of full, flash, linformer"):
+        ingest_sweep(engine, sweep_dict)
+    assert set(counts(engine).values()) == {0}
+
+
+def test_failure_mid_transaction_leaves_no_partial_sweep(engine, sweep_dict, monkeypatch):
+    real, calls = ingest._add_trial, []
+
+    def failing_third(session, sweep, t):
+        calls.append(t.trial_key)
+        if len(calls) == 3:
+            raise RuntimeError("disk full")
+        real(session, sweep, t)
+
+    monkeypatch.setattr(ingest, "_add_trial", failing_third)
+    with pytest.raises(RuntimeError, match="disk full"):
+        ingest_sweep(engine, sweep_dict)
+    assert len(calls) == 3
+    assert set(counts(engine).values()) == {0}
+    monkeypatch.setattr(ingest, "_add_trial", real)
+    assert ingest_sweep(engine, sweep_dict).added == len(sweep_dict["trials"])
+
+
+def test_database_error_mid_sweep_rolls_back(engine, sweep_dict, monkeypatch):
+    """A constraint the database itself enforces (NOT NULL) failing at the 3rd trial aborts the sweep."""
+    ingest_sweep(engine, {**sweep_dict, "sweep_id": "other", "trials": sweep_dict["trials"][:1]})
+    before = counts(engine)
+    real, third = ingest._add_trial, sweep_dict["trials"][2]["trial_key"]
+
+    def with_orphan_metric(session, sweep, t):
+        real(session, sweep, t)
+        if t.trial_key == third:
+            session.add(models.Metric(trial_id=None, name="x", value=1.0))
+            session.flush()
+
+    monkeypatch.setattr(ingest, "_add_trial", with_orphan_metric)
+    with pytest.raises(sa.exc.IntegrityError):
+        ingest_sweep(engine, sweep_dict)
+    assert counts(engine) == before
+
+
+def test_validation_errors_are_one_readable_line(make_trial, sweep_dict):
+    cases = [
+        ({"metrics": {"accuracy": 91.0}}, "must be a fraction in [-1, 1], not percent"),
+        ({"benchmark": "glue-foo"}, "benchmark 'glue-foo' is not one of mlm-wikitext103"),
+        ({"alpha": 1.5}, "alpha must be in [0, 1]"),
+        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"metrics": {"bleu": math.nan}}, "metric 'bleu' must be a finite number"),
+        ({"colour": "red"}, "unknown colour"),
+    ]
+    for change, message in cases:
+        d = {**sweep_dict, "trials": [{**make_trial("k", "eva", "glue-cola", {"matthews": 0.1}), **change}]}
+        with pytest.raises(ValueError) as info:
+            SweepRecord.from_dict(d)
+        assert message in str(info.value) and "\n" not in str(info.value)
+    dup = {**sweep_dict, "trials": sweep_dict["trials"][:2] * 2}
+    with pytest.raises(ValueError, match=r"repeated trial_key \['l0', 'p0'\]|repeated trial_key \['p0', 'p1'\]"):
+        SweepRecord.from_dict(dup)
+
+
+def test_trial_from_training_result(engine, sweep_dict):
+    result = {"status": "diverged at step 812", "benchmark": "nmt-small", "attention": "flurka-rnn", "seed": 3,
+              "steps": 812, "final_metrics": {"bleu": 0.4, "perplexity": math.inf, "accuracy": None},
+              "history": [{"step": 100, "loss": 4.0, "train_flops": 1e12}, {"step": 200, "loss": math.nan,
+                                                                            "train_flops": 2e12}],
+              "train_flops": 2e12, "wall_time_s": 12.5,
+              "config": {"alpha": 0.25, "base": "rnn", "attention_options": {"d_k": 32, "num_features": 16}}}
+    t = trial_from_result("trial_00003", result)
+    assert (t.attention, t.benchmark, t.seed, t.status, t.alpha, t.base, t.d_k, t.num_features) == \
+        ("flurka-rnn", "nmt-small", 3, "diverged at step 812", 0.25, "rnn", 32, 16)
+    assert t.metrics == {"bleu": 0.4}
+    assert t.curve == [{"step": 100, "loss": 4.0, "train_flops": 1e12}, {"step": 200, "train_flops": 2e12}]
+    record = SweepRecord.from_dict({**sweep_dict, "trials": [t]})
+    assert ingest_sweep(engine, record).added == 1
+
+
+def test_speed_json_file_is_idempotent(engine, speed_dicts, tmp_path):
+    path = tmp_path / "speed.json"
+    path.write_text(json.dumps(speed_dicts))
+    first = ingest_file(engine, path)
+    assert (first.added, first.skipped) == (len(speed_dicts), 0)
+    after = counts(engine)
+    assert after["speed_measurements"] == len(speed_dicts) and after["environments"] == 2  # H100 and cpu
+    assert ingest_file(engine, path) == ingest.IngestReport(0, len(speed_dicts))
+    assert counts(engine) == after
+    with engine.connect() as conn:
+        oom = conn.execute(sa.select(models.SpeedMeasurement).where(models.SpeedMeasurement.status == "oom")).one()
+    assert (oom.mechanism, oom.seq_len, oom.median_s) == ("full", 4096, None)
+
+
+def test_bad_speed_record_writes_nothing(engine, speed_dicts):
+    speed_dicts[3] = {**speed_dicts[3], "median_s": None}
+    with pytest.raises(ValueError, match=r"speed records\[3\]: status 'ok' needs median_s"):
+        ingest_speed(engine, speed_dicts)
+    assert counts(engine)["speed_measurements"] == 0
+    with pytest.raises(ValueError, match="mode 'backward' is not one of forward, train"):
+        ingest_speed(engine, [{**speed_dicts[0], "mode": "backward"}])
+
+
+def test_unreadable_json_is_a_clear_error(engine, tmp_path):
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read results JSON .*bad.json"):
+        ingest_file(engine, tmp_path / "bad.json")
+
+
+def test_speed_benchmark_document(engine, tmp_path):
+    """The document flurka.speed writes: device/versions once, Point fields per result."""
+    point = {"mode": "train", "scope": "model", "seq_len": 2048, "d_model": 256, "num_heads": 4, "d_k": 128,
+             "num_features": 64, "layers": 6, "ffn": 512, "dtype": "bfloat16", "batch": 1}
+    doc = {"schema": 1, "sweep": "seq-len", "created": "2024-05-01T12:00:00+00:00",
+           "device": {"name": "NVIDIA H100 80GB HBM3", "platform": "gpu", "count": 1, "host": "node-3"},
+           "versions": {"python": "3.12.3", "jax": "0.11.0", "cudnn": 91000, "missing": None},
+           "settings": {}, "ceilings": None, "results": [
+               {**point, "mechanism": "flurka-rnn", "status": "ok", "median_s": 0.004, "p10_s": 0.0039,
+                "p90_s": 0.0042, "min_s": 0.0038, "flops": 3.0e11, "compile_s": 1.5},
+               {**point, "mechanism": "rnn", "status": "ok", "median_s": 0.006, "p10_s": 0.0059, "p90_s": 0.0061,
+                "flops": 4.0e11},
+               {**point, "mechanism": "full", "status": "oom", "oom_source": "xla", "flops": 9.0e11},
+               {**point, "mechanism": "eva", "status": "error", "error_type": "XlaRuntimeError", "error": "boom"},
+           ]}
+    path = tmp_path / "speed-seq-len.json"
+    path.write_text(json.dumps(doc))
+    assert ingest_file(engine, path) == ingest.IngestReport(4, 0)
+    assert ingest_file(engine, path) == ingest.IngestReport(0, 4)
+    with engine.connect() as conn:
+        rows = {r.mechanism: r for r in conn.execute(sa.select(models.SpeedMeasurement))}
+        env = conn.execute(sa.select(models.Environment)).one()
+    assert (env.device, env.host, env.versions) == \
+        ("NVIDIA H100 80GB HBM3", "node-3", {"cudnn": "91000", "jax": "0.11.0", "python": "3.12.3"})
+    r = rows["flurka-rnn"]
+    assert (r.scope, r.seq_len, r.heads, r.d_k, r.num_features, r.median_s, r.flops) == \
+        ("model", 2048, 4, 128, 64, 0.004, 3.0e11)
+    assert r.spread_s == pytest.approx(0.0003)
+    assert r.config == {"layers": 6, "ffn": 512, "p10_s": 0.0039, "p90_s": 0.0042, "min_s": 0.0038, "compile_s": 1.5}
+    assert (rows["full"].status, rows["eva"].status) == ("oom", "error")
+
+    from flurka.results import tables
+
+    speed = tables.speed_table(engine)  # the failed eva measurement is no data
+    assert list(speed.columns) == ["full", "rnn", "flurka-rnn"]
+    assert speed.loc[2048].tolist() == ["OOM", pytest.approx(6.0), pytest.approx(4.0)]
+    up = tables.speedup_table(engine)
+    assert up.at[("flurka-rnn", 2048), "vs kernel"] == pytest.approx(1.5)

@@ -1,0 +1,19 @@
+"""The results package keeps its own copy of the mechanism names (reading a database must not
+import JAX); it must match the attention package's."""
+
+from flurka.results import records
+
+
+def test_mechanism_names_match_the_attention_package():
+    from flurka.attention import MECHANISMS
+
+    assert records.MECHANISMS == tuple(MECHANISMS)
+
+
+def test_benchmark_names_cover_the_paper_tables():
+    from flurka.results import tables
+
+    used = {b for cols in (tables.GLUE_COLUMNS, tables.LRA_COLUMNS, tables.LRA_SMALL_COLUMNS,
+                           tables.COLLECTIVE_COLUMNS) for _, b, _ in cols}
+    assert used <= set(records.BENCHMARKS)
+    assert len(records.BENCHMARKS) == len(set(records.BENCHMARKS)) == 21

@@ -1,0 +1,146 @@
+"""The paper's tables from a hand-built sweep (conftest.paper_sweep); every expected number
+below is worked out by hand from that data, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from flurka.results import tables
+
+nan = math.nan
+
+
+def assert_frame(df: pd.DataFrame, index: list, columns: list[str], rows: list[list]) -> None:
+    assert list(df.index) == index
+    assert list(df.columns) == columns
+    for label, expected in zip(index, rows):
+        for col, want in zip(columns, expected):
+            got = df.at[label, col]
+            if isinstance(want, float) and math.isnan(want):
+                assert isinstance(got, float) and math.isnan(got), (label, col, got)
+            elif isinstance(want, float):
+                assert got == pytest.approx(want, abs=1e-9), (label, col, got)
+            else:
+                assert got == want, (label, col, got)
+
+
+def test_uptraining_table_mean_and_best(seeded):
+    # performer: nf=64 seeds (27.0, 28.0) -> 27.5, nf=128 -> 27.9: best config 27.9; best trial 28.0.
+    # linformer d_k=64 seeds (28.0, 27.0) -> 27.5 | 28.0. flurka-performer alpha=12.5%: (27.98, 27.0) -> 27.49 |
+    # 27.98; its diverged 25% trial (99.0) and from-scratch trial (50.0) are not in the alpha columns.
+    cols = ["kernel constituent", "kernel", "low-rank", "12.5%", "25%", "37.5%"]
+    index = ["flurka-performer", "flurka-rnn", "flurka-eva"]
+    assert_frame(tables.uptraining_table(seeded), index, cols, [
+        ["performer", 27.9, 27.5, 27.49, nan, 28.0],
+        ["rnn", 23.41, 27.5, nan, 24.57, nan],
+        ["eva", nan, 27.5, nan, nan, 28.87],
+    ])
+    assert_frame(tables.uptraining_table(seeded, agg="best"), index, cols, [
+        ["performer", 28.0, 28.0, 27.98, nan, 28.0],
+        ["rnn", 23.41, 28.0, nan, 24.57, nan],
+        ["eva", nan, 28.0, nan, nan, 28.87],
+    ])
+    with pytest.raises(tables.NoResults, match="no ok FLuRKA trials with 'bleu' on nmt-wmt14-enfr"):
+        tables.uptraining_table(seeded, benchmark="nmt-wmt14-enfr")
+    with pytest.raises(ValueError, match="agg 'median' is not one of mean, best"):
+        tables.uptraining_table(seeded, agg="median")
+
+
+def test_collective_table(seeded):
+    # En-De: flurka-performer's configs are alpha 12.5% (27.49), 37.5% (28.0), scratch (50.0) -> 50.0.
+    # WikiText-103 perplexity is lower-is-better: full seeds (5.533, 5.633) -> 5.583; linformer min(7.696, 7.5).
+    # No En-Fr results: that column is left out. ImageNet fractions are shown in percent.
+    cols = ["En-De (BLEU)", "ImageNet top-1", "ImageNet top-5", "WikiText-103 (ppl)"]
+    assert_frame(tables.collective_table(seeded),
+                 ["full", "linformer", "performer", "rnn", "flurka-performer", "flurka-rnn", "flurka-eva"], cols, [
+                     [24.65, 71.662, 90.982, 5.583],
+                     [27.5, nan, nan, 7.5],
+                     [27.9, nan, nan, nan],
+                     [23.41, nan, nan, nan],
+                     [50.0, nan, nan, nan],
+                     [24.57, nan, nan, nan],
+                     [28.87, nan, nan, nan],
+                 ])
+    best = tables.collective_table(seeded, agg="best")
+    assert best.at["full", "WikiText-103 (ppl)"] == pytest.approx(5.533)
+    assert best.at["linformer", "En-De (BLEU)"] == pytest.approx(28.0)
+
+
+def test_glue_table_average_matches_the_paper(seeded):
+    df = tables.glue_table(seeded)
+    assert list(df.index) == ["full", "linformer"]
+    assert list(df.columns) == [label for label, _, _ in tables.GLUE_COLUMNS] + ["Average"]
+    assert df.loc["full"].tolist()[:-1] == pytest.approx(
+        [48.9, 90.7, 89.1, 84.8, 85.5, 85.6, 86.4, 90.0, 81.3, 81.8, 88.2, 65.7])
+    assert df.at["full", "Average"] == pytest.approx(81.5)  # the paper's Table 2 value
+    assert df.at["linformer", "CoLA (mcc)"] == pytest.approx(29.2)
+    assert math.isnan(df.at["linformer", "Average"])  # missing tasks: no average, never a partial one
+
+
+def test_lra_table(seeded):
+    cols = ["ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Average"]
+    assert_frame(tables.lra_table(seeded), ["full", "eva"], cols, [
+        [37.95, 60.18, 80.45, 37.39, 70.19, 57.232],  # paper Table 3: 57.23
+        [38.61, 65.16, 81.00, 41.60, 69.27, 59.128],  # paper Table 3: 59.13
+    ])
+    assert_frame(tables.lra_table(seeded, small=True), ["flurka-eva"], ["ListOps", "Average"], [[55.0, 55.0]])
+    assert_frame(tables.lra_table(seeded, small=True, agg="best"), ["flurka-eva"], ["ListOps", "Average"],
+                 [[60.0, 60.0]])
+
+
+def test_sweep_filter(seeded, sweep_dict, make_trial):
+    from flurka.results import ingest_sweep
+
+    ingest_sweep(seeded, {**sweep_dict, "sweep_id": "later", "name": "later run",
+                          "trials": [make_trial("x", "rnn", "lra-listops-small", {"accuracy": 0.25})]})
+    assert list(tables.lra_table(seeded, small=True).index) == ["rnn", "flurka-eva"]
+    assert_frame(tables.lra_table(seeded, small=True, sweep="later run"), ["rnn"], ["ListOps", "Average"],
+                 [[25.0, 25.0]])
+    assert list(tables.lra_table(seeded, small=True, sweep="paper-2024-05-01").index) == ["flurka-eva"]
+
+
+def test_isoflops_table(seeded):
+    # Target = full's final loss averaged over seeds: (0.2 + 0.3) / 2 = 0.25.
+    # full: seed 0 first reaches <= 0.25 at step 3 (0.2, 3 EFLOPs), seed 1 at step 2 (0.25, 2 EFLOPs).
+    # linformer ends at 0.5: never. flurka-eva reaches 0.24 at step 2 after 1 EFLOP.
+    df = tables.isoflops_table(seeded)
+    assert df.attrs["target_loss"] == pytest.approx(0.25)
+    assert_frame(df, ["full", "linformer", "flurka-eva"], ["Loss", "EFLOPs"],
+                 [[0.225, 2.5], [nan, nan], [0.24, 1.0]])
+    # An explicit target of 0.5: everyone's step 2.
+    assert_frame(tables.isoflops_table(seeded, target_loss=0.5), ["full", "linformer", "flurka-eva"],
+                 ["Loss", "EFLOPs"], [[0.375, 2.0], [0.5, 2.0], [0.24, 1.0]])
+    with pytest.raises(tables.NoResults, match="no 'rnn' trials"):
+        tables.isoflops_table(seeded, reference="rnn")
+
+
+def test_speed_and_speedup_tables(seeded):
+    with pytest.raises(ValueError, match=r"several speed measurements per mechanism and N \(device in "
+                                         r"\['NVIDIA H100 80GB HBM3', 'cpu'\]\): filter by device"):
+        tables.speed_table(seeded)
+    df = tables.speed_table(seeded, device="H100")
+    assert_frame(df, [1024, 4096], ["full", "flash", "linformer", "performer", "flurka-performer"], [
+        [10.0, 4.0, 6.0, 5.0, 2.0],
+        ["OOM", 40.0, 30.0, 20.0, 10.0],
+    ])
+    # 1024: linformer 6/2, performer 5/2, flash 4/2, full 10/2; 4096: 30/10, 20/10, 40/10, full OOM.
+    up = tables.speedup_table(seeded, device="H100")
+    assert_frame(up, [("flurka-performer", 1024), ("flurka-performer", 4096)],
+                 ["vs low-rank", "vs kernel", "vs flash", "vs full"],
+                 [[3.0, 2.5, 2.0, 5.0], [3.0, 2.0, 4.0, nan]])
+    with pytest.raises(tables.NoResults, match="no 'forward' speed measurements"):
+        tables.speed_table(seeded, mode="forward")
+    with pytest.raises(ValueError, match="unknown speed filter seq"):
+        tables.speed_table(seeded, seq=3)
+
+
+def test_empty_database_says_so(engine):
+    with pytest.raises(tables.NoResults, match="no ok trials with metrics for glue-cola"):
+        tables.glue_table(engine)
+    with pytest.raises(tables.NoResults, match="no ok trials with 'loss' and 'train_flops' curves on nmt-small"):
+        tables.isoflops_table(engine, benchmark="nmt-small")
+    with pytest.raises(tables.NoResults, match="no 'train' speed measurements"):
+        tables.speedup_table(engine)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name -> (module, one-line help). Later subcommands register here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "flops": ("flurka.attention.flops_cli", "forward FLOPs per mechanism and the paper's regime claims"),
+    "speed": ("flurka.speed.__main__", "step-time benchmarks of every mechanism (JSON; JAX only)"),
     "tables": ("flurka.results.cli", "print a paper table (Tables 1-5, speed) from the results database"),
 }
 
@@ -29,7 +31,14 @@ def main(argv: list[str] | None = None) -> int:
         if name == chosen:  # import only the subcommand in use
             importlib.import_module(module).add_arguments(sp)
     args = parser.parse_args(argv)
-    return int(importlib.import_module(SUBCOMMANDS[args.command][0]).run(args) or 0)
+    try:
+        return int(importlib.import_module(SUBCOMMANDS[args.command][0]).run(args) or 0)
+    except (ValueError, FileNotFoundError) as err:
+        # Bad input is one readable line, not a traceback (FLURKA_DEBUG=1 shows the traceback).
+        if os.environ.get("FLURKA_DEBUG"):
+            raise
+        print(f"flurka {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

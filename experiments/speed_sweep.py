@@ -1,0 +1,103 @@
+"""The speed sweeps as Ray tasks: one task per point, one GPU each, gathered into ONE JSON file.
+
+    python experiments/speed_sweep.py --sweep n-sweep --out benchmarks/nsweep_ray.json
+    python experiments/speed_sweep.py --sweep tiny --cpu --num-cpus 2 --out /tmp/tiny.json
+    ray job submit --working-dir . -- python experiments/speed_sweep.py --sweep dk-sweep \
+        --address auto --out /abs/path/dk.json
+
+Each task calls the same worker code as ``python -m flurka.speed`` (``flurka.speed.runner``), so
+the JSON schema is identical (``settings.runner`` = "ray"); every row carries the device it ran
+on, and ``ceilings`` holds each device's probes (measured inside the tasks, on their own GPU).
+Ray is imported here only; the workers never import it. Without ``--address`` a private local
+Ray starts (``address="local"``, its own temp dir) and is shut down at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+
+import ray
+
+from flurka.speed import __main__ as speed_cli
+from flurka.speed.runner import document, write_json
+
+
+# max_calls=1: a fresh worker process per point, so an OOM'd or wedged GPU context never leaks
+# into the next point (costs one JAX start-up per point).
+@ray.remote(num_gpus=1, max_calls=1)
+def _measure(point, index: int, sweep: str, warmup: int, repeats: int,
+             memory_budget_bytes: int | None, with_ceilings: bool) -> dict:
+    """One point on the task's device: its row, this device's ceilings, device and versions."""
+    from flurka.speed import runner  # imported in the worker: JAX starts on its GPU
+
+    row = runner.run_one(point, index=index, sweep=sweep, warmup=warmup, repeats=repeats,
+                         memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings)
+    ceilings = runner.measured_ceilings(point.dtype) if with_ceilings else None
+    return {"row": row, "ceilings": ceilings, "device": runner.device_info(),
+            "versions": runner.versions()}
+
+
+def run(args: argparse.Namespace, indices: list[int], points: list) -> dict:
+    budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
+    started = False
+    if not ray.is_initialized():
+        if args.address:
+            ray.init(address=args.address)
+        else:
+            ray.init(address="local", num_cpus=args.num_cpus,
+                     num_gpus=0 if args.cpu else args.num_gpus,
+                     _temp_dir=tempfile.mkdtemp(prefix="ray_speed_"), include_dashboard=False,
+                     runtime_env={"env_vars": {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}})
+        started = True
+    try:
+        task = _measure.options(num_gpus=0 if args.cpu else 1, num_cpus=1)
+        refs = [task.remote(p, i, args.sweep, args.warmup, args.repeats, budget,
+                            not args.no_ceilings) for i, p in zip(indices, points)]
+        outs = ray.get(refs)
+    finally:
+        if started:
+            ray.shutdown()
+    rows = sorted((o["row"] for o in outs), key=lambda r: r["index"])
+    ceilings: dict = {}
+    for o in outs:
+        if o["ceilings"] is not None:
+            ceilings.setdefault(o["device"]["name"], {})[o["row"]["dtype"]] = o["ceilings"]
+    devices = {o["device"]["name"] for o in outs}
+    device = dict(outs[0]["device"]) if outs else {}
+    device["names"] = sorted(devices)
+    doc = document(sweep=args.sweep, results=rows, ceilings=ceilings or None,
+                   settings={"warmup": args.warmup, "repeats": args.repeats,
+                             "memory_budget_bytes": budget, "runner": "ray"},
+                   device=device, versions_=outs[0]["versions"] if outs else None)
+    if args.out:
+        write_json(doc, args.out)
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="speed_sweep.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    speed_cli.add_arguments(parser)
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster address (default: a private local Ray)")
+    parser.add_argument("--cpu", action="store_true", help="tasks take no GPU (CI, laptops)")
+    parser.add_argument("--num-cpus", type=int, default=None)
+    parser.add_argument("--num-gpus", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.list:
+        return speed_cli.run(args)
+    try:
+        indices, points = speed_cli.selected(args)  # bad input fails here, before Ray starts
+    except ValueError as exc:
+        parser.error(str(exc))
+    doc = run(args, indices, points)
+    statuses = [r["status"] for r in doc["results"]]
+    print(f"wrote {args.out}: {len(statuses)} points, "
+          + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""TFDS loaders under ``tfds.testing.mock_data`` (random examples, no TensorFlow, no files)."""
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from flurka.data import get_dataset
+from flurka.data.tokenizers import BYTES
+
+
+@pytest.fixture
+def mock():
+    with tfds.testing.mock_data(num_examples=12):
+        yield
+
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+@pytest.mark.parametrize(
+    "task, pair, kind",
+    [
+        ("cola", None, "classification"),
+        ("mrpc", "concat", "classification"),
+        ("stsb", "concat", "regression"),
+        ("mnli", "concat", "classification"),
+    ],
+)
+def test_glue(mock, tmp_path, task, pair, kind, check_batch, assert_batches_equal):
+    ds = get_dataset(f"glue-{task}", seed=1, data_dir=str(tmp_path))
+    assert (ds.info.task, ds.info.pair, ds.info.num_eval) == (kind, pair, 12)
+    batch = next(ds.train_batches(5))
+    check_batch(batch, ds.info, 5)
+    check_batch(next(ds.eval_batches(5)), ds.info, 5)
+    assert_batches_equal(batch, next(get_dataset(f"glue-{task}", seed=1, data_dir=str(tmp_path)).train_batches(5)))
+    # byte level: [CLS] a [SEP] (b [SEP]); segments switch after the first [SEP]
+    ex = ds.eval.source[0]
+    b = next(ds.eval_batches(12))
+    ids, mask = b["inputs"][0], b["mask"][0]
+    fields = [k for k in ("sentence", "sentence1", "sentence2", "premise", "hypothesis") if k in ex]
+    expected = [BYTES.cls_id]
+    for f in fields:
+        expected += list(BYTES.encode(_text(ex[f]))) + [BYTES.sep_id]
+    np.testing.assert_array_equal(ids[mask], expected)
+    if pair:
+        first_sep = list(ids).index(BYTES.sep_id)
+        np.testing.assert_array_equal(
+            b["segments"][0][mask], [0] * (first_sep + 1) + [1] * (mask.sum() - first_sep - 1)
+        )
+    if kind == "regression":
+        np.testing.assert_allclose(b["label"][0], ex["label"], rtol=1e-6)
+
+
+def test_wmt14_ende(mock, tmp_path, check_batch):
+    ds = get_dataset("nmt-wmt14-ende", data_dir=str(tmp_path))
+    batch = next(ds.eval_batches(4))
+    check_batch(batch, ds.info, 4)
+    ex = ds.eval.source[0]
+    assert ds.decode(batch["inputs"][0]) == _text(ex["en"])
+    assert ds.decode(batch["targets"][0][1:]) == _text(ex["de"])
+
+
+def test_lra_text_is_byte_level(mock, tmp_path, check_batch):
+    ds = get_dataset("lra-text", data_dir=str(tmp_path))
+    assert ds.info.max_len == 4000 and ds.info.num_classes == 2
+    batch = next(ds.eval_batches(3))
+    check_batch(batch, ds.info, 3)
+    text = _text(ds.eval.source[1]["text"]).encode()
+    np.testing.assert_array_equal(batch["inputs"][1][1 : 1 + len(text)], np.frombuffer(text, np.uint8) + BYTES.offset)
+    assert ds.decode(batch["inputs"][1]) == text.decode()
+
+
+def test_lra_image_is_grayscale_pixels(mock, tmp_path, check_batch):
+    ds = get_dataset("lra-image", data_dir=str(tmp_path))
+    assert ds.info.max_len == 1024 and ds.info.vocab_size == 257
+    batch = next(ds.eval_batches(4))
+    check_batch(batch, ds.info, 4)
+    for i in range(4):
+        rgb = ds.eval.source[i]["image"].astype(np.float64)
+        expected = np.floor(rgb @ [0.2989, 0.5870, 0.1140] / 255.0 * 255.5).reshape(-1) + 1
+        diff = np.abs(batch["inputs"][i] - expected)
+        assert diff.max() <= 1 and (diff == 0).mean() > 0.99
+
+
+def test_imagenet_crops_and_normalizes(mock, tmp_path, check_batch, assert_batches_equal):
+    ds = get_dataset("imagenet", seed=2, data_dir=str(tmp_path))
+    assert ds.info.task == "image" and ds.info.image_shape == (224, 224, 3)
+    batch = next(ds.train_batches(3))
+    check_batch(batch, ds.info, 3)
+    assert abs(batch["image"].mean()) < 3 and batch["image"].std() > 0.1
+    assert_batches_equal(batch, ds.train_batch(0, 3))
+    assert not np.array_equal(ds.train_batch(0, 3)["image"], ds.train_batch(4, 3)["image"])
+    check_batch({k: v for k, v in next(ds.eval_batches(5)).items() if k != "example_weight"}, ds.info, 5)

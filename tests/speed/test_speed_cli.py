@@ -1,0 +1,67 @@
+"""``python -m flurka.speed``: the JSON document, model scope, point selection, bad input, and the
+paper's sweeps as data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from flurka.attention import flops as flop_model
+from flurka.speed import configs
+from flurka.speed.__main__ import main
+
+
+def test_model_scope_and_cli_json(tmp_path):
+    out = tmp_path / "speed.json"
+    assert main(["--sweep", "tiny", "--mechanisms", "full,flurka-rnn", "--scope", "model",
+                 "--repeats", "2", "--warmup", "1", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "flurka.speed/1" and doc["sweep"] == "tiny"
+    assert doc["device"]["platform"] == "cpu" and doc["device"]["count"] >= 1
+    assert doc["device"]["name"]
+    assert {"python", "jax", "jaxlib", "flax"} <= set(doc["versions"])
+    assert doc["ceilings"]["float32"]["matmul_flops_per_s"] > 0
+    assert doc["ceilings"]["float32"]["copy_bytes_per_s"] > 0
+    rows = doc["results"]
+    assert [r["index"] for r in rows] == [0, 1, 2, 3]
+    for r in rows:
+        assert r["status"] == "ok" and r["scope"] == "model" and r["layers"] == 2
+        for key in ("mechanism", "mode", "seq_len", "d_model", "num_heads", "d_k", "num_features",
+                    "ffn", "dtype", "batch", "median_s", "p10_s", "p90_s", "flops", "floor_s",
+                    "ratio_to_floor", "device_name"):
+            assert r[key] is not None, key
+    full_layer = flop_model.forward_flops(
+        "full", flop_model.AttentionShape(batch=2, seq_len=64, d_model=32, num_heads=4))
+    full_fwd = next(r for r in rows if r["mechanism"] == "full" and r["mode"] == "forward")
+    assert full_fwd["flops"] == 2 * (full_layer + 4 * 2 * 64 * 32 * 32)
+
+
+def test_points_selection_and_bad_input(tmp_path, capsys):
+    out = tmp_path / "one.json"
+    assert main(["--sweep", "tiny", "--mechanisms", "rnn", "--modes", "forward", "--scope",
+                 "layer", "--points", "0", "--repeats", "1", "--no-ceilings",
+                 "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert len(rows) == 1 and rows[0]["mechanism"] == "rnn" and "floor_s" not in rows[0]
+    for argv, message in ((["--mechanisms", "softmax"], "valid: full, flash"),
+                          (["--points", "99"], "out of range"),
+                          (["--modes", "backward"], "valid: forward, train")):
+        with pytest.raises(SystemExit):
+            main(["--sweep", "tiny", "--out", str(out), *argv])
+        assert message in capsys.readouterr().err
+
+
+def test_paper_sweeps_as_specified():
+    n = configs.points("n-sweep", mechanisms=["full"], modes=["forward"], scopes=["layer"])
+    assert [p.seq_len for p in n] == list(range(7050, 55051, 3000))
+    assert {(p.d_model, p.num_heads, p.d_k, p.dtype) for p in n} == {(2600, 8, 1500, "bfloat16")}
+    dk = configs.points("dk-sweep", mechanisms=["linformer"], modes=["train"], scopes=["layer"])
+    assert [p.d_k for p in dk] == [8000, 11200, 14400, 17600, 20000]
+    assert {(p.seq_len, p.head_dim) for p in dk} == {(20000, 128)}
+    dm = configs.points("dmodel-sweep", mechanisms=["rnn"], modes=["train"], scopes=["layer"])
+    assert [p.d_model for p in dm] == [800, 4000, 7200, 10400, 13600, 16800, 20000]
+    fc = configs.points("flash-compare", modes=["forward"])
+    assert {p.seq_len for p in fc} == {7500, 16500, 25500, 34500, 43500, 52500}
+    assert {(p.layers, p.ffn, p.num_heads, p.scope) for p in fc} == {(6, 512, 4, "model")}
+    assert "flash" in {p.mechanism for p in fc}

@@ -1,0 +1,32 @@
+"""The Ray speed sweep: two tiny points as Ray tasks on a private local Ray (CPU, no GPU)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_ray_sweep_runs_points_as_tasks(tmp_path):
+    out = tmp_path / "ray_tiny.json"
+    proc = subprocess.run(
+        [sys.executable, "experiments/speed_sweep.py", "--sweep", "tiny", "--cpu",
+         "--num-cpus", "2", "--mechanisms", "rnn,flurka-rnn", "--modes", "forward",
+         "--scope", "layer", "--repeats", "2", "--warmup", "1", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["runner"] == "ray" and doc["device"]["platform"] == "cpu"
+    assert {"jax", "jaxlib", "flax", "python"} <= set(doc["versions"])
+    rows = doc["results"]
+    assert [(r["index"], r["mechanism"]) for r in rows] == [(0, "rnn"), (1, "flurka-rnn")]
+    for r in rows:
+        assert r["status"] == "ok" and r["median_s"] > 0 and r["floor_s"] > 0
+    (ceil,) = doc["ceilings"].values()  # one device kind, probed inside the tasks
+    assert ceil["float32"]["matmul_flops_per_s"] > 0

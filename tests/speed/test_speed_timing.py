@@ -1,0 +1,97 @@
+"""Timing: sane positive numbers, medians over repeats, random inputs, OOM and errors as results."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from flurka.speed import bench, ceilings, timing
+from flurka.speed.configs import Point
+
+TINY = dict(seq_len=64, d_model=32, num_heads=4, d_k=16, num_features=8, layers=2, ffn=32,
+            dtype="float32", batch=2)
+
+
+def test_time_fn_jitted_positive_and_ordered():
+    a = jnp.ones((64, 64))
+    t = timing.time_fn(jax.jit(lambda x: x @ x), (a,), warmup=1, repeats=7)
+    assert t["repeats"] == 7 and t["compile_s"] > 0
+    assert 0 < t["min_s"] <= t["p10_s"] <= t["median_s"] <= t["p90_s"] < 5
+
+
+def test_time_fn_reports_the_median_not_the_mean():
+    # Every 4th call sleeps 60 ms, the rest 3 ms: the mean is ~17 ms, the median ~3 ms.
+    calls = []
+
+    def fn():
+        calls.append(None)
+        time.sleep(0.060 if len(calls) % 4 == 0 else 0.003)
+        return jnp.zeros(())
+
+    t = timing.time_fn(fn, (), warmup=0, repeats=12)
+    assert len(calls) == 12 and t["compile_s"] is None
+    assert 0.003 <= t["median_s"] < 0.012
+    assert t["p90_s"] >= 0.055  # the slow calls are in the spread, not in the median
+
+
+def test_time_fn_rejects_bad_counts():
+    with pytest.raises(ValueError, match="repeats"):
+        timing.time_fn(lambda: jnp.ones(()), (), repeats=0)
+
+
+def test_benchmark_inputs_are_random_not_zeros():
+    point = Point(mechanism="full", mode="train", scope="layer", **TINY)
+    _, args, _, _ = bench.make_step(point, bench.build(point))
+    x, y = np.asarray(args[-2]), np.asarray(args[-1])
+    for a in (x, y):
+        assert a.shape == (2, 64, 32) and np.count_nonzero(a) == a.size
+        assert abs(a.mean()) < 0.1 and 0.9 < a.std() < 1.1
+    assert not np.allclose(x, y)
+
+
+def test_xla_resource_exhausted_is_an_oom_result():
+    def allocate():  # 4 TiB: XLA's allocator refuses it (RESOURCE_EXHAUSTED), on CPU too
+        return {"n": int(jnp.ones((2**40,), jnp.float32).block_until_ready().size)}
+
+    out = timing.guarded(allocate)
+    assert out["status"] == "oom" and "RESOURCE_EXHAUSTED" in out["error"]
+
+
+def test_raised_runtime_error_types():
+    oom = jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes")
+    other = jax.errors.JaxRuntimeError("INVALID_ARGUMENT: bad")
+    assert timing.is_oom(oom) and timing.is_oom(MemoryError()) and not timing.is_oom(other)
+    assert timing.failure(other)["status"] == "error"
+    out = timing.guarded(lambda: 1 / 0)
+    assert out["status"] == "error" and out["error_type"] == "ZeroDivisionError"
+
+
+def test_point_too_large_is_reported_as_oom_not_raised():
+    point = Point(mechanism="full", mode="forward", scope="layer", seq_len=512, d_model=512,
+                  num_heads=4, d_k=64, dtype="float32", batch=2**22)  # x alone is 4 TiB
+    r = bench.run_point(point, None, repeats=1)
+    assert r["status"] == "oom" and r["oom_source"] == "xla"
+    assert r["mechanism"] == "full" and r["batch"] == 2**22 and r.get("median_s") is None
+
+
+def test_memory_budget_uses_xla_memory_analysis():
+    point = Point(mechanism="rnn", mode="forward", scope="layer", **TINY)
+    r = bench.run_point(point, None, repeats=1, memory_budget_bytes=1024)
+    assert r["status"] == "oom" and r["oom_source"] == "budget"
+    assert r["xla_memory_bytes"] > 1024 and "budget" in r["error"]
+
+
+def test_ceiling_probes_and_floor():
+    c = ceilings.measure(jnp.float32, matmul_n=128, copy_bytes=1 << 20, repeats=3)
+    assert c["matmul"]["flops"] == 2 * 128**3 and c["matmul_flops_per_s"] > 1e6
+    assert c["copy"]["bytes"] == 2 * (1 << 20) and c["copy_bytes_per_s"] > 1e6
+    f = ceilings.floor(2e9, 1e3, c)
+    assert f["bound"] == "compute" and f["floor_s"] == pytest.approx(2e9 / c["matmul_flops_per_s"])
+    f = ceilings.floor(1.0, 1e9, c)
+    assert f["bound"] == "memory" and f["floor_s"] == pytest.approx(1e9 / c["copy_bytes_per_s"])
+    assert ceilings.min_bytes(mode="train", param_bytes=10, other_bytes=1, input_bytes=2,
+                              output_bytes=0) == 63

@@ -1,0 +1,268 @@
+"""Dataset contract shared by every benchmark: info, example sources, batching.
+
+Batch ``k`` of a training stream is a pure function of ``(seed, k)``: examples
+are read through a per-epoch permutation drawn from
+``default_rng((seed, 0, epoch))`` and any per-batch randomness (MLM masking,
+crop/flip) from ``default_rng((seed, 1, step))``. Resuming at ``start_step=k``
+therefore replays exactly what an uninterrupted run saw from step ``k`` on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+Batch = dict[str, np.ndarray]
+Transform = Callable[[Batch, np.random.Generator], Batch]
+
+_PERMUTATION_STREAM = 0
+_TRANSFORM_STREAM = 1
+_EVAL_SEED = 0xE7A1  # eval masking/crops do not depend on the training seed
+
+
+class DataNotFoundError(FileNotFoundError):
+    """Data that cannot be downloaded here is missing; the message says what to put where."""
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
+    """The data root: the argument, else ``$FLURKA_DATA_DIR``, else ``~/flurka_data``."""
+    if data_dir is None:
+        data_dir = os.environ.get("FLURKA_DATA_DIR") or "~/flurka_data"
+    return Path(data_dir).expanduser()
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    """What a model and a training loop need to know about a benchmark."""
+
+    name: str
+    task: str  # "classification" | "regression" | "mlm" | "translation" | "image"
+    vocab_size: int
+    max_len: int
+    num_classes: int
+    pair: str | None = None  # None | "concat" | "two-tower"
+    target_vocab_size: int = 0
+    target_max_len: int = 0
+    image_shape: tuple = ()
+    pad_id: int = 0
+    bos_id: int | None = None
+    eos_id: int | None = None
+    mask_id: int | None = None
+    cls_id: int | None = None  # set when every sequence starts with [CLS]; else use mean pooling
+    sep_id: int | None = None
+    num_train: int = 0
+    num_eval: int = 0
+
+
+class Examples(Protocol):
+    """A random-access split: ``get`` returns a batch dict for an index array."""
+
+    def __len__(self) -> int: ...
+
+    def get(self, indices: np.ndarray) -> Batch: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayExamples:
+    """A split held in memory as equally long numpy arrays (the common case)."""
+
+    arrays: dict[str, np.ndarray]
+
+    def __post_init__(self):
+        lengths = {len(v) for v in self.arrays.values()}
+        if len(lengths) != 1:
+            raise ValueError(f"arrays of a split must share their first dimension, got {lengths}")
+
+    def __len__(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def get(self, indices: np.ndarray) -> Batch:
+        return {k: v[indices] for k, v in self.arrays.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedExamples:
+    """A random-access source (e.g. ``tfds.data_source``) encoded example by example."""
+
+    source: Sequence[Any]
+    encode: Callable[[Any], dict[str, np.ndarray]]
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def get(self, indices: np.ndarray) -> Batch:
+        return stack_examples([self.encode(self.source[int(i)]) for i in indices])
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    return np.random.default_rng((seed, _PERMUTATION_STREAM, epoch)).permutation(n)
+
+
+def train_indices(seed: int, step: int, batch_size: int, n: int) -> np.ndarray:
+    """Example indices of training batch ``step``: a continuous stream over reshuffled epochs."""
+    pos = step * batch_size + np.arange(batch_size, dtype=np.int64)
+    epochs, within = np.divmod(pos, n)
+    out = np.empty(batch_size, dtype=np.int64)
+    for e in np.unique(epochs):
+        sel = epochs == e
+        out[sel] = _epoch_permutation(seed, int(e), n)[within[sel]]
+    return out
+
+
+def step_rng(seed: int, step: int) -> np.random.Generator:
+    """The per-batch generator for masking / augmentation of training batch ``step``."""
+    return np.random.default_rng((seed, _TRANSFORM_STREAM, step))
+
+
+class Dataset:
+    """A benchmark: train stream, eval pass and decoding around two example sources."""
+
+    def __init__(
+        self,
+        info: DatasetInfo,
+        train: Examples,
+        eval: Examples,
+        *,
+        seed: int = 0,
+        transform: Transform | None = None,
+        eval_transform: Transform | None = None,
+        decode: Callable[[np.ndarray], str] | None = None,
+        labels: Callable[[str], np.ndarray] | None = None,
+    ):
+        if len(train) == 0 or len(eval) == 0:
+            raise ValueError(f"{info.name}: empty split (train={len(train)}, eval={len(eval)})")
+        self.info = dataclasses.replace(info, num_train=len(train), num_eval=len(eval))
+        self.seed = int(seed)
+        self.train = train
+        self.eval = eval
+        self._transform = transform
+        self._eval_transform = eval_transform or transform
+        self._decode = decode
+        self._labels = labels
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.info.name!r}, train={len(self.train)}, eval={len(self.eval)}, seed={self.seed})"
+
+    def train_batch(self, step: int, batch_size: int) -> Batch:
+        """Training batch number ``step`` (pure in ``(seed, step)``)."""
+        idx = train_indices(self.seed, step, batch_size, len(self.train))
+        batch = self.train.get(idx)
+        if self._transform is not None:
+            batch = self._transform(batch, step_rng(self.seed, step))
+        return batch
+
+    def train_batches(self, batch_size: int, start_step: int = 0) -> Iterator[Batch]:
+        _check_batch_size(batch_size)
+        for step in itertools.count(start_step):
+            yield self.train_batch(step, batch_size)
+
+    def eval_batches(self, batch_size: int) -> Iterator[Batch]:
+        """One deterministic pass over the eval split; padding examples get weight 0."""
+        _check_batch_size(batch_size)
+        n = len(self.eval)
+        for i, start in enumerate(range(0, n, batch_size)):
+            real = min(batch_size, n - start)
+            # pad with copies of a real example: weight 0, but never an all-masked row
+            idx = np.concatenate([np.arange(start, start + real), np.full(batch_size - real, start)])
+            batch = self.eval.get(idx)
+            if self._eval_transform is not None:
+                batch = self._eval_transform(batch, np.random.default_rng((_EVAL_SEED, i)))
+            weight = np.zeros(batch_size, np.float32)
+            weight[:real] = 1.0
+            batch["example_weight"] = weight
+            yield batch
+
+    def decode(self, ids) -> str:
+        """Token ids -> text (translation targets, MLM inputs); stops at EOS, drops specials."""
+        if self._decode is None:
+            raise NotImplementedError(f"{self.info.name} has no text decoding")
+        return self._decode(np.asarray(ids))
+
+    def labels(self, split: str = "eval") -> np.ndarray:
+        """All labels of a split (classification / regression)."""
+        if split not in ("train", "eval"):
+            raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+        if self._labels is not None:
+            return self._labels(split)
+        examples = self.train if split == "train" else self.eval
+        if isinstance(examples, ArrayExamples) and "label" in examples.arrays:
+            return examples.arrays["label"]
+        return np.concatenate(
+            [examples.get(np.arange(s, min(s + 1024, len(examples))))["label"] for s in range(0, len(examples), 1024)]
+        )
+
+    def class_distribution(self, split: str = "eval") -> np.ndarray:
+        """Fraction of each class in a split, shape [num_classes]."""
+        if self.info.task not in ("classification", "image"):
+            raise ValueError(f"{self.info.name} is a {self.info.task} task; class distribution needs classification")
+        counts = np.bincount(self.labels(split).astype(np.int64), minlength=self.info.num_classes)
+        return counts / counts.sum()
+
+    @property
+    def majority_baseline(self) -> float:
+        """Eval accuracy of always predicting the most frequent training class (the chance line)."""
+        train_majority = int(np.argmax(self.class_distribution("train")))
+        return float(self.class_distribution("eval")[train_majority])
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+
+
+def pad_to(ids: Sequence[int] | np.ndarray, length: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Truncate or right-pad one sequence; returns (int32 ids [length], bool mask [length])."""
+    ids = np.asarray(ids, dtype=np.int32)[:length]
+    out = np.full(length, pad_id, np.int32)
+    out[: len(ids)] = ids
+    mask = np.zeros(length, bool)
+    mask[: len(ids)] = True
+    return out, mask
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], length: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``pad_to`` over many sequences: int32 [n, length], bool [n, length]."""
+    ids = np.full((len(seqs), length), pad_id, np.int32)
+    mask = np.zeros((len(seqs), length), bool)
+    for i, s in enumerate(seqs):
+        s = np.asarray(s, dtype=np.int32)[:length]
+        ids[i, : len(s)] = s
+        mask[i, : len(s)] = True
+    return ids, mask
+
+
+def split_indices(n: int, eval_fraction: float, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed held-out split of ``range(n)`` (independent of the training seed)."""
+    perm = np.random.default_rng(seed).permutation(n)
+    n_eval = max(1, int(round(n * eval_fraction)))
+    return np.sort(perm[n_eval:]), np.sort(perm[:n_eval])
+
+
+def encode_translation(
+    source: np.ndarray,
+    target: np.ndarray,
+    *,
+    max_len: int,
+    target_max_len: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int = 0,
+) -> dict[str, np.ndarray]:
+    """One translation example: source + EOS; BOS + target + EOS (decoder input = [:-1], labels = [1:])."""
+    inputs, mask = pad_to(np.concatenate([source[: max_len - 1], [eos_id]]), max_len, pad_id)
+    targets, targets_mask = pad_to(
+        np.concatenate([[bos_id], target[: target_max_len - 2], [eos_id]]), target_max_len, pad_id
+    )
+    return {"inputs": inputs, "mask": mask, "targets": targets, "targets_mask": targets_mask}
+
+
+def stack_examples(examples: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.stack([e[k] for e in examples]) for k in examples[0]}

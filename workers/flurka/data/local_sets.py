@@ -1,0 +1,198 @@
+"""Benchmarks read from files you place under the data dir (no TFDS builder exists).
+
+Layout under ``<data_dir>`` (argument, else ``$FLURKA_DATA_DIR``, else ``~/flurka_data``)::
+
+    wikitext-103-raw/wiki.{train,valid,test}.raw          (or wikitext-103/wiki.*.tokens)
+    lra_release/tsv_data/new_aan_pairs.{train,eval,test}.tsv            (LRA retrieval)
+    lra_release/pathfinder32/curv_contour_length_14/{metadata,imgs}/    (LRA pathfinder)
+
+The LRA files are those of the LRA release archive ``lra_release.gz``
+(google-research/long-range-arena); WikiText-103 is the Salesforce/Smerity zip.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import numpy as np
+from flurka.data.core import (
+    ArrayExamples,
+    DataNotFoundError,
+    Dataset,
+    DatasetInfo,
+    EncodedExamples,
+    pad_to,
+    resolve_data_dir,
+)
+from flurka.data.mlm import byte_mlm_dataset
+from flurka.data.tokenizers import BYTES, PixelTokenizer
+
+WIKITEXT_MAX_LEN = 512
+RETRIEVAL_MAX_LEN = 4000  # bytes per document incl. [CLS] (LRA / Skyformer)
+PATHFINDER_DIRS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+
+
+def wikitext103_files(root: Path) -> dict[str, Path]:
+    """split -> file, preferring the raw variant; a clear error naming both layouts when absent."""
+    for folder, suffix in (("wikitext-103-raw", "raw"), ("wikitext-103", "tokens")):
+        files = {s: root / folder / f"wiki.{s}.{suffix}" for s in ("train", "valid", "test")}
+        if all(f.is_file() for f in files.values()):
+            return files
+    raise DataNotFoundError(
+        f"WikiText-103 not found: expected {root}/wikitext-103-raw/wiki.{{train,valid,test}}.raw "
+        f"or {root}/wikitext-103/wiki.{{train,valid,test}}.tokens. Unzip wikitext-103-raw-v1.zip (or "
+        f"wikitext-103-v1.zip) into {root}, or pass data_dir= / set FLURKA_DATA_DIR."
+    )
+
+
+def build_wikitext103(
+    *, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = WIKITEXT_MAX_LEN
+) -> Dataset:
+    """mlm-wikitext103: byte-level MLM over fixed-length windows of the article stream."""
+    _check_choice("eval_split", eval_split, ("validation", "test"))
+    files = wikitext103_files(resolve_data_dir(data_dir))
+    train = files["train"].read_bytes()
+    eval = files["valid" if eval_split == "validation" else "test"].read_bytes()
+    return byte_mlm_dataset("mlm-wikitext103", train, eval, max_len=max_len, seed=seed)
+
+
+def read_aan_tsv(path: Path) -> list[tuple[int, bytes, bytes]]:
+    """LRA AAN rows ``label id1 id2 text1 text2`` (tab separated, unquoted) -> (label, text1, text2)."""
+    csv.field_size_limit(sys.maxsize)
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [(int(float(r[0])), r[3].encode(), r[4].encode()) for r in rows if len(r) >= 5]
+
+
+def encode_retrieval(example: tuple[int, bytes, bytes], *, max_len: int) -> dict[str, np.ndarray]:
+    """Two towers, each [CLS] + document bytes (LRA cuts a document at 10k bytes, then max_len)."""
+    label, a, b = example
+    out = {"label": np.asarray(label, np.int32)}
+    for suffix, text in (("", a), ("2", b)):
+        ids = np.concatenate([[BYTES.cls_id], BYTES.encode(text[:10_000], max_bytes=max_len - 1)])
+        out[f"inputs{suffix}"], out[f"mask{suffix}"] = pad_to(ids, max_len, BYTES.pad_id)
+    return out
+
+
+def build_lra_retrieval(
+    *, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = RETRIEVAL_MAX_LEN
+) -> Dataset:
+    """lra-retrieval: ACL Anthology citation matching on byte-level document pairs (two towers)."""
+    _check_choice("eval_split", eval_split, ("validation", "test"))
+    root = resolve_data_dir(data_dir) / "lra_release" / "tsv_data"
+    files = {s: root / f"new_aan_pairs.{s}.tsv" for s in ("train", "eval", "test")}
+    missing = [str(f) for f in files.values() if not f.is_file()]
+    if missing:
+        raise DataNotFoundError(
+            f"LRA retrieval files missing: {', '.join(missing)}. Extract lra_release.gz (LRA release) so that "
+            f"{root}/new_aan_pairs.{{train,eval,test}}.tsv exist, or pass data_dir= / set FLURKA_DATA_DIR."
+        )
+    train = read_aan_tsv(files["train"])
+    eval = read_aan_tsv(files["eval" if eval_split == "validation" else "test"])
+    info = DatasetInfo(
+        name="lra-retrieval",
+        task="classification",
+        vocab_size=BYTES.vocab_size,
+        max_len=max_len,
+        num_classes=2,
+        pair="two-tower",
+        pad_id=BYTES.pad_id,
+        cls_id=BYTES.cls_id,
+    )
+
+    def encode(ex):
+        return encode_retrieval(ex, max_len=max_len)
+
+    return Dataset(
+        info,
+        EncodedExamples(train, encode),
+        EncodedExamples(eval, encode),
+        seed=seed,
+        decode=BYTES.decode,
+        labels=lambda split: np.asarray([r[0] for r in (train if split == "train" else eval)], np.int32),
+    )
+
+
+PIXELS = PixelTokenizer(levels=256)
+
+
+def read_pathfinder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """All (grayscale pixels uint8 [n, H*W], labels int32 [n]) in metadata order (0.npy, 1.npy, ...).
+
+    Each metadata line is ``<img subdir> <file name> <unused> <label> ...``; empty
+    or unreadable images are skipped, as LRA's pipeline filters empty ones.
+    """
+    from PIL import Image
+
+    meta = sorted((folder / "metadata").glob("*.npy"), key=lambda p: (len(p.stem), p.stem))
+    images, labels = [], []
+    for m in meta:
+        for line in m.read_text().splitlines():
+            parts = line.split()
+            if len(parts) < 4:
+                continue
+            try:
+                with Image.open(folder / parts[0] / parts[1]) as img:
+                    images.append(np.asarray(img.convert("L"), np.uint8).reshape(-1))
+            except OSError:
+                continue
+            labels.append(int(parts[3]))
+    return np.stack(images), np.asarray(labels, np.int32)
+
+
+def build_lra_pathfinder(
+    *, seed: int = 0, data_dir=None, resolution: int = 32, difficulty: str = "hard", eval_split: str = "test"
+) -> Dataset:
+    """lra-pathfinder: are the two dots connected? Pixel sequences; splits 80/10/10 in file order (LRA).
+
+    Reading ~200k PNGs takes minutes, so the decoded arrays are cached as
+    ``pathfinder{resolution}_{difficulty}.npz`` next to the folder when it is writable.
+    """
+    _check_choice("difficulty", difficulty, PATHFINDER_DIRS)
+    _check_choice("resolution", resolution, (32, 64, 128, 256))
+    _check_choice("eval_split", eval_split, ("validation", "test"))
+    base = resolve_data_dir(data_dir) / "lra_release" / f"pathfinder{resolution}"
+    folder = base / PATHFINDER_DIRS[difficulty]
+    cache = base / f"pathfinder{resolution}_{difficulty}.npz"
+    if cache.is_file():
+        with np.load(cache) as z:
+            pixels, labels = z["pixels"], z["labels"]
+    elif (folder / "metadata").is_dir():
+        pixels, labels = read_pathfinder(folder)
+        try:
+            np.savez(cache, pixels=pixels, labels=labels)
+        except OSError:
+            pass
+    else:
+        raise DataNotFoundError(
+            f"LRA pathfinder not found: expected {folder}/metadata/*.npy and the images they name. Extract "
+            f"lra_release.gz (LRA release) under {resolve_data_dir(data_dir)}, or pass data_dir= / set FLURKA_DATA_DIR."
+        )
+    n = len(labels)
+    a, b = int(0.8 * n), int(0.9 * n)
+    eval = slice(b, n) if eval_split == "test" else slice(a, b)
+    info = DatasetInfo(
+        name="lra-pathfinder",
+        task="classification",
+        vocab_size=PIXELS.vocab_size,
+        max_len=pixels.shape[1],
+        num_classes=2,
+    )
+
+    def split(s):  # uint8 in memory (200k x 1024), int32 tokens per batch
+        return ArrayExamples({"pixels": pixels[s], "label": labels[s]})
+
+    return Dataset(info, split(slice(0, a)), split(eval), seed=seed, transform=_pixel_tokens)
+
+
+def _pixel_tokens(batch, rng):
+    del rng
+    tokens = batch["pixels"].astype(np.int32) + 1  # PIXELS.encode on flat rows
+    return {"inputs": tokens, "mask": np.ones(tokens.shape, bool), "label": batch["label"]}

@@ -1,0 +1,299 @@
+"""The benchmarks TFDS has: GLUE, WMT'14, IMDB (LRA text), CIFAR-10 (LRA image), ImageNet.
+
+Read through ``tfds.data_source`` (random access, no TensorFlow needed) from
+data prepared in the ``array_record`` format; nothing is ever downloaded. A set
+prepared as TFRecord is read through ``tfds.load`` when TensorFlow is installed.
+Examples are encoded lazily, one batch at a time, so ImageNet and WMT never sit
+in memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flurka.data.core import (
+    DataNotFoundError,
+    Dataset,
+    DatasetInfo,
+    EncodedExamples,
+    encode_translation,
+    pad_to,
+    resolve_data_dir,
+)
+from flurka.data.tokenizers import BYTES, PixelTokenizer
+
+GLUE_MAX_LEN = 256  # bytes, [CLS] a [SEP] b [SEP]
+LRA_TEXT_MAX_LEN = 4000  # bytes incl. [CLS] (LRA / Skyformer)
+WMT_MAX_LEN = 256  # bytes per side
+IMAGENET_SIZE, IMAGENET_RESIZE = 224, 256
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+GRAYSCALE_WEIGHTS = np.array([0.2989, 0.5870, 0.1140], np.float32)  # tf.image.rgb_to_grayscale
+
+# task -> (text fields, num_classes (1 = regression), eval split)
+GLUE = {
+    "cola": (("sentence",), 2, "validation"),
+    "sst2": (("sentence",), 2, "validation"),
+    "mrpc": (("sentence1", "sentence2"), 2, "validation"),
+    "stsb": (("sentence1", "sentence2"), 1, "validation"),
+    "qqp": (("question1", "question2"), 2, "validation"),
+    "mnli": (("premise", "hypothesis"), 3, "validation_matched"),
+    "qnli": (("question", "sentence"), 2, "validation"),
+    "rte": (("sentence1", "sentence2"), 2, "validation"),
+}
+
+
+def _register_builders() -> None:
+    """GLUE and WMT'14 builders register on import; TFDS skips them when TensorFlow is absent."""
+    import tensorflow_datasets.text.glue  # noqa: F401
+    import tensorflow_datasets.translate.wmt14  # noqa: F401
+
+
+def how_to_prepare(name: str, root) -> str:
+    manual = ""
+    if name.startswith("imagenet2012"):
+        manual = (
+            f"put ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar (from image-net.org) in "
+            f"{root}/downloads/manual/, then "
+        )
+    return (
+        f"TFDS data set {name!r} is not prepared under {root} (nothing is downloaded here). "
+        f"On a machine with tensorflow{'' if manual else ' and internet access'}: {manual}"
+        f"`tfds build {name} --data_dir={root} --file_format=array_record`, then copy "
+        f"{root}/{name.split('/')[0]}/ here; or pass data_dir= / set FLURKA_DATA_DIR to where it is."
+    )
+
+
+def tfds_source(name: str, split: str, data_dir=None):
+    """A random-access split of a prepared TFDS set; a clear error when it is missing."""
+    import tensorflow_datasets as tfds
+
+    _register_builders()
+    root = resolve_data_dir(data_dir)
+    try:
+        return tfds.data_source(name, split=split, data_dir=str(root), download=False)
+    except Exception as err:  # TFDS raises several types for "not there"
+        builder = tfds.builder(name, data_dir=str(root))
+        if not builder.is_prepared():
+            raise DataNotFoundError(how_to_prepare(name, root)) from None
+        try:
+            import tensorflow  # noqa: F401
+        except ImportError:
+            raise DataNotFoundError(
+                f"{name!r} under {root} is prepared as {builder.info.file_format}, which needs tensorflow to read; "
+                f"install tensorflow-cpu, or convert it once with `tfds convert_format "
+                f"--dataset_version_dir={builder.data_dir} --out_file_format=array_record`"
+            ) from err
+        return list(tfds.as_numpy(builder.as_dataset(split=split)))
+
+
+def _text(value) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode("utf-8")
+
+
+def truncate_pair(a: np.ndarray, b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut the longer of two sequences first until both fit in ``budget`` tokens together."""
+    n_a = min(len(a), max(budget - len(b), budget // 2))
+    return a[:n_a], b[: budget - n_a]
+
+
+def encode_glue(example, fields: tuple[str, ...], *, max_len: int, regression: bool) -> dict[str, np.ndarray]:
+    """[CLS] a [SEP] (b [SEP]) as bytes; segments 0 for the first part, 1 for the second."""
+    parts = [BYTES.encode(_text(example[f])) for f in fields]
+    if len(parts) == 1:
+        seq = np.concatenate([[BYTES.cls_id], parts[0][: max_len - 2], [BYTES.sep_id]])
+        segments = np.zeros(len(seq), np.int32)
+    else:
+        a, b = truncate_pair(parts[0], parts[1], max_len - 3)
+        first = np.concatenate([[BYTES.cls_id], a, [BYTES.sep_id]])
+        seq = np.concatenate([first, b, [BYTES.sep_id]])
+        segments = np.concatenate([np.zeros(len(first), np.int32), np.ones(len(b) + 1, np.int32)])
+    inputs, mask = pad_to(seq, max_len, BYTES.pad_id)
+    out = {
+        "inputs": inputs,
+        "mask": mask,
+        "label": np.asarray(example["label"], np.float32 if regression else np.int32),
+    }
+    if len(parts) == 2:
+        out["segments"] = pad_to(segments, max_len)[0]
+    return out
+
+
+def build_glue(
+    *, task: str, seed: int = 0, data_dir=None, eval_split: str | None = None, max_len: int = GLUE_MAX_LEN
+) -> Dataset:
+    fields, num_classes, default_eval = GLUE[task]
+    name = f"glue/{task}"
+    train = tfds_source(name, "train", data_dir)
+    eval = tfds_source(name, eval_split or default_eval, data_dir)
+    regression = num_classes == 1
+    info = DatasetInfo(
+        name=f"glue-{task}",
+        task="regression" if regression else "classification",
+        vocab_size=BYTES.vocab_size,
+        max_len=max_len,
+        num_classes=num_classes,
+        pair="concat" if len(fields) == 2 else None,
+        pad_id=BYTES.pad_id,
+        mask_id=BYTES.mask_id,
+        cls_id=BYTES.cls_id,
+        sep_id=BYTES.sep_id,
+    )
+
+    def encode(ex):
+        return encode_glue(ex, fields, max_len=max_len, regression=regression)
+
+    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=BYTES.decode)
+
+
+def encode_lra_text(example, *, max_len: int) -> dict[str, np.ndarray]:
+    """LRA text: [CLS] + the review's bytes."""
+    ids = np.concatenate([[BYTES.cls_id], BYTES.encode(_text(example["text"]), max_bytes=max_len - 1)])
+    inputs, mask = pad_to(ids, max_len, BYTES.pad_id)
+    return {"inputs": inputs, "mask": mask, "label": np.asarray(example["label"], np.int32)}
+
+
+def build_lra_text(*, seed: int = 0, data_dir=None, max_len: int = LRA_TEXT_MAX_LEN) -> Dataset:
+    """lra-text: IMDB reviews, byte level; eval is the IMDB test split (LRA's)."""
+    train = tfds_source("imdb_reviews/plain_text", "train", data_dir)
+    eval = tfds_source("imdb_reviews/plain_text", "test", data_dir)
+    info = DatasetInfo(
+        name="lra-text",
+        task="classification",
+        vocab_size=BYTES.vocab_size,
+        max_len=max_len,
+        num_classes=2,
+        pad_id=BYTES.pad_id,
+        cls_id=BYTES.cls_id,
+    )
+
+    def encode(ex):
+        return encode_lra_text(ex, max_len=max_len)
+
+    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=BYTES.decode)
+
+
+def rgb_to_grayscale(image: np.ndarray) -> np.ndarray:
+    """uint8 [..., 3] -> uint8 [...], as ``tf.image.rgb_to_grayscale`` (float32, then x*255.5 truncated)."""
+    gray = (image.astype(np.float32) / 255.0) @ GRAYSCALE_WEIGHTS
+    return np.clip(gray * np.float32(255.5), 0, 255).astype(np.uint8)
+
+
+PIXELS = PixelTokenizer(levels=256)
+
+
+def encode_lra_image(example) -> dict[str, np.ndarray]:
+    tokens = PIXELS.encode(rgb_to_grayscale(np.asarray(example["image"])))
+    return {"inputs": tokens, "mask": np.ones(tokens.shape, bool), "label": np.asarray(example["label"], np.int32)}
+
+
+def build_lra_image(*, seed: int = 0, data_dir=None, eval_split: str = "test") -> Dataset:
+    """lra-image: CIFAR-10 as 1024 grayscale pixel tokens; train = train[:90%] (LRA), eval test or train[90%:]."""
+    splits = {"test": "test", "validation": "train[90%:]"}
+    if eval_split not in splits:
+        raise ValueError(f"eval_split must be one of {sorted(splits)}, got {eval_split!r}")
+    train = tfds_source("cifar10", "train[:90%]", data_dir)
+    eval = tfds_source("cifar10", splits[eval_split], data_dir)
+    info = DatasetInfo(
+        name="lra-image", task="classification", vocab_size=PIXELS.vocab_size, max_len=32 * 32, num_classes=10
+    )
+    return Dataset(info, EncodedExamples(train, encode_lra_image), EncodedExamples(eval, encode_lra_image), seed=seed)
+
+
+def build_wmt14(
+    *, target: str, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = WMT_MAX_LEN
+) -> Dataset:
+    """nmt-wmt14-en{de,fr}: English -> target, bytes; validation = newstest2013, test = newstest2014."""
+    if eval_split not in ("validation", "test"):
+        raise ValueError(f"eval_split must be 'validation' or 'test', got {eval_split!r}")
+    name = f"wmt14_translate/{target}-en"
+    train = tfds_source(name, "train", data_dir)
+    eval = tfds_source(name, eval_split, data_dir)
+    info = DatasetInfo(
+        name=f"nmt-wmt14-en{target}",
+        task="translation",
+        vocab_size=BYTES.vocab_size,
+        max_len=max_len,
+        num_classes=0,
+        target_vocab_size=BYTES.vocab_size,
+        target_max_len=max_len,
+        pad_id=BYTES.pad_id,
+        bos_id=BYTES.bos_id,
+        eos_id=BYTES.eos_id,
+    )
+
+    def encode(ex):
+        return encode_translation(
+            BYTES.encode(_text(ex["en"])),
+            BYTES.encode(_text(ex[target])),
+            max_len=max_len,
+            target_max_len=max_len,
+            bos_id=BYTES.bos_id,
+            eos_id=BYTES.eos_id,
+        )
+
+    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=BYTES.decode)
+
+
+def resize_and_center(image: np.ndarray, size: int) -> np.ndarray:
+    """Resize the shorter side to ``size`` (bilinear), then crop the central ``size`` x ``size``."""
+    from PIL import Image
+
+    image = np.asarray(image, np.uint8)
+    h, w = image.shape[:2]
+    scale = size / min(h, w)
+    nh, nw = max(size, round(h * scale)), max(size, round(w * scale))
+    resized = np.asarray(Image.fromarray(image).resize((nw, nh), Image.BILINEAR))
+    top, left = (nh - size) // 2, (nw - size) // 2
+    return resized[top : top + size, left : left + size]
+
+
+def _encode_imagenet(example) -> dict[str, np.ndarray]:
+    return {
+        "image": resize_and_center(example["image"], IMAGENET_RESIZE),
+        "label": np.asarray(example["label"], np.int32),
+    }
+
+
+def _normalize(images: np.ndarray) -> np.ndarray:
+    return ((images.astype(np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD).astype(np.float32)
+
+
+def _imagenet_train(batch, rng: np.random.Generator):
+    """Random 224 crop of the 256 resize and a random horizontal flip, per example."""
+    images = batch["image"]
+    n, limit = len(images), IMAGENET_RESIZE - IMAGENET_SIZE + 1
+    tops, lefts, flips = rng.integers(0, limit, n), rng.integers(0, limit, n), rng.random(n) < 0.5
+    crops = np.stack([img[t : t + IMAGENET_SIZE, x : x + IMAGENET_SIZE] for img, t, x in zip(images, tops, lefts)])
+    crops[flips] = crops[flips, :, ::-1]
+    return {"image": _normalize(crops), "label": batch["label"]}
+
+
+def _imagenet_eval(batch, rng):
+    del rng
+    o = (IMAGENET_RESIZE - IMAGENET_SIZE) // 2
+    return {
+        "image": _normalize(batch["image"][:, o : o + IMAGENET_SIZE, o : o + IMAGENET_SIZE]),
+        "label": batch["label"],
+    }
+
+
+def build_imagenet(*, seed: int = 0, data_dir=None) -> Dataset:
+    """imagenet: ImageNet-2012 from TFDS's manual dir; 224x224 crops, ImageNet mean/std normalised."""
+    train = tfds_source("imagenet2012", "train", data_dir)
+    eval = tfds_source("imagenet2012", "validation", data_dir)
+    info = DatasetInfo(
+        name="imagenet",
+        task="image",
+        vocab_size=0,
+        max_len=0,
+        num_classes=1000,
+        image_shape=(IMAGENET_SIZE, IMAGENET_SIZE, 3),
+    )
+    return Dataset(
+        info,
+        EncodedExamples(train, _encode_imagenet),
+        EncodedExamples(eval, _encode_imagenet),
+        seed=seed,
+        transform=_imagenet_train,
+        eval_transform=_imagenet_eval,
+    )

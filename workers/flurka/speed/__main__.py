@@ -1,0 +1,125 @@
+"""``python -m flurka.speed``: step times of every mechanism, with JAX alone (no Ray, MLflow, SQL).
+
+    python -m flurka.speed --sweep n-sweep --dtype bfloat16 --out benchmarks/h100_nsweep.json
+    python -m flurka.speed --sweep tiny --mechanisms full,flurka-rnn --modes forward --repeats 3
+    python -m flurka.speed --sweep dk-sweep --list          # print the points and their indices
+
+Writes ONE JSON file (rewritten after each point, so an interrupted run keeps its rows):
+
+``schema``      "flurka.speed/1"
+``sweep``       sweep name; ``created`` UTC ISO time
+``device``      {name (e.g. "NVIDIA H100 80GB HBM3"), platform (gpu/cpu), count, host,
+                visible_devices}
+``versions``    {python, jax, jaxlib, flax, optax, numpy, and where present jax-cuda12-plugin,
+                cuda_runtime, cudnn, cuda_driver}
+``settings``    {warmup, repeats, memory_budget_bytes, runner ("local" or "ray")}
+``ceilings``    {dtype: {matmul_flops_per_s, copy_bytes_per_s, matmul: {n, flops, median_s, …},
+                copy: {array_bytes, bytes, median_s, …}}} — measured on this card
+``results``     one row per point:
+  config        index, sweep, mechanism, mode (forward|train), scope (layer|model), seq_len,
+                d_model, num_heads, d_k, num_features, layers, ffn, dtype, batch
+                (d_k/num_features as configured; ``d_k_used``/``num_features_used`` as built)
+  status        "ok" | "oom" (XLA RESOURCE_EXHAUSTED / MemoryError: ``oom_source`` "xla"; or the
+                compiled need above --memory-budget-gb: "budget") | "error" (``error``,
+                ``error_type``, ``traceback``)
+  timing        median_s, p10_s, p90_s, min_s, repeats, warmup, compile_s (seconds)
+  model         params, params_lowrank (E1/E2), implementation (flash: cudnn|xla), device_name
+  flops         FLOP model (flurka.attention.flops; train = 3 × forward); xla_dot_flops (dots in
+                the compiled HLO), xla_flops (XLA cost analysis), xla_memory_bytes
+  floor         min_bytes, floor_s = max(flops / matmul rate, min_bytes / copy bandwidth),
+                compute_floor_s, memory_floor_s, bound (compute|memory), ratio_to_floor
+                = median_s / floor_s
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _indices(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--points takes comma-separated integers, got {text!r}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sweep", required=True, choices=SWEEP_NAMES)
+    parser.add_argument("--mechanisms", type=_csv, default=None,
+                        help="comma-separated subset (default: the sweep's)")
+    parser.add_argument("--modes", type=_csv, default=None,
+                        help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--scope", choices=SCOPES, default=None,
+                        help="layer or model (default: the sweep's scopes)")
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="compute dtype (default: the sweep's; bfloat16 for GPU sweeps)")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--points", type=_indices, default=None,
+                        help="comma-separated indices into the (filtered) point list; see --list")
+    parser.add_argument("--memory-budget-gb", type=float, default=None,
+                        help="report points whose compiled step needs more as oom, unrun")
+    parser.add_argument("--no-ceilings", action="store_true",
+                        help="skip the matmul/bandwidth probes (no floor_s / ratio_to_floor)")
+    parser.add_argument("--out", default="speed_results.json")
+    parser.add_argument("--list", action="store_true", help="print the points and exit")
+
+
+def selected(args: argparse.Namespace):
+    """(indices, points) after the filters and --points; ValueError on bad input."""
+    pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
+                 scopes=None if args.scope is None else [args.scope], dtype=args.dtype)
+    indices = list(range(len(pts))) if args.points is None else list(args.points)
+    return indices, select(pts, indices)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or args.warmup < 0:
+        raise ValueError("--repeats must be >= 1 and --warmup >= 0")
+    indices, pts = selected(args)
+    if args.list:
+        for i, p in zip(indices, pts):
+            print(i, p)
+        return 0
+    from flurka.speed.runner import run_sweep  # imports JAX; --list stays instant
+
+    budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
+
+    def progress(row: dict) -> None:
+        t = row.get("median_s")
+        print(f"[{row['index']}] {row['mechanism']:>16} {row['mode']:>7} {row['scope']:>5} "
+              f"N={row['seq_len']} d_model={row['d_model']} d_k={row['d_k']}: {row['status']}"
+              + (f" {t * 1e3:.3f} ms" if t is not None else f" {row.get('error', '')[:120]}")
+              + (f" ({row['ratio_to_floor']:.2f}x floor)" if row.get("ratio_to_floor") else ""),
+              flush=True)
+
+    doc = run_sweep(pts, indices, sweep=args.sweep, out=args.out, warmup=args.warmup,
+                    repeats=args.repeats, memory_budget_bytes=budget,
+                    with_ceilings=not args.no_ceilings, progress=progress)
+    statuses = [r["status"] for r in doc["results"]]
+    print(f"wrote {args.out}: {len(statuses)} points, "
+          + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flurka.speed", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""Build, compile and time one :class:`~flurka.speed.configs.Point`; return a plain result dict.
+
+What is timed:
+
+* ``scope="layer"``: one attention layer (``make_attention``), input x [batch, N, d_model];
+* ``scope="model"``: the paper's inference model, ``flurka.models.encoder.Encoder`` with
+  ``layers`` pre-LN blocks and an FFN of ``ffn`` (embeddings are left out: they are the same
+  table lookup for every mechanism). Dropout is off (rate 0), so only the mechanism differs;
+* ``mode="forward"``: ``y = f(x)``;
+* ``mode="train"``: loss = mean((f(x) − y)²) against a random target, its gradient and one AdamW
+  update (optax) — the full training step.
+
+Precision: ``dtype`` is the compute dtype (passed to the attention layer as ``dtype`` so flash
+can pick cuDNN). Forward points store every floating parameter in ``dtype`` (bf16 inference
+weights); train points keep float32 master parameters and AdamW state and cast them to ``dtype``
+inside the step (mixed precision), so gradients and updates are float32.
+
+Random features are drawn once at construction and not redrawn (``rng=None``); the cost of a
+redraw is not part of the step.
+
+Equal parameter counts: every mechanism of a point has the same d_model, heads, W_Q/W_K/W_V/W_O,
+FFN, LayerNorms — identical parameters — as the paper says ("all the models have the same
+parameter count"). The low-rank mechanisms (linformer, flurka-*) additionally own E1/E2
+([d_k, N] each, per layer, shared by the heads: Linformer's default); these are part of those
+mechanisms, not something to pay back elsewhere, and they are identical between linformer and
+every FLuRKA variant, so the low-rank-vs-FLuRKA comparisons are exactly parameter-matched.
+EVA (and flurka-eva) also own their adaptive proposal (two d_h×d_h Linear + LayerNorm per
+layer, a few thousand parameters). Each result reports ``params`` (all) and ``params_lowrank``
+(E1/E2) so the differences are visible.
+Random-feature tables (performer/EVA ω) are fixed buffers, not parameters (``other_bytes``).
+
+FLOPs: ``flops`` is the FLOP model of ``flurka.attention.flops`` (exact count of our layers);
+model scope adds the FFN matmuls (4·b·N·d_model·ffn per layer; LayerNorm/GELU/residual
+elementwise work is omitted, < 1%); train is 3 × forward (``training_flops``' convention).
+``xla_dot_flops`` counts the dots of the step's HLO (``hlo_dot_flops``), as a check.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from flurka.attention import make_attention
+from flurka.attention import flops as flop_model
+from flurka.speed import ceilings as ceil
+from flurka.speed.configs import Point
+from flurka.speed.timing import failure, random_normal, time_fn
+
+LOW_RANK = ("linformer",) + flop_model.FLURKA
+DATA_KEY = 0  # inputs come from a fixed key: every mechanism sees the same numbers
+
+
+def _floating(x) -> bool:
+    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def cast_floating(tree: Any, dtype: Any) -> Any:
+    """Cast the floating leaves of a pytree (integer/key leaves such as RNG state untouched)."""
+    return jax.tree_util.tree_map(lambda x: x.astype(dtype) if _floating(x) else x, tree)
+
+
+def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
+    """The layer or the model of ``point`` (parameters float32 until cast)."""
+    rngs = rngs or nnx.Rngs(params=0, default=0)
+    options = {"dtype": jnp.dtype(point.dtype)}
+    if point.mechanism in LOW_RANK:
+        options["d_k"] = point.d_k
+    if point.num_features is not None:
+        options["num_features"] = point.num_features
+    if point.scope == "layer":
+        return make_attention(point.mechanism, d_model=point.d_model, num_heads=point.num_heads,
+                              max_len=point.seq_len, rngs=rngs, **options)
+    from flurka.models.encoder import Encoder
+    return Encoder(d_model=point.d_model, num_heads=point.num_heads, num_layers=point.layers,
+                   d_ff=point.ffn, max_len=point.seq_len, attention=point.mechanism,
+                   attention_options=options, dropout_rate=0.0, rngs=rngs)
+
+
+def attention_layer(module: nnx.Module) -> nnx.Module:
+    """The (first) attention layer of a built layer or model."""
+    layers = getattr(module, "layers", None)
+    return layers[0].attention if layers is not None else module
+
+
+def count_params(module: nnx.Module) -> dict[str, int]:
+    """``params`` (every nnx.Param element) and ``params_lowrank`` (those under ``seq_proj``)."""
+    leaves = jax.tree_util.tree_leaves_with_path(nnx.state(module, nnx.Param))
+    total = sum(int(x.size) for _, x in leaves)
+    lowrank = sum(int(x.size) for p, x in leaves if "seq_proj" in jax.tree_util.keystr(p))
+    return {"params": total, "params_lowrank": lowrank}
+
+
+def attention_shape(point: Point, layer: nnx.Module) -> flop_model.AttentionShape:
+    """The FLOP model's shape for this point, with the sizes the built layer really uses."""
+    low_rank = point.mechanism in LOW_RANK
+    return flop_model.AttentionShape(
+        batch=point.batch, seq_len=point.seq_len, d_model=point.d_model,
+        num_heads=point.num_heads, d_k=getattr(layer, "d_k", point.d_k) if low_rank else None,
+        num_features=getattr(layer, "num_features", None) or point.num_features,
+        window_size=getattr(layer, "window_size", None),
+        chunk_size=getattr(layer, "chunk_size", None))
+
+
+def model_flops(point: Point, layer: nnx.Module) -> int:
+    """FLOP-model FLOPs of the point (see the module docstring)."""
+    attn = flop_model.forward_flops(point.mechanism, attention_shape(point, layer))
+    if point.scope == "model":
+        ffn = 4 * point.batch * point.seq_len * point.d_model * point.ffn
+        attn = point.layers * (attn + ffn)
+    return 3 * attn if point.mode == "train" else attn
+
+
+def make_step(point: Point, module: nnx.Module):
+    """(jitted fn, args, param_bytes, other_bytes) for the point's mode; args are on device."""
+    dtype = jnp.dtype(point.dtype)
+    kx, ky = jax.random.split(jax.random.key(DATA_KEY))
+    shape = (point.batch, point.seq_len, point.d_model)
+    x = random_normal(kx, shape, dtype)
+    is_model = point.scope == "model"
+
+    def apply(m, inputs):
+        return m(inputs, deterministic=True) if is_model else m(inputs)
+
+    if point.mode == "forward":
+        graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+        params, rest = cast_floating(params, dtype), cast_floating(rest, dtype)
+
+        @jax.jit
+        def forward(params, rest, x):
+            return apply(nnx.merge(graphdef, params, rest), x)
+
+        return forward, (params, rest, x), ceil.tree_bytes(params), ceil.tree_bytes(rest)
+
+    y = random_normal(ky, shape, dtype)
+    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+    tx = optax.adamw(1e-4)
+    opt_state = tx.init(params)
+
+    @jax.jit
+    def train_step(params, opt_state, rest, x, y):
+        def loss_fn(p):
+            m = nnx.merge(graphdef, cast_floating(p, dtype), cast_floating(rest, dtype))
+            diff = apply(m, x).astype(jnp.float32) - y.astype(jnp.float32)
+            return jnp.mean(diff * diff)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return (train_step, (params, opt_state, rest, x, y), ceil.tree_bytes(params),
+            ceil.tree_bytes(rest))
+
+
+def _xla_counts(lowered, compiled) -> dict[str, Any]:
+    """XLA's view of the step: dot FLOPs of the *unoptimised* HLO (on GPU the optimised HLO
+    turns dots into cuBLAS/cuDNN custom calls our counter cannot see), XLA's cost analysis and
+    memory analysis of the executable. Best effort: None where this jaxlib lacks a field."""
+    out: dict[str, Any] = {"xla_dot_flops": None, "xla_flops": None, "xla_memory_bytes": None}
+    try:
+        out["xla_dot_flops"] = flop_model.hlo_dot_flops(lowered.as_text(dialect="hlo"))
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        out["xla_flops"] = float(cost["flops"])
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        mem = compiled.memory_analysis()
+        out["xla_memory_bytes"] = int(mem.argument_size_in_bytes + mem.output_size_in_bytes
+                                      + mem.temp_size_in_bytes - mem.alias_size_in_bytes)
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: int = 2,
+              repeats: int = 10, memory_budget_bytes: int | None = None) -> dict[str, Any]:
+    """Measure one point. Never raises for a failed measurement: out-of-memory (XLA
+    RESOURCE_EXHAUSTED, MemoryError, or XLA's compiled memory need above
+    ``memory_budget_bytes``) gives ``status="oom"``, any other failure ``status="error"``."""
+    result: dict[str, Any] = {**point.as_dict(), "status": None}
+    try:
+        module = build(point)
+        layer = attention_layer(module)
+        result.update(count_params(module))
+        result["num_features_used"] = getattr(layer, "num_features", None)
+        result["d_k_used"] = getattr(layer, "d_k", None)
+        if hasattr(layer, "implementation"):
+            result["implementation"] = layer.implementation
+        try:
+            result["flops"] = model_flops(point, layer)
+        except (NotImplementedError, ValueError) as exc:  # FLOP model lacks this case
+            result["flops"], result["flops_note"] = None, str(exc)
+        fn, args, param_bytes, other_bytes = make_step(point, module)
+        del module, layer
+        x_bytes = point.batch * point.seq_len * point.d_model * jnp.dtype(point.dtype).itemsize
+        forward = point.mode == "forward"  # forward: read x, write y; train: read x and target
+        result["min_bytes"] = ceil.min_bytes(
+            mode=point.mode, param_bytes=param_bytes, other_bytes=other_bytes,
+            input_bytes=x_bytes if forward else 2 * x_bytes, output_bytes=x_bytes if forward else 0)
+        start = time.perf_counter()
+        lowered = fn.lower(*args)
+        compiled = lowered.compile()
+        result["compile_s"] = time.perf_counter() - start
+        result.update(_xla_counts(lowered, compiled))
+        need = result["xla_memory_bytes"]
+        if memory_budget_bytes is not None and need is not None and need > memory_budget_bytes:
+            result.update(status="oom", oom_source="budget",
+                          error=f"compiled step needs {need} bytes > memory budget "
+                                f"{memory_budget_bytes} bytes")
+            return result
+        timing = time_fn(compiled, args, warmup=warmup, repeats=repeats)
+        timing.pop("compile_s")
+        result.update(timing, status="ok")
+    except Exception as exc:  # noqa: BLE001 - OOM and errors are results
+        result.update(failure(exc))
+        if result["status"] == "oom":
+            result["oom_source"] = "xla"
+        return result
+    finally:
+        gc.collect()
+    if ceilings is not None and result.get("flops") is not None:
+        fl = ceil.floor(result["flops"], result["min_bytes"], ceilings)
+        result.update(fl, ratio_to_floor=result["median_s"] / fl["floor_s"])
+    return result

@@ -1,0 +1,179 @@
+"""The paper's speed sweeps as data: one :class:`Point` per measurement.
+
+A sweep is a list of *shapes* (N, d_model, heads, d_k, m, layers, ffn, batch); :func:`points`
+crosses them with mechanisms × modes × scopes. Ranges follow the paper (§4.1, §4.3.1, app. C);
+where the paper leaves a size unstated the choice is written next to it.
+
+* ``n-sweep`` (Fig. 3): d_model 2600, 8 heads (d_h 325), d_k 1500, N = 7050, 10050, … in steps
+  of 3000 up to 55.5k (the last step that fits is 55050).
+* ``dk-sweep`` (Fig. 5 top): N 20k, head dim 128 (4 heads → d_model 512, the paper's default
+  inference model), d_k 8000 → 20000 in steps of 3200 (8000, 11200, 14400, 17600) plus 20000.
+* ``dmodel-sweep`` (Fig. 5 bottom): N 20k, d_k 1000, d_model 800 → 20000 in steps of 3200;
+  4 heads (the paper's d_k(H+2) = 6k gives H = 4).
+* ``flash-compare`` (app. C): 6 layers, FFN 512, 4 heads, N 7500 → 52500 in steps of 9000;
+  d_model 512 (head dim 128, the largest cuDNN flash supports on every GPU) and d_k 1024
+  (unstated in the paper).
+* ``tiny``: CPU sizes for CI (every mechanism, both modes, both scopes, float32).
+
+Model scope (``scope="model"``) is the paper's inference model: ``layers`` encoder blocks with an
+FFN of ``ffn`` (6 and 512 unless the sweep says otherwise). ``num_features`` (m) ``None`` means
+each mechanism's own default; the value used is recorded in every result. The GPU sweeps set
+m = d_h, the paper's assumption in its cost model ("the kernel φ produces vectors whose
+dimensionality is on the same order as the hidden dimension", app. B); EVA ignores m (its
+random features are one sample per chunk).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Iterable, Sequence
+
+from flurka.attention import MECHANISMS
+
+MODES: tuple[str, ...] = ("forward", "train")
+SCOPES: tuple[str, ...] = ("layer", "model")
+DTYPES: tuple[str, ...] = ("bfloat16", "float32")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One timed configuration. Field names are the result JSON's keys."""
+
+    mechanism: str
+    mode: str  # forward | train
+    scope: str  # layer | model
+    seq_len: int
+    d_model: int
+    num_heads: int
+    d_k: int | None = None
+    num_features: int | None = None
+    layers: int = 6
+    ffn: int = 512
+    dtype: str = "bfloat16"
+    batch: int = 1
+
+    def __post_init__(self):
+        _choice("mechanism", self.mechanism, MECHANISMS)
+        _choice("mode", self.mode, MODES)
+        _choice("scope", self.scope, SCOPES)
+        _choice("dtype", self.dtype, DTYPES)
+        for name in ("seq_len", "d_model", "num_heads", "layers", "ffn", "batch"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.d_model % self.num_heads:
+            raise ValueError(f"num_heads={self.num_heads} must divide d_model={self.d_model}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """The mechanism-independent part of a point."""
+
+    seq_len: int
+    d_model: int
+    num_heads: int
+    d_k: int | None
+    num_features: int | None = None
+    layers: int = 6
+    ffn: int = 512
+    batch: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    name: str
+    shapes: tuple[Shape, ...]
+    mechanisms: tuple[str, ...] = MECHANISMS
+    modes: tuple[str, ...] = MODES
+    scopes: tuple[str, ...] = SCOPES
+    dtype: str = "bfloat16"
+    description: str = ""
+
+
+def _choice(name: str, value, choices: Sequence) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, choices))}")
+
+
+def _range(start: int, stop: int, step: int) -> list[int]:
+    """start, start+step, … ≤ stop (inclusive)."""
+    return list(range(start, stop + 1, step))
+
+
+SWEEPS: dict[str, Sweep] = {
+    "n-sweep": Sweep(
+        "n-sweep",
+        tuple(Shape(n, 2600, 8, 1500, 325) for n in _range(7050, 55500, 3000)),
+        description="Fig. 3: step time vs sequence length, d_model 2600, 8 heads, d_k 1500"),
+    "dk-sweep": Sweep(
+        "dk-sweep",
+        tuple(Shape(20000, 512, 4, dk, 128) for dk in _range(8000, 20000, 3200) + [20000]),
+        description="Fig. 5 top: step time vs d_k, N 20k, head dim 128"),
+    "dmodel-sweep": Sweep(
+        "dmodel-sweep",
+        tuple(Shape(20000, dm, 4, 1000, dm // 4) for dm in _range(800, 20000, 3200)),
+        description="Fig. 5 bottom: step time vs d_model, N 20k, d_k 1k, 4 heads"),
+    "flash-compare": Sweep(
+        "flash-compare",
+        tuple(Shape(n, 512, 4, 1024, 128) for n in _range(7500, 52500, 9000)),
+        mechanisms=("flash", "full", "flurka-performer", "flurka-rnn", "flurka-eva"),
+        scopes=("model",),
+        description="Appendix C: 6-layer model, FFN 512, 4 heads vs flash attention"),
+    "tiny": Sweep(
+        "tiny",
+        (Shape(64, 32, 4, 16, num_features=8, layers=2, ffn=32, batch=2),),
+        dtype="float32",
+        description="CPU CI sizes: every mechanism, forward and train, layer and model"),
+}
+SWEEP_NAMES: tuple[str, ...] = tuple(SWEEPS)
+
+
+def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
+           modes: Iterable[str] | None = None, scopes: Iterable[str] | None = None,
+           dtype: str | None = None) -> list[Point]:
+    """Every point of ``sweep`` (shape-major, then mechanism, mode, scope), optionally filtered.
+
+    Filters must name valid values; ``dtype`` overrides the sweep's default.
+    """
+    _choice("sweep", sweep, SWEEP_NAMES)
+    spec = SWEEPS[sweep]
+    chosen = {}
+    for name, given, valid in (("mechanism", mechanisms, MECHANISMS), ("mode", modes, MODES),
+                               ("scope", scopes, SCOPES)):
+        if given is None:
+            chosen[name] = None
+            continue
+        given = tuple(given)
+        for g in given:
+            _choice(name, g, valid)
+        chosen[name] = given
+    if dtype is not None:
+        _choice("dtype", dtype, DTYPES)
+    out = []
+    for shape, mech, mode, scope in itertools.product(spec.shapes, spec.mechanisms, spec.modes,
+                                                      spec.scopes):
+        if any(chosen[k] is not None and v not in chosen[k]
+               for k, v in (("mechanism", mech), ("mode", mode), ("scope", scope))):
+            continue
+        out.append(Point(mechanism=mech, mode=mode, scope=scope, dtype=dtype or spec.dtype,
+                         **dataclasses.asdict(shape)))
+    return out
+
+
+def select(pts: Sequence[Point], indices: Iterable[int]) -> list[Point]:
+    """``pts[i]`` for each index, with a readable error for out-of-range ones."""
+    out = []
+    for i in indices:
+        if not 0 <= i < len(pts):
+            raise ValueError(f"point index {i} out of range: this selection has {len(pts)} "
+                             f"points (0..{len(pts) - 1})")
+        out.append(pts[i])
+    return out

@@ -1,0 +1,124 @@
+"""Run a list of points on this process's device and write ONE JSON document.
+
+Shared by ``python -m flurka.speed`` (JAX alone) and ``experiments/speed_sweep.py`` (Ray tasks),
+so both write the same schema (see :mod:`flurka.speed.__main__` for the field list).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import importlib.metadata
+import json
+import os
+import platform as _platform  # stdlib (the project never defines a `platform` module)
+import sys
+from typing import Any, Callable, Iterable, Sequence
+
+import jax
+
+from flurka.speed import ceilings as ceil
+from flurka.speed.bench import run_point
+from flurka.speed.configs import Point
+
+SCHEMA = "flurka.speed/1"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, Any]:
+    """Library versions, and CUDA/cuDNN where a CUDA plugin is installed."""
+    out: dict[str, Any] = {"python": sys.version.split()[0], "jax": jax.__version__}
+    for dist in ("jaxlib", "flax", "optax", "numpy", "jax-cuda12-plugin", "jax-cuda13-plugin",
+                 "nvidia-cudnn-cu12", "nvidia-cudnn-cu13"):
+        v = _version(dist)
+        if v is not None:
+            out[dist] = v
+    try:
+        from jax._src.lib import cuda_versions  # private, best effort
+
+        if cuda_versions is not None:
+            for name in ("cuda_runtime_get_version", "cudnn_get_version",
+                         "cuda_driver_get_version"):
+                fn = getattr(cuda_versions, name, None)
+                if fn is not None:
+                    out[name.removesuffix("_get_version")] = fn()
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def device_info() -> dict[str, Any]:
+    devices = jax.devices()
+    d = devices[0]
+    return {"name": getattr(d, "device_kind", str(d)), "platform": d.platform,
+            "count": len(devices), "host": _platform.node(),
+            "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+@functools.lru_cache(maxsize=4)
+def measured_ceilings(dtype: str, repeats: int = 10) -> dict[str, Any]:
+    """The card's matmul rate (in the benchmark dtype) and copy bandwidth, once per process."""
+    return ceil.measure(dtype, repeats=repeats)
+
+
+def document(*, sweep: str, results: list[dict], ceilings: dict | None,
+             settings: dict[str, Any], device: dict | None = None,
+             versions_: dict | None = None) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "sweep": sweep,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device or device_info(),
+        "versions": versions_ or versions(),
+        "settings": settings,
+        "ceilings": ceilings,
+        "results": results,
+    }
+
+
+def write_json(doc: dict[str, Any], path: str) -> None:
+    """Write atomically (a partial file never replaces a good one)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def run_one(point: Point, *, index: int, sweep: str, warmup: int, repeats: int,
+            memory_budget_bytes: int | None = None, with_ceilings: bool = True) -> dict:
+    """One result row (with ``index``, ``sweep`` and the device it ran on)."""
+    ceilings = measured_ceilings(point.dtype) if with_ceilings else None
+    row = run_point(point, ceilings, warmup=warmup, repeats=repeats,
+                    memory_budget_bytes=memory_budget_bytes)
+    return {"index": index, "sweep": sweep, "device_name": device_info()["name"], **row}
+
+
+def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, out: str | None,
+              warmup: int = 2, repeats: int = 10, memory_budget_bytes: int | None = None,
+              with_ceilings: bool = True,
+              progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+    """Time each point in this process; rewrite ``out`` after every point so an interrupted
+    run keeps what it measured."""
+    dtypes = sorted({p.dtype for p in points})
+    ceilings = ({d: measured_ceilings(d) for d in dtypes} if with_ceilings else None)
+    settings = {"warmup": warmup, "repeats": repeats, "memory_budget_bytes": memory_budget_bytes,
+                "runner": "local"}
+    results: list[dict] = []
+    for i, point in zip(indices, points):
+        row = run_one(point, index=i, sweep=sweep, warmup=warmup, repeats=repeats,
+                      memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings)
+        results.append(row)
+        if progress is not None:
+            progress(row)
+        if out:
+            write_json(document(sweep=sweep, results=results, ceilings=ceilings,
+                                settings=settings), out)
+    return document(sweep=sweep, results=results, ceilings=ceilings, settings=settings)

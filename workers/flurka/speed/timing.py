@@ -1,0 +1,100 @@
+"""Wall-clock timing of jitted functions, and out-of-memory as a result rather than a crash.
+
+Timing rules: compile first (timed separately, ``compile_s``), then ``warmup`` untimed calls,
+then ``repeats`` calls each ended by ``jax.block_until_ready`` (JAX dispatch is asynchronous;
+without it we would time the dispatch). We report the median and the 10th/90th percentiles:
+the median is robust to the odd slow call (GC, clock boost), p10–p90 is the spread.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+# The XLA runtime error type moved between jaxlib versions; catch either.
+_RUNTIME_ERRORS: tuple[type[BaseException], ...] = tuple(
+    t for t in (getattr(jax.errors, "JaxRuntimeError", None),) if t is not None)
+try:  # jaxlib < 0.5 spelling
+    from jaxlib.xla_extension import XlaRuntimeError as _XlaRuntimeError  # type: ignore
+
+    _RUNTIME_ERRORS += (_XlaRuntimeError,)
+except Exception:  # noqa: BLE001 - absent on new jaxlib
+    pass
+
+OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
+
+
+def random_normal(key: jax.Array, shape: Sequence[int], dtype: Any) -> jax.Array:
+    """Standard-normal benchmark input. Never zeros: zeros can take fast paths (denormal-free,
+    sparse-friendly) and make the softmax uniform; random data is what a model sees."""
+    return jax.random.normal(key, tuple(shape), dtype=dtype)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for host MemoryError and XLA RESOURCE_EXHAUSTED (device or host allocation)."""
+    if isinstance(exc, MemoryError):
+        return True
+    return isinstance(exc, _RUNTIME_ERRORS) and any(m in str(exc) for m in OOM_MARKERS)
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    """A result dict for a failed measurement: status ``oom`` or ``error`` plus the message."""
+    message = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else type(exc).__name__
+    out = {"status": "oom" if is_oom(exc) else "error", "error_type": type(exc).__name__,
+           "error": message}
+    if out["status"] == "error":
+        out["traceback"] = "".join(traceback.format_exception(exc))[-2000:]
+    return out
+
+
+def compile_fn(fn: Callable, args: Sequence[Any]) -> tuple[Callable, float | None]:
+    """Ahead-of-time compile a ``jax.jit`` function for ``args``; returns (compiled, seconds).
+    Functions without ``.lower`` are returned as they are with ``None`` seconds."""
+    if not hasattr(fn, "lower"):
+        return fn, None
+    start = time.perf_counter()
+    compiled = fn.lower(*args).compile()
+    return compiled, time.perf_counter() - start
+
+
+def time_fn(fn: Callable, args: Sequence[Any], *, warmup: int = 2, repeats: int = 10
+            ) -> dict[str, Any]:
+    """Median/p10/p90/min seconds of ``fn(*args)`` over ``repeats`` blocked calls.
+
+    A ``jax.jit`` function is compiled first (``compile_s``); ``warmup`` calls run untimed.
+    Exceptions propagate (callers turn them into results with :func:`failure`).
+    """
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    fn, compile_s = compile_fn(fn, args)
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
+    times = np.empty(repeats)
+    for i in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times[i] = time.perf_counter() - start
+    return {
+        "median_s": float(np.median(times)),
+        "p10_s": float(np.percentile(times, 10)),
+        "p90_s": float(np.percentile(times, 90)),
+        "min_s": float(times.min()),
+        "repeats": repeats,
+        "warmup": warmup,
+        "compile_s": compile_s,
+    }
+
+
+def guarded(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run a measurement; an out-of-memory or other failure becomes a status dict, not a crash."""
+    try:
+        out = fn()
+    except Exception as exc:  # noqa: BLE001 - every failure is a reported result
+        return failure(exc)
+    return {"status": "ok", **out}

@@ -84,6 +84,11 @@ def test_rayjob_entrypoint_runs_the_sweep_script():
     argv = shlex.split(job["spec"]["entrypoint"])
     assert argv[:2] == ["python", "experiments/uptrain_sweep.py"]
     assert (ROOT / argv[1]).is_file()
+    from flurka.sweeps.spec import parse, validate
+
+    spec = parse(argv[2:])  # the sweep's own parser accepts the job's arguments
+    assert spec.gpus_per_trial == 0.5 and spec.run_dir == "/mnt/shared/flurka"
+    validate(spec)  # and the sweep it describes is valid (benchmarks, variants, α grid)
 
 
 # --- compose -----------------------------------------------------------------------------------

@@ -1,0 +1,173 @@
+"""Branching up-training: the plan of which runs a sweep executes.
+
+The paper trains every α of Table 5 from scratch: 7 runs of T steps per variant. But the first
+α·T steps of an up-training run are a plain run of the base model, identical for every α (same
+seed, same batches, same schedule). So per (base model, d_k, benchmark, seed) the sweep trains
+the base once, to max(α)·T, checkpointing at every α·T, and each α *branch* forks from the base
+checkpoint at α·T and trains the FLuRKA variant for the remaining (1-α)·T steps.
+
+For the paper's 7-point grid that is 0.875·T + Σ(1-α)·T = 4.375·T instead of 7·T: 0.625× the
+steps. With ``--base low-rank`` the Linformer base is shared by all three variants, saving more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Iterable
+
+from flurka.sweeps.spec import FULL, LOW_RANK, SweepSpec, base_mechanism, benchmark_config, d_k_of, kernel_of
+
+KINDS = ("baseline", "base", "branch")
+
+
+def fork_step(alpha: float, steps: int) -> int:
+    """The step where an up-training run switches from the base model to the variant."""
+    return int(round(alpha * steps))  # = flurka.configs.TrainConfig.switch_step
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedRun:
+    """One Tune trial. ``steps`` is the run's T (its schedule length); it executes the steps
+    ``[start_step, stop_step)``."""
+
+    kind: str                          # "baseline" | "base" | "branch" (a baseline may also be a base)
+    benchmark: str
+    attention: str                     # mechanism trained (the variant, for a branch)
+    seed: int
+    steps: int
+    d_k: int | None = None
+    alpha: float | None = None         # branch: fraction of steps on the base model
+    base: str | None = None            # branch: the base mechanism
+    fork_steps: tuple[int, ...] = ()   # steps where branches fork from this run (kept checkpoints)
+    base_key: str | None = None        # branch: the base run it forks from
+    start_step: int = 0
+    stop_step: int | None = None       # base: max(fork_steps); else steps
+
+    @property
+    def key(self) -> str:
+        parts = [self.kind, self.benchmark, self.attention, f"s{self.seed}", f"T{self.steps}"]
+        if self.d_k is not None:
+            parts.append(f"dk{self.d_k}")
+        if self.alpha is not None:
+            parts.append(f"a{self.alpha:g}-{self.base}")
+        return "/".join(parts)
+
+    @property
+    def executed_steps(self) -> int:
+        return (self.stop_step if self.stop_step is not None else self.steps) - self.start_step
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["key"] = self.key
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PlannedRun":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in fields}
+        d["fork_steps"] = tuple(d.get("fork_steps") or ())
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    baselines: tuple[PlannedRun, ...]
+    bases: tuple[PlannedRun, ...]
+    branches: tuple[PlannedRun, ...]
+
+    @property
+    def first_phase(self) -> tuple[PlannedRun, ...]:
+        """Runs that depend on nothing: baselines and bases."""
+        return self.baselines + self.bases
+
+    @property
+    def forked_from(self) -> tuple[PlannedRun, ...]:
+        """The runs branches fork from (separate base runs, or baselines doubling as bases)."""
+        return tuple(r for r in self.baselines + self.bases if r.fork_steps)
+
+    def compute(self) -> dict[str, float]:
+        """Train steps of up-training (the base up to its last fork + every branch after its fork)
+        vs the same branches each trained from scratch, as in the paper."""
+        executed = sum(max(r.fork_steps) for r in self.forked_from) + sum(r.executed_steps for r in self.branches)
+        independent = sum(r.steps for r in self.branches)
+        return {"uptrain_steps_executed": executed, "uptrain_steps_independent": independent,
+                "uptrain_compute_ratio": executed / independent if independent else 1.0,
+                "baseline_steps": sum(r.executed_steps for r in self.baselines),
+                "total_steps": sum(r.executed_steps for r in self.baselines + self.bases + self.branches)}
+
+
+def _steps_of(spec: SweepSpec, benchmark: str) -> int:
+    return int(benchmark_config(benchmark, spec).steps)
+
+
+def _d_ks(spec: SweepSpec, benchmark: str) -> tuple[int, ...]:
+    return tuple(spec.d_k) or (d_k_of(benchmark_config(benchmark, spec)),)
+
+
+def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
+              d_ks: dict[str, tuple[int, ...]] | None = None) -> Plan:
+    """The runs of a validated spec. ``steps``/``d_ks`` per benchmark default to the configs'.
+
+    With baselines on, the base of the up-training *is* the base mechanism's baseline run (a
+    plain run of the same seed and schedule), checkpointed at the fork steps: it costs nothing
+    extra. Without them a separate base run stops after the last fork step. α with no step
+    strictly inside the run (α·T rounds to 0 or T) has nothing to fork and trains independently.
+    """
+    steps = steps or {b: _steps_of(spec, b) for b in spec.benchmarks}
+    d_ks = d_ks or {b: _d_ks(spec, b) for b in spec.benchmarks}
+    baselines: dict[str, PlannedRun] = {}
+    bases: dict[str, PlannedRun] = {}
+    branches: list[PlannedRun] = []
+
+    def add_forks(table: dict[str, PlannedRun], run: PlannedRun, forks: list[int], stop: bool) -> str:
+        prior = table.get(run.key, run)
+        merged = tuple(sorted(set(prior.fork_steps) | set(forks)))
+        table[run.key] = dataclasses.replace(prior, fork_steps=merged, stop_step=max(merged) if stop else None)
+        return run.key
+
+    for bench, seed in itertools.product(spec.benchmarks, spec.seeds):
+        T = steps[bench]
+        for d_k in d_ks[bench]:
+            if spec.baselines:
+                for mech, dk in [(FULL, None), (LOW_RANK, d_k), *[(kernel_of(v), None) for v in spec.variants]]:
+                    run = PlannedRun("baseline", bench, mech, seed, T, d_k=dk)
+                    baselines.setdefault(run.key, run)
+            for variant in spec.variants:
+                base = base_mechanism(variant, spec.base)
+                base_dk = d_k if base == LOW_RANK else None
+                forks = sorted({fork_step(a, T) for a in spec.alphas} & set(range(1, T)))
+                base_key = None
+                if spec.branching and forks:
+                    if spec.baselines:
+                        base_key = add_forks(baselines, PlannedRun("baseline", bench, base, seed, T, d_k=base_dk),
+                                             forks, stop=False)
+                    else:
+                        base_key = add_forks(bases, PlannedRun("base", bench, base, seed, T, d_k=base_dk),
+                                             forks, stop=True)
+                for alpha in spec.alphas:
+                    start = fork_step(alpha, T)
+                    forked = base_key is not None and 0 < start < T
+                    branches.append(PlannedRun("branch", bench, variant, seed, T, d_k=d_k, alpha=alpha, base=base,
+                                               base_key=base_key if forked else None,
+                                               start_step=start if forked else 0))
+    return Plan(tuple(baselines.values()), tuple(bases.values()), tuple(branches))
+
+
+def independent_equivalent(run: PlannedRun) -> PlannedRun:
+    """The same branch trained the paper's way (from step 0, no fork) — what a fork must equal."""
+    return dataclasses.replace(run, base_key=None, start_step=0)
+
+
+def describe(plan: Plan) -> str:
+    c = plan.compute()
+    return (f"plan: {len(plan.baselines)} baselines, {len(plan.bases)} base runs, {len(plan.branches)} α branches; "
+            f"up-training executes {c['uptrain_steps_executed']} of {c['uptrain_steps_independent']} steps of "
+            f"independent runs ({c['uptrain_compute_ratio']:.3f}×)")
+
+
+def runs_by_key(runs: Iterable[PlannedRun]) -> dict[str, PlannedRun]:
+    return {r.key: r for r in runs}
+
+
+__all__ = ["PlannedRun", "Plan", "make_plan", "fork_step", "describe", "independent_equivalent", "KINDS"]

@@ -1,0 +1,318 @@
+"""Running a sweep: check everything, run the plan on Ray Tune, record it, print the tables.
+
+Order matters: the spec, the results database, the MLflow store and the cluster are all checked
+(one line each on failure) before the first trial starts. The plan runs in two Tune experiments
+— baselines and base runs, then the α branches that fork from the bases — each restorable with
+``Tuner.restore`` (``--resume``). All MLflow writes happen here, in the driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from flurka.sweeps.branching import PlannedRun, describe, make_plan
+from flurka.sweeps.spec import SweepSpec, benchmark_config, validate
+from flurka.sweeps.trainable import train_overrides
+
+PHASES = ("first", "branches")  # baselines + bases, then the α branches
+
+
+@dataclasses.dataclass
+class SweepOutcome:
+    sweep_id: str
+    run_dir: Path
+    mlflow_uri: str
+    results_url: str
+    compute: dict[str, float]
+    results: dict[str, dict[str, Any]]          # planned run key -> training.run result
+    failed: list[str]                           # planned run keys without a result
+    tables: dict[str, Any]
+    parent_run_id: str | None = None
+    stopped: list[str] = dataclasses.field(default_factory=list)   # early-stopped (ASHA)
+
+
+# -- sweep identity (stable across --resume) ----------------------------------------------------
+
+def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
+    path = spec.run_path / "sweep.json"
+    if spec.resume:
+        if not path.exists():
+            raise FileNotFoundError(f"--resume: no sweep to resume in {spec.run_path} (no sweep.json)")
+        return json.loads(path.read_text())
+    state = {"sweep_id": f"{spec.name}-{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}",
+             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(), "spec": spec.to_dict()}
+    spec.run_path.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state, indent=2))
+    return state
+
+
+# -- Tune ---------------------------------------------------------------------------------------
+
+def _trial_configs(runs: tuple[PlannedRun, ...], spec: SweepSpec, run_dir: Path) -> list[dict[str, Any]]:
+    return [{"run": r.to_dict(),
+             "train": train_overrides(r, spec.overrides, run_dir=str(run_dir), base=spec.base, steps=spec.steps,
+                                      checkpoint_every=spec.checkpoint_every)}
+            for r in runs]
+
+
+def _metric_of(spec: SweepSpec, benchmark: str) -> tuple[str, str]:
+    metric = benchmark_config(benchmark, spec).metrics[0]
+    return metric, ("min" if metric in ("perplexity", "loss") else "max")
+
+
+def _search(spec: SweepSpec, configs: list[dict[str, Any]], phase: str):
+    """param_space and search algorithm: a grid over the planned runs, or Optuna over (α, d_k)
+    choosing among the planned branches (so every sample has its base checkpoint)."""
+    from ray import tune
+
+    if phase == "first" or spec.search == "grid":
+        space = {"cfg": tune.grid_search(configs)}
+        return space, None, 1 if phase == "first" else spec.num_samples
+    from ray.tune.search.optuna import OptunaSearch
+
+    table = {_branch_id(c["run"]): c for c in configs}
+    space = {"variant": tune.choice(list(spec.variants)), "alpha": tune.choice(list(spec.alphas)),
+             "d_k": tune.choice(sorted({c["run"]["d_k"] for c in configs})),
+             "seed": tune.choice(list(spec.seeds)), "benchmark": tune.choice(list(spec.benchmarks)),
+             "table": table}
+    metric, mode = _metric_of(spec, spec.benchmarks[0])
+    return space, OptunaSearch(metric=f"final_{metric}", mode=mode, seed=0), spec.num_samples
+
+
+def _branch_id(run: dict[str, Any]) -> str:
+    return f"{run['benchmark']}|{run['attention']}|{run['alpha']:g}|{run['d_k']}|{run['seed']}"
+
+
+def resolve(trial_config: dict[str, Any]) -> dict[str, Any]:
+    """The planned-run config of a trial (grid: given; Optuna: looked up from its sample)."""
+    if "cfg" in trial_config:
+        return trial_config["cfg"]
+    c = trial_config
+    return c["table"][f"{c['benchmark']}|{c['variant']}|{c['alpha']:g}|{c['d_k']}|{c['seed']}"]
+
+
+def _params(cfg: dict[str, Any]) -> dict[str, Any]:
+    """MLflow params of a trial: its planned run and the full training config."""
+    from flurka.sweeps.trainable import build_config
+    from flurka.training.loop import config_dict
+
+    _, config = build_config(cfg)
+    return {"run": cfg["run"], "config": config_dict(config)}
+
+
+def _trainable(trial_config: dict[str, Any]) -> None:
+    from flurka.sweeps.trainable import tune_trainable
+
+    tune_trainable(resolve(trial_config))
+
+
+def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: Path, exp_name: str, callbacks):
+    from ray import tune
+
+    # Tune's classic CLIReporter (trial table with step / loss); the newer output engine
+    # ignores a passed-in reporter.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Train and eval entries carry different metrics; Optuna reads the final report only.
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
+    resources = {"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial}
+    trainable = tune.with_resources(_trainable, resources)
+    path = storage / exp_name
+    if spec.resume and tune.Tuner.can_restore(str(path)):
+        print(f"[flurka] restoring {phase} phase from {path}", flush=True)
+        return tune.Tuner.restore(str(path), trainable, resume_unfinished=True, resume_errored=True,
+                                  param_space=None)
+    space, search_alg, num_samples = _search(spec, configs, phase)
+    scheduler = None
+    metric = mode = None
+    if spec.scheduler == "asha" and phase == "branches":
+        from ray.tune.schedulers import ASHAScheduler
+
+        metric, mode = "loss", "min"
+        scheduler = ASHAScheduler(time_attr="step", max_t=max(c["run"]["steps"] for c in configs),
+                                  grace_period=max(1, min(c["run"]["steps"] for c in configs) // 4))
+    reporter = tune.CLIReporter(metric_columns={"step": "step", "loss": "loss"},
+                                parameter_columns={"cfg/run/kind": "kind"},
+                                max_report_frequency=15, print_intermediate_tables=True)
+    return tune.Tuner(
+        trainable, param_space=space,
+        tune_config=tune.TuneConfig(num_samples=num_samples, search_alg=search_alg, scheduler=scheduler,
+                                    metric=metric, mode=mode, trial_name_creator=_trial_name,
+                                    trial_dirname_creator=_trial_dirname),
+        run_config=tune.RunConfig(
+            name=exp_name, storage_path=str(storage), callbacks=callbacks, progress_reporter=reporter,
+            failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2), verbose=1))
+
+
+def _trial_name(trial) -> str:
+    return resolve(trial.config)["run"]["key"].replace("/", ":")[-120:]
+
+
+def _trial_dirname(trial) -> str:
+    return f"{trial.trial_id}"
+
+
+# -- records, tables ----------------------------------------------------------------------------
+
+def _environment(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    from flurka.tracking.mlflow_runs import package_versions
+
+    devices = sorted({r.get("device", "unknown") for r in results.values()}) or ["unknown"]
+    return {"device": ", ".join(devices)[:255], "host": socket.gethostname(), "versions": package_versions()}
+
+
+def _trial_record(key: str, result: dict[str, Any], run: dict[str, Any]):
+    """``trial_from_result``, with the up-training base named by its mechanism (the record's
+    vocabulary) rather than the config's "low-rank"/"kernel"."""
+    from flurka.results import trial_from_result
+
+    config = dict(result.get("config") or {})
+    patched = {**result, "config": {**config, "base": run.get("base") if run.get("alpha") is not None else None}}
+    record = trial_from_result(key, patched)
+    return dataclasses.replace(record, config=config)
+
+
+def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
+    """Up-training (Table 5 shape) per benchmark, a quality table over the sweep's benchmarks,
+    and the speed table if the database holds speed measurements."""
+    from flurka.results import tables as T
+
+    out: dict[str, Any] = {}
+    columns = []
+    for bench in spec.benchmarks:
+        metric, _ = _metric_of(spec, bench)
+        columns.append((f"{bench} ({metric})", bench, metric))
+        try:
+            out[f"uptraining_{bench}"] = T.uptraining_table(engine, benchmark=bench, metric=metric, sweep=sweep_id)
+        except Exception as exc:  # NoResults: nothing ok to show
+            print(f"[flurka] no up-training table for {bench}: {exc}", file=sys.stderr)
+    for name, fn in [("quality", lambda: T.metric_table(engine, columns, sweep=sweep_id)),
+                     ("speed", lambda: T.speed_table(engine))]:
+        try:
+            out[name] = fn()
+        except Exception as exc:
+            print(f"[flurka] no {name} table: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                  file=sys.stderr)
+    return out
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+
+def preflight(spec: SweepSpec):
+    """Everything that can fail without running a trial; returns (spec, plan, engine)."""
+    from flurka.results import open_results
+
+    spec = validate(spec)
+    plan = make_plan(spec)
+    spec.run_path.mkdir(parents=True, exist_ok=True)
+    engine = open_results(spec.results_url)
+    return spec, plan, engine
+
+
+def run_sweep(spec: SweepSpec) -> SweepOutcome:
+    from flurka import cluster
+    from flurka.tracking.callback import MLflowTrialCallback, trial_result
+    from flurka.tracking.mlflow_runs import SweepTracker, artifact_root_for
+
+    spec, plan, engine = preflight(spec)
+    ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,
+                          env_vars=cluster.worker_env(spec.gpus_per_trial))
+    tracker = None
+    try:
+        cluster.check_resources(ctx.resources, cpus_per_trial=spec.cpus_per_trial,
+                                gpus_per_trial=spec.gpus_per_trial)
+        state = _sweep_state(spec)
+        sweep_id = state["sweep_id"]
+        run_dir = spec.run_path
+        print(f"[flurka] sweep {sweep_id}: {describe(plan)}", flush=True)
+        tracker = SweepTracker(spec.mlflow_tracking_uri, spec.name, sweep_id,
+                               artifact_root=artifact_root_for(spec.mlflow_tracking_uri, run_dir))
+        parent = tracker.start_sweep(sweep_id, {**spec.to_dict(), "ray_address": ctx.address})
+        compute = plan.compute()
+        tracker.log_sweep_metrics(compute)
+        tracker.log_sweep_dict({"plan": [r.to_dict() for r in plan.baselines + plan.bases + plan.branches],
+                                "compute": compute}, "plan.json")
+        storage = run_dir / "tune"
+        results: dict[str, dict[str, Any]] = {}
+        runs: dict[str, dict[str, Any]] = {}
+        failed: list[str] = []
+        stopped: list[str] = []
+        for phase, planned in (("first", plan.first_phase), ("branches", plan.branches)):
+            if not planned:
+                continue
+            configs = _trial_configs(planned, spec, run_dir)
+            grid = _tuner(spec, phase, configs, storage, f"{sweep_id}-{phase}",
+                          [MLflowTrialCallback(tracker, resolve, params_of=_params)]).fit()  # Tune appends to the list: fresh each time
+            for res in grid:
+                cfg = resolve(res.config)
+                key = cfg["run"]["key"]
+                runs[key] = cfg["run"]
+                out = trial_result(res.metrics)
+                if out is not None:
+                    results[key] = out
+                elif res.error is not None:
+                    failed.append(key)
+                else:
+                    stopped.append(key)  # early-stopped by ASHA
+            if phase == "first" and any(r.key in failed for r in plan.bases):
+                bad = [r.key for r in plan.bases if r.key in failed]
+                raise RuntimeError(f"base run(s) failed, their branches cannot fork: {', '.join(bad)}")
+        trials = [_trial_record(k, r, runs[k]) for k, r in results.items() if runs[k]["kind"] != "base"]
+        from flurka.results import ingest_sweep
+
+        report = ingest_sweep(engine, {
+            "sweep_id": sweep_id, "name": spec.name, "created_at": state["created_at"],
+            "git_commit": _commit(), "environment": _environment(results), "trials": trials})
+        print(f"[flurka] results DB: {report.added} trials added, {report.skipped} already there", flush=True)
+        tables = _tables(engine, spec, sweep_id)
+        tracker.log_tables(tables)
+        tracker.end_sweep("FINISHED" if not failed else "FAILED")
+        return SweepOutcome(sweep_id, run_dir, spec.mlflow_tracking_uri, spec.results_url, compute, results,
+                            failed, tables, parent, stopped)
+    except BaseException:
+        if tracker is not None:
+            tracker.end_sweep("KILLED")
+        raise
+    finally:
+        ctx.close()
+
+
+def _commit() -> str | None:
+    from flurka.tracking.mlflow_runs import git_commit
+
+    c = git_commit()
+    return None if c == "unknown" else c
+
+
+def summary(outcome: SweepOutcome) -> str:
+    from flurka.results.tables import format_table
+    from flurka.results.db import redact
+
+    lines = []
+    for name, df in outcome.tables.items():
+        if name.startswith("uptraining_"):
+            lines += [f"\nUp-training ({name.removeprefix('uptraining_')}):", format_table(df)]
+    if "quality" in outcome.tables:
+        lines += ["\nQuality:", format_table(outcome.tables["quality"])]
+    c = outcome.compute
+    lines += [
+        f"\nBranching up-training: {c['uptrain_steps_executed']} train steps instead of "
+        f"{c['uptrain_steps_independent']} for independent runs ({c['uptrain_compute_ratio']:.3f}×).",
+        f"Trials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, {len(outcome.failed)} failed{': ' + ', '.join(outcome.failed) if outcome.failed else ''}",
+        f"Run dir:    {outcome.run_dir}",
+        f"MLflow:     {outcome.mlflow_uri}  (flurka ui --backend-store-uri {outcome.mlflow_uri})",
+        f"Results DB: {redact(outcome.results_url)}",
+        f"Sweep id:   {outcome.sweep_id}",
+    ]
+    return "\n".join(lines)
+
+
+__all__ = ["run_sweep", "preflight", "summary", "resolve", "SweepOutcome", "PHASES"]

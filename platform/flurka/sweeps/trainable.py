@@ -1,0 +1,130 @@
+"""The Tune trainable: one planned run (baseline, base or α branch) through ``flurka.training.run``.
+
+Each planned run owns a work dir under the sweep's run dir (absolute: Tune chdirs trials; on a
+multi-node cluster the run dir must be shared storage). flurka.training writes its orbax
+checkpoints there and resumes from the latest one by itself, so a trial whose process is killed
+is retried by Tune (``FailureConfig.max_failures``) and continues from its last checkpoint, and
+an interrupted sweep restored with ``Tuner.restore`` does the same. A run that branches fork
+from keeps the checkpoints at its fork steps; the α branches start from them through
+``TrainConfig.base_checkpoint``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from flurka.sweeps.branching import PlannedRun
+
+RESULT_KEY = "result_json"   # = flurka.tracking.callback.RESULT_KEY (kept Ray-free here)
+
+
+def work_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
+    """Where one planned run's checkpoints live (stable across retries and --resume)."""
+    return Path(run_dir) / "work" / run_key.replace("/", "__")
+
+
+def train_overrides(run: PlannedRun, spec_overrides: dict[str, Any], *, run_dir: str, base: str,
+                    steps: int | None, checkpoint_every: int | None) -> dict[str, Any]:
+    """The ``get_config`` overrides that make a benchmark config into this planned run.
+
+    Checkpoints (for retries) every ``checkpoint_every`` steps, default T/8; a run branches fork
+    from also checkpoints at every fork step (the gcd of them all)."""
+    o = dict(spec_overrides)
+    if steps is not None:
+        o["steps"] = steps
+    o.update(attention=run.attention, seed=run.seed, workdir=str(work_dir(run_dir, run.key)),
+             keep_checkpoints=None if run.fork_steps else 2)
+    if run.d_k is not None:
+        o["attention_options"] = {**o.get("attention_options", {}), "d_k": run.d_k}
+    every = checkpoint_every or max(1, run.steps // 8)
+    o["checkpoint_every"] = math.gcd(every, *run.fork_steps) if run.fork_steps else every
+    if run.kind == "branch":
+        o.update(alpha=run.alpha, base=base)
+        if run.base_key is not None:
+            o["base_checkpoint"] = str(checkpoint_dir(run_dir, run.base_key))
+    return o
+
+
+def checkpoint_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
+    """flurka.training keeps a run's orbax checkpoints in ``<workdir>/checkpoints``."""
+    return work_dir(run_dir, run_key) / "checkpoints"
+
+
+def build_config(trial_config: dict[str, Any]):
+    from flurka.configs import get_config
+
+    run = PlannedRun.from_dict(trial_config["run"])
+    return run, get_config(run.benchmark, **trial_config["train"])
+
+
+def device_name() -> str:
+    import jax
+
+    d = jax.devices()[0]
+    return f"{getattr(d, 'device_kind', d.platform)} x{jax.device_count()}"
+
+
+class _StopAfterFork(Exception):
+    """Raised from the training callback once a base run's last fork checkpoint is written."""
+
+
+def tune_trainable(trial_config: dict[str, Any]) -> None:
+    """Function trainable: trains one planned run, reporting every history and eval entry.
+
+    A retried trial (its process was killed) finds its own checkpoints in its work dir and
+    flurka.training resumes from the latest one, bit for bit; steps it replays are reported again
+    and the driver's MLflow logger skips them.
+    """
+    from ray import tune
+
+    from flurka import training
+
+    run, cfg = build_config(trial_config)
+    Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
+    device = device_name()
+    stop = run.stop_step
+    last = {"step": 0}
+
+    def on_entry(kind: str, entry: dict[str, Any]) -> None:
+        step = int(entry["step"])
+        if stop is not None and kind == "train" and step > stop:
+            raise _StopAfterFork  # the checkpoint at `stop` was saved after the previous entry
+        values = {k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))}
+        if kind == "eval":
+            values = {f"eval_{k}": v for k, v in values.items()}
+        last["step"] = step
+        tune.report({**values, "step": step, "stream": kind, "device": device})
+
+    start = time.time()
+    try:
+        result = training.run(cfg, callback=on_entry)
+    except _StopAfterFork:
+        result = _base_result(run, cfg, last["step"], time.time() - start)
+    tune.report({"step": last["step"], "stream": "final", "device": device,
+                 **{f"final_{k}": v for k, v in (result.get("final_metrics") or {}).items()
+                    if isinstance(v, (int, float))},
+                 RESULT_KEY: json.dumps({**result, "device": device})})
+
+
+def _base_result(run: PlannedRun, cfg, step: int, wall: float) -> dict[str, Any]:
+    """A stopped base run has no final metrics; its record is the checkpoint it leaves."""
+    from flurka.training.checkpoints import Checkpointer
+
+    with Checkpointer(Path(cfg.workdir) / "checkpoints", read_only=True) as ck:
+        kept = ck.steps()
+        meta = ck.meta(max(kept))
+    missing = sorted(set(run.fork_steps) - set(kept))
+    if missing:
+        raise RuntimeError(f"base run {run.key} lacks fork checkpoints {missing}")
+    return {"status": "ok", "benchmark": cfg.benchmark, "attention": cfg.attention, "seed": cfg.seed,
+            "steps": int(meta["step"]), "final_metrics": {}, "history": meta["history"],
+            "eval_history": meta["eval_history"], "train_flops": meta["train_flops"], "wall_time_s": wall,
+            "fork_checkpoints": kept, "steps_executed": step, "config": meta["config"]}
+
+
+__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "RESULT_KEY"]

@@ -1,0 +1,71 @@
+"""A Tune callback, run in the sweep's driver, that mirrors trials into MLflow.
+
+Tune calls it in the driver process for every result a trial reports, so all MLflow writes
+come from one process however many trials (and nodes) there are. The trial's planned run
+(``config["run"]``) names its nested MLflow run; a retried or restored trial lands in the same
+nested run and replays no step twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from ray.tune import Callback
+from ray.tune.result import AUTO_RESULT_KEYS
+
+from flurka.tracking.mlflow_runs import SweepTracker
+
+RESULT_KEY = "result_json"          # the trainable's final report carries training.run's result
+_SKIP = set(AUTO_RESULT_KEYS) | {"done", "trial_id", "experiment_tag", "step", "should_checkpoint", "stream",
+                                 "iterations_since_restore", "time_since_restore", "warmup_time", "device"}
+
+
+def trial_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    """training.run's result dict from a trial's last reported metrics (None if it never finished)."""
+    if not result or not result.get(RESULT_KEY):
+        return None
+    return json.loads(result[RESULT_KEY])
+
+
+class MLflowTrialCallback(Callback):
+    def __init__(self, tracker: SweepTracker, resolve: Callable[[dict], dict] = lambda c: c,
+                 params_of: Callable[[dict], dict] = lambda c: c):
+        self.tracker = tracker
+        self.resolve = resolve      # trial config -> {"run": planned run, "train": config overrides}
+        self.params_of = params_of  # that -> the params to log (full training config)
+
+    def _run_id(self, trial) -> str:
+        cfg = self.resolve(trial.config)
+        run = cfg["run"]
+        if run["key"] in self.tracker._runs:
+            return self.tracker._runs[run["key"]]
+        return self.tracker.trial_run(run["key"], run["kind"], self.params_of(cfg))
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._run_id(trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        run_id = self._run_id(trial)
+        step, stream = result.get("step"), result.get("stream")
+        if step is None or stream not in ("train", "eval"):
+            return
+        metrics = {k: v for k, v in result.items() if k not in _SKIP and k != RESULT_KEY}
+        logged = self.tracker.log_step(run_id, int(step), metrics, int(result.get("timestamp", time.time()) * 1000),
+                                       stream=stream)
+        if logged and isinstance(result.get("device"), str):
+            self.tracker.set_tags(run_id, {"device": result["device"]})
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        res = trial_result(trial.last_result)
+        extra = {"device": trial.last_result.get("device")} if trial.last_result.get("device") else None
+        status = "FINISHED" if res is not None else "FAILED"
+        self.tracker.finish_trial(self._run_id(trial), res, status=status, extra_params=extra)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        # Only called once Tune has given up on the trial (retries exhausted).
+        self.tracker.finish_trial(self._run_id(trial), None, status="FAILED")
+
+
+__all__ = ["MLflowTrialCallback", "trial_result", "RESULT_KEY"]

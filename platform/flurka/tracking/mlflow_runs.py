@@ -1,0 +1,256 @@
+"""MLflow layout of a sweep: one parent run, one nested run per trial, tables on the parent.
+
+Every write goes through one :class:`SweepTracker` in one process (the sweep's driver), so a
+SQLite tracking store never sees two writers. Writes are idempotent across retries and
+``--resume``: runs are found again by tag, a step already logged is not logged twice, and a
+finished trial is not finished twice.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import platform as _stdlib_platform
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import mlflow
+from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.tracking import MlflowClient
+
+SWEEP_TAG = "flurka.sweep_id"
+TRIAL_TAG = "flurka.trial_key"
+KIND_TAG = "flurka.kind"
+PARENT_TAG = "mlflow.parentRunId"
+PACKAGES = ("flurka", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ray", "mlflow", "numpy", "optuna")
+
+
+@functools.cache
+def git_commit(start: str | None = None) -> str:
+    """The checkout's commit ('unknown' outside git, e.g. a Ray job's unpacked working_dir)."""
+    cwd = start or str(Path(__file__).resolve().parent)
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@functools.cache
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": _stdlib_platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested config -> MLflow params ``a.b.c`` (values as text, at most MLflow's 6000 chars)."""
+    out: dict[str, str] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            text = json.dumps(v) if isinstance(v, (list, tuple, Mapping)) else str(v)
+            out[key] = text[:6000]
+    return out
+
+
+def _finite_numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def _batched(items: list, n: int) -> Iterable[list]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
+
+
+class SweepTracker:
+    """The sweep's MLflow writer (driver side)."""
+
+    def __init__(self, tracking_uri: str, experiment: str, sweep_id: str, *, artifact_root: str | None = None):
+        self.uri = tracking_uri
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.sweep_id = sweep_id
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is None:
+            # MLflow 3 refuses ./mlruns; with a SQLite store artifacts go next to it (absolute).
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_root)
+        else:
+            self.experiment_id = exp.experiment_id
+        self.parent_id: str | None = None
+        self._runs: dict[str, str] = {}        # trial key -> run id
+        self._last_step: dict[tuple[str, str], int] = {}   # (run id, stream) -> last step logged
+        self._finished: set[str] = set()
+
+    # -- runs ---------------------------------------------------------------------------------
+    def _find(self, filter_string: str) -> list:
+        return self.client.search_runs([self.experiment_id], filter_string=filter_string, max_results=1000)
+
+    def start_sweep(self, name: str, params: Mapping[str, Any]) -> str:
+        """The sweep's parent run: created once, found again on --resume."""
+        found = [r for r in self._find(f"tags.`{SWEEP_TAG}` = '{self.sweep_id}'")
+                 if PARENT_TAG not in r.data.tags]
+        if found:
+            self.parent_id = found[0].info.run_id
+            if found[0].info.status != "RUNNING":
+                self.client.update_run(self.parent_id, status="RUNNING")
+            return self.parent_id
+        run = self.client.create_run(self.experiment_id, run_name=name,
+                                     tags={SWEEP_TAG: self.sweep_id, KIND_TAG: "sweep"})
+        self.parent_id = run.info.run_id
+        self._log_params(self.parent_id, {**flatten(params, "spec."), "git_commit": git_commit(),
+                                          **{f"version.{k}": v for k, v in package_versions().items()}})
+        return self.parent_id
+
+    def trial_run(self, trial_key: str, kind: str, params: Mapping[str, Any]) -> str:
+        """The nested run of one planned trial (one per key, however often Tune retries it)."""
+        if trial_key in self._runs:
+            return self._runs[trial_key]
+        assert self.parent_id, "start_sweep first"
+        found = self._find(f"tags.`{TRIAL_TAG}` = '{trial_key}' and tags.`{SWEEP_TAG}` = '{self.sweep_id}'")
+        if found:
+            run = found[0]
+            run_id = run.info.run_id
+            for stream in ("train", "eval"):
+                self._last_step[run_id, stream] = self._max_logged_step(run_id, run.data.metrics, stream)
+            if run.info.status == "FINISHED":
+                self._finished.add(run_id)
+        else:
+            run = self.client.create_run(self.experiment_id, run_name=trial_key, tags={
+                PARENT_TAG: self.parent_id, SWEEP_TAG: self.sweep_id, TRIAL_TAG: trial_key, KIND_TAG: kind})
+            run_id = run.info.run_id
+            self._log_params(run_id, {**flatten(params), "git_commit": git_commit(),
+                                      **{f"version.{k}": v for k, v in package_versions().items()}})
+        self._runs[trial_key] = run_id
+        return run_id
+
+    def _max_logged_step(self, run_id: str, metrics: Mapping[str, float], stream: str) -> int:
+        keys = [k for k in metrics if not k.startswith("final.") and k.startswith("eval_") == (stream == "eval")]
+        steps = [m.step for key in keys for m in self.client.get_metric_history(run_id, key)]
+        return max(steps, default=-1)
+
+    def _log_params(self, run_id: str, params: Mapping[str, str]) -> None:
+        items = [Param(k[:250], v) for k, v in sorted(params.items())]
+        for chunk in _batched(items, 100):
+            self.client.log_batch(run_id, params=chunk)
+
+    # -- metrics / artifacts ------------------------------------------------------------------
+    def log_step(self, run_id: str, step: int, metrics: Mapping[str, Any], timestamp_ms: int,
+                 stream: str = "train") -> bool:
+        """Per-step metrics of one stream (train history / eval, whose names start ``eval_``); a
+        step at or before the last one logged (a retried trial replaying from its checkpoint) is
+        skipped so nothing is counted twice."""
+        if step <= self._last_step.get((run_id, stream), -1):
+            return False
+        values = _finite_numbers(metrics)
+        if values:
+            self.client.log_batch(run_id, metrics=[Metric(k, v, timestamp_ms, step) for k, v in values.items()])
+        self._last_step[run_id, stream] = step
+        return True
+
+    def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def finish_trial(self, run_id: str, result: Mapping[str, Any] | None, *, status: str = "FINISHED",
+                     extra_params: Mapping[str, Any] | None = None) -> None:
+        """Final metrics, the training result as JSON, its config and curves; once per run."""
+        if run_id in self._finished:
+            return
+        if extra_params:
+            existing = self.client.get_run(run_id).data.params
+            self._log_params(run_id, {k: v for k, v in flatten(extra_params).items() if k not in existing})
+        if result:
+            final = _finite_numbers(result.get("final_metrics") or {})
+            step = int(result.get("steps") or 0)
+            if final:
+                self.client.log_batch(run_id, metrics=[Metric(f"final.{k}", v, 0, step) for k, v in final.items()])
+            self.client.log_dict(run_id, _jsonable(result), "result.json")
+            if result.get("config") is not None:
+                self.client.log_dict(run_id, _jsonable(result["config"]), "config.json")
+            history = result.get("history") or []
+            if history:
+                import pandas as pd
+
+                curve = pd.DataFrame(history)
+                self.client.log_text(run_id, curve.to_csv(index=False), "curves.csv")
+                self._log_curve_figure(run_id, curve)
+            if result.get("status"):
+                self.set_tags(run_id, {"flurka.status": result["status"]})
+        self.client.set_terminated(run_id, status=status)
+        self._finished.add(run_id)
+
+    def _log_curve_figure(self, run_id: str, curve) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        cols = [c for c in curve.columns if c != "step" and curve[c].notna().any()]
+        if "step" not in curve.columns or not cols:
+            return
+        fig, axes = plt.subplots(len(cols), 1, figsize=(6, 2.2 * len(cols)), squeeze=False, sharex=True)
+        for ax, col in zip(axes[:, 0], cols):
+            sub = curve[["step", col]].dropna()
+            ax.plot(sub["step"], sub[col])
+            ax.set_ylabel(col)
+        axes[-1, 0].set_xlabel("step")
+        fig.tight_layout()
+        self.client.log_figure(run_id, fig, "curves.png")
+        plt.close(fig)
+
+    def log_tables(self, tables: Mapping[str, Any]) -> None:
+        """The paper's tables on the parent run (MLflow table + CSV), so the UI alone shows them."""
+        for name, df in tables.items():
+            if df is None or len(df) == 0:
+                continue
+            flat = df.reset_index() if not _default_index(df) else df
+            flat = flat.copy()
+            flat.columns = [" ".join(map(str, c)).strip() if isinstance(c, tuple) else str(c) for c in flat.columns]
+            self.client.log_table(self.parent_id, flat, f"tables/{name}.json")
+            self.client.log_text(self.parent_id, flat.to_csv(index=False), f"tables/{name}.csv")
+
+    def log_sweep_metrics(self, metrics: Mapping[str, Any]) -> None:
+        values = _finite_numbers(metrics)
+        if values:
+            self.client.log_batch(self.parent_id, metrics=[Metric(k, v, 0, 0) for k, v in values.items()])
+
+    def log_sweep_dict(self, d: Mapping[str, Any], name: str) -> None:
+        self.client.log_dict(self.parent_id, _jsonable(d), name)
+
+    def end_sweep(self, status: str = "FINISHED") -> None:
+        if self.parent_id:
+            self.client.set_terminated(self.parent_id, status=status)
+
+    # -- reading back -------------------------------------------------------------------------
+    def nested_runs(self) -> list:
+        return [r for r in self._find(f"tags.`{SWEEP_TAG}` = '{self.sweep_id}'") if PARENT_TAG in r.data.tags]
+
+
+def _default_index(df) -> bool:
+    import pandas as pd
+
+    return isinstance(df.index, pd.RangeIndex) and df.index.name is None
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
+
+
+def artifact_root_for(tracking_uri: str, run_dir: Path) -> str | None:
+    """Artifacts of a SQLite store go under the run dir (absolute); a server keeps its own."""
+    return (Path(run_dir) / "mlartifacts").resolve().as_uri() if tracking_uri.startswith("sqlite:") else None
+
+
+__all__ = ["SweepTracker", "git_commit", "package_versions", "flatten", "artifact_root_for",
+           "SWEEP_TAG", "TRIAL_TAG", "KIND_TAG", "PARENT_TAG", "RunStatus", "mlflow"]

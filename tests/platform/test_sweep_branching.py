@@ -1,0 +1,81 @@
+"""The branching plan: which runs a sweep executes, and the compute it saves."""
+
+from __future__ import annotations
+
+import pytest
+
+from flurka.sweeps.branching import fork_step, make_plan
+from flurka.sweeps.spec import PAPER_ALPHAS, SweepSpec, validate
+
+
+def _plan(**kw):
+    spec = validate(SweepSpec(benchmarks=("lra-listops",), **kw))
+    return spec, make_plan(spec, steps={"lra-listops": 800}, d_ks={"lra-listops": tuple(spec.d_k) or (128,)})
+
+
+def test_seven_point_grid_needs_at_most_065_of_the_steps():
+    _, plan = _plan(variants=("flurka-performer",), base="kernel", baselines=False)
+    c = plan.compute()
+    assert c["uptrain_steps_independent"] == 7 * 800
+    # one base run to 0.875 T, then Σ (1 - α) T over the branches: 0.875 + 3.5 = 4.375 of 7
+    assert c["uptrain_steps_executed"] == 700 + sum(800 - round(a * 800) for a in PAPER_ALPHAS)
+    assert c["uptrain_compute_ratio"] == pytest.approx(4.375 / 7) and c["uptrain_compute_ratio"] <= 0.65
+
+
+def test_low_rank_base_is_shared_by_variants():
+    _, plan = _plan(base="low-rank", baselines=False)
+    assert len(plan.bases) == 1 and plan.bases[0].attention == "linformer"
+    assert len(plan.branches) == 3 * 7
+    assert {b.base_key for b in plan.branches} == {plan.bases[0].key}
+    assert plan.compute()["uptrain_compute_ratio"] == pytest.approx((700 + 3 * 3.5 * 800) / (21 * 800))
+
+
+def test_kernel_base_per_variant_and_d_k():
+    _, plan = _plan(base="kernel", d_k=(32, 64), seeds=(0, 1), baselines=False)
+    # the kernel base has no d_k: one per (variant, seed), shared by both d_k
+    assert sorted(b.attention for b in plan.bases) == sorted(["performer", "rnn", "eva"] * 2)
+    assert len(plan.branches) == 3 * 2 * 2 * 7
+    for br in plan.branches:
+        base = next(b for b in plan.bases if b.key == br.base_key)
+        assert base.attention == br.attention.removeprefix("flurka-") and base.seed == br.seed
+        assert br.start_step == fork_step(br.alpha, br.steps) and br.start_step in base.fork_steps
+
+
+def test_base_checkpoints_at_every_fork_and_stops_at_the_last():
+    _, plan = _plan(variants=("flurka-rnn",), alphas=(0.25, 0.5), base="low-rank", baselines=False)
+    (base,) = plan.bases
+    assert base.fork_steps == (200, 400) and base.stop_step == 400 and base.executed_steps == 400
+
+
+def test_baselines_as_in_table_5():
+    _, plan = _plan(d_k=(32, 64))
+    got = sorted((r.attention, r.d_k) for r in plan.baselines)
+    assert got == sorted([("full", None), ("linformer", 32), ("linformer", 64),
+                          ("performer", None), ("rnn", None), ("eva", None)])
+
+
+def test_no_branching_is_the_papers_way():
+    _, plan = _plan(variants=("flurka-eva",), branching=False, baselines=False)
+    assert not plan.bases and all(b.start_step == 0 for b in plan.branches)
+    assert plan.compute()["uptrain_compute_ratio"] == 1.0
+
+
+def test_keys_are_unique():
+    _, plan = _plan(d_k=(32, 64), seeds=(0, 1))
+    keys = [r.key for r in plan.baselines + plan.bases + plan.branches]
+    assert len(keys) == len(set(keys))
+
+
+def test_baseline_doubles_as_base_when_baselines_run():
+    _, plan = _plan(variants=("flurka-performer",), base="low-rank")
+    assert not plan.bases
+    (base,) = plan.forked_from
+    assert base.kind == "baseline" and base.attention == "linformer" and base.stop_step is None
+    assert base.fork_steps == tuple(round(a * 800) for a in PAPER_ALPHAS)
+    assert plan.compute()["uptrain_compute_ratio"] == pytest.approx(4.375 / 7)
+
+
+def test_alpha_without_an_inner_fork_step_trains_independently():
+    _, plan = _plan(variants=("flurka-eva",), alphas=(0.0, 0.5, 1.0), baselines=False)
+    starts = {b.alpha: (b.start_step, b.base_key is not None) for b in plan.branches}
+    assert starts == {0.0: (0, False), 0.5: (400, True), 1.0: (0, False)}

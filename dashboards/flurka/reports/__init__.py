@@ -1,0 +1,47 @@
+"""The paper's tables and figures as a static report, regenerated from the results database.
+
+``build_report(db_url, out_dir, theory=[...])`` writes ``index.html`` (figures as PNG beside it),
+``report.md``, and every table as Markdown/LaTeX/CSV; ``log_report`` uploads the directory to an
+MLflow run. ``flurka report`` is the command line (:mod:`flurka.reports.cli`). Sections without
+data say which command produces it instead of showing an empty table or figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+TITLE = "FLuRKA: results report"
+
+
+def build_report(db_url_or_engine, out_dir: str | Path, *, theory: Sequence[str | Path] = (),
+                 title: str = TITLE) -> Path:
+    """Build every section from the database (migrated to this code's schema) and the theory
+    files, write the report into ``out_dir`` and return the path of its ``index.html``."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless, whatever the caller's backend
+    from flurka.reports import render, sections, sources
+    from flurka.results import db
+
+    loaded = sources.load_theory(theory)  # bad theory files fail before any database work
+    engine = db.connect(db_url_or_engine) if not hasattr(db_url_or_engine, "connect") else db_url_or_engine
+    try:
+        db.require_current(engine)
+        built = sections.build_sections(engine, loaded)
+        source = db.redact(engine.url) + (f" and {len(theory)} theory file(s)" if theory else "")
+    finally:
+        if engine is not db_url_or_engine:
+            engine.dispose()
+    return render.write(built, out_dir, title=title, source=source)
+
+
+def __getattr__(name: str):
+    if name == "log_report":  # imports MLflow: only when asked for
+        from flurka.reports.mlflow_log import log_report
+
+        return log_report
+    raise AttributeError(f"module 'flurka.reports' has no attribute {name!r}")
+
+
+__all__ = ["TITLE", "build_report", "log_report"]

@@ -1,0 +1,72 @@
+"""``flurka report``: the paper's tables and figures as a static HTML report (plus Markdown and
+LaTeX tables) from a results database, optionally logged to the sweep's MLflow run.
+
+    flurka report --db sqlite:////abs/results.db --out report/ --theory theory.json
+    flurka report --db postgresql://me@db-host/flurka --out report/ \\
+        --mlflow-uri sqlite:////abs/mlflow.db --experiment uptrain --sweep-id uptrain-2024-05-01-a1b2
+
+Exit codes: 0 written; 1 a bad option or theory file; 2 the database or MLflow cannot be reached
+or the database is not at this code's schema (one line on stderr, never the password).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from urllib.parse import urlsplit, urlunsplit
+
+from flurka.results import db
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=db.DEFAULT_URL, help="SQLAlchemy URL of the results database (default %(default)s)")
+    parser.add_argument("--out", required=True, help="directory to write index.html, report.md, tables/, figures/")
+    parser.add_argument("--theory", nargs="*", default=[], metavar="FILE",
+                        help="theory JSON (approximation errors, ranks; see flurka.reports.sources)")
+    parser.add_argument("--title", default=None, help="report title")
+    parser.add_argument("--mlflow-uri", help="log the report as artifacts to this MLflow tracking URI")
+    parser.add_argument("--run-id", help="MLflow run to log to")
+    parser.add_argument("--experiment", help="MLflow experiment: the sweep's (with --sweep-id) or a new 'report' run")
+    parser.add_argument("--sweep-id", help="log to this sweep's parent run in --experiment")
+
+
+def _without_password(uri: str) -> str:
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", "@")))
+
+
+def _fail(msg: str, code: int) -> int:
+    print(f"flurka report: {msg}", file=sys.stderr)
+    return code
+
+
+def run(args: argparse.Namespace) -> int:
+    from flurka.reports import TITLE, build_report
+
+    if args.mlflow_uri and not (args.run_id or args.experiment):
+        return _fail("--mlflow-uri needs --run-id, or --experiment (with --sweep-id for the sweep's run)", 1)
+    if (args.run_id or args.experiment or args.sweep_id) and not args.mlflow_uri:
+        return _fail("--run-id/--experiment/--sweep-id need --mlflow-uri", 1)
+    try:
+        index = build_report(args.db, args.out, theory=args.theory, title=args.title or TITLE)
+    except (db.DatabaseUnreachable, db.SchemaOutOfDate) as e:
+        return _fail(str(e), 2)
+    except ValueError as e:  # a bad theory file
+        return _fail(str(e), 1)
+    print(f"wrote {index}")
+    if args.mlflow_uri:
+        from mlflow.exceptions import MlflowException
+
+        from flurka.reports.mlflow_log import log_report
+
+        try:
+            run_id = log_report(args.out, tracking_uri=args.mlflow_uri, run_id=args.run_id,
+                                experiment=args.experiment, sweep_id=args.sweep_id)
+        except ValueError as e:
+            return _fail(str(e), 1)
+        except MlflowException as e:
+            return _fail(f"cannot log to MLflow at {_without_password(args.mlflow_uri)}: {' '.join(str(e).split())[:300]}", 2)
+        print(f"logged {args.out} to MLflow run {run_id} (artifacts under report/)")
+    return 0

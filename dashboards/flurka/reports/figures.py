@@ -1,0 +1,253 @@
+"""The report's figures: pure functions from DataFrames to matplotlib ``Figure`` objects.
+
+``matplotlib.figure.Figure`` is used directly (no pyplot state), so figures render with Agg in
+any process, headless or not. Colours follow the paper: FLuRKA green, low-rank blue, kernel
+orange, full/flash attention grey.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from flurka.results.records import MECHANISMS
+
+STYLE = {  # mechanism -> (colour, marker)
+    "full": ("#222222", "o"), "flash": ("#8c8c8c", "D"), "linformer": ("#1f5fbf", "o"),
+    "performer": ("#ff8c00", "o"), "rnn": ("#d95f02", "s"), "eva": ("#b8860b", "^"),
+    "flurka-performer": ("#1a9850", "o"), "flurka-rnn": ("#006d2c", "s"), "flurka-eva": ("#66bd63", "^"),
+}
+BASELINE_LINE = {"vs low-rank": "-", "vs kernel": "--", "vs flash": ":", "vs full": "-."}
+
+
+def _style(mech: str) -> dict:
+    colour, marker = STYLE.get(mech, ("#555555", "o"))
+    return {"color": colour, "marker": marker, "markersize": 4, "linewidth": 1.4}
+
+
+def _ordered(mechs) -> list[str]:
+    mechs = set(mechs)
+    return [m for m in MECHANISMS if m in mechs] + sorted(mechs - set(MECHANISMS))
+
+
+def _panels(n: int, width: float = 4.6, height: float = 3.4) -> tuple[Figure, list]:
+    cols = min(n, 2)
+    rows = math.ceil(n / cols)
+    fig = Figure(figsize=(width * cols + 1.8, height * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, axes[:n]
+
+
+def _legend(fig: Figure, axes) -> None:
+    """One legend for the whole figure, outside the plots (panels share their mechanisms)."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7, frameon=False)
+
+
+def png(fig: Figure, dpi: int = 110) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
+    return buf.getvalue()
+
+
+def speed_vs_axis(df: pd.DataFrame, axis: str, *, speedup_over: str | None = None) -> Figure:
+    """One panel per (mode, scope): step time (ms) per mechanism against ``axis``, OOM as ×;
+    with ``speedup_over`` the y axis is that mechanism's time divided by each mechanism's."""
+    groups = list(df.groupby(["mode", "scope"], dropna=False, sort=True))
+    fig, axes = _panels(len(groups))
+    for ax, ((mode, scope), part) in zip(axes, groups):
+        ok = part[part["status"] == "ok"]
+        times = ok.pivot(index=axis, columns="mechanism", values="median_s").sort_index() * 1e3
+        if speedup_over is not None:
+            times = times.rdiv(times[speedup_over], axis=0).drop(columns=speedup_over)
+        for mech in _ordered(times.columns):
+            s = times[mech].dropna()
+            ax.plot(s.index, s.values, label=mech, **_style(mech))
+        oom = part[part["status"] == "oom"]
+        if not oom.empty and speedup_over is None and not times.empty:
+            top = float(np.nanmax(times.to_numpy())) * 1.3
+            for mech, o in oom.groupby("mechanism"):
+                ax.scatter(o[axis], [top] * len(o), marker="x", color=STYLE.get(mech, ("#555",))[0], s=30)
+            ax.annotate("× = out of memory", xy=(0.02, 0.97), xycoords="axes fraction", va="top", fontsize=7)
+        if speedup_over is not None:
+            ax.axhline(1.0, color="#999999", linewidth=0.8)
+        ax.set_xscale("log" if part[axis].max() / max(part[axis].min(), 1) >= 8 else "linear")
+        ax.set_yscale("log")
+        ax.set_xlabel(axis)
+        ax.set_ylabel(f"speedup over {speedup_over}" if speedup_over else "median step time (ms)")
+        ax.set_title(f"{mode}, {scope} scope", fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+    _legend(fig, fig.axes)
+    return fig
+
+
+def speedups(panels: dict[str, pd.DataFrame]) -> Figure:
+    """One panel per title: each FLuRKA variant's speedup over its constituents / flash / full vs N
+    (``flurka.results.tables.speedup_table`` frames); the line at 1 is break-even."""
+    fig, axes = _panels(len(panels))
+    for ax, (title, table) in zip(axes, panels.items()):
+        for variant, part in table.groupby(level="variant", sort=False):
+            part = part.droplevel("variant").sort_index()
+            for col, ls in BASELINE_LINE.items():
+                s = part[col].dropna() if col in part else pd.Series(dtype=float)
+                if not s.empty:
+                    ax.plot(s.index, s.values, linestyle=ls, label=f"{variant} {col}",
+                            **{**_style(variant), "markersize": 3})
+        ax.axhline(1.0, color="#999999", linewidth=0.8)
+        ns = table.index.get_level_values("N")
+        ax.set_xscale("log" if ns.max() / max(ns.min(), 1) >= 8 else "linear")
+        ax.set_yscale("log")
+        ax.set_xlabel("N")
+        ax.set_ylabel("speedup (baseline time / FLuRKA time)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+    _legend(fig, fig.axes)
+    return fig
+
+
+def uptraining(table: pd.DataFrame, metric: str) -> Figure:
+    """Metric against α per FLuRKA variant (a ``uptraining_table``), with the kernel constituent
+    (dashed, variant colour) and low-rank (dotted blue) trained from scratch as references."""
+    alpha_cols = [c for c in table.columns if c.endswith("%")]
+    fig = Figure(figsize=(6.4, 3.8), layout="constrained")
+    ax = fig.subplots()
+    xs = [float(c.rstrip("%")) for c in alpha_cols]
+    for variant, row in table.iterrows():
+        ys = pd.to_numeric(row[alpha_cols], errors="coerce").to_numpy(float)
+        ax.plot(xs, ys, label=variant, **_style(variant))
+        if not math.isnan(row["kernel"]):
+            ax.axhline(row["kernel"], linestyle="--", linewidth=1, color=STYLE.get(variant, ("#555",))[0],
+                       label=f"{row['kernel constituent']} (kernel)")
+    low = table["low-rank"].dropna()
+    if not low.empty:
+        ax.axhline(low.iloc[0], linestyle=":", linewidth=1.4, color=STYLE["linformer"][0], label="linformer (low-rank)")
+    ax.set_xlabel("α: % of steps trained as the base model")
+    ax.set_ylabel(metric)
+    ax.grid(True, alpha=0.25)
+    _legend(fig, fig.axes)
+    return fig
+
+
+def loss_vs_flops(curves: pd.DataFrame, loss: str, target: float | None) -> Figure:
+    """Every ok trial's training curve: ``loss`` against cumulative training EFLOPs (Table 1)."""
+    fig = Figure(figsize=(6.4, 3.8), layout="constrained")
+    ax = fig.subplots()
+    labelled = set()
+    for (trial, mech), part in curves.sort_values("step").groupby(["trial_id", "attention"]):
+        ax.plot(part["train_flops"] / 1e18, part[loss], label=None if mech in labelled else mech,
+                **{**_style(mech), "linewidth": 1.0, "markersize": 2})
+        labelled.add(mech)
+    if target is not None:
+        ax.axhline(target, color="#999999", linestyle="--", linewidth=0.9, label=f"target {loss} {target:.4g}")
+    ax.set_xlabel("training EFLOPs (1e18)")
+    ax.set_ylabel(loss)
+    ax.grid(True, alpha=0.25)
+    _legend(fig, fig.axes)
+    return fig
+
+
+def approximation_error(errors: pd.DataFrame) -> Figure:
+    """Relative error vs full attention (seed mean ± std) against d_k (at the largest m) and against
+    m (at the largest d_k); FLuRKA's Theorem 1 bound (kernel + low-rank term) dashed; mechanisms
+    with neither knob as horizontal lines."""
+    fig, (ax_dk, ax_m) = _panels(2)
+    for ax, axis, other in ((ax_dk, "d_k", "m"), (ax_m, "m", "d_k")):
+        for mech in _ordered(errors["mechanism"]):
+            part = errors[errors["mechanism"] == mech]
+            if part[axis].notna().any():
+                part = part[part[axis].notna()]
+                if part[other].notna().any():
+                    part = part[part[other] == part[other].max()]
+                stats = part.groupby(axis)["rel_error"].agg(["mean", "std"]).sort_index()
+                ax.errorbar(stats.index, stats["mean"], yerr=stats["std"].fillna(0), label=mech, capsize=2,
+                            **_style(mech))
+                if {"kernel_term", "lowrank_term"} <= set(part.columns) and part["kernel_term"].notna().any():
+                    bound = (part["kernel_term"] + part["lowrank_term"]).groupby(part[axis]).mean().sort_index()
+                    ax.plot(bound.index, bound.values, linestyle="--", linewidth=1,
+                            color=STYLE.get(mech, ("#555",))[0], label=f"{mech} bound")
+            elif part[other].isna().all():
+                ax.axhline(part["rel_error"].mean(), linestyle=":", linewidth=1.2,
+                           color=STYLE.get(mech, ("#555",))[0], label=f"{mech} (no d_k or m)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(axis)
+        ax.set_ylabel("‖out − full‖_F / ‖full‖_F")
+        ax.set_title(f"error vs {axis}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+    _legend(fig, fig.axes)
+    return fig
+
+
+def ranks(ranks: pd.DataFrame) -> Figure:
+    """Numerical rank of φ(Q)φ(K)ᵀ per head (mean over examples), grouped bars per mechanism,
+    with the full rank min(N, N_k) dashed where recorded."""
+    ranks = ranks.copy()
+    ranks["where"] = [f"L{int(l)}H{int(h)}" if "layer" in ranks and l == l else f"H{int(h)}" if h == h else "all"
+                      for l, h in zip(ranks.get("layer", pd.Series([float("nan")] * len(ranks))),
+                                      ranks.get("head", pd.Series([float("nan")] * len(ranks))))]
+    mean = ranks.groupby(["where", "mechanism"], sort=False)["rank"].mean().unstack("mechanism")
+    mechs = _ordered(mean.columns)
+    fig = Figure(figsize=(max(6.4, 0.5 * len(mean) * len(mechs)), 3.8), layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / len(mechs)
+    x = np.arange(len(mean))
+    for i, mech in enumerate(mechs):
+        ax.bar(x + i * width - 0.4 + width / 2, mean[mech].to_numpy(float), width, label=mech,
+               color=STYLE.get(mech, ("#555",))[0])
+    if "max_rank" in ranks and ranks["max_rank"].notna().any():
+        for i, mech in enumerate(mechs):
+            full = ranks.loc[ranks["mechanism"] == mech, "max_rank"].max()
+            if full == full:
+                ax.axhline(full, linestyle="--", linewidth=0.9, color=STYLE.get(mech, ("#555",))[0],
+                           label=f"{mech} full rank {int(full)}")
+    ax.set_xticks(x, mean.index, rotation=90 if len(mean) > 12 else 0, fontsize=7)
+    ax.set_ylabel("numerical rank of φ(Q)φ(K)ᵀ")
+    ax.set_xlabel("layer / head")
+    ax.grid(True, axis="y", alpha=0.25)
+    _legend(fig, fig.axes)
+    return fig
+
+
+def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
+    """Left: measured step time against the FLOP model's count per mechanism. Right: FLOP-model
+    predicted speedup against measured speedup of FLuRKA over each baseline (y = x dashed; the
+    shaded quadrants are where prediction and measurement disagree about who is faster)."""
+    fig, (ax_t, ax_s) = _panels(2)
+    for mech in _ordered(rows["mechanism"]):
+        part = rows[rows["mechanism"] == mech]
+        ax_t.scatter(part["flops"], part["median_s"] * 1e3, s=14, label=mech,
+                     color=STYLE.get(mech, ("#555",))[0], marker=STYLE.get(mech, ("", "o"))[1])
+    ax_t.set_xscale("log")
+    ax_t.set_yscale("log")
+    ax_t.set_xlabel("FLOP model (FLOPs per step)")
+    ax_t.set_ylabel("measured median step time (ms)")
+    ax_t.set_title("time vs FLOP model", fontsize=10)
+    ax_t.grid(True, which="both", alpha=0.25)
+    if not pairs.empty:
+        for (variant, baseline), part in pairs.groupby(["mechanism", "baseline"], sort=False):
+            ax_s.scatter(part["predicted_speedup"], part["measured_speedup"], s=14, label=f"{variant} vs {baseline}",
+                         color=STYLE.get(baseline, ("#555",))[0], marker=STYLE.get(variant, ("", "o"))[1])
+        lo = float(min(pairs["predicted_speedup"].min(), pairs["measured_speedup"].min())) / 1.5
+        hi = float(max(pairs["predicted_speedup"].max(), pairs["measured_speedup"].max())) * 1.5
+        ax_s.plot([lo, hi], [lo, hi], "--", color="#999999", linewidth=0.9)
+        ax_s.fill_between([lo, 1], 1, hi, color="#f4cccc", alpha=0.4, linewidth=0)
+        ax_s.fill_between([1, hi], lo, 1, color="#f4cccc", alpha=0.4, linewidth=0)
+        ax_s.set_xlim(lo, hi)
+        ax_s.set_ylim(lo, hi)
+        ax_s.set_xscale("log")
+        ax_s.set_yscale("log")
+    ax_s.set_xlabel("predicted speedup (baseline FLOPs / FLuRKA FLOPs)")
+    ax_s.set_ylabel("measured speedup (baseline time / FLuRKA time)")
+    ax_s.set_title("FLuRKA speedups: FLOP model vs measured", fontsize=10)
+    ax_s.grid(True, which="both", alpha=0.25)
+    _legend(fig, fig.axes)
+    return fig

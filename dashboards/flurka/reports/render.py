@@ -1,0 +1,128 @@
+"""Writing the sections out: ``index.html`` (static, images beside it), ``report.md``, and every
+table as Markdown, LaTeX and CSV under ``tables/`` (``tables.tex`` collects the LaTeX tables with
+their captions, ready to ``\\input``).
+
+Table text comes from ``flurka.results.tables.format_table``; the HTML cells use the same number
+format (the table's ``attrs["floatfmt"]``, else two decimals, "--" for a missing cell).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from flurka.reports import figures as F
+from flurka.reports.sections import Plot, Section, Table
+from flurka.results.tables import format_table
+
+CSS = """
+body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1f; margin: 0; background: #fafafa; }
+main { max-width: 1100px; margin: 0 auto; padding: 24px 32px 64px; background: #fff; }
+h1 { font-size: 28px; margin: 8px 0 4px; } h2 { font-size: 21px; margin-top: 40px; border-bottom: 1px solid #ddd; }
+h3 { font-size: 16px; margin: 22px 0 6px; } .meta, .about { color: #555; } .about { margin-top: -4px; }
+nav ol { columns: 2; padding-left: 20px; } nav a { text-decoration: none; color: #1f5fbf; }
+.nodata { color: #8a6d00; font-size: 12px; } .missing { background: #fff8e1; border-left: 4px solid #f0b400; padding: 8px 12px; }
+figure { margin: 12px 0 22px; } figcaption { font-size: 13px; color: #444; margin: 4px 0 8px; }
+img { max-width: 100%; border: 1px solid #eee; }
+table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
+th, td { padding: 3px 10px; text-align: right; border-bottom: 1px solid #eee; }
+th { border-bottom: 2px solid #999; } tbody tr:hover { background: #f3f7ff; }
+td:first-child, th:first-child { text-align: left; } .links { font-size: 12px; }
+"""
+
+
+def cells(df: pd.DataFrame) -> pd.DataFrame:
+    """The table flattened (index as columns) with every cell formatted as text."""
+    fmt = df.attrs.get("floatfmt", ".2f")
+    flat = df.reset_index()
+    return flat.map(lambda v: "--" if v is None or (isinstance(v, float) and v != v)
+                    else format(v, fmt) if isinstance(v, float) else str(v))
+
+
+def _tex_escape(text: str) -> str:
+    return re.sub(r"([&%$#_{}])", r"\\\1", text).replace("~", r"\textasciitilde{}").replace("^", r"\^{}")
+
+
+def _table_html(t: Table) -> str:
+    body = cells(t.df).to_html(index=False, border=0, escape=True)
+    links = " · ".join(f'<a href="tables/{t.key}.{ext}">{name}</a>'
+                       for ext, name in (("md", "Markdown"), ("tex", "LaTeX"), ("csv", "CSV")))
+    return (f'<figure class="table" id="{t.key}"><h3>{html.escape(t.title)}</h3>'
+            f"<figcaption>{html.escape(t.caption)}</figcaption>{body}"
+            f'<div class="links">{links}</div></figure>')
+
+
+def _plot_html(p: Plot) -> str:
+    return (f'<figure class="plot" id="{p.key}"><h3>{html.escape(p.title)}</h3>'
+            f'<img src="figures/{p.key}.png" alt="{html.escape(p.title)}">'
+            f"<figcaption>{html.escape(p.caption)}</figcaption></figure>")
+
+
+def _section_html(s: Section) -> str:
+    parts = [f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2><p class="about">{html.escape(s.about)}</p>']
+    if s.missing:
+        parts.append(f'<p class="missing">{html.escape(s.missing)}</p>')
+    parts += [_table_html(i) if isinstance(i, Table) else _plot_html(i) for i in s.items]
+    return "".join(parts) + "</section>"
+
+
+def page(sections: Sequence[Section], title: str, meta: str) -> str:
+    toc = "".join(f'<li><a href="#{s.key}">{html.escape(s.title)}</a>'
+                  f'{" <span class=nodata>(no data yet)</span>" if s.missing else ""}</li>' for s in sections)
+    body = "".join(_section_html(s) for s in sections)
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>'
+            f'<body><main><h1>{html.escape(title)}</h1><p class="meta">{html.escape(meta)}</p>'
+            f'<nav><h2>Contents</h2><ol>{toc}</ol></nav>{body}</main></body></html>\n')
+
+
+def markdown(sections: Sequence[Section], title: str, meta: str) -> str:
+    out = [f"# {title}\n\n{meta}\n"]
+    for s in sections:
+        out.append(f"\n## {s.title}\n\n{s.about}\n")
+        if s.missing:
+            out.append(f"\n> {s.missing}\n")
+        for i in s.items:
+            if isinstance(i, Table):
+                out.append(f"\n### {i.title}\n\n{i.caption}\n\n{format_table(i.df, 'markdown')}")
+            else:
+                out.append(f"\n### {i.title}\n\n![{i.title}](figures/{i.key}.png)\n\n{i.caption}\n")
+    return "".join(out)
+
+
+def latex(tables: Sequence[Table]) -> str:
+    return "".join(f"% {t.key}\n\\begin{{table}}[t]\n\\centering\n\\small\n{format_table(t.df, 'latex')}"
+                   f"\\caption{{{_tex_escape(t.title)}. {_tex_escape(t.caption)}}}\n\\label{{tab:{t.key}}}\n"
+                   f"\\end{{table}}\n\n" for t in tables)
+
+
+def write(sections: Sequence[Section], out_dir: str | Path, *, title: str, source: str) -> Path:
+    """Write the report into ``out_dir`` (created; an earlier report's figures and tables there
+    are removed first, so none goes stale); returns the path of ``index.html``."""
+    out = Path(out_dir)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    (out / "tables").mkdir(exist_ok=True)
+    for old in [*(out / "figures").glob("*.png"), *(out / "tables").glob("*.md"), *(out / "tables").glob("*.tex"),
+                *(out / "tables").glob("*.csv")]:
+        old.unlink()
+    meta = f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from {source}."
+    items = [i for s in sections for i in s.items]
+    keys = [i.key for i in items]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"report item keys repeat: {sorted({k for k in keys if keys.count(k) > 1})}")
+    for i in items:
+        if isinstance(i, Table):
+            for fmt, ext in (("markdown", "md"), ("latex", "tex"), ("csv", "csv")):
+                (out / "tables" / f"{i.key}.{ext}").write_text(format_table(i.df, fmt))
+        else:
+            (out / "figures" / f"{i.key}.png").write_bytes(F.png(i.fig))
+    (out / "tables.tex").write_text(latex([i for i in items if isinstance(i, Table)]))
+    (out / "report.md").write_text(markdown(sections, title, meta))
+    index = out / "index.html"
+    index.write_text(page(sections, title, meta))
+    return index

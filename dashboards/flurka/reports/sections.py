@@ -1,0 +1,379 @@
+"""The report's content: one :class:`Section` per paper table or figure, built from the results
+database (through ``flurka.results.tables``) and the theory files.
+
+A section with nothing to show carries ``missing`` ("no data yet: run ...") instead of an empty
+table or a blank figure. Every item's caption names the device(s) and the configuration that
+produced it, read from the database rows (or the theory file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import pandas as pd
+from matplotlib.figure import Figure
+from sqlalchemy.engine import Engine
+
+from flurka.reports import figures as F
+from flurka.reports.sources import SPEED_CONFIG, Theory, describe, speed_rows, trial_provenance
+from flurka.results import tables as T
+from flurka.results.records import BENCHMARKS
+
+INGEST = "then ingest the file with flurka.results.ingest_file(flurka.results.open_results(URL), FILE)"
+SWEEP = "python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml --results-db URL"
+PRIMARY_METRIC = {"glue-cola": "matthews", "glue-stsb": "pearson", "mlm": "perplexity", "nmt": "bleu"}
+QUALITY_AGG = "cell = best hyperparameter configuration's mean over seeds (status ok trials only)"
+SOFT = ["m", "layers", "ffn"]  # may co-vary with an axis (m = d_model / heads in the d_model sweep)
+
+
+@dataclasses.dataclass
+class Table:
+    key: str
+    title: str
+    caption: str
+    df: pd.DataFrame
+
+
+@dataclasses.dataclass
+class Plot:
+    key: str
+    title: str
+    caption: str
+    fig: Figure
+
+
+@dataclasses.dataclass
+class Section:
+    key: str
+    title: str
+    about: str
+    items: list[Table | Plot] = dataclasses.field(default_factory=list)
+    missing: str | None = None  # "no data yet: run ..." when items is empty
+
+
+def primary_metric(benchmark: str) -> str:
+    return PRIMARY_METRIC.get(benchmark) or PRIMARY_METRIC.get(benchmark.split("-")[0], "accuracy")
+
+
+# ---------------------------------------------------------------------------------------------
+# Quality (Tables 1-5)
+# ---------------------------------------------------------------------------------------------
+def trial_caption(prov: pd.DataFrame, benchmarks) -> str:
+    """"Device: D. Config: sweep 'x' (id, commit c), n ok trials" for the sweeps behind ``benchmarks``."""
+    part = prov[prov["benchmark"].isin(list(benchmarks))]
+    by = part.groupby(["sweep", "sweep_id", "git_commit", "device"], dropna=False)["trials"].sum()
+    sweeps = "; ".join(f"sweep '{s}' ({i}{f', commit {c}' if isinstance(c, str) else ''}), {n} ok trials"
+                       for (s, i, c, _), n in by.items())
+    return f"Device: {', '.join(sorted(part['device'].unique()))}. Config: {sweeps}"
+
+
+def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame], columns, prov: pd.DataFrame,
+             run: str) -> Section:
+    section = Section(key, title, about)
+    try:
+        df = build()
+    except T.NoResults:
+        section.missing = f"no data yet: run {run}"
+        return section
+    benches = [b for label, b, _ in columns if label in df.columns]
+    section.items.append(Table(key, title, f"{trial_caption(prov, benches)}. Percent for fractions; {QUALITY_AGG}.", df))
+    return section
+
+
+def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
+    section = Section("isoflops", "Quality vs training FLOPs (Table 1)",
+                      "Training FLOPs each mechanism needs to reach full attention's final loss, and every "
+                      "trial's loss curve against cumulative training FLOPs.")
+    for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
+        try:
+            table = T.isoflops_table(engine, benchmark=bench)
+        except T.NoResults:
+            continue
+        target = table.attrs.get("target_loss")
+        caption = f"{trial_caption(prov, [bench])}; {bench}, target loss {target:.4g} (full attention's final loss)."
+        section.items.append(Table(f"isoflops-{bench}", f"Iso-FLOPs, {bench}", caption, table))
+        curves = T.curves(engine, bench, ["loss", "train_flops"])
+        section.items.append(Plot(f"loss-vs-flops-{bench}", f"Loss vs training FLOPs, {bench}", caption,
+                                  F.loss_vs_flops(curves, "loss", target)))
+    if not section.items:
+        section.missing = f"no data yet: run {SWEEP} (trials log loss and train_flops curves; full attention is the reference)"
+    return section
+
+
+def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
+    section = Section("uptraining", "Up-training α (Table 5)",
+                      "Each FLuRKA variant up-trained from its low-rank base for a fraction α of the steps, "
+                      "beside its kernel and low-rank constituents trained from scratch.")
+    for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
+        metric = primary_metric(bench)
+        try:
+            table = T.uptraining_table(engine, benchmark=bench, metric=metric)
+        except T.NoResults:
+            continue
+        if not any(c.endswith("%") for c in table.columns):
+            continue  # FLuRKA trained only from scratch here: no α to show
+        caption = f"{trial_caption(prov, [bench])}; {bench}, {metric}; {QUALITY_AGG}."
+        section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench} ({metric})", caption, table))
+        section.items.append(Plot(f"uptraining-{bench}-fig", f"{metric} vs α, {bench}", caption,
+                                  F.uptraining(table, metric)))
+    if not section.items:
+        section.missing = f"no data yet: run {SWEEP} (FLuRKA variants at α in (0, 1))"
+    return section
+
+
+def quality_sections(engine: Engine, prov: pd.DataFrame) -> list[Section]:
+    return [
+        _quality("glue", "GLUE (Table 2)", "GLUE dev scores and their average over all columns.",
+                 lambda: T.glue_table(engine), T.GLUE_COLUMNS, prov,
+                 f"{SWEEP.replace('--config experiments/uptrain_small.yaml', '--benchmarks glue-cola,glue-sst2,...')}"),
+        _quality("lra", "Long Range Arena (Table 3)", "LRA accuracy and its average.",
+                 lambda: T.lra_table(engine), T.LRA_COLUMNS, prov,
+                 SWEEP.replace("--config experiments/uptrain_small.yaml", "--benchmarks lra-listops,lra-text,...")),
+        _quality("lra-small", "Long Range Arena, CPU-size tasks", "ListOps and Image at laptop size.",
+                 lambda: T.lra_table(engine, small=True), T.LRA_SMALL_COLUMNS, prov, SWEEP),
+        _quality("collective", "Translation, ImageNet, masked LM (Table 4)",
+                 "WMT14 BLEU, ImageNet top-1/top-5 and WikiText-103 perplexity.",
+                 lambda: T.collective_table(engine), T.COLLECTIVE_COLUMNS, prov,
+                 SWEEP.replace("--config experiments/uptrain_small.yaml",
+                               "--benchmarks nmt-wmt14-ende,imagenet,mlm-wikitext103")),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Speed (Fig. 3, Fig. 5, appendix C)
+# ---------------------------------------------------------------------------------------------
+def _fixed(df: pd.DataFrame, columns) -> list[str]:
+    return [c for c in columns if c in df and df[c].nunique(dropna=False) == 1]
+
+
+def speed_groups(rows: pd.DataFrame, axis: str) -> list[pd.DataFrame]:
+    """Sets of measurements that sweep ``axis`` (≥ 2 values) with everything else fixed, mode and
+    scope being panels; m, layers and ffn may co-vary unless that makes a point ambiguous."""
+    point = ["mechanism", "mode", "scope", axis]
+    key = [c for c in SPEED_CONFIG if c not in (axis, "mode", "scope", *SOFT)]
+    out = []
+    for _, g in rows.groupby(key, dropna=False, sort=True):
+        parts = [g] if not g.duplicated(point).any() else [s for _, s in g.groupby(SOFT, dropna=False)]
+        out += [p for p in parts if p[axis].nunique() >= 2 and not p.duplicated(point).any()]
+    return out
+
+
+def speed_caption(g: pd.DataFrame, axis: str) -> str:
+    first = g.iloc[0]
+    fixed = [c for c in _fixed(g, SPEED_CONFIG) if c not in ("device", axis)]
+    varying = [c for c in SPEED_CONFIG if c not in fixed and c not in ("device", axis, "mode", "scope")
+               and g[c].notna().any()]
+    sweeps = sorted({s for s in g["sweep"].dropna()})
+    text = f"Device: {first['device']}. Config: {describe(first, fixed)}"
+    text += "".join(f"; {c} ∈ {{{', '.join(str(int(v)) for v in sorted(g[c].dropna().unique()))}}}" for c in varying)
+    text += f"; {axis} from {int(g[axis].min())} to {int(g[axis].max())}"
+    return text + (f". Speed sweep: {', '.join(sweeps)}." if sweeps else ".")
+
+
+def _pivot_ms(part: pd.DataFrame, axis: str) -> pd.DataFrame:
+    """Median step time (ms) per mechanism against ``axis``; "OOM" where it ran out of memory."""
+    table = (part.assign(ms=part["median_s"] * 1e3).pivot(index=axis, columns="mechanism", values="ms")
+             .sort_index().astype(object))
+    for _, r in part[part["status"] == "oom"].iterrows():
+        table.loc[r[axis], r["mechanism"]] = "OOM"
+    table = table[F._ordered(table.columns)]
+    table.columns.name = None
+    table.attrs["floatfmt"] = ".4g"
+    return table
+
+
+def _filters(part: pd.DataFrame) -> dict:
+    """``flurka.results.tables`` speed filters that pin this panel's configuration."""
+    first = part.iloc[0]
+    names = {"device": "device", "scope": "scope", "d_model": "d_model", "heads": "heads", "d_k": "d_k",
+             "m": "num_features", "batch": "batch", "dtype": "dtype"}
+    plain = lambda v: int(v) if isinstance(v, float) else v.item() if hasattr(v, "item") else v  # noqa: E731
+    return {f: plain(first[c]) for c, f in names.items() if c in _fixed(part, [c]) and pd.notna(first[c])}
+
+
+def _panels(g: pd.DataFrame):
+    return list(g.groupby(["mode", "scope"], dropna=False, sort=True))
+
+
+def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Section]:
+    speed = Section("speed-n", "Step time vs sequence length (Fig. 3)",
+                    "Median step time of every mechanism as N grows, all at equal parameter count.")
+    ups = Section("speedups", "Speedups over constituents and flash attention (Fig. 5, appendix C)",
+                  "Each FLuRKA variant's time divided into its low-rank and kernel constituents', flash "
+                  "attention's and full attention's at the same configuration; above 1 FLuRKA is faster.")
+    for i, g in enumerate(speed_groups(rows, "N")):
+        caption = speed_caption(g, "N")
+        speed.items.append(Plot(f"speed-n-{i}", f"Step time vs N ({g.iloc[0]['device']})", caption,
+                                F.speed_vs_axis(g, "N")))
+        panels = {}
+        for (mode, scope), part in _panels(g):
+            try:
+                table = T.speed_table(engine, mode=mode, **_filters(part))
+            except T.NoResults:
+                raise  # the panel's own rows are in the database: a filter is wrong
+            except ValueError:  # the library's filters cannot pin this panel (e.g. two model depths)
+                table = _pivot_ms(part, "N")
+            speed.items.append(Table(f"speed-n-{i}-{mode}-{scope}", f"Step time (ms), {mode}, {scope} scope",
+                                     caption, table))
+            try:
+                panels[f"{mode}, {scope} scope"] = T.speedup_table(engine, mode=mode, **_filters(part))
+            except T.NoResults:  # no FLuRKA variant in this panel
+                continue
+            except ValueError:  # the library's filters cannot pin this panel
+                continue
+        for title, table in panels.items():
+            mode, scope = title.split(", ")[0], title.split(", ")[1].split()[0]
+            ups.items.append(Table(f"speedups-{i}-{mode}-{scope}", f"Speedups, {title}", caption, table))
+        if panels:
+            ups.items.append(Plot(f"speedups-{i}", f"Speedups vs N ({g.iloc[0]['device']})", caption,
+                                  F.speedups(panels)))
+    run = "python -m flurka.speed --sweep {} --out FILE.json"
+    if not speed.items:
+        speed.missing = f"no data yet: run {run.format('n-sweep')}, {INGEST}"
+    if not ups.items:
+        ups.missing = (f"no data yet: run {run.format('n-sweep')} and {run.format('flash-compare')} "
+                       f"(FLuRKA variants with their constituents and flash), {INGEST}")
+    return speed, ups
+
+
+def speed_vs_section(rows: pd.DataFrame, axis: str) -> Section:
+    """Fig. 5: speedup over full attention (step time where full is absent) against d_k or d_model."""
+    name = {"d_k": "downsampling factor d_k", "d_model": "hidden dimension d_model"}[axis]
+    section = Section(f"speed-{axis.replace('_', '')}", f"Speed vs {name} (Fig. 5)",
+                      f"Runtime as {axis} grows, normalized to speedups over full attention where it was measured.")
+    for i, g in enumerate(speed_groups(rows, axis)):
+        caption = speed_caption(g, axis)
+        full = all(((p["mechanism"] == "full") & (p["status"] == "ok")).any() for _, p in _panels(g))
+        over = "full" if full and g["mechanism"].nunique() > 1 else None
+        what = "Speedup over full attention" if over else "Step time"
+        section.items.append(Plot(f"{section.key}-{i}", f"{what} vs {axis} ({g.iloc[0]['device']})", caption,
+                                  F.speed_vs_axis(g, axis, speedup_over=over)))
+        for (mode, scope), part in _panels(g):
+            section.items.append(Table(f"{section.key}-{i}-{mode}-{scope}",
+                                       f"Step time (ms) vs {axis}, {mode}, {scope} scope", caption,
+                                       _pivot_ms(part, axis)))
+    if not section.items:
+        sweep = {"d_k": "dk-sweep", "d_model": "dmodel-sweep"}[axis]
+        section.missing = f"no data yet: run python -m flurka.speed --sweep {sweep} --out FILE.json, {INGEST}"
+    return section
+
+
+def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
+    """FLuRKA vs each constituent, flash and full at the same configuration: the FLOP model's
+    predicted speedup (baseline FLOPs / FLuRKA FLOPs) and the measured one (time ratio)."""
+    ok = rows[(rows["status"] == "ok") & rows["flops"].notna()]
+    cfg = [c for c in SPEED_CONFIG if c in ok]
+    out = []
+    for variant, kernel in T.KERNEL_OF.items():
+        for baseline in (T.LOW_RANK, kernel, "flash", "full"):
+            pair = ok[ok["mechanism"] == variant].merge(ok[ok["mechanism"] == baseline], on=cfg, suffixes=("", "_b"))
+            if not pair.empty:
+                out.append(pair[cfg].assign(mechanism=variant, baseline=baseline,
+                                            predicted_speedup=pair["flops_b"] / pair["flops"],
+                                            measured_speedup=pair["median_s_b"] / pair["median_s"]))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(
+        columns=[*cfg, "mechanism", "baseline", "predicted_speedup", "measured_speedup"])
+
+
+def flops_section(rows: pd.DataFrame) -> Section:
+    section = Section("flops", "FLOP model vs measured",
+                      "Does the FLOP model (flurka.attention.flops, stored with each measurement) predict "
+                      "step time, and which FLuRKA speedups it predicts that the device delivers.")
+    pairs = flop_pairs(rows)
+    ok = rows[(rows["status"] == "ok") & rows["flops"].notna()]
+    for i, (device, part) in enumerate(ok.groupby("device", sort=True)):
+        p = pairs[pairs["device"] == device]
+        fixed = [c for c in _fixed(part, SPEED_CONFIG) if c != "device"]
+        ranges = "; ".join(f"{c} {int(part[c].min())}–{int(part[c].max())}" for c in ("N", "d_model", "d_k")
+                           if c not in fixed and part[c].notna().any())
+        caption = (f"Device: {device}. Config: {describe(part.iloc[0], fixed) or 'various'}"
+                   f"{'; ' + ranges if ranges else ''}; modes {', '.join(sorted(part['mode'].unique()))}, "
+                   f"scopes {', '.join(sorted(part['scope'].dropna().unique()))}; {len(part)} measurements.")
+        section.items.append(Plot(f"flops-{i}", f"FLOP model vs measured ({device})", caption,
+                                  F.flops_vs_measured(part, p)))
+        if not p.empty:
+            summary = (p.assign(agree=(p["predicted_speedup"] > 1) == (p["measured_speedup"] > 1))
+                       .groupby(["mechanism", "baseline", "mode"], sort=False)
+                       .agg(points=("agree", "size"), predicted=("predicted_speedup", "median"),
+                            measured=("measured_speedup", "median"), agree=("agree", "mean")))
+            summary["agree"] *= 100
+            summary = summary.rename(columns={"predicted": "median predicted", "measured": "median measured",
+                                              "agree": "agree (%)"})
+            summary.attrs["floatfmt"] = ".3g"
+            section.items.append(Table(f"flops-{i}-summary", f"Predicted vs measured speedups ({device})",
+                                       caption + " Agree: both say the same side is faster.", summary))
+    if not section.items:
+        section.missing = f"no data yet: run python -m flurka.speed --sweep n-sweep --out FILE.json, {INGEST}"
+    return section
+
+
+# ---------------------------------------------------------------------------------------------
+# Theory (Theorem 1, Fig. 2)
+# ---------------------------------------------------------------------------------------------
+def _theory_groups(df: pd.DataFrame):
+    return list(df.groupby(["device", "config"], sort=True)) if not df.empty else []
+
+
+def error_section(theory: Theory) -> Section:
+    section = Section("approximation-error", "Approximation error vs m and d_k (Theorem 1)",
+                      "Relative Frobenius error of each mechanism against full attention with the same "
+                      "projections; FLuRKA's bound is its kernel term plus its low-rank term.")
+    for i, ((device, config), part) in enumerate(_theory_groups(theory.errors)):
+        part = part.copy()
+        for c in ("d_k", "m", "kernel_term", "lowrank_term", "inf_error"):
+            if c not in part:
+                part[c] = float("nan")
+        caption = f"Device: {device}. Config: {config or 'not recorded'}. Source: {', '.join(sorted(part['source'].unique()))}."
+        section.items.append(Plot(f"error-{i}", f"Approximation error ({device})", caption,
+                                  F.approximation_error(part)))
+        table = part.groupby(["mechanism", "d_k", "m"], dropna=False, sort=False).agg(
+            seeds=("rel_error", "size"), rel_error=("rel_error", "mean"), inf_error=("inf_error", "mean"),
+            kernel_term=("kernel_term", "mean"), lowrank_term=("lowrank_term", "mean"))
+        table = table.reindex(sorted(table.index, key=lambda k: (F._ordered(part["mechanism"]).index(k[0]),
+                                                                 -1 if k[1] != k[1] else k[1], -1 if k[2] != k[2] else k[2])))
+        table.attrs["floatfmt"] = ".4g"
+        section.items.append(Table(f"error-{i}-table", f"Approximation error ({device})", caption, table))
+    if not section.items:
+        section.missing = ("no data yet: run flurka.speed.theory.approximation_errors(...) and pass its rows as "
+                           "`flurka report --theory FILE` (see flurka.reports.sources)")
+    return section
+
+
+def rank_section(theory: Theory) -> Section:
+    section = Section("rank", "Rank of kernelized attention (Fig. 2)",
+                      "Numerical rank of φ(Q)φ(K)ᵀ per head: how far below full rank kernelized attention is.")
+    for i, ((device, config), part) in enumerate(_theory_groups(theory.ranks)):
+        caption = f"Device: {device}. Config: {config or 'not recorded'}. Source: {', '.join(sorted(part['source'].unique()))}."
+        section.items.append(Plot(f"rank-{i}", f"Rank per head ({device})", caption, F.ranks(part)))
+        agg = dict(heads=("rank", "size"), mean_rank=("rank", "mean"), min_rank=("rank", "min"), max_rank=("rank", "max"))
+        if "max_rank" in part:
+            agg["full_rank"] = ("max_rank", "max")
+        table = part.groupby("mechanism", sort=False).agg(**agg)
+        table = table.reindex(F._ordered(table.index))
+        table.attrs["floatfmt"] = ".4g"
+        section.items.append(Table(f"rank-{i}-table", f"Rank summary ({device})", caption, table))
+    if not section.items:
+        section.missing = ("no data yet: run flurka.speed.theory.kernel_attention_ranks(...) and pass its ranks as "
+                           "`flurka report --theory FILE` (see flurka.reports.sources)")
+    return section
+
+
+# ---------------------------------------------------------------------------------------------
+def build_sections(engine: Engine, theory: Theory) -> list[Section]:
+    """Every section of the report, in the paper's order."""
+    prov = trial_provenance(engine)
+    rows = speed_rows(engine)
+    speed, ups = speed_vs_n_section(engine, rows)
+    return [
+        isoflops_section(engine, prov),
+        speed,
+        speed_vs_section(rows, "d_k"),
+        speed_vs_section(rows, "d_model"),
+        ups,
+        *quality_sections(engine, prov),
+        uptraining_section(engine, prov),
+        error_section(theory),
+        rank_section(theory),
+        flops_section(rows),
+    ]

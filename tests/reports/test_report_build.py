@@ -1,0 +1,156 @@
+"""The report's files, its numbers against the raw inputs, its empty-database form, the CLI's exit
+codes, the MLflow upload (a real SQLite tracking store) and the real theory producer's rows."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flurka.reports import build_report, cli, sections, sources
+from flurka.results import connect, open_results
+
+
+def _args(**kw) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    argv = []
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}", *(v if isinstance(v, list) else [v])]
+    return parser.parse_args(argv)
+
+
+@pytest.fixture(scope="module")
+def built(populated, tmp_path_factory):
+    url, theory = populated
+    out = tmp_path_factory.mktemp("built")
+    assert cli.run(_args(db=url, out=str(out), theory=[str(theory)])) == 0
+    return out
+
+
+def test_every_table_in_markdown_latex_and_csv(built):
+    csvs = sorted(p.stem for p in (built / "tables").glob("*.csv"))
+    assert {"glue", "lra", "lra-small", "collective", "isoflops-nmt-wmt14-ende", "uptraining-nmt-wmt14-ende",
+            "error-0-table", "rank-0-table", "flops-0-summary"} <= set(csvs)
+    assert any(k.startswith("speedups-") for k in csvs) and any(k.startswith("speed-dk-") for k in csvs)
+    for key in csvs:
+        assert (built / "tables" / f"{key}.md").read_text().count("\n|") >= 2
+        assert "\\begin{tabular}" in (built / "tables" / f"{key}.tex").read_text()
+    tex = (built / "tables.tex").read_text()
+    assert tex.count("\\begin{table}") == len(csvs) and "\\caption{" in tex
+    md = (built / "report.md").read_text()
+    assert md.count("![") == len(list((built / "figures").glob("*.png")))
+    assert "no data yet" not in md
+
+
+def test_uptraining_alpha_columns_match_the_sweep(built, populated):
+    """Table 5 from the report vs a seed mean worked out from the sweep's raw trial rows."""
+    table = pd.read_csv(built / "tables" / "uptraining-nmt-wmt14-ende.csv").set_index("variant")
+    assert [c for c in table.columns if c.endswith("%")] == ["12.5%", "25%", "37.5%", "50%", "62.5%", "75%", "87.5%"]
+    engine = connect(populated[0])
+    raw = pd.read_sql("SELECT t.attention, t.alpha, m.value FROM trials t JOIN metrics m ON m.trial_id = t.id "
+                      "WHERE t.benchmark = 'nmt-wmt14-ende' AND m.name = 'bleu' AND t.alpha = 0.5", engine)
+    engine.dispose()
+    for variant, value in raw.groupby("attention")["value"].mean().items():
+        assert table.loc[variant, "50%"] == pytest.approx(value)
+
+
+def test_flop_model_speedups_against_the_speed_document(populated):
+    """Predicted = baseline FLOPs / FLuRKA FLOPs, measured = time ratio, from the ingested JSON."""
+    url, _ = populated
+    doc = json.loads((Path(url.removeprefix("sqlite:///")).parent / "n-sweep.json").read_text())
+    engine = connect(url)
+    pairs = sections.flop_pairs(sources.speed_rows(engine))
+    engine.dispose()
+    pick = lambda mech: next(r for r in doc["results"] if r["mechanism"] == mech and r["mode"] == "train"  # noqa: E731
+                             and r["seq_len"] == 25050)
+    f, b = pick("flurka-performer"), pick("performer")
+    row = pairs[(pairs["mechanism"] == "flurka-performer") & (pairs["baseline"] == "performer")
+                & (pairs["mode"] == "train") & (pairs["N"] == 25050) & (pairs["d_model"] == 2600)]
+    assert len(row) == 1
+    assert row["predicted_speedup"].iloc[0] == pytest.approx(b["flops"] / f["flops"])
+    assert row["measured_speedup"].iloc[0] == pytest.approx(b["median_s"] / f["median_s"])
+    assert not ((pairs["mechanism"] == "flurka-eva") & (pairs["baseline"] == "performer")).any()
+
+
+def test_empty_database_says_what_to_run(tmp_path):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    open_results(url).dispose()
+    index = build_report(url, tmp_path / "out")
+    html = index.read_text()
+    assert html.count('class="missing"') == 13 and html.count("no data yet: run ") == 13
+    assert "python -m flurka.speed --sweep n-sweep" in html and "experiments/uptrain_sweep.py" in html
+    assert "<img" not in html and "<table" not in html
+    assert not list((tmp_path / "out" / "figures").iterdir())
+
+
+def test_cli_errors(tmp_path, capsys):
+    assert cli.run(_args(db=f"sqlite:///{tmp_path}/nowhere/x.db", out=str(tmp_path / "o"))) == 2
+    assert "cannot reach" in capsys.readouterr().err
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    open_results(url).dispose()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"ranks": [{"mechanism": "performer"}]}))
+    assert cli.run(_args(db=url, out=str(tmp_path / "o"), theory=[str(bad)])) == 1
+    err = capsys.readouterr().err.strip()
+    assert "ranks[0] lacks rank" in err and "\n" not in err
+    assert cli.run(_args(db=url, out=str(tmp_path / "o"), run_id="abc")) == 1
+    assert "need --mlflow-uri" in capsys.readouterr().err
+
+
+def test_log_report_to_the_sweeps_mlflow_run(built, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from flurka.reports import log_report
+    from flurka.tracking import SweepTracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = SweepTracker(uri, "uptrain", "report-test-sweep", artifact_root=(tmp_path / "artifacts").as_uri())
+    parent = tracker.start_sweep("paper reproduction", {"benchmarks": ["nmt-wmt14-ende"]})
+    tracker.trial_run("t0", "trial", {"alpha": 0.5})  # a nested run must not be picked
+    run_id = log_report(built, tracking_uri=uri, experiment="uptrain", sweep_id="report-test-sweep")
+    assert run_id == parent
+    client = MlflowClient(uri)
+    names = {a.path for a in client.list_artifacts(run_id, "report")}
+    assert {"report/index.html", "report/report.md", "report/figures", "report/tables"} <= names
+    figures = {Path(a.path).name for a in client.list_artifacts(run_id, "report/figures")}
+    assert figures == {p.name for p in (built / "figures").glob("*.png")}
+    local = client.download_artifacts(run_id, "report/index.html", str(tmp_path / "dl"))
+    assert Path(local).read_bytes() == (built / "index.html").read_bytes()
+    with pytest.raises(ValueError, match="no parent run of sweep 'other'"):
+        log_report(built, tracking_uri=uri, experiment="uptrain", sweep_id="other")
+    new = log_report(built, tracking_uri=uri, experiment="uptrain")  # no run given: a new "report" run
+    assert new != parent and client.get_run(new).info.run_name == "report"
+
+
+def test_real_theory_rows_feed_the_sections(tmp_path):
+    """flurka.speed.theory's own rows (tiny sizes) load and draw: the format agrees with the producer."""
+    import jax
+    from flax import nnx
+
+    from flurka.attention import make_attention
+    from flurka.speed import theory
+
+    errors = theory.approximation_errors(d_model=16, num_heads=2, seq_len=16, d_k_values=(8,), m_values=(4,),
+                                         mechanisms=("linformer", "flurka-rnn"), seeds=(0,), batch=1)
+    layer = make_attention("rnn", d_model=16, num_heads=2, max_len=16, rngs=nnx.Rngs(0))
+    ranks = theory.kernel_attention_ranks(layer, jax.random.normal(jax.random.key(0), (1, 16, 16)))
+    doc = {"device": {"name": jax.devices()[0].device_kind}, "config": {"d_model": 16, "num_heads": 2, "seq_len": 16},
+           "approximation_errors": errors,
+           "ranks": [{"mechanism": "rnn", "head": h, "example": b, "rank": int(ranks[b, h]), "max_rank": 16}
+                     for b in range(ranks.shape[0]) for h in range(ranks.shape[1])]}
+    path = tmp_path / "theory.json"
+    path.write_text(json.dumps(doc))
+    loaded = sources.load_theory([path])
+    err, rank = sections.error_section(loaded), sections.rank_section(loaded)
+    assert err.missing is None and rank.missing is None
+    table = next(i.df for i in err.items if isinstance(i, sections.Table)).reset_index()
+    got = table[(table["mechanism"] == "flurka-rnn") & (table["d_k"] == 8)]["rel_error"]
+    want = np.mean([r["rel_error"] for r in errors if r["mechanism"] == "flurka-rnn" and r["d_k"] == 8])
+    assert len(got) == 1 and got.iloc[0] == pytest.approx(want)
+    summary = next(i.df for i in rank.items if isinstance(i, sections.Table))
+    assert summary.loc["rnn", "max_rank"] == ranks.max() and summary.loc["rnn", "heads"] == ranks.size

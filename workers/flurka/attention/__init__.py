@@ -1,0 +1,81 @@
+"""The attention family: one constructor, one call signature, swappable by name.
+
+``make_attention(mechanism, *, d_model, num_heads, max_len, rngs, d_k=None, num_features=None,
+**options)`` builds a Flax NNX multi-head self-attention layer; ``layer(x, mask=None, *, rng=None)``
+maps ``[batch, seq, d_model]`` (mask ``[batch, seq]`` bool, True = real token) to the same shape.
+Every layer has the projections ``query``/``key``/``value``/``out``; the low-rank ones
+(``linformer``, ``flurka-*``) also have ``seq_proj`` (E1/E2), so up-training can copy parameters by
+path between mechanisms.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from flax import nnx
+
+from flurka.attention.base import AttentionLayer, RandomFeatures
+from flurka.attention.eva import EVAAttention, eva_attention
+from flurka.attention.flash import FlashAttention, flash_attention
+from flurka.attention.flurka import FlurkaEVA, FlurkaPerformer, FlurkaRNN, compressed_eva_attention
+from flurka.attention.full import FullAttention, softmax_attention
+from flurka.attention.linformer import LinformerAttention
+from flurka.attention.lowrank import SeqProjection
+from flurka.attention.performer import PerformerAttention, favor_attention
+from flurka.attention.rnn import RNNAttention, elu_attention
+
+_CLASSES: dict[str, type[AttentionLayer]] = {
+    "full": FullAttention,
+    "flash": FlashAttention,
+    "linformer": LinformerAttention,
+    "performer": PerformerAttention,
+    "rnn": RNNAttention,
+    "eva": EVAAttention,
+    "flurka-performer": FlurkaPerformer,
+    "flurka-rnn": FlurkaRNN,
+    "flurka-eva": FlurkaEVA,
+}
+LOW_RANK = ("linformer", "flurka-performer", "flurka-rnn", "flurka-eva")
+RANDOM_FEATURES = ("performer", "eva", "flurka-performer", "flurka-eva")
+MECHANISMS: tuple[str, ...] = tuple(_CLASSES)
+
+
+def _accepted_options(cls: type) -> list[str]:
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if "__init__" in vars(klass):
+            for p in inspect.signature(klass.__init__).parameters.values():
+                if p.kind is p.KEYWORD_ONLY and p.name not in names:
+                    names.append(p.name)
+    return names
+
+
+def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int,
+                   rngs: nnx.Rngs, d_k: int | None = None, num_features: int | None = None,
+                   **options: Any) -> AttentionLayer:
+    """Build the ``mechanism`` layer. ``d_k`` (low-rank) and ``num_features`` (random-feature
+    kernels) are ignored by mechanisms that do not use them, so one model config fits all."""
+    if mechanism not in _CLASSES:
+        raise ValueError(f"unknown attention mechanism {mechanism!r}; valid: {', '.join(MECHANISMS)}")
+    cls = _CLASSES[mechanism]
+    accepted = _accepted_options(cls)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        valid = [a for a in accepted if a not in ("d_model", "num_heads", "max_len", "rngs")]
+        raise ValueError(f"{mechanism}: unknown option(s) {unknown}; valid: {valid}")
+    if "d_k" in accepted:
+        options["d_k"] = d_k
+    if "num_features" in accepted and num_features is not None:
+        options["num_features"] = num_features
+    return cls(d_model=d_model, num_heads=num_heads, max_len=max_len, rngs=rngs, **options)
+
+
+__all__ = [
+    "MECHANISMS", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
+    "RandomFeatures", "SeqProjection",
+    "FullAttention", "FlashAttention", "LinformerAttention", "PerformerAttention", "RNNAttention",
+    "EVAAttention", "FlurkaPerformer", "FlurkaRNN", "FlurkaEVA",
+    "softmax_attention", "flash_attention", "favor_attention", "elu_attention", "eva_attention",
+    "compressed_eva_attention",
+]

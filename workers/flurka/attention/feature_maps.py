@@ -1,0 +1,99 @@
+"""Feature maps φ and the linear-attention contraction they share.
+
+Kernel attention computes, per head, φ(Q) [φ(K)ᵀ V] / (φ(Q) [φ(K)ᵀ 1]) — the bracket first, so the
+cost is linear in the sequence length. ``performer`` uses FAVOR+ positive random features, ``rnn``
+uses elu(x)+1; the FLuRKA variants reuse exactly these functions on compressed keys.
+
+Everything here runs in float32 whatever the input dtype.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from flurka.attention.base import F32
+
+Array = jax.Array
+
+FAVOR_EPS = 1e-6   # google-research performer: numerical_stabilizer (features and denominator)
+RNN_EPS = 1e-6     # fast-transformers LinearAttention eps
+
+
+# -- random projections ---------------------------------------------------------------------
+def gaussian_orthogonal_matrix(key: Array, num_rows: int, num_cols: int, *,
+                               orthogonal: bool = True) -> Array:
+    """ω ∈ R^{m×d}: rows are orthogonal within each block of d (Performer ORF), with the norms of
+    i.i.d. Gaussian rows so that each row is still marginally N(0, I_d) (google's scaling=0)."""
+    block_key, norm_key = jax.random.split(key)
+    if not orthogonal:
+        return jax.random.normal(block_key, (num_rows, num_cols), F32)
+    num_blocks = -(-num_rows // num_cols)
+    blocks = jax.random.normal(block_key, (num_blocks, num_cols, num_cols), F32)
+    q, r = jnp.linalg.qr(blocks)                       # columns orthonormal
+    # Householder QR leaves sign(diag R) arbitrary-but-data-dependent, which biases the column
+    # directions (the first one always points away from e1's sign); fixing the signs makes Q Haar
+    # distributed, so each feature direction is uniform and FAVOR+ stays unbiased.
+    q = q * jnp.sign(jnp.diagonal(r, axis1=-2, axis2=-1))[..., None, :]
+    rows = jnp.swapaxes(q, -1, -2).reshape(num_blocks * num_cols, num_cols)[:num_rows]
+    norms = jnp.linalg.norm(jax.random.normal(norm_key, (num_rows, num_cols), F32), axis=1)
+    return rows * norms[:, None]
+
+
+# -- feature maps ---------------------------------------------------------------------------
+def favor_features(x: Array, omega: Array, *, is_query: bool, mask: Array | None = None,
+                   eps: float = FAVOR_EPS) -> Array:
+    """FAVOR+ positive features φ(x) = m^-1/2 (exp(ωᵀx' − |x'|²/2 − s) + eps), x' = d^-1/4 x.
+
+    x: [b, n, h, d], omega: [m, d] → [b, n, h, m] float32. The max stabilizer s is per row for
+    queries and per (batch, head) over real keys and features for keys (google-research), so it
+    cancels in the normalised output. Masked key rows are exact zeros (callers zero their input
+    first, so no overflow or NaN gradient can come from padded content).
+    """
+    d = x.shape[-1]
+    m = omega.shape[0]
+    xs = x.astype(F32) * d ** -0.25
+    dash = jnp.einsum("bnhd,md->bnhm", xs, omega.astype(F32), preferred_element_type=F32)
+    diag = 0.5 * jnp.sum(xs * xs, axis=-1, keepdims=True)
+    if is_query:
+        stab = jnp.max(dash, axis=-1, keepdims=True)
+    else:
+        valid = dash if mask is None else jnp.where(mask[:, :, None, None], dash, -jnp.inf)
+        stab = jnp.max(valid, axis=(1, 3), keepdims=True)
+    feat = m ** -0.5 * (jnp.exp(dash - diag - jax.lax.stop_gradient(stab)) + eps)
+    return mask_rows(feat, None if is_query else mask)
+
+
+def elu_features(x: Array, mask: Array | None = None) -> Array:
+    """Linear-transformer feature map φ(x) = elu(x) + 1 (Katharopoulos et al.), float32."""
+    return mask_rows(jax.nn.elu(x.astype(F32)) + 1.0, mask)
+
+
+def mask_rows(feat: Array, mask: Array | None) -> Array:
+    if mask is None:
+        return feat
+    return jnp.where(mask[:, :, None, None], feat, 0.0)
+
+
+# -- contraction shared by every kernel method ------------------------------------------------
+def favor_denominator(r: Array, eps: float = FAVOR_EPS) -> Array:
+    """google-research: R + 2·eps·[|R| ≤ eps] (nudges only near-zero denominators)."""
+    return r + 2.0 * eps * (jnp.abs(r) <= eps)
+
+
+def rnn_denominator(r: Array, eps: float = RNN_EPS) -> Array:
+    """fast-transformers: R + eps."""
+    return r + eps
+
+
+def linear_attention(q_feat: Array, k_feat: Array, v: Array, denominator) -> Array:
+    """φ(Q)[φ(K)ᵀV] / denominator(φ(Q)[φ(K)ᵀ1]).
+
+    q_feat: [b, n, h, f], k_feat: [b, m, h, f] (masked rows already zero), v: [b, m, h, d] (masked
+    rows zero). Order: KV = φ(K)ᵀV [f×d per head] first, then φ(Q)·KV; float32 throughout.
+    """
+    kv = jnp.einsum("bmhf,bmhd->bhfd", k_feat, v.astype(F32), preferred_element_type=F32)
+    k_sum = jnp.sum(k_feat, axis=1)                                        # [b, h, f]
+    num = jnp.einsum("bnhf,bhfd->bnhd", q_feat, kv, preferred_element_type=F32)
+    den = jnp.einsum("bnhf,bhf->bnh", q_feat, k_sum, preferred_element_type=F32)
+    return num / denominator(den)[..., None]

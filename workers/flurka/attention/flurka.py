@@ -1,0 +1,123 @@
+"""FLuRKA (paper eq. 3): φ(X W_Q) [φ((E1 X) W_K)ᵀ ((E2 X) W_V)], normalised like the kernel.
+
+Each variant is the Linformer low-rank K/V path (:class:`~flurka.attention.lowrank.LowRankKV`,
+attribute ``seq_proj``, identical to ``linformer``'s) in front of its kernel constituent's own
+``core`` — same feature map, same normaliser, same random-feature variables — so with
+E1 = E2 = I (d_k = N) ``flurka-performer``/``flurka-rnn`` are exactly ``performer``/``rnn``, and
+up-training copies every parameter path from either constituent.
+
+Product order (per head; d_p = feature dim: m for performer, d_h for rnn):
+  1. Q = X W_Q                                 [N, d_m] · [d_m, d_m]
+  2. X1 = E1·(mask⊙X), X2 = E2·(mask⊙X)        [d_k, N] · [N, d_m]   (once if sharing="kv")
+  3. K' = X1 W_K, V' = X2 W_V                  [d_k, d_m] · [d_m, d_m]
+  4. φ(Q), φ(K')  (performer: Qω [N,d_h]·[d_h,m], K'ω [d_k,d_h]·[d_h,m], exp; rnn: elu+1)
+  5. φ(K')ᵀ V'                                 [d_p, d_k] · [d_k, d_h]
+  6. φ(Q) · (φ(K')ᵀV')                         [N, d_p] · [d_p, d_h]
+  7. denominator φ(Q)·(φ(K')ᵀ1)                [N, d_p] · [d_p]
+  8. out = concat_heads · W_O
+
+``flurka-eva``: EVA's local window has no meaning on compressed keys — a row of E1·X mixes every
+position, so no compressed row is "near" a query. Definition used here, keeping EVA's structure
+(exact softmax terms + chunk-level random-feature control variates in one joint softmax):
+  * exact part: the first ``window_size`` compressed rows (default d_k // 4) are attended exactly by
+    every query (a global window; which rows play this role is learned through E1/E2);
+  * control variates: the remaining d_k − window_size rows are cut into chunks of ``chunk_size``,
+    each summarised as in EVA (k̃_c = LN(Lin_k(k̄_c)), ω_c = ½(LN(Lin_q(q̄)) + k̃_c) + ε_c, β_c by
+    self-normalised importance weights), where q̄ is the mean of the sequence's real queries
+    (query chunks do not line up with compressed chunks);
+  * one joint softmax over [window_size exact logits, chunk logits].
+This is linear in N (cost N·(window_size + chunks)·d_h plus d_k·d_h for the chunk summaries),
+reduces to ``linformer`` when window_size = d_k (no chunks; tested), and is pure RF control
+variates when window_size = 0. Its product order: steps 1-3 above; chunk summaries on K', V'
+(2 × [C, d_h]·[d_h, d_h], d_k·d_h for weights and β); logits Q·[K'_exact; k̃]ᵀ
+([N, d_h]·[d_h, window_size + C]); joint softmax; A·[V'_exact; β] ([N, window_size + C]·[·, d_h]).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from flurka.attention.base import F32, NEG_INF, zero_padding
+from flurka.attention.eva import EVAAttention, chunk_control_variates, masked_mean, pad_to
+from flurka.attention.lowrank import LowRankKV
+from flurka.attention.performer import PerformerAttention
+from flurka.attention.rnn import RNNAttention
+
+Array = jax.Array
+
+
+class FlurkaPerformer(LowRankKV, PerformerAttention):
+    """Linformer-Performer: FAVOR+ on compressed keys/values."""
+
+    mechanism = "flurka-performer"
+
+
+class FlurkaRNN(LowRankKV, RNNAttention):
+    """Linformer-RNN: elu+1 linear attention on compressed keys/values."""
+
+    mechanism = "flurka-rnn"
+
+
+def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_size: int, mu_q,
+                             mu_k, noise=None):
+    """flurka-eva's core (definition in the module docstring).
+
+    q: [b, n, h, d]; k, v: [b, d_k, h, d] compressed (all rows real); query_mask [b, n] or None;
+    noise None, [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d].
+    """
+    b, n, h, d = q.shape
+    m = k.shape[1]
+    scale = d ** -0.5
+    q = zero_padding(q.astype(F32), query_mask)
+    k, v = k.astype(F32), v.astype(F32)
+    logits = [jnp.einsum("bnhd,bwhd->bhnw", q, k[:, :window_size], preferred_element_type=F32)
+              * scale]
+    values = [v[:, :window_size]]
+    rest = m - window_size
+    if rest > 0:
+        nc = -(-rest // chunk_size)
+        kc, vc = (pad_to(t[:, window_size:], nc * chunk_size).reshape(b, nc, chunk_size, h, d)
+                  for t in (k, v))
+        mc = pad_to(jnp.ones((b, rest), bool), nc * chunk_size).reshape(b, nc, chunk_size)
+        qmask = jnp.ones((b, n), bool) if query_mask is None else query_mask
+        q_bar = masked_mean(q[:, None], qmask[:, None], axis=2)            # [b, 1, h, d]
+        if noise is not None:
+            noise = noise[..., :nc, :, :]
+        k_tilde, beta = chunk_control_variates(kc, vc, mc, jnp.broadcast_to(q_bar, (b, nc, h, d)),
+                                               mu_q, mu_k, noise)
+        chunk = jnp.einsum("bnhd,bchd->bhnc", q, k_tilde, preferred_element_type=F32) * scale
+        logits.append(jnp.where(jnp.any(mc, axis=-1)[:, None, None, :], chunk, NEG_INF))
+        values.append(beta)
+    attn = jax.nn.softmax(jnp.concatenate(logits, axis=-1), axis=-1)
+    return jnp.einsum("bhnj,bjhd->bnhd", attn, jnp.concatenate(values, axis=1),
+                      preferred_element_type=F32)
+
+
+class FlurkaEVA(LowRankKV, EVAAttention):
+    """Linformer-EVA: exact global window of compressed rows + chunk control variates."""
+
+    mechanism = "flurka-eva"
+
+    def __init__(self, *, window_size: int | None = None, chunk_size: int = 16, **kwargs):
+        super().__init__(window_size=window_size, chunk_size=chunk_size, **kwargs)
+
+    def check_window(self, window_size):
+        if window_size is None:
+            window_size = self.d_k // 4
+        if not isinstance(window_size, int) or isinstance(window_size, bool) \
+                or not 0 <= window_size <= self.d_k:
+            raise ValueError(f"flurka-eva: window_size (exact compressed rows) must be an int in "
+                             f"[0, d_k={self.d_k}], got {window_size!r}")
+        return window_size
+
+    def num_chunks(self) -> int:
+        return -(-(self.d_k - self.window_size) // self.chunk_size)
+
+    def attend(self, x, mask, rng):
+        q = self.heads(self.query, x)
+        k, v = self.low_rank_kv(x, mask)
+        return compressed_eva_attention(
+            q, k, v, mask, window_size=self.window_size, chunk_size=self.chunk_size,
+            mu_q=self.adaptive_mu_q, mu_k=self.adaptive_mu_k,
+            noise=self.current_noise(q.shape[0], rng))

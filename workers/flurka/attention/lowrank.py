@@ -1,0 +1,121 @@
+"""Linformer sequence projections E1/E2 and the low-rank K/V path shared by ``linformer`` and
+every ``flurka-*`` layer.
+
+Order (paper §2/§3, fairseq's ``multihead_linear_attention``): compress the *input* over the
+sequence first, then project: K' = (E1·X) W_K, V' = (E2·X) W_V, costs d_k·N·d_m + d_k·d_m·d_m each
+(``sharing="kv"``: one E·X for both). Unlike fairseq, padded rows of X are zeroed before the
+compression (E·(mask⊙X)), so padded content never reaches a real output; E is sliced to the
+actual length N (E[:, :N]). d_k ≤ max_len is checked at construction; d_k > N at call time is
+allowed: the compressed K'/V' then have d_k rows of rank ≤ N (with E = I, d_k = N = max_len,
+Linformer is exactly full attention).
+
+Sharing (Linformer §4 "parameter sharing", fairseq flags):
+  ``"headwise"`` (default, fairseq's default): separate E1, E2 per layer, shared by all heads.
+  ``"kv"``: one E for keys and values (fairseq ``--shared-kv-compressed``).
+  ``"none"``: separate E1, E2 for every head (the paper's non-shared variant; E: [H, d_k, max_len]).
+  Layerwise sharing (fairseq ``--shared-layer-kv-compressed``): build one :class:`SeqProjection`
+  and pass it as ``seq_proj=`` to every layer.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from flurka.attention.base import F32, check_positive_int, zero_padding
+
+Array = jax.Array
+SHARINGS = ("headwise", "kv", "none")
+
+
+def linformer_init(d_k: int):
+    """N(0, 1/d_k) — Linformer's E, F entries (paper §2)."""
+    return jax.nn.initializers.normal(stddev=d_k ** -0.5)
+
+
+class SeqProjection(nnx.Module):
+    """E1 (``e1``) and E2 (``e2``; absent when ``sharing="kv"``), learned, [(H,) d_k, max_len]."""
+
+    def __init__(self, *, d_k: int, max_len: int, num_heads: int = 1, sharing: str = "headwise",
+                 rngs: nnx.Rngs, param_dtype=jnp.float32):
+        check_positive_int("d_k", d_k)
+        if sharing not in SHARINGS:
+            raise ValueError(f"sharing must be one of {SHARINGS}, got {sharing!r}")
+        if d_k > max_len:
+            raise ValueError(f"d_k={d_k} must be <= max_len={max_len}")
+        self.d_k, self.max_len, self.sharing = d_k, max_len, sharing
+        shape = (num_heads, d_k, max_len) if sharing == "none" else (d_k, max_len)
+        init = linformer_init(d_k)
+        self.e1 = nnx.Param(init(rngs.params(), shape, param_dtype))
+        self.e2 = None if sharing == "kv" else nnx.Param(init(rngs.params(), shape, param_dtype))
+
+    def matrices(self, n: int) -> tuple[Array, Array]:
+        """(E1, E2) sliced to length n."""
+        e1 = self.e1[...][..., :n]
+        e2 = e1 if self.e2 is None else self.e2[...][..., :n]
+        return e1, e2
+
+
+def compress(e: Array, x: Array) -> Array:
+    """E·X over the sequence: [d_k, n]·[b, n, d] → [b, d_k, d] (or per-head [h, d_k, n] →
+    [b, h, d_k, d]); float32 accumulation, result in x's dtype."""
+    spec = "hkn,bnd->bhkd" if e.ndim == 3 else "kn,bnd->bkd"
+    return jnp.einsum(spec, e.astype(x.dtype), x, preferred_element_type=F32).astype(x.dtype)
+
+
+def project_per_head(proj: nnx.Linear, xc: Array) -> Array:
+    """Head h's slice of ``proj`` applied to head h's compressed input: [b, h, k, d_m] → [b, k, h, d_h].
+    Avoids projecting every head's compression with every head's weights."""
+    h = xc.shape[1]
+    kernel = proj.kernel[...]
+    kernel = kernel.reshape(kernel.shape[0], h, -1)
+    dtype = proj.dtype or jnp.promote_types(xc.dtype, kernel.dtype)
+    out = jnp.einsum("bhkd,dhe->bkhe", xc.astype(dtype), kernel.astype(dtype))
+    if proj.bias is not None:
+        out = out + proj.bias[...].reshape(h, -1).astype(dtype)
+    return out
+
+
+class LowRankKV:
+    """Mixin for an :class:`~flurka.attention.base.AttentionLayer`: adds ``seq_proj`` and replaces
+    K, V by their compressed versions before the layer's own ``core`` (softmax for Linformer, the
+    kernel for FLuRKA). Compressed rows are all real, so ``core`` gets no key mask."""
+
+    def __init__(self, *, d_k: int | None = None, sharing: str = "headwise",
+                 seq_proj: SeqProjection | None = None, **kwargs):
+        if seq_proj is None:  # checked first (before any parameter is drawn)
+            if d_k is None:
+                raise ValueError(f"{self.mechanism}: d_k (the downsampling factor) is required")
+            check_positive_int("d_k", d_k)
+            if d_k > kwargs.get("max_len", d_k):
+                raise ValueError(f"{self.mechanism}: d_k={d_k} must be <= "
+                                 f"max_len={kwargs['max_len']}")
+            if sharing not in SHARINGS:
+                raise ValueError(f"{self.mechanism}: sharing must be one of {SHARINGS}, "
+                                 f"got {sharing!r}")
+        self.d_k = d_k if seq_proj is None else seq_proj.d_k  # kernels may size buffers from it
+        super().__init__(**kwargs)
+        if seq_proj is None:
+            seq_proj = SeqProjection(d_k=d_k, max_len=self.max_len, num_heads=self.num_heads,
+                                     sharing=sharing, rngs=kwargs["rngs"],
+                                     param_dtype=kwargs.get("param_dtype", jnp.float32))
+        elif seq_proj.max_len < self.max_len:
+            raise ValueError(f"{self.mechanism}: shared seq_proj has max_len={seq_proj.max_len} "
+                             f"< layer max_len={self.max_len}")
+        self.seq_proj = seq_proj
+
+    def low_rank_kv(self, x: Array, mask: Array | None) -> tuple[Array, Array]:
+        """K' = (E1·(mask⊙X)) W_K, V' = (E2·(mask⊙X)) W_V as heads [b, d_k, h, d_h]."""
+        x = zero_padding(x, mask)
+        e1, e2 = self.seq_proj.matrices(x.shape[1])
+        x1 = compress(e1, x)
+        x2 = x1 if self.seq_proj.e2 is None else compress(e2, x)
+        if e1.ndim == 3:
+            return project_per_head(self.key, x1), project_per_head(self.value, x2)
+        return self.heads(self.key, x1), self.heads(self.value, x2)
+
+    def attend(self, x, mask, rng):
+        q = self.heads(self.query, x)
+        k, v = self.low_rank_kv(x, mask)
+        return self.core(q, k, v, None, rng)

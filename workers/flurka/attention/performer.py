@@ -1,0 +1,75 @@
+"""Performer / FAVOR+ (Choromanski et al. 2021), bidirectional.
+
+φ(x) = m^-1/2 (exp(ωᵀx' − |x'|²/2 − stabilizer) + 1e-6), x' = d_h^-1/4 x, ω ∈ R^{m×d_h} positive
+orthogonal random features (shared by heads), as in google-research
+``performer/fast_attention/jax/fast_attention.py``; denominator R + 2e-6·[|R| ≤ 1e-6].
+
+Product order (per head; m = num_features):
+  1. Q, K, V = X W_Q, X W_K, X W_V             3 × [N, d_m] · [d_m, d_m]
+  2. Q'ω, K'ω                                 2 × [N, d_h] · [d_h, m]  (+ exp)
+  3. φ(K)ᵀ V                                   [m, N] · [N, d_h]
+  4. φ(Q) · (φ(K)ᵀV)                           [N, m] · [m, d_h]
+  5. denominator φ(Q)·(φ(K)ᵀ1)                 [N, m] · [m]
+  6. out = concat_heads · W_O
+
+Features: ``redraw=False`` keeps ω drawn at construction (a :class:`RandomFeatures` variable,
+not a Param, so optimizers skip it); ``redraw=True`` draws ω from the ``rng`` passed at call
+(``layer(x, mask, rng=key)``; missing ``rng`` is an error). Padding: masked keys and values are
+zeroed and masked out of the key stabilizer, so their features are exact zeros.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from flurka.attention.base import AttentionLayer, RandomFeatures, check_positive_int, zero_padding
+from flurka.attention.feature_maps import (
+    favor_denominator, favor_features, gaussian_orthogonal_matrix, linear_attention)
+
+DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
+
+
+def favor_attention(q, k, v, key_mask, omega):
+    """FAVOR+ on projected heads; float32 [b, n, h, d_h]."""
+    k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
+    q_feat = favor_features(q, omega, is_query=True)
+    k_feat = favor_features(k, omega, is_query=False, mask=key_mask)
+    return linear_attention(q_feat, k_feat, v, favor_denominator)
+
+
+class RandomFeatureMixin:
+    """Fixed-or-redrawn random draws through an explicit key (performer, EVA and their FLuRKA
+    variants)."""
+
+    redraw: bool = False
+
+    def check_rng(self, rng):
+        if rng is None:
+            raise ValueError(f"{self.mechanism}: redraw=True needs an explicit key: "
+                             f"layer(x, mask, rng=jax.random.key(...))")
+        return rng
+
+
+class PerformerAttention(RandomFeatureMixin, AttentionLayer):
+    """FAVOR+ kernel attention with ``num_features`` positive orthogonal random features."""
+
+    mechanism = "performer"
+
+    def __init__(self, *, num_features: int = DEFAULT_NUM_FEATURES, orthogonal: bool = True,
+                 redraw: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.num_features = check_positive_int("num_features", num_features)
+        self.orthogonal = bool(orthogonal)
+        self.redraw = bool(redraw)
+        self.features = RandomFeatures(self.draw_features(kwargs["rngs"].params()))
+
+    def draw_features(self, key: jax.Array) -> jax.Array:
+        """ω [num_features, d_h] float32 from ``key``."""
+        return gaussian_orthogonal_matrix(key, self.num_features, self.head_dim,
+                                          orthogonal=self.orthogonal)
+
+    def omega(self, rng):
+        return self.draw_features(self.check_rng(rng)) if self.redraw else self.features[...]
+
+    def core(self, q, k, v, key_mask, rng):
+        return favor_attention(q, k, v, key_mask, self.omega(rng))

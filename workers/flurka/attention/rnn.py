@@ -1,0 +1,35 @@
+"""Linear transformer "RNN" attention (Katharopoulos et al. 2020), bidirectional.
+
+φ(x) = elu(x) + 1; out = φ(Q)[φ(K)ᵀV] / (φ(Q)[φ(K)ᵀ1] + 1e-6) as in idiap/fast-transformers
+``LinearAttention``.
+
+Product order (per head; feature dim = d_h):
+  1. Q, K, V = X W_Q, X W_K, X W_V             3 × [N, d_m] · [d_m, d_m]
+  2. φ(Q), φ(K)                                elementwise
+  3. φ(K)ᵀ V                                   [d_h, N] · [N, d_h]
+  4. φ(Q) · (φ(K)ᵀV)                           [N, d_h] · [d_h, d_h]
+  5. denominator φ(Q)·(φ(K)ᵀ1)                 [N, d_h] · [d_h]
+  6. out = concat_heads · W_O
+
+Padding: masked keys' features and values are exact zeros.
+"""
+
+from __future__ import annotations
+
+from flurka.attention.base import AttentionLayer, zero_padding
+from flurka.attention.feature_maps import elu_features, linear_attention, rnn_denominator
+
+
+def elu_attention(q, k, v, key_mask):
+    """Linear attention with φ = elu+1 on projected heads; float32 [b, n, h, d_h]."""
+    k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
+    return linear_attention(elu_features(q), elu_features(k, key_mask), v, rnn_denominator)
+
+
+class RNNAttention(AttentionLayer):
+    """Deterministic-kernel linear attention (no random features)."""
+
+    mechanism = "rnn"
+
+    def core(self, q, k, v, key_mask, rng):
+        return elu_attention(q, k, v, key_mask)

@@ -5,7 +5,7 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 EXTRAS ?= test
 
-.PHONY: install test test-fast clean
+.PHONY: install sweep test test-fast clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The main job: the up-training sweep on the small CPU benchmarks (embedded local Ray, SQLite
+# MLflow and results DB under runs/uptrain-small), then the up-training table.
+sweep: $(STAMP)
+	$(PY) experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml $(ARGS)
 
 # The whole suite, slow end-to-end tests included (CI runs exactly this).
 test: $(STAMP)

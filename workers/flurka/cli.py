@@ -16,6 +16,7 @@ import sys
 # name -> (module, one-line help). Later subcommands register here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "flops": ("flurka.attention.flops_cli", "forward FLOPs per mechanism and the paper's regime claims"),
+    "train": ("flurka.training.cli", "train a benchmark config (JSON result with --json)"),
     "speed": ("flurka.speed.__main__", "step-time benchmarks of every mechanism (JSON; JAX only)"),
     "report": ("flurka.reports.cli", "static HTML report of the paper's tables and figures (+ Markdown/LaTeX), optionally logged to MLflow"),
     "ui": ("flurka.tracking.cli", "open the MLflow UI of a sweep on 127.0.0.1"),

@@ -1,0 +1,91 @@
+"""The loop end to end on tiny models: resume bit for bit, divergence, FLOP accounting, CLI."""
+
+import argparse
+import json
+import math
+
+import pytest
+from conftest import tiny
+
+from flurka.training import flops as flops_lib
+from flurka.training import run
+
+
+class Stop(Exception):
+    pass
+
+
+def _stop_at(step):
+    def callback(kind, entry):
+        if kind == "train" and entry["step"] == step:
+            raise Stop
+    return callback
+
+
+def _strip(result):
+    return {k: v for k, v in result.items() if k != "wall_time_s"}
+
+
+def test_resume_from_checkpoint_is_bit_for_bit(tmp_path, digits):
+    # random features + dropout: both must come back identically after the restart
+    config = tiny(attention="flurka-performer", steps=8, eval_every=4)
+    straight = run(config, dataset=digits)
+    ckpt = config.replace(workdir=str(tmp_path / "run"), checkpoint_every=3)
+    with pytest.raises(Stop):                       # "crash" after step 5: checkpoint at 3
+        run(ckpt, dataset=digits, callback=_stop_at(5))
+    resumed = run(ckpt, dataset=digits)
+    assert [h["loss"] for h in resumed["history"]] == [h["loss"] for h in straight["history"]]
+    assert _strip(resumed) | {"config": None} == _strip(straight) | {"config": None}
+    assert len(straight["history"]) == 8 and straight["eval_history"][0]["step"] == 4
+    # and a finished run's workdir just gives the same result back
+    assert _strip(run(ckpt, dataset=digits))["final_metrics"] == straight["final_metrics"]
+
+
+def test_divergence_ends_the_run_with_history_kept(digits):
+    config = tiny(attention="full", learning_rate=1e5, grad_clip=None, steps=40, warmup_steps=0,
+                  schedule="constant", log_every=1)
+    result = run(config, dataset=digits)
+    assert result["status"].startswith("diverged at step "), result["status"]
+    k = int(result["status"].rsplit(" ", 1)[1])
+    assert 1 < k <= 40 and result["steps"] == k
+    assert [h["step"] for h in result["history"]] == list(range(1, k))
+    assert all(math.isfinite(h["loss"]) for h in result["history"])
+    json.dumps(result, allow_nan=False)             # strictly JSON-serializable
+
+
+def test_flops_accumulate_linearly(digits):
+    config = tiny(attention="flurka-rnn", steps=6, log_every=2, eval_every=3)
+    result = run(config, dataset=digits)
+    batch = next(digits.train_batches(config.batch_size))
+    per_step = flops_lib.train_step_flops(config, digits.info, {k: v.shape for k, v in batch.items()})
+    assert per_step == 3 * flops_lib.forward_flops(config, digits.info, {k: v.shape for k, v in batch.items()})
+    assert [h["train_flops"] for h in result["history"]] == [2 * per_step, 4 * per_step, 6 * per_step]
+    assert [e["train_flops"] for e in result["eval_history"]] == [3 * per_step, 6 * per_step]
+    assert result["train_flops"] == 6 * per_step
+    # a cheaper mechanism logs fewer FLOPs for the same steps
+    lin = run(config.replace(attention="linformer"), dataset=digits)
+    full = run(config.replace(attention="full"), dataset=digits)
+    assert lin["train_flops"] != full["train_flops"] and lin["train_flops"] > 0
+
+
+def _cli(argv):
+    from flurka.training import cli
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    return cli.run(parser.parse_args(argv))
+
+
+def test_cli_prints_final_metrics_as_json(capsys):
+    code = _cli(["--benchmark", "lra-image-small", "--attention", "rnn", "--steps", "3", "--json",
+                 "--no-progress", "--set", "d_model=16", "--set", "num_layers=1", "--set", "batch_size=8",
+                 "--set", "eval_batches=1", "--d-k", "8"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["status"] == "ok" and out["steps"] == 3
+    assert out["attention"] == "rnn" and 0.0 <= out["final_metrics"]["accuracy"] <= 1.0
+    assert out["config"]["attention_options"]["d_k"] == 8
+
+
+def test_cli_rejects_bad_input_in_one_line(capsys):
+    code = _cli(["--benchmark", "lra-image-small", "--attention", "softmax", "--steps", "3"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "valid: full, flash, linformer" in err

@@ -1,0 +1,88 @@
+"""Up-training (paper §4.2): the α switch carries every shared parameter and its optimizer state;
+α = 0 / 1 are plain FLuRKA / plain base; forking from a base checkpoint ≡ uninterrupted."""
+
+import jax
+import numpy as np
+import pytest
+from conftest import tiny
+
+from flurka.training import loop, run, uptrain
+from flurka.training.optimizer import make_optimizer
+from flurka.training.tasks import make_task
+
+
+def _train_phase(config, info, attention, batches, steps):
+    phase = loop.make_phase(config, info, attention, make_task(config), make_optimizer(config))
+    for i in range(steps):
+        phase.params, phase.other, phase.opt_state, _ = phase.train_step(
+            phase.params, phase.other, phase.opt_state, loop._device_batch(next(batches)), jax.random.key(i))
+    return phase
+
+
+@pytest.mark.parametrize("variant,base,new_prefix", [
+    ("flurka-performer", "low-rank", None),          # Linformer -> FLuRKA: E1/E2 carried too
+    ("flurka-performer", "kernel", "seq_proj"),      # Performer -> FLuRKA: only E1/E2 are new
+])
+def test_switch_carries_shared_parameters_and_optimizer_state(digits, variant, base, new_prefix):
+    config = tiny(attention=variant, base=base, alpha=0.5)
+    base_mech = uptrain.phases(config)[0][0]
+    assert base_mech == ("linformer" if base == "low-rank" else "performer")
+    src = _train_phase(config, digits.info, base_mech, digits.train_batches(8), 3)
+    fresh = loop.make_phase(config, digits.info, variant, make_task(config), make_optimizer(config))
+    carried, report = uptrain.switch(src.state(), fresh.state())
+
+    shared = set(src.params) & set(fresh.params)
+    assert set(report["copied"]) == shared and shared
+    for name in shared:                               # identical across the switch, bit for bit
+        np.testing.assert_array_equal(carried["params"][name], src.params[name])
+    for name in report["new"]:                        # only parameters new to the variant are fresh
+        assert new_prefix is not None and f"/{new_prefix}/" in f"/{name}/", name
+        np.testing.assert_array_equal(carried["params"][name], fresh.params[name])
+    if new_prefix is None:
+        assert report["new"] == []
+    for name in set(src.other) & set(fresh.other):     # e.g. the kernel's random features
+        if src.other[name].shape == fresh.other[name].shape:
+            np.testing.assert_array_equal(carried["other"][name], src.other[name])
+    # AdamW moments and the step counter carry over; new parameters start with zero moments
+    flat_src = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(src.opt_state)[0]}
+    flat_new = {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_flatten_with_path(carried["opt_state"])[0]}
+    counts = [k for k in flat_new if k.endswith(".count")]
+    assert counts and all(int(flat_new[k]) == 3 for k in counts)
+    for key, value in flat_new.items():
+        if any(f"'{n}'" in key for n in shared):
+            np.testing.assert_array_equal(value, flat_src[key])
+        elif any(f"'{n}'" in key for n in report["new"]):
+            assert not np.any(np.asarray(value)), key
+
+
+def test_alpha_zero_and_one_are_plain_runs(digits):
+    config = tiny(attention="flurka-rnn", base="kernel", steps=6, eval_every=3)
+    plain_variant = run(config, dataset=digits)
+    plain_base = run(config.replace(attention="rnn"), dataset=digits)
+    a0 = run(config.replace(alpha=0.0), dataset=digits)
+    a1 = run(config.replace(alpha=1.0), dataset=digits)
+    for got, want in ((a0, plain_variant), (a1, plain_base)):
+        assert got["history"] == want["history"]
+        assert got["eval_history"] == want["eval_history"] and got["switches"] == []
+    assert a1["history"][0]["attention"] == "rnn" and a0["history"][0]["attention"] == "flurka-rnn"
+
+
+def test_fork_from_base_checkpoint_equals_uninterrupted(tmp_path, digits):
+    config = tiny(attention="flurka-performer", alpha=0.5, steps=8, eval_every=4)
+    uninterrupted = run(config, dataset=digits)
+    assert [s["step"] for s in uninterrupted["switches"]] == [4]
+    assert {h["attention"] for h in uninterrupted["history"][:4]} == {"linformer"}
+    assert {h["attention"] for h in uninterrupted["history"][4:]} == {"flurka-performer"}
+
+    base_run = config.replace(attention="linformer", alpha=0.0, workdir=str(tmp_path / "base"),
+                              checkpoint_every=4)
+    run(base_run, dataset=digits)
+    forked = run(config.replace(base_checkpoint=str(tmp_path / "base" / "checkpoints")), dataset=digits)
+    for key in ("status", "history", "eval_history", "final_metrics", "train_flops", "switches", "steps"):
+        assert forked[key] == uninterrupted[key], key
+
+    with pytest.raises(ValueError, match="trained with different learning_rate"):
+        run(config.replace(learning_rate=5e-3, base_checkpoint=str(tmp_path / "base" / "checkpoints")),
+            dataset=digits)
+    with pytest.raises(ValueError, match=r"no checkpoint for step 2 .* available: \[4, 8\]"):
+        run(config.replace(alpha=0.25, base_checkpoint=str(tmp_path / "base" / "checkpoints")), dataset=digits)

@@ -1,0 +1,204 @@
+"""The training config (configs as code, big_vision style) and its validation.
+
+A benchmark is a function returning a :class:`TrainConfig`; families live one per file
+(``lra.py``, ``glue.py``, ``mlm.py``, ``nmt.py``, ``imagenet.py``, ``small.py``) and register
+themselves in :data:`BENCHMARKS`. :func:`validate` is the one place bad settings are caught, with a
+one-line ``ValueError`` naming the valid choices, before any data is read or anything compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+TASKS = ("classification", "regression", "mlm", "translation", "image")
+MODELS = ("classifier", "mlm", "seq2seq", "vit")
+SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
+METRICS = ("accuracy", "top5", "perplexity", "bleu", "matthews", "f1", "pearson", "spearman")
+BASES = ("low-rank", "kernel")
+POOLINGS = ("cls", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs. ``dataset`` names a :mod:`flurka.data` data set."""
+
+    benchmark: str
+    dataset: str
+    task: str
+    model: str
+    metrics: tuple[str, ...]
+    # model
+    d_model: int
+    num_heads: int
+    num_layers: int
+    d_ff: int
+    max_len: int                       # the encoder's sequence length (tokens, pixels, patches)
+    num_decoder_layers: int = 0        # seq2seq only
+    dropout_rate: float = 0.1
+    pooling: str = "mean"
+    patch_size: int = 16               # vit only
+    t2t: bool = False                  # vit only: Tokens-to-Token stem
+    attention: str = "full"
+    attention_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # optimizer (optax AdamW)
+    learning_rate: float = 1e-4
+    schedule: str = "linear"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    grad_clip: float | None = None     # global-norm clip; None = off
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    label_smoothing: float = 0.0
+    # loop
+    batch_size: int = 32
+    steps: int = 1000
+    eval_every: int = 500              # 0 = only at the end
+    eval_batches: int = 0              # 0 = the whole eval split
+    bleu_batches: int = 1              # translation: eval batches decoded for BLEU
+    beam_size: int = 1                 # translation: 1 = greedy decoding
+    log_every: int = 50
+    checkpoint_every: int = 0          # 0 = none; checkpoints (and resume) only with a workdir
+    keep_checkpoints: int | None = None
+    seed: int = 0
+    workdir: str | None = None
+    dataset_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    data_dir: str | None = None
+    # up-training (paper §4.2)
+    alpha: float = 0.0
+    base: str = "low-rank"
+    base_checkpoint: str | None = None  # a base run's checkpoint dir holding step round(alpha*steps)
+    notes: str = ""                    # where the settings come from
+
+    def replace(self, **overrides: Any) -> "TrainConfig":
+        return dataclasses.replace(self, **overrides)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def switch_step(self) -> int:
+        """Number of base-model steps before the FLuRKA switch (α·steps, rounded)."""
+        return int(round(self.alpha * self.steps))
+
+
+# ------------------------------------------------------------------------------------------
+# Registry
+# ------------------------------------------------------------------------------------------
+BENCHMARKS: dict[str, Callable[[], TrainConfig]] = {}
+
+
+def register(name: str):
+    def deco(fn: Callable[[], TrainConfig]):
+        if name in BENCHMARKS:
+            raise ValueError(f"benchmark {name!r} registered twice")
+        BENCHMARKS[name] = fn
+        return fn
+    return deco
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
+    """The named benchmark's config with ``overrides`` applied, validated.
+
+    ``attention_options`` and ``dataset_options`` overrides are merged into the benchmark's
+    defaults (so ``attention_options={"d_k": 64}`` keeps ``num_features``); ``None`` values
+    in them remove a default. Overriding ``steps`` alone scales ``warmup_steps`` with it (linear
+    and cosine schedules), so the warm-up stays the same fraction of training.
+    """
+    if benchmark not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}")
+    unknown = sorted(set(overrides) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"unknown config field(s) {unknown}; valid: {', '.join(FIELDS)}")
+    config = BENCHMARKS[benchmark]()
+    if "steps" in overrides and "warmup_steps" not in overrides and config.schedule != "inverse_sqrt":
+        # warm-up keeps its fraction of training when only the length changes
+        steps = overrides["steps"]
+        if isinstance(steps, int) and steps > 0:
+            overrides["warmup_steps"] = round(config.warmup_steps * steps / config.steps)
+    for key in ("attention_options", "dataset_options"):
+        if key in overrides and overrides[key] is not None:
+            merged = {**getattr(config, key), **overrides[key]}
+            overrides[key] = {k: v for k, v in merged.items() if v is not None}
+    config = dataclasses.replace(config, **overrides)
+    validate(config)
+    return config
+
+
+# ------------------------------------------------------------------------------------------
+# Validation
+# ------------------------------------------------------------------------------------------
+def mechanisms() -> tuple[str, ...]:
+    from flurka.attention.flops import MECHANISMS
+    return MECHANISMS
+
+
+def base_attention(attention: str, base: str) -> str:
+    """The up-training base model's mechanism: Linformer, or the variant's kernel constituent."""
+    from flurka.attention.flops import constituents
+    return constituents(attention)["low_rank" if base == "low-rank" else "kernel"]
+
+
+def _choice(name: str, value: Any, valid: tuple) -> None:
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, valid))}")
+
+
+def _positive(name: str, value: Any, *, zero_ok: bool = False) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if zero_ok else value > 0)
+    if not ok:
+        raise ValueError(f"{name} must be a {'non-negative' if zero_ok else 'positive'} int, got {value!r}")
+
+
+def validate(config: TrainConfig) -> TrainConfig:
+    """Check ``config``; raise a one-line ValueError naming the valid choices. Returns it."""
+    c = config
+    _choice("task", c.task, TASKS)
+    _choice("model", c.model, MODELS)
+    _choice("attention mechanism", c.attention, mechanisms())
+    _choice("schedule", c.schedule, SCHEDULES)
+    _choice("pooling", c.pooling, POOLINGS)
+    _choice("up-training base", c.base, BASES)
+    for m in c.metrics:
+        _choice("metric", m, METRICS)
+    for name in ("d_model", "num_heads", "num_layers", "d_ff", "max_len", "batch_size", "steps",
+                 "log_every", "bleu_batches", "beam_size"):
+        _positive(name, getattr(c, name))
+    for name in ("warmup_steps", "eval_every", "eval_batches", "checkpoint_every", "num_decoder_layers"):
+        _positive(name, getattr(c, name), zero_ok=True)
+    if c.d_model % c.num_heads:
+        raise ValueError(f"num_heads={c.num_heads} must divide d_model={c.d_model}")
+    if not (isinstance(c.learning_rate, (int, float)) and c.learning_rate > 0):
+        raise ValueError(f"learning_rate must be > 0, got {c.learning_rate!r}")
+    if c.schedule == "inverse_sqrt" and c.warmup_steps == 0:
+        raise ValueError("the inverse_sqrt schedule needs warmup_steps > 0")
+    if c.warmup_steps > c.steps and c.schedule in ("linear", "cosine"):
+        raise ValueError(f"warmup_steps={c.warmup_steps} exceeds steps={c.steps}")
+    if not 0.0 <= c.dropout_rate < 1.0:
+        raise ValueError(f"dropout_rate must be in [0, 1), got {c.dropout_rate}")
+    if c.grad_clip is not None and not c.grad_clip > 0:
+        raise ValueError(f"grad_clip must be > 0 or None, got {c.grad_clip}")
+    opts = dict(c.attention_options)
+    bad = sorted(set(opts) - {"d_k", "num_features", "window_size", "chunk_size"})
+    if bad:
+        raise ValueError(f"unknown attention option(s) {bad}; valid: d_k, num_features, window_size, chunk_size")
+    d_k = opts.get("d_k")
+    if d_k is not None:
+        _positive("attention_options.d_k", d_k)
+        if d_k > c.max_len:
+            raise ValueError(f"d_k={d_k} exceeds the benchmark's max_len={c.max_len}")
+    # up-training
+    if not isinstance(c.alpha, (int, float)) or not 0.0 <= c.alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {c.alpha!r}")
+    from flurka.attention.flops import FLURKA
+    if c.alpha > 0 and c.attention not in FLURKA:
+        raise ValueError(f"alpha > 0 (up-training) needs a FLuRKA attention; valid: {', '.join(FLURKA)}")
+    if c.base_checkpoint is not None and not 0 < c.switch_step < c.steps:
+        raise ValueError("base_checkpoint needs 0 < round(alpha*steps) < steps (a switch inside the run)")
+    return c

@@ -1,0 +1,58 @@
+"""Small versions of the benchmarks: real data that ships with the packages, tiny models,
+minutes on a laptop CPU, clearly above chance. Same families and loss/metrics as the full
+benchmarks, so the whole pipeline (and the up-training switch) can be exercised anywhere.
+
+Sizes are ours (not the paper's): d_model 64, 2 heads (head dim 32), 2 layers, FFN 128 — the
+LRA shape of Table 6 at half width — AdamW 1e-3 with linear decay and 10 % warm-up. d_k and
+random features are 16-32 (≤ the short sequences).
+"""
+
+from __future__ import annotations
+
+from flurka.configs.base import TrainConfig, register
+
+_SMALL = dict(d_model=64, num_heads=2, num_layers=2, d_ff=128, dropout_rate=0.1,
+              learning_rate=1e-3, schedule="linear", weight_decay=0.01, grad_clip=1.0, seed=0)
+_NOTES = "small CPU version (our sizes): d_model 64, 2 heads, 2 layers, FFN 128, AdamW 1e-3 linear"
+
+
+@register("lra-listops-small")
+def listops_small() -> TrainConfig:
+    """ListOps generator with depth ≤ 3, ≤ 5 args, ≤ 40 tokens (flurka.data)."""
+    return TrainConfig(
+        benchmark="lra-listops-small", dataset="lra-listops-small", task="classification",
+        model="classifier", metrics=("accuracy",), max_len=40, pooling="cls",
+        attention_options={"d_k": 16, "num_features": 32}, **_SMALL,
+        batch_size=64, steps=1500, warmup_steps=150, eval_every=500, log_every=50, notes=_NOTES)
+
+
+@register("lra-image-small")
+def image_small() -> TrainConfig:
+    """scikit-learn digits, 8×8 pixels read as 64 tokens (LRA image in miniature)."""
+    return TrainConfig(
+        benchmark="lra-image-small", dataset="lra-image-small", task="classification",
+        model="classifier", metrics=("accuracy",), max_len=64, pooling="mean",
+        attention_options={"d_k": 32, "num_features": 32}, **_SMALL,
+        batch_size=64, steps=1000, warmup_steps=100, eval_every=250, log_every=50, notes=_NOTES)
+
+
+@register("mlm-small")
+def mlm_small() -> TrainConfig:
+    """Byte-level MLM on the CPython standard library's own sources."""
+    return TrainConfig(
+        benchmark="mlm-small", dataset="mlm-small", task="mlm", model="mlm",
+        metrics=("perplexity", "accuracy"), max_len=128,
+        attention_options={"d_k": 32, "num_features": 32}, **_SMALL,
+        batch_size=32, steps=1000, warmup_steps=100, eval_every=250, eval_batches=20, log_every=50,
+        notes=_NOTES)
+
+
+@register("nmt-small")
+def nmt_small() -> TrainConfig:
+    """EN→DE number words (num2words / babel), encoder-decoder, greedy BLEU."""
+    return TrainConfig(
+        benchmark="nmt-small", dataset="nmt-small", task="translation", model="seq2seq",
+        metrics=("bleu", "perplexity", "accuracy"), max_len=32, num_decoder_layers=2,
+        attention_options={"d_k": 16, "num_features": 32}, **_SMALL,
+        batch_size=64, steps=1500, warmup_steps=150, eval_every=500, eval_batches=8, bleu_batches=4,
+        log_every=50, notes=_NOTES)

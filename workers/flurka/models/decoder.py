@@ -1,0 +1,102 @@
+"""Translation decoder: causal self-attention, cross-attention to the encoder, FFN (pre-LN).
+
+The paper applies its mechanisms to the encoder only; the decoder always uses exact softmax
+attention. These layers are not part of the mechanism family (they need a causal mask and keys
+from another sequence), so they live here, built from the attention package's head helpers and
+``jax.nn.dot_product_attention`` (cuDNN where it applies).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from flurka.attention.base import merge_heads, split_heads
+from flurka.models.checks import check_mask, check_positive_int
+from flurka.models.embedding import Embedding
+from flurka.models.encoder import FeedForward
+
+
+class DotProductAttention(nnx.Module):
+    """Multi-head softmax attention of queries from x over keys/values from ``context``."""
+
+    def __init__(self, d_model: int, num_heads: int, *, rngs: nnx.Rngs):
+        if d_model % num_heads:
+            raise ValueError(f"num_heads={num_heads} must divide d_model={d_model}")
+        self.num_heads = num_heads
+        self.query = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.key = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.value = nnx.Linear(d_model, d_model, rngs=rngs)
+        self.out = nnx.Linear(d_model, d_model, rngs=rngs)
+
+    def __call__(self, x: jax.Array, context: jax.Array, mask: jax.Array) -> jax.Array:
+        """x [B, T, D], context [B, S, D], mask bool broadcastable to [B, heads, T, S]."""
+        q, k, v = (split_heads(p(a), self.num_heads)
+                   for p, a in ((self.query, x), (self.key, context), (self.value, context)))
+        ctx = jax.nn.dot_product_attention(q, k, v, mask=mask)
+        return self.out(merge_heads(ctx))
+
+
+def causal_mask(decoder_mask: jax.Array | None, length: int) -> jax.Array:
+    """[B or 1, 1, T, T]: position t sees real positions <= t."""
+    causal = jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+    if decoder_mask is None:
+        return causal
+    return causal & decoder_mask[:, None, None, :]
+
+
+class DecoderBlock(nnx.Module):
+    def __init__(self, *, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
+                 rngs: nnx.Rngs):
+        self.self_attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
+        self.self_attention = DotProductAttention(d_model, num_heads, rngs=rngs)
+        self.cross_attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
+        self.cross_attention = DotProductAttention(d_model, num_heads, rngs=rngs)
+        self.ffn_norm = nnx.LayerNorm(d_model, rngs=rngs)
+        self.ffn = FeedForward(d_model, d_ff, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
+
+    def __call__(self, y, encoded, self_mask, cross_mask, *, deterministic: bool):
+        h = self.self_attention_norm(y)
+        y = y + self.dropout(self.self_attention(h, h, self_mask), deterministic=deterministic)
+        h = self.cross_attention_norm(y)
+        y = y + self.dropout(self.cross_attention(h, encoded, cross_mask),
+                             deterministic=deterministic)
+        return y + self.dropout(self.ffn(self.ffn_norm(y)), deterministic=deterministic)
+
+
+class Decoder(nnx.Module):
+    """decoder_inputs [B, T] (BOS-shifted targets) + encoded [B, S, D] -> logits [B, T, vocab]."""
+
+    def __init__(self, *, vocab_size: int, max_len: int, d_model: int, num_heads: int,
+                 num_layers: int, d_ff: int, dropout_rate: float = 0.1, tie_output: bool = True,
+                 positions: str = "learned", rngs: nnx.Rngs):
+        check_positive_int("num_layers", num_layers)
+        self.max_len, self.tie_output = max_len, tie_output
+        self.embedding = Embedding(vocab_size=vocab_size, d_model=d_model, max_len=max_len,
+                                   positions=positions, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
+        self.layers = nnx.List([
+            DecoderBlock(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
+                         dropout_rate=dropout_rate, rngs=rngs) for _ in range(num_layers)])
+        self.final_norm = nnx.LayerNorm(d_model, rngs=rngs)
+        if not tie_output:
+            self.logits = nnx.Linear(d_model, vocab_size, rngs=rngs)
+
+    def __call__(self, decoder_inputs: jax.Array, decoder_mask: jax.Array | None,
+                 encoded: jax.Array, encoder_mask: jax.Array, *,
+                 deterministic: bool = True) -> jax.Array:
+        y = self.embedding(decoder_inputs)
+        if decoder_mask is not None:
+            check_mask("decoder_mask", decoder_mask, decoder_inputs.shape)
+        if encoded.shape[0] != decoder_inputs.shape[0]:
+            raise ValueError(f"decoder batch {decoder_inputs.shape[0]} != encoder batch "
+                             f"{encoded.shape[0]}")
+        y = self.dropout(y, deterministic=deterministic)
+        self_mask = causal_mask(decoder_mask, decoder_inputs.shape[1])
+        cross_mask = encoder_mask[:, None, None, :]
+        for layer in self.layers:
+            y = layer(y, encoded, self_mask, cross_mask, deterministic=deterministic)
+        y = self.final_norm(y)
+        return self.embedding.attend(y) if self.tie_output else self.logits(y)

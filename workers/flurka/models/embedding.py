@@ -1,0 +1,70 @@
+"""Token + position (+ segment) embeddings, kept outside the encoder.
+
+Positions are learned (BERT, LRA) or fixed sinusoidal (Vaswani et al.); the sinusoid is computed
+on the fly from static shapes, so it holds no state. Segment embeddings serve GLUE-style pairs
+packed into one sequence ("concat").
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from flurka.models.checks import check_choice, check_positive_int, check_tokens
+
+POSITIONS = ("learned", "sinusoidal")
+EMBED_INIT = nnx.initializers.normal(stddev=0.02)
+
+
+def sinusoidal_positions(length: int, d_model: int) -> np.ndarray:
+    """[length, d_model] float32 table: sin on even, cos on odd features (Vaswani et al. 2017)."""
+    position = np.arange(length, dtype=np.float64)[:, None]
+    div = np.exp(np.arange(0, d_model, 2, dtype=np.float64) * (-math.log(10000.0) / d_model))
+    table = np.zeros((length, d_model), dtype=np.float64)
+    table[:, 0::2] = np.sin(position * div)
+    table[:, 1::2] = np.cos(position * div)[:, : d_model // 2]
+    return table.astype(np.float32)
+
+
+class Embedding(nnx.Module):
+    """ids [B, N] (+ segments [B, N]) -> [B, N, d_model]."""
+
+    def __init__(self, *, vocab_size: int, d_model: int, max_len: int, num_segments: int = 0,
+                 positions: str = "learned", rngs: nnx.Rngs):
+        check_positive_int("vocab_size", vocab_size)
+        check_positive_int("d_model", d_model)
+        check_positive_int("max_len", max_len)
+        check_choice("positions", positions, POSITIONS)
+        self.vocab_size, self.d_model, self.max_len = vocab_size, d_model, max_len
+        self.num_segments = num_segments
+        self.positions = positions
+        self.token = nnx.Embed(vocab_size, d_model, embedding_init=EMBED_INIT, rngs=rngs)
+        if positions == "learned":
+            self.position = nnx.Param(EMBED_INIT(rngs.params(), (max_len, d_model)))
+        self.segment = (nnx.Embed(num_segments, d_model, embedding_init=EMBED_INIT, rngs=rngs)
+                        if num_segments else None)
+
+    def __call__(self, ids: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+        check_tokens("inputs", ids, self.max_len)
+        n = ids.shape[1]
+        x = self.token(ids)
+        if self.positions == "learned":
+            x = x + self.position[...][:n]
+        else:
+            x = x + jnp.asarray(sinusoidal_positions(n, self.d_model))
+        if self.segment is not None:
+            if segments is None:
+                raise ValueError("segments [batch, seq] are required for sequence pairs (pair='concat')")
+            if getattr(segments, "shape", None) != ids.shape:
+                raise ValueError(f"segments must have the shape of inputs {ids.shape}, "
+                                 f"got {getattr(segments, 'shape', None)}")
+            x = x + self.segment(segments)
+        return x
+
+    def attend(self, x: jax.Array) -> jax.Array:
+        """Logits against the token table (tied output projection)."""
+        return self.token.attend(x)

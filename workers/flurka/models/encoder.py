@@ -1,0 +1,97 @@
+"""The shared transformer encoder: a stack of pre-LN blocks around a swappable attention.
+
+Every model in the package uses this stack, and the paper swaps only the attention, so the
+attention submodule sits at the same path for every mechanism
+(``layers[i].attention.{query,key,value,out,seq_proj}``): up-training copies parameters by path.
+Embeddings stay outside (tokens, patches and T2T tokens all feed the same stack).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from flurka.attention import MECHANISMS, make_attention
+from flurka.models.checks import check_choice, check_mask, check_positive_int
+
+
+class FeedForward(nnx.Module):
+    """Position-wise d_model -> d_ff -> d_model with GELU."""
+
+    def __init__(self, d_model: int, d_ff: int, *, rngs: nnx.Rngs):
+        self.fc1 = nnx.Linear(d_model, d_ff, rngs=rngs)
+        self.fc2 = nnx.Linear(d_ff, d_model, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.fc2(jax.nn.gelu(self.fc1(x)))
+
+
+class EncoderBlock(nnx.Module):
+    """x + Drop(Attn(LN(x))); x + Drop(FFN(LN(x)))."""
+
+    def __init__(self, *, d_model: int, num_heads: int, d_ff: int, max_len: int, attention: str,
+                 attention_options: Mapping[str, Any] | None, dropout_rate: float,
+                 rngs: nnx.Rngs):
+        self.attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
+        self.attention = make_attention(attention, d_model=d_model, num_heads=num_heads,
+                                        max_len=max_len, rngs=rngs, **dict(attention_options or {}))
+        self.ffn_norm = nnx.LayerNorm(d_model, rngs=rngs)
+        self.ffn = FeedForward(d_model, d_ff, rngs=rngs)
+        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
+
+    def __call__(self, x: jax.Array, mask: jax.Array | None, *, deterministic: bool,
+                 rng: jax.Array | None = None) -> jax.Array:
+        x = x + self.dropout(self.attention(self.attention_norm(x), mask, rng=rng),
+                             deterministic=deterministic)
+        return x + self.dropout(self.ffn(self.ffn_norm(x)), deterministic=deterministic)
+
+
+class Encoder(nnx.Module):
+    """[B, N, d_model] (+ mask [B, N]) -> [B, N, d_model]; ends with a LayerNorm (pre-LN)."""
+
+    def __init__(self, *, d_model: int, num_heads: int, num_layers: int, d_ff: int, max_len: int,
+                 attention: str, attention_options: Mapping[str, Any] | None = None,
+                 dropout_rate: float = 0.1, rngs: nnx.Rngs):
+        check_choice("attention mechanism", attention, MECHANISMS)
+        for name, value in (("d_model", d_model), ("num_heads", num_heads),
+                            ("num_layers", num_layers), ("d_ff", d_ff), ("max_len", max_len)):
+            check_positive_int(name, value)
+        if d_model % num_heads:
+            raise ValueError(f"num_heads={num_heads} must divide d_model={d_model}")
+        if not 0.0 <= dropout_rate < 1.0:
+            raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
+        self.d_model, self.max_len, self.mechanism = d_model, max_len, attention
+        self.layers = nnx.List([
+            EncoderBlock(d_model=d_model, num_heads=num_heads, d_ff=d_ff, max_len=max_len,
+                         attention=attention, attention_options=attention_options,
+                         dropout_rate=dropout_rate, rngs=rngs)
+            for _ in range(num_layers)])
+        self.final_norm = nnx.LayerNorm(d_model, rngs=rngs)
+
+    def __call__(self, x: jax.Array, mask: jax.Array | None = None, *, deterministic: bool = True,
+                 attention_rng: jax.Array | None = None) -> jax.Array:
+        """``attention_rng`` (optional) reaches mechanisms that redraw random features."""
+        if getattr(x, "ndim", None) != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"encoder input must be [batch, seq, {self.d_model}], "
+                             f"got shape {getattr(x, 'shape', None)}")
+        if x.shape[1] > self.max_len:
+            raise ValueError(f"sequence length {x.shape[1]} > max_len={self.max_len}")
+        if mask is not None:
+            check_mask("mask", mask, x.shape[:2])
+        rngs = (jax.random.split(attention_rng, len(self.layers)) if attention_rng is not None
+                else [None] * len(self.layers))
+        for layer, rng in zip(self.layers, rngs):
+            x = layer(x, mask, deterministic=deterministic, rng=rng)
+        return self.final_norm(x)
+
+
+def masked_mean(x: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Mean over real tokens: [B, N, D], [B, N] -> [B, D] (padding contributes exactly 0)."""
+    if mask is None:
+        return x.mean(axis=1)
+    weights = mask.astype(x.dtype)[..., None]
+    total = jnp.where(mask[..., None], x, 0).sum(axis=1)
+    return total / jnp.maximum(weights.sum(axis=1), 1.0)

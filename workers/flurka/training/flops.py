@@ -1,0 +1,124 @@
+"""Whole-model training FLOPs per step (for loss-vs-compute curves, paper Table 1).
+
+Counting: every dense layer (W_Q/K/V/O, FFN, heads, the MLM/decoder output projection, patch
+and T2T projections) is a matrix product, 2·M·N·K FLOPs. Each encoder attention layer is
+counted by :func:`flurka.attention.flops.forward_flops` (its exact model: matmuls plus the
+softmax / feature-map elementwise work); the decoder's causal self-attention and
+cross-attention are softmax attention and use the same model ("full"). Embedding lookups,
+LayerNorm, GELU, residual adds and the loss are not counted (elementwise, O(N·d) against the
+O(N·d²) matmuls). With ``dots_only=True`` only matrix products are counted: that number is
+exactly what XLA's compiled forward pass multiplies, and the tests check it against the HLO.
+
+A training step is forward + backward ≈ 3 × forward (the backward computes two matmuls —
+w.r.t. inputs and w.r.t. weights — per forward one), the usual convention (Kaplan et al. 2020).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from flurka.attention import flops as attention_flops
+
+TRAIN_FACTOR = 3
+
+
+def _mm(*dims: int) -> int:
+    out = 2
+    for d in dims:
+        out *= int(d)
+    return out
+
+
+def attention_layer(mechanism: str, *, batch: int, seq_len: int, d_model: int, num_heads: int,
+                    options: Mapping | None = None, dots_only: bool = False) -> int:
+    opts = {k: v for k, v in dict(options or {}).items()
+            if k in ("d_k", "num_features", "window_size", "chunk_size")}
+    if mechanism not in (attention_flops.LOW_RANK, *attention_flops.FLURKA):
+        opts.pop("d_k", None)
+    shape = attention_flops.AttentionShape(batch=batch, seq_len=seq_len, d_model=d_model,
+                                           num_heads=num_heads, **opts)
+    fn = attention_flops.dot_flops if dots_only else attention_flops.forward_flops
+    return int(fn(mechanism, shape))
+
+
+def encoder(mechanism: str, *, batch: int, seq_len: int, d_model: int, num_heads: int,
+            num_layers: int, d_ff: int, options: Mapping | None = None, dots_only: bool = False) -> int:
+    """The shared pre-LN encoder stack: per layer one attention and a two-matmul FFN."""
+    attn = attention_layer(mechanism, batch=batch, seq_len=seq_len, d_model=d_model,
+                           num_heads=num_heads, options=options, dots_only=dots_only)
+    ffn = 2 * _mm(batch, seq_len, d_model, d_ff)
+    return num_layers * (attn + ffn)
+
+
+def decoder(*, batch: int, target_len: int, source_len: int, d_model: int, num_heads: int,
+            num_layers: int, d_ff: int, vocab_size: int, dots_only: bool = False) -> int:
+    """Causal self-attention (softmax over all M positions: the mask does not skip work),
+    cross-attention (queries M, keys/values N), FFN, then the vocabulary projection."""
+    b, m, n, d, h = batch, target_len, source_len, d_model, num_heads
+    self_attn = attention_layer("full", batch=b, seq_len=m, d_model=d, num_heads=h, dots_only=dots_only)
+    rows = b * h * m
+    cross = _mm(b, d, d) * (2 * m + 2 * n) + 2 * _mm(rows, n, d // h)
+    if not dots_only:
+        cross += b * d * (2 * m + 2 * n) + 6 * rows * n     # biases; scale + 5-op softmax
+    ffn = 2 * _mm(b, m, d, d_ff)
+    return num_layers * (self_attn + cross + ffn) + _mm(b, m, d, vocab_size)
+
+
+def _t2t(mechanism, *, batch, image_shape, d_model, splits, token_dim, options, dots_only) -> int:
+    h, w, c = image_shape
+    total, channels = 0, c
+    for i, (k, s, p) in enumerate(splits):
+        h, w = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+        last = i == len(splits) - 1
+        total += _mm(batch, h * w, channels * k * k, d_model if last else token_dim)
+        if not last:
+            total += encoder(mechanism, batch=batch, seq_len=h * w, d_model=token_dim, num_heads=1,
+                             num_layers=1, d_ff=token_dim, options=options, dots_only=dots_only)
+            channels = token_dim
+    return total
+
+
+def forward_flops(config, info, shapes: Mapping[str, tuple], *, attention: str | None = None,
+                  dots_only: bool = False) -> int:
+    """Forward FLOPs of one batch. ``shapes``: the batch's array shapes (key -> shape);
+    ``attention`` overrides ``config.attention`` (the up-training base phase)."""
+    mech = attention or config.attention
+    c = config
+    common = dict(d_model=c.d_model, num_heads=c.num_heads, num_layers=c.num_layers, d_ff=c.d_ff,
+                  options=c.attention_options, dots_only=dots_only)
+    if c.task == "image":
+        b, hh, ww, ch = shapes["image"]
+        if c.t2t:
+            from flurka.models.vit import T2T_SPLITS
+            stem = _t2t(mech, batch=b, image_shape=(hh, ww, ch), d_model=c.d_model, splits=T2T_SPLITS,
+                        token_dim=64, options=c.attention_options, dots_only=dots_only)
+            for k, s, p in T2T_SPLITS:
+                hh, ww = (hh + 2 * p - k) // s + 1, (ww + 2 * p - k) // s + 1
+            tokens = hh * ww
+        else:
+            tokens = (hh // c.patch_size) * (ww // c.patch_size)
+            stem = _mm(b, tokens, ch * c.patch_size ** 2, c.d_model)
+        body = encoder(mech, batch=b, seq_len=tokens + 1, **common)
+        return stem + body + _mm(b, c.d_model, info.num_classes)
+    b, n = shapes["inputs"]
+    if c.task in ("classification", "regression"):
+        towers = 2 if "inputs2" in shapes else 1
+        width = 4 * c.d_model if towers == 2 else c.d_model
+        classes = 1 if c.task == "regression" else info.num_classes
+        return (towers * encoder(mech, batch=b, seq_len=n, **common)
+                + _mm(b, width, c.d_model) + _mm(b, c.d_model, classes))
+    if c.task == "mlm":
+        return (encoder(mech, batch=b, seq_len=n, **common)
+                + _mm(b, n, c.d_model, c.d_model) + _mm(b, n, c.d_model, info.vocab_size))
+    if c.task == "translation":
+        m = shapes["targets"][1] - 1
+        return (encoder(mech, batch=b, seq_len=n, **common)
+                + decoder(batch=b, target_len=m, source_len=n, d_model=c.d_model,
+                          num_heads=c.num_heads, num_layers=c.num_decoder_layers or c.num_layers,
+                          d_ff=c.d_ff, vocab_size=info.target_vocab_size, dots_only=dots_only))
+    raise ValueError(f"unknown task {c.task!r}")
+
+
+def train_step_flops(config, info, shapes, *, attention: str | None = None) -> int:
+    """FLOPs of one training step: forward + backward = 3 × forward."""
+    return TRAIN_FACTOR * forward_flops(config, info, shapes, attention=attention)

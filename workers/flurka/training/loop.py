@@ -1,0 +1,424 @@
+"""The training loop: ``train(config) -> result dict`` (flax examples style, NNX functional API).
+
+* Jitted train step: a pure function of flat ``params``/``other`` dicts, the optax state, the
+  batch and a per-step key (dropout key = fold_in(key(seed), step)); batch k is a pure function
+  of (seed, k) (data contract). Together these make a resumed run reproduce an uninterrupted one
+  bit for bit.
+* Periodic evaluation over the eval split (padding examples weighted 0), metrics per task.
+* Orbax checkpoints every ``checkpoint_every`` steps under ``workdir/checkpoints``; a run whose
+  workdir holds checkpoints resumes from the latest one.
+* FLOPs: every history entry carries the cumulative training FLOPs (3 × forward, see
+  :mod:`flurka.training.flops`) so runs can be compared at equal compute.
+* A non-finite loss ends the run with status ``"diverged at step k"``; history so far is kept.
+* Up-training: phases from :func:`flurka.training.uptrain.phases`; at the switch the state is
+  carried into the FLuRKA model; ``base_checkpoint`` starts right at the switch from another
+  run's checkpoint (forking many FLuRKA branches from one base run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from flurka.configs.base import TrainConfig, validate
+from flurka.training import flops as flops_lib
+from flurka.training import state as state_lib
+from flurka.training import uptrain
+from flurka.training.checkpoints import Checkpointer
+from flurka.training.optimizer import make_optimizer
+from flurka.training.schedules import from_config as schedule_from_config
+from flurka.training.tasks import Task, make_task
+
+# Fields that must agree between a base checkpoint's run and the run forking from it.
+_FORK_FIELDS = ("dataset", "task", "model", "d_model", "num_heads", "num_layers", "d_ff", "max_len",
+                "num_decoder_layers", "pooling", "patch_size", "t2t", "learning_rate", "schedule",
+                "warmup_steps", "weight_decay", "grad_clip", "b1", "b2", "eps", "label_smoothing",
+                "batch_size", "steps", "seed", "dropout_rate", "dataset_options")
+
+
+class Diverged(Exception):
+    def __init__(self, step: int):
+        super().__init__(f"diverged at step {step}")
+        self.step = step
+
+
+# ------------------------------------------------------------------------------------------------
+# Model / data set-up
+# ------------------------------------------------------------------------------------------------
+def load_dataset(config: TrainConfig):
+    from flurka.data import get_dataset
+    return get_dataset(config.dataset, seed=config.seed, data_dir=config.data_dir,
+                       **dict(config.dataset_options))
+
+
+def check_against_data(config: TrainConfig, info) -> None:
+    """Config/data mismatches, as one-line errors before anything is compiled."""
+    if info.task != config.task:
+        raise ValueError(f"benchmark {config.benchmark!r} expects task {config.task!r} but dataset "
+                         f"{config.dataset!r} is {info.task!r}")
+    if config.task != "image" and info.max_len != config.max_len:
+        raise ValueError(f"config max_len={config.max_len} but dataset {config.dataset!r} has "
+                         f"max_len={info.max_len}; set max_len={info.max_len}")
+    if config.pooling == "cls" and config.task in ("classification", "regression") and info.cls_id is None:
+        raise ValueError(f"pooling='cls' but dataset {config.dataset!r} has no [CLS] token; use pooling='mean'")
+
+
+def build_model(config: TrainConfig, info, attention: str) -> nnx.Module:
+    """The benchmark's model with ``attention``; parameters drawn from ``config.seed``."""
+    from flurka.models import build_model as factory
+    model_config = dict(
+        attention=attention, attention_options=dict(config.attention_options),
+        d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
+        d_ff=config.d_ff, dropout_rate=config.dropout_rate, pooling=config.pooling,
+        patch_size=config.patch_size, t2t=config.t2t,
+        num_decoder_layers=config.num_decoder_layers or None, seed=config.seed)
+    return factory(info, model_config, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
+
+
+def _device_batch(batch: dict) -> dict:
+    """The numeric arrays of a batch (strings and other extras stay on the host)."""
+    return {k: v for k, v in batch.items()
+            if isinstance(v, np.ndarray) and v.dtype.kind in "biuf"}
+
+
+@dataclasses.dataclass
+class Phase:
+    """One mechanism's jitted functions and training state."""
+
+    attention: str
+    parts: state_lib.ModelParts
+    train_step: Callable
+    eval_step: Callable
+    decode: Callable | None
+    params: dict
+    other: dict
+    opt_state: Any
+
+    def state(self) -> dict:
+        return {"params": self.params, "other": self.other, "opt_state": self.opt_state}
+
+    def load(self, state: dict) -> None:
+        self.params, self.other, self.opt_state = state["params"], state["other"], state["opt_state"]
+
+
+# Fields the compiled step depends on besides the model graph (the rest — seed, logging,
+# checkpointing, workdir — only changes values, not the program).
+_OPT_FIELDS = ("learning_rate", "schedule", "warmup_steps", "steps", "d_model", "weight_decay",
+               "grad_clip", "b1", "b2", "eps")
+_COMPILED: dict[tuple, tuple] = {}
+_COMPILED_MAX = 32
+
+
+def make_phase(config: TrainConfig, info, attention: str, task: Task, tx) -> Phase:
+    model = build_model(config, info, attention)
+    parts, params, other = state_lib.split(model)
+    del model
+    # Reuse jitted steps across runs of the same program in one process (resume, sweeps, tests):
+    # each new closure would otherwise be traced and compiled again.
+    key = (parts.graphdef, parts.param_treedef, parts.other_treedef, parts.rng_treedef,
+           parts.rng_leaves, type(task), task.metrics, task.label_smoothing,
+           tuple(getattr(config, f) for f in _OPT_FIELDS), config.task, config.beam_size,
+           info.target_max_len, info.bos_id, info.eos_id, info.pad_id)
+    if key not in _COMPILED:
+        if len(_COMPILED) >= _COMPILED_MAX:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[key] = _compile(config, info, parts, task, tx)
+    train_step, eval_step, decode = _COMPILED[key]
+    return Phase(attention, parts, train_step, eval_step, decode, params, other, tx.init(params))
+
+
+def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task, tx):
+    def loss_fn(params, other, batch, key):
+        model = parts.merge(params, other, key)
+        loss, aux = task.loss(model, batch, deterministic=False)
+        return loss, (aux, parts.other_of(model))
+
+    @jax.jit
+    def train_step(params, other, opt_state, batch, key):
+        (loss, (aux, other)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, other, batch, key)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, other, opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads), **aux}
+
+    @jax.jit
+    def eval_step(params, other, batch):
+        return task.eval_stats(parts.merge(params, other), batch)
+
+    decode = None
+    if config.task == "translation":
+        max_len = info.target_max_len - 1
+
+        @jax.jit
+        def decode(params, other, inputs, mask):
+            model = parts.merge(params, other)
+            ids = dict(bos_id=info.bos_id, eos_id=info.eos_id, pad_id=info.pad_id)
+            if config.beam_size > 1:
+                return model.beam_search(inputs, mask, beam_size=config.beam_size, max_len=max_len, **ids)
+            return model.greedy_decode(inputs, mask, max_len=max_len, **ids)
+
+    return train_step, eval_step, decode
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation
+# ------------------------------------------------------------------------------------------------
+def evaluate(config: TrainConfig, dataset, task: Task, phase: Phase) -> dict[str, float]:
+    stats: dict[str, list] = {}
+    hyps, refs = [], []
+    for i, batch in enumerate(dataset.eval_batches(config.batch_size)):
+        if config.eval_batches and i >= config.eval_batches:
+            break
+        dev = _device_batch(batch)
+        for k, v in jax.device_get(phase.eval_step(phase.params, phase.other, dev)).items():
+            stats.setdefault(k, []).append(np.asarray(v))
+        if phase.decode is not None and "bleu" in config.metrics and i < config.bleu_batches:
+            out = np.asarray(phase.decode(phase.params, phase.other, dev["inputs"], dev["mask"]))
+            for row, target, w in zip(out, batch["targets"], batch["example_weight"]):
+                if w > 0:
+                    hyps.append(dataset.decode(row))
+                    refs.append(dataset.decode(target[1:]))
+    if not stats:
+        raise ValueError(f"dataset {config.dataset!r} has an empty eval split")
+    metrics = task.summarize({k: np.concatenate(v) for k, v in stats.items()})
+    if hyps:
+        from flurka.training.metrics import bleu
+        metrics["bleu"] = bleu(hyps, refs)
+    return metrics
+
+
+# ------------------------------------------------------------------------------------------------
+# The loop
+# ------------------------------------------------------------------------------------------------
+class _Run:
+    """Mutable bookkeeping of one run (history, FLOPs, the not-yet-logged window of steps)."""
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.step = 0
+        self.history: list[dict] = []
+        self.eval_history: list[dict] = []
+        self.window: list[dict] = []          # host metrics of steps since the last log entry
+        self.pending: list[tuple[int, int, dict]] = []   # (step, FLOPs so far, device metrics)
+        self.train_flops = 0
+        self.prior_wall = 0.0
+        self.switches: list[dict] = []
+
+    def meta(self, attention: str, wall: float) -> dict:
+        return {"step": self.step, "attention": attention, "history": self.history,
+                "eval_history": self.eval_history, "window": self.window,
+                "train_flops": self.train_flops, "wall_time_s": wall, "switches": self.switches,
+                "config": config_dict(self.config)}
+
+    def load_meta(self, meta: dict) -> None:
+        self.step = int(meta["step"])
+        self.history = list(meta["history"])
+        self.eval_history = list(meta["eval_history"])
+        self.window = list(meta["window"])
+        self.train_flops = int(meta["train_flops"])
+        self.prior_wall = float(meta.get("wall_time_s", 0.0))
+        self.switches = list(meta.get("switches", []))
+
+    def flush(self) -> None:
+        """Fetch pending step metrics; raise :class:`Diverged` at the first non-finite loss."""
+        if not self.pending:
+            return
+        fetched = jax.device_get([m for _, _, m in self.pending])
+        for (step, flops, _), m in zip(self.pending, fetched):
+            entry = {"step": step, "train_flops": flops, **{k: float(v) for k, v in m.items()}}
+            if not math.isfinite(entry["loss"]):
+                self.pending = []
+                raise Diverged(step)
+            self.window.append(entry)
+        self.pending = []
+
+    def log(self, attention: str, schedule) -> dict | None:
+        """One history entry: the mean of the window's step metrics, at its last step."""
+        if not self.window:
+            return None
+        keys = [k for k in self.window[0] if k not in ("step", "train_flops")]
+        last = self.window[-1]
+        entry = {"step": last["step"],
+                 **{k: float(np.mean([w[k] for w in self.window])) for k in keys},
+                 "train_flops": last["train_flops"],
+                 "learning_rate": float(schedule(last["step"] - 1)), "attention": attention}
+        self.history.append(entry)
+        self.window = []
+        return entry
+
+
+def config_dict(config: TrainConfig) -> dict:
+    out = dataclasses.asdict(config)
+    out["attention_options"] = dict(config.attention_options)
+    out["dataset_options"] = dict(config.dataset_options)
+    out["metrics"] = list(config.metrics)
+    return out
+
+
+def _check_fork(config: TrainConfig, meta: dict, base: str, path: str) -> None:
+    if meta.get("attention") != base:
+        raise ValueError(f"base_checkpoint {path} holds a {meta.get('attention')!r} model at step "
+                         f"{meta.get('step')}; this run's base is {base!r}")
+    theirs, ours = meta.get("config", {}), config_dict(config)
+    differ = [k for k in _FORK_FIELDS if k in theirs and _norm(theirs[k]) != _norm(ours[k])]
+    if differ:
+        raise ValueError(f"base_checkpoint {path} was trained with different {', '.join(differ)}")
+
+
+def _norm(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
+def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], None] | None = None,
+          progress: bool | None = None) -> dict:
+    """Train ``config``; return the result dict (see :func:`flurka.training.run`).
+
+    ``callback(kind, entry)`` is called with ``("train", history entry)``, ``("eval", eval
+    entry)`` as they happen (sweeps report from it). ``progress``: a tqdm bar (default: only when
+    stderr is a terminal).
+    """
+    validate(config)
+    start = time.perf_counter()
+    dataset = load_dataset(config) if dataset is None else dataset
+    info = dataset.info
+    check_against_data(config, info)
+    task = make_task(config)
+    tx = make_optimizer(config)
+    schedule = schedule_from_config(config)
+    plan = uptrain.phases(config)
+    run = _Run(config)
+    root_key = jax.random.fold_in(jax.random.key(config.seed), 1)
+
+    ckpt = None
+    if config.workdir and config.checkpoint_every:
+        ckpt = Checkpointer(os.path.join(config.workdir, "checkpoints"),
+                            max_to_keep=config.keep_checkpoints)
+
+    # ---- where to start: own checkpoint (resume) > base checkpoint (fork) > scratch -------------
+    phase: Phase | None = None
+    latest = ckpt.latest_step() if ckpt is not None else None
+    if latest is not None:
+        meta = ckpt.meta(latest)
+        phase = make_phase(config, info, meta["attention"], task, tx)
+        restored, meta = ckpt.restore(latest, phase.state())
+        phase.load(restored)
+        run.load_meta(meta)
+    elif config.base_checkpoint is not None:
+        base = plan[0][0]
+        with Checkpointer(config.base_checkpoint, read_only=True) as src:
+            meta = src.meta(config.switch_step)
+            _check_fork(config, meta, base, config.base_checkpoint)
+            phase = make_phase(config, info, base, task, tx)
+            restored, meta = src.restore(config.switch_step, phase.state())
+        phase.load(restored)
+        run.load_meta(meta)
+        run.prior_wall = 0.0
+        run.log(base, schedule)   # an uninterrupted up-training run logs at the switch, too
+
+    def emit(kind: str, entry: dict | None) -> None:
+        if entry is not None and callback is not None:
+            callback(kind, entry)
+
+    def save() -> None:
+        if ckpt is not None and (not ckpt.steps() or ckpt.latest_step() != run.step):
+            ckpt.save(run.step, phase.state(), run.meta(phase.attention, wall()))
+
+    def wall() -> float:
+        return run.prior_wall + time.perf_counter() - start
+
+    def do_eval() -> None:
+        if run.eval_history and run.eval_history[-1]["step"] == run.step:
+            return
+        metrics = evaluate(config, dataset, task, phase)
+        entry = {"step": run.step, "train_flops": run.train_flops, "attention": phase.attention, **metrics}
+        run.eval_history.append(entry)
+        emit("eval", entry)
+
+    bar = None
+    if progress or (progress is None and sys.stderr.isatty()):
+        from tqdm.auto import tqdm
+        bar = tqdm(total=config.steps, initial=run.step, desc=f"{config.benchmark} {config.attention}",
+                   unit="step", file=sys.stderr)
+
+    status, diverged_step = "ok", None
+    try:
+        for attention, first, end in plan:
+            if run.step >= end:
+                continue
+            if phase is None:
+                phase = make_phase(config, info, attention, task, tx)
+            elif phase.attention != attention:           # the up-training switch
+                new = make_phase(config, info, attention, task, tx)
+                carried, report = uptrain.switch(phase.state(), new.state())
+                new.load(carried)
+                run.switches.append({"step": run.step, "from": phase.attention, "to": attention,
+                                     "copied": len(report["copied"]), "new": report["new"]})
+                phase = new
+            step_flops: dict[tuple, int] = {}
+            batches = dataset.train_batches(config.batch_size, start_step=run.step)
+            while run.step < end:
+                batch = _device_batch(next(batches))
+                shapes = tuple(sorted((k, v.shape) for k, v in batch.items()))
+                if shapes not in step_flops:
+                    step_flops[shapes] = flops_lib.train_step_flops(config, info, dict(shapes),
+                                                                    attention=attention)
+                key = jax.random.fold_in(root_key, run.step)
+                phase.params, phase.other, phase.opt_state, metrics = phase.train_step(
+                    phase.params, phase.other, phase.opt_state, batch, key)
+                run.step += 1
+                run.train_flops += step_flops[shapes]
+                run.pending.append((run.step, run.train_flops, metrics))
+                if bar is not None:
+                    bar.update(1)
+                last = run.step == config.steps
+                if run.step % config.log_every == 0 or run.step == end:
+                    run.flush()
+                    entry = run.log(attention, schedule)
+                    if bar is not None and entry is not None:
+                        bar.set_postfix(loss=f"{entry['loss']:.4f}")
+                    emit("train", entry)
+                if config.eval_every and run.step % config.eval_every == 0 and not last:
+                    run.flush()
+                    do_eval()
+                if ckpt is not None and run.step % config.checkpoint_every == 0 and not last:
+                    run.flush()
+                    save()
+        run.flush()
+        do_eval()
+        save()
+    except Diverged as exc:
+        status, diverged_step = str(exc), exc.step
+        run.log(phase.attention, schedule)   # keep the finite steps before the divergence
+    finally:
+        if bar is not None:
+            bar.close()
+        if ckpt is not None:
+            ckpt.close()
+
+    final = {k: v for k, v in run.eval_history[-1].items()
+             if k not in ("step", "train_flops", "attention")} if run.eval_history else {}
+    return {
+        "status": status,
+        "benchmark": config.benchmark,
+        "attention": config.attention,
+        "seed": config.seed,
+        "steps": run.step if diverged_step is None else diverged_step,
+        "final_metrics": final,
+        "history": run.history,
+        "eval_history": run.eval_history,
+        "train_flops": run.train_flops,
+        "wall_time_s": wall(),
+        "num_params": int(sum(v.size for v in phase.params.values())) if phase is not None else 0,
+        "switches": run.switches,
+        "config": config_dict(config),
+    }

@@ -1,0 +1,35 @@
+"""``flurka ingest``: load result JSON files (speed benchmark documents, sweep records) into the DB.
+
+    python -m flurka.speed --sweep n-sweep --out benchmarks/h100_nsweep.json     # on the GPU box
+    flurka ingest --db postgresql://me@db-host/flurka benchmarks/h100_nsweep.json
+
+Idempotent: ingesting a file twice adds nothing. Each file is one transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from flurka.results import db
+from flurka.results.ingest import ingest_file
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=db.DEFAULT_URL, help="SQLAlchemy URL (default %(default)s)")
+    parser.add_argument("files", nargs="+", help="JSON files written by flurka.speed or a sweep")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        engine = db.open_results(args.db)
+    except db.DatabaseUnreachable as e:
+        print(f"flurka ingest: {e}", file=sys.stderr)
+        return 2
+    try:
+        for path in args.files:
+            report = ingest_file(engine, path)
+            print(f"{path}: added {report.added}, already present {report.skipped}")
+    finally:
+        engine.dispose()
+    return 0

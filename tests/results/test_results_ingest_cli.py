@@ -1,0 +1,47 @@
+"""The benchmark → database path a GPU user takes: ``python -m flurka.speed`` writes JSON (JAX only),
+``flurka ingest`` loads it (twice: idempotent), ``flurka tables`` reads it back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from flurka.cli import main
+
+
+def test_speed_json_ingests_once_and_tables_read_it(tmp_path, capsys):
+    out = tmp_path / "speed.json"
+    subprocess.run(
+        [sys.executable, "-m", "flurka.speed", "--sweep", "tiny", "--mechanisms", "full,flurka-rnn",
+         "--modes", "forward", "--repeats", "2", "--warmup", "1", "--no-ceilings", "--out", str(out)],
+        check=True, timeout=600)
+    rows = json.loads(out.read_text())["results"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok, rows
+
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    assert main(["ingest", "--db", url, str(out)]) == 0
+    first = capsys.readouterr().out
+    assert f"added {len(rows)}, already present 0" in first
+    assert main(["ingest", "--db", url, str(out)]) == 0
+    assert f"added 0, already present {len(rows)}" in capsys.readouterr().out
+
+    assert main(["tables", "--db", url, "--table", "speed", "--mode", "forward", "--scope", "layer",
+                 "--format", "csv"]) == 0
+    table = capsys.readouterr().out
+    assert "full" in table and "flurka-rnn" in table
+
+
+def test_ingest_unreachable_db_is_one_line(tmp_path, capsys):
+    code = main(["ingest", "--db", "postgresql://u:secret@127.0.0.1:1/x", str(tmp_path / "none.json")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cannot reach" in err and "secret" not in err and "\n" not in err
+
+
+def test_ingest_bad_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code = main(["ingest", "--db", f"sqlite:///{tmp_path / 'r.db'}", str(bad)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "cannot read results JSON" in err and "\n" not in err

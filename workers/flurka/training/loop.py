@@ -33,6 +33,7 @@ from flax import nnx
 
 from flurka.configs.base import TrainConfig, validate
 from flurka.training import flops as flops_lib
+from flurka.training import parallel
 from flurka.training import state as state_lib
 from flurka.training import uptrain
 from flurka.training.checkpoints import Checkpointer
@@ -86,10 +87,12 @@ def build_model(config: TrainConfig, info, attention: str) -> nnx.Module:
     return factory(info, model_config, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
 
 
-def _device_batch(batch: dict) -> dict:
-    """The numeric arrays of a batch (strings and other extras stay on the host)."""
-    return {k: v for k, v in batch.items()
-            if isinstance(v, np.ndarray) and v.dtype.kind in "biuf"}
+def _device_batch(batch: dict, mesh=None) -> dict:
+    """The numeric arrays of a batch (strings and other extras stay on the host), split over
+    ``mesh``'s devices (eval batches, which carry ``example_weight``, are replicated instead so
+    their per-example stats can be fetched on every process)."""
+    out = {k: v for k, v in batch.items() if isinstance(v, np.ndarray) and v.dtype.kind in "biuf"}
+    return parallel.shard_batch(out, mesh, replicated="example_weight" in batch)
 
 
 @dataclasses.dataclass
@@ -104,11 +107,13 @@ class Phase:
     params: dict
     other: dict
     opt_state: Any
+    mesh: Any = None   # data-parallel mesh (flurka.training.parallel); None = one device
 
     def state(self) -> dict:
         return {"params": self.params, "other": self.other, "opt_state": self.opt_state}
 
     def load(self, state: dict) -> None:
+        state = parallel.replicate(state, self.mesh)
         self.params, self.other, self.opt_state = state["params"], state["other"], state["opt_state"]
 
 
@@ -120,7 +125,7 @@ _COMPILED: dict[tuple, tuple] = {}
 _COMPILED_MAX = 32
 
 
-def make_phase(config: TrainConfig, info, attention: str, task: Task, tx) -> Phase:
+def make_phase(config: TrainConfig, info, attention: str, task: Task, tx, mesh=None) -> Phase:
     model = build_model(config, info, attention)
     parts, params, other = state_lib.split(model)
     del model
@@ -135,7 +140,9 @@ def make_phase(config: TrainConfig, info, attention: str, task: Task, tx) -> Pha
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[key] = _compile(config, info, parts, task, tx)
     train_step, eval_step, decode = _COMPILED[key]
-    return Phase(attention, parts, train_step, eval_step, decode, params, other, tx.init(params))
+    phase = Phase(attention, parts, train_step, eval_step, decode, params, other, tx.init(params), mesh)
+    phase.load(phase.state())   # replicated over the mesh (no-op on one device)
+    return phase
 
 
 def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task, tx):
@@ -179,7 +186,7 @@ def evaluate(config: TrainConfig, dataset, task: Task, phase: Phase) -> dict[str
     for i, batch in enumerate(dataset.eval_batches(config.batch_size)):
         if config.eval_batches and i >= config.eval_batches:
             break
-        dev = _device_batch(batch)
+        dev = _device_batch(batch, phase.mesh)
         for k, v in jax.device_get(phase.eval_step(phase.params, phase.other, dev)).items():
             stats.setdefault(k, []).append(np.asarray(v))
         if phase.decode is not None and "bleu" in config.metrics and i < config.bleu_batches:
@@ -280,14 +287,17 @@ def _norm(v):
 
 
 def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], None] | None = None,
-          progress: bool | None = None) -> dict:
+          progress: bool | None = None, mesh: Any = "auto") -> dict:
     """Train ``config``; return the result dict (see :func:`flurka.training.run`).
 
     ``callback(kind, entry)`` is called with ``("train", history entry)``, ``("eval", eval
     entry)`` as they happen (sweeps report from it). ``progress``: a tqdm bar (default: only when
-    stderr is a terminal).
+    stderr is a terminal). ``mesh``: the data-parallel device mesh; "auto" splits each batch over
+    every device (of every process, after ``jax.distributed.initialize``), None uses one device.
     """
     validate(config)
+    mesh = parallel.default_mesh() if mesh == "auto" else mesh
+    parallel.check_batch_size(config.batch_size, mesh)
     start = time.perf_counter()
     dataset = load_dataset(config) if dataset is None else dataset
     info = dataset.info
@@ -309,7 +319,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     latest = ckpt.latest_step() if ckpt is not None else None
     if latest is not None:
         meta = ckpt.meta(latest)
-        phase = make_phase(config, info, meta["attention"], task, tx)
+        phase = make_phase(config, info, meta["attention"], task, tx, mesh)
         restored, meta = ckpt.restore(latest, phase.state())
         phase.load(restored)
         run.load_meta(meta)
@@ -318,7 +328,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
         with Checkpointer(config.base_checkpoint, read_only=True) as src:
             meta = src.meta(config.switch_step)
             _check_fork(config, meta, base, config.base_checkpoint)
-            phase = make_phase(config, info, base, task, tx)
+            phase = make_phase(config, info, base, task, tx, mesh)
             restored, meta = src.restore(config.switch_step, phase.state())
         phase.load(restored)
         run.load_meta(meta)
@@ -356,9 +366,9 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
             if run.step >= end:
                 continue
             if phase is None:
-                phase = make_phase(config, info, attention, task, tx)
+                phase = make_phase(config, info, attention, task, tx, mesh)
             elif phase.attention != attention:           # the up-training switch
-                new = make_phase(config, info, attention, task, tx)
+                new = make_phase(config, info, attention, task, tx, mesh)
                 carried, report = uptrain.switch(phase.state(), new.state())
                 new.load(carried)
                 run.switches.append({"step": run.step, "from": phase.attention, "to": attention,
@@ -367,7 +377,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
             step_flops: dict[tuple, int] = {}
             batches = dataset.train_batches(config.batch_size, start_step=run.step)
             while run.step < end:
-                batch = _device_batch(next(batches))
+                batch = _device_batch(next(batches), mesh)
                 shapes = tuple(sorted((k, v.shape) for k, v in batch.items()))
                 if shapes not in step_flops:
                     step_flops[shapes] = flops_lib.train_step_flops(config, info, dict(shapes),

@@ -12,6 +12,7 @@ contract) and hands over only its own rows, so multi-process runs need no data e
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import jax
@@ -27,8 +28,10 @@ def data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     return Mesh(np.array(devices), (AXIS,))
 
 
+@functools.cache
 def default_mesh() -> Mesh | None:
-    """The mesh a training run uses: None (plain single-device jit) when there is one device."""
+    """The mesh a training run uses: None (plain single-device jit) when there is one device.
+    Cached: call it only after ``jax.distributed.initialize`` (if any)."""
     return data_mesh() if jax.device_count() > 1 else None
 
 

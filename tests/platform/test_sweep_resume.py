@@ -1,0 +1,115 @@
+"""``--resume``: a sweep whose driver is SIGKILLed mid-way is restored (``Tuner.restore``);
+finished trials are not re-run, and MLflow and the results DB hold every trial once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sweep(run_dir: Path, *extra: str, **popen) -> subprocess.Popen:
+    args = [sys.executable, str(ROOT / "experiments" / "uptrain_sweep.py"), "--benchmarks", "lra-listops-small",
+            "--variants", "flurka-rnn", "--alphas", "0.25,0.5", "--steps", "16", "--no-baselines",
+            "--checkpoint-every", "4", "--num-cpus", "1", "--name", "resume", "--run-dir", str(run_dir),
+            *[a for k, v in dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1,
+                                 d_model=16, d_ff=32, num_layers=1).items() for a in ("--set", f"{k}={v}")],
+            *extra]
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, **popen)
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"sweep ended (rc {proc.returncode}) before the interruption:\n{proc.stdout.read()}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError("sweep did not reach the interruption point in time")
+        time.sleep(0.2)
+
+
+def _leftovers(marker: str) -> list[int]:
+    """PIDs of processes whose command line names ``marker`` (our run dir: its own Ray)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.slow
+def test_resume_restores_an_interrupted_sweep(mlflow_runs):
+    from mlflow.tracking import MlflowClient
+
+    tmp = Path(tempfile.mkdtemp(prefix="frk-", dir="/tmp"))   # short: the embedded Ray's sockets live here
+    run_dir = tmp / "run"
+    try:
+        proc = _sweep(run_dir)
+        tune = run_dir / "tune"
+        # Interrupt once the base run is done and the branches' experiment has saved its state.
+        _wait_for(lambda: any(tune.glob("*-branches/experiment_state*.json")), proc, 420)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        time.sleep(3)
+        for pid in _leftovers(str(run_dir)):                   # the driver's own Ray, if still alive
+            os.kill(pid, signal.SIGKILL)
+
+        (first,) = tune.glob("*-first")
+        (base_trial,) = [p for p in first.iterdir() if (p / "result.json").exists()]
+        base_results = (base_trial / "result.json").read_text()
+        base_ckpts = run_dir / "work" / "base__lra-listops-small__linformer__s0__T16__dk16" / "checkpoints"
+        before = {p: p.stat().st_mtime_ns for p in base_ckpts.rglob("*")}
+        uri = f"sqlite:///{run_dir / 'mlflow.db'}"
+        client = MlflowClient(tracking_uri=uri)
+        exp = client.get_experiment_by_name("resume")
+        (base_run,) = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_name.startswith("base/")]
+        assert base_run.info.status == "FINISHED"
+        assert not (run_dir / "results.db").exists() or _count(run_dir) == 0   # nothing ingested yet
+
+        resumed = _sweep(run_dir, "--resume")
+        out, _ = resumed.communicate(timeout=480)
+        assert resumed.returncode == 0, out
+        assert "restoring first phase" in out and "restoring branches phase" in out and "Up-training (lra-listops-small)" in out
+
+        # The finished base run was not run again: Tune results and checkpoints untouched.
+        assert (base_trial / "result.json").read_text() == base_results
+        assert {p: p.stat().st_mtime_ns for p in base_ckpts.rglob("*")} == before
+
+        client, runs = mlflow_runs(uri, "resume")
+        names = sorted(r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags)
+        assert names == sorted({"base/lra-listops-small/linformer/s0/T16/dk16",
+                                "branch/lra-listops-small/flurka-rnn/s0/T16/dk16/a0.25-linformer",
+                                "branch/lra-listops-small/flurka-rnn/s0/T16/dk16/a0.5-linformer"})
+        assert len(runs) == 4                                  # + the one sweep (parent) run
+        for r in runs:
+            if "mlflow.parentRunId" in r.data.tags:
+                assert r.info.status == "FINISHED", r.info.run_name
+                steps = [m.step for m in client.get_metric_history(r.info.run_id, "loss")]
+                assert steps == sorted(set(steps)) and steps[-1] in (4, 8, 16), (r.info.run_name, steps)
+        base_again = client.get_run(base_run.info.run_id)
+        assert base_again.info.end_time == base_run.info.end_time
+        assert _count(run_dir) == 2                            # the two branches, once each
+    finally:
+        for pid in _leftovers(str(run_dir)):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _count(run_dir: Path) -> int:
+    with sa.create_engine(f"sqlite:///{run_dir / 'results.db'}").connect() as conn:
+        return conn.execute(sa.text("SELECT count(*) FROM trials")).scalar()

@@ -105,8 +105,10 @@ def favor_core(q, k, v, omega, eps=1e-6):
     d, m = q.shape[1], omega.shape[0]
     qs, ks = q * d ** -0.25, k * d ** -0.25
     qd, kd = qs @ omega.T, ks @ omega.T
-    qf = (np.exp(qd - 0.5 * (qs ** 2).sum(1, keepdims=True) - qd.max(1, keepdims=True)) + eps)
-    kf = (np.exp(kd - 0.5 * (ks ** 2).sum(1, keepdims=True) - kd.max()) + eps)
+    ql = qd - 0.5 * (qs ** 2).sum(1, keepdims=True)
+    kl = kd - 0.5 * (ks ** 2).sum(1, keepdims=True)
+    qf = np.exp(ql - ql.max(1, keepdims=True)) + eps     # largest feature per query row = 1
+    kf = np.exp(kl - kl.max()) + eps                      # largest key feature = 1
     qf, kf = qf / math.sqrt(m), kf / math.sqrt(m)
     num = qf @ (kf.T @ v)
     den = qf @ kf.sum(0)

@@ -45,22 +45,28 @@ def favor_features(x: Array, omega: Array, *, is_query: bool, mask: Array | None
                    eps: float = FAVOR_EPS) -> Array:
     """FAVOR+ positive features φ(x) = m^-1/2 (exp(ωᵀx' − |x'|²/2 − s) + eps), x' = d^-1/4 x.
 
-    x: [b, n, h, d], omega: [m, d] → [b, n, h, m] float32. The max stabilizer s is per row for
-    queries and per (batch, head) over real keys and features for keys (google-research), so it
-    cancels in the normalised output. Masked key rows are exact zeros (callers zero their input
-    first, so no overflow or NaN gradient can come from padded content).
+    x: [b, n, h, d], omega: [m, d] → [b, n, h, m] float32. The stabilizer s is the max of the
+    whole exponent ωᵀx' − |x'|²/2, per row for queries and per (batch, head) over real keys and
+    features for keys, so it cancels in the normalised output and the largest feature is exactly
+    m^-1/2. google-research takes the max of ωᵀx' alone (without −|x'|²/2); then, once
+    |k'|²/2 ≳ 10 (large keys, e.g. Linformer-compressed ones after some training), every key
+    feature falls below ``eps`` and the denominator below its 1e-6 guard, and the output collapses
+    towards 0 whatever m — a float32 artefact, not FAVOR+'s variance. Masked key rows are exact
+    zeros (callers zero their input first, so no overflow or NaN gradient can come from padded
+    content).
     """
     d = x.shape[-1]
     m = omega.shape[0]
     xs = x.astype(F32) * d ** -0.25
     dash = jnp.einsum("bnhd,md->bnhm", xs, omega.astype(F32), preferred_element_type=F32)
     diag = 0.5 * jnp.sum(xs * xs, axis=-1, keepdims=True)
+    logit = dash - diag
     if is_query:
-        stab = jnp.max(dash, axis=-1, keepdims=True)
+        stab = jnp.max(logit, axis=-1, keepdims=True)
     else:
-        valid = dash if mask is None else jnp.where(mask[:, :, None, None], dash, -jnp.inf)
+        valid = logit if mask is None else jnp.where(mask[:, :, None, None], logit, -jnp.inf)
         stab = jnp.max(valid, axis=(1, 3), keepdims=True)
-    feat = m ** -0.5 * (jnp.exp(dash - diag - jax.lax.stop_gradient(stab)) + eps)
+    feat = m ** -0.5 * (jnp.exp(logit - jax.lax.stop_gradient(stab)) + eps)
     return mask_rows(feat, None if is_query else mask)
 
 

@@ -25,3 +25,4 @@ def mlflow_runs():
         return client, client.search_runs([exp.experiment_id], max_results=1000)
 
     return read
+

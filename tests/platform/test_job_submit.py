@@ -19,6 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
+from ray_procs import pids_naming
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -35,17 +36,6 @@ def free_ports(n: int) -> list[int]:
         for s in socks:
             s.bind(("127.0.0.1", 0))
         return [s.getsockname()[1] for s in socks]
-
-
-def _pids_naming(marker: str) -> list[int]:
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                out.append(int(pid))
-        except OSError:
-            pass
-    return out
 
 
 def _wait_http(url: str, head: subprocess.Popen, timeout_s: float) -> None:
@@ -104,7 +94,7 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
                 os.killpg(head.pid, signal.SIGKILL)
                 head.wait(10)
         time.sleep(2)
-        leftovers = _pids_naming(temp_dir)
+        leftovers = pids_naming(temp_dir)
         for pid in leftovers:                                    # only processes of this head node
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(temp_dir, ignore_errors=True)

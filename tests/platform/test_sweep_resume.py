@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from ray_procs import pids_naming
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,18 +41,6 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-def _leftovers(marker: str) -> list[int]:
-    """PIDs of processes whose command line names ``marker`` (our run dir: its own Ray)."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                out.append(int(pid))
-        except OSError:
-            pass
-    return out
-
-
 @pytest.mark.slow
 def test_resume_restores_an_interrupted_sweep(mlflow_runs):
     from mlflow.tracking import MlflowClient
@@ -66,7 +55,7 @@ def test_resume_restores_an_interrupted_sweep(mlflow_runs):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         time.sleep(3)
-        for pid in _leftovers(str(run_dir)):                   # the driver's own Ray, if still alive
+        for pid in pids_naming(str(run_dir)):                   # the driver's own Ray, if still alive
             os.kill(pid, signal.SIGKILL)
 
         (first,) = tune.glob("*-first")
@@ -105,7 +94,7 @@ def test_resume_restores_an_interrupted_sweep(mlflow_runs):
         assert base_again.info.end_time == base_run.info.end_time
         assert _count(run_dir) == 2                            # the two branches, once each
     finally:
-        for pid in _leftovers(str(run_dir)):
+        for pid in pids_naming(str(run_dir)):
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(tmp, ignore_errors=True)
 

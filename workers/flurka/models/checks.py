@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Iterable
 
 import jax.numpy as jnp
 
 
 def check_positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+    return int(value)
 
 
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:

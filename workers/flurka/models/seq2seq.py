@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numbers
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -78,7 +80,7 @@ class Seq2Seq(nnx.Module):
         if max_len > self.target_max_len:
             raise ValueError(f"decode max_len={max_len} > target_max_len={self.target_max_len}")
         for name, value in ids.items():
-            if not isinstance(value, int) or not 0 <= value < self.target_vocab_size:
+            if not isinstance(value, numbers.Integral) or not 0 <= value < self.target_vocab_size:
                 raise ValueError(f"{name} must be an int in [0, {self.target_vocab_size}), "
                                  f"got {value!r}")
 
@@ -88,7 +90,8 @@ class Seq2Seq(nnx.Module):
         self._check_decode(inputs, mask, max_len,
                            {"bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id})
         return decode.greedy(self._step_logits(inputs, mask, 1), batch_size=inputs.shape[0],
-                             max_len=max_len, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+                             max_len=int(max_len), bos_id=int(bos_id), eos_id=int(eos_id),
+                             pad_id=int(pad_id))
 
     def beam_search(self, inputs: jax.Array, mask: jax.Array, *, beam_size: int, max_len: int,
                     bos_id: int, eos_id: int, pad_id: int = 0, length_penalty: float = 0.6,
@@ -102,6 +105,6 @@ class Seq2Seq(nnx.Module):
             raise ValueError("beam search needs target_vocab_size >= 2")
         seqs, scores = decode.beam_search(
             self._step_logits(inputs, mask, beam_size), batch_size=inputs.shape[0],
-            beam_size=beam_size, max_len=max_len, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id,
-            length_penalty=length_penalty)
+            beam_size=int(beam_size), max_len=int(max_len), bos_id=int(bos_id),
+            eos_id=int(eos_id), pad_id=int(pad_id), length_penalty=float(length_penalty))
         return (seqs, scores) if return_scores else seqs

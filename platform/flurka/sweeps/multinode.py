@@ -75,12 +75,9 @@ def train_worker(config: dict[str, Any]) -> None:
 
     from flurka import training
     from flurka.configs import get_config
-    from flurka.training import parallel
 
-    mesh = parallel.default_mesh()
     cfg = get_config(config["benchmark"], **config.get("overrides", {}))
-    parallel.check_batch_size(cfg.batch_size, mesh)
-    result = training.run(cfg)
+    result = training.run(cfg)   # the loop shards over every process's devices and checks batch_size
     info = {"process_index": jax.process_index(), "process_count": jax.process_count(),
             "device_count": jax.device_count(), "local_device_count": jax.local_device_count(),
             "status": result["status"], "losses": [h["loss"] for h in result["history"]],

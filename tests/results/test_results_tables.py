@@ -137,6 +137,27 @@ def test_speed_and_speedup_tables(seeded):
         tables.speed_table(seeded, seq=3)
 
 
+def test_repeated_runs_of_a_point_combine_to_the_median(engine):
+    """Three leases timed the same point (host/versions differ, so three records): the table shows
+    the median of their medians; an OOM in one run does not hide the runs that fitted."""
+    from flurka.results import ingest_speed
+
+    def speed(mechanism, n, median, status="ok"):
+        return {"device": "NVIDIA H200", "versions": {"jax": "0.11.2"}, "mechanism": mechanism, "mode": "train",
+                "N": n, "d_model": 512, "heads": 8, "d_k": 256, "m": 64, "batch": 1, "dtype": "bfloat16",
+                "status": status, "median_s": median, "flops": 1e12}
+
+    records = [dict(speed("linformer", 1024, t), host=f"node-{i}") for i, t in enumerate((0.006, 0.009, 0.007))]
+    records += [dict(speed("flurka-performer", 1024, t), host=f"node-{i}") for i, t in enumerate((0.002, 0.004))]
+    records += [dict(speed("flurka-performer", 1024, None, "oom"), host="node-9")]
+    records += [dict(speed("full", 1024, None, "oom"), host=f"node-{i}") for i in range(2)]
+    assert ingest_speed(engine, records).added == 8
+    df = tables.speed_table(engine)
+    assert_frame(df, [1024], ["full", "linformer", "flurka-performer"], [["OOM", 7.0, 3.0]])
+    up = tables.speedup_table(engine)
+    assert up.loc[("flurka-performer", 1024), "vs low-rank"] == pytest.approx(7.0 / 3.0)
+
+
 def test_empty_database_says_so(engine):
     with pytest.raises(tables.NoResults, match="no ok trials with metrics for glue-cola"):
         tables.glue_table(engine)

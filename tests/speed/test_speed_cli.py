@@ -54,7 +54,7 @@ def test_points_selection_and_bad_input(tmp_path, capsys):
 
 def test_paper_sweeps_as_specified():
     n = configs.points("n-sweep", mechanisms=["full"], modes=["forward"], scopes=["layer"])
-    assert [p.seq_len for p in n] == list(range(7050, 55051, 3000))
+    assert [p.seq_len for p in n] == list(range(7050, 55051, 3000)) + [55500]
     assert {(p.d_model, p.num_heads, p.d_k, p.dtype) for p in n} == {(2600, 8, 1500, "bfloat16")}
     dk = configs.points("dk-sweep", mechanisms=["linformer"], modes=["train"], scopes=["layer"])
     assert [p.d_k for p in dk] == [8000, 11200, 14400, 17600, 20000]

@@ -231,12 +231,27 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
         df = pd.read_sql(stmt, conn)
     if df.empty:
         raise NoResults(f"no {mode!r} speed measurements match {filters or 'the database'}")
+    df = _combine_repeats(df)
     dup = df.duplicated(["mechanism", "N"], keep=False)
     if dup.any():
         varying = [c for c in SPEED_FILTERS if df.loc[dup, c].nunique(dropna=False) > 1]
         detail = "; ".join(f"{c} in {sorted(map(str, df.loc[dup, c].unique()))}" for c in varying)
         raise ValueError(f"several speed measurements per mechanism and N ({detail}): filter by {', '.join(varying)}")
     return df
+
+
+def _combine_repeats(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per configuration: repeated runs of the same point (another lease, another day)
+    become the median of their medians (``runs`` says how many); OOM only if no run fitted."""
+    keys = ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]]
+    df = df.assign(_key=df[keys].map(str).agg("|".join, axis=1))
+    ok = df[df["status"] == "ok"]
+    times = ok.groupby("_key", sort=False).agg(
+        **{c: (c, "first") for c in keys}, status=("status", "first"),
+        median_s=("median_s", "median"), flops=("flops", "first"), runs=("median_s", "size"))
+    oom = df[(df["status"] != "ok") & ~df["_key"].isin(ok["_key"])].drop_duplicates("_key")
+    return pd.concat([times.reset_index(drop=True), oom.assign(runs=1)[times.columns]],
+                     ignore_index=True)
 
 
 def speed_table(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
@@ -286,6 +301,10 @@ def format_table(df: pd.DataFrame, fmt: str = "markdown", floatfmt: str | None =
         return flat.to_csv(index=False)
     if fmt == "markdown":
         cells = flat.astype(object).where(flat.notna(), None)
+        for col in flat.columns[flat.dtypes == object]:  # mixed (e.g. ms and "OOM"): tabulate
+            cells[col] = cells[col].map(  # would print their floats unformatted
+                lambda v: "--" if v is None or v != v else format(v, floatfmt)
+                if isinstance(v, float) else v)
         return cells.to_markdown(index=False, floatfmt=floatfmt, missingval="--") + "\n"
     shown = flat.map(lambda v: "--" if v is None or (isinstance(v, float) and v != v)
                      else format(v, floatfmt) if isinstance(v, float) else str(v))

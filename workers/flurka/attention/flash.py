@@ -14,9 +14,11 @@ q/k/v compute dtype (``dtype``, else ``param_dtype``) is bf16/fp16 and the head 
 construction from static facts, so it is a plain attribute, stable under jit. Both paths accumulate
 the softmax in float32.
 
-Padding: by default the key mask goes in as ``mask=[b,1,1,N]`` (exact for any mask; on cuDNN it
-becomes an additive bias, which in training needs an even sequence length). ``padding="right"``
-passes ``key_value_seq_lengths = mask.sum(-1)`` instead (cuDNN's fast padding path), exact only for
+Padding: by default the key mask goes in as ``mask=[b,1,1,N]`` (exact for any mask). cuDNN turns a
+mask into an additive bias and accepts it only at full size (jax 0.11 / cuDNN 9.19 reject the
+broadcast [b,1,1,N] form: "Bias must have same seq length as QKV", seen on an H200), so there it is
+broadcast to [b,1,N,N] — exact, but O(N²) memory, and training needs an even sequence length.
+``padding="right"`` passes ``key_value_seq_lengths = mask.sum(-1)`` instead (cuDNN's fast padding path), exact only for
 right-padded masks (real tokens first).
 """
 
@@ -63,6 +65,9 @@ def flash_attention(q, k, v, key_mask=None, *, implementation="xla", padding="an
     if key_mask is not None:
         if padding == "right":
             kwargs["key_value_seq_lengths"] = key_mask.sum(-1, dtype=jnp.int32)
+        elif implementation == "cudnn":  # cuDNN takes the bias only at full [b, 1, Nq, Nk] size
+            b, n_q, n_k = q.shape[0], q.shape[1], key_mask.shape[-1]
+            kwargs["mask"] = jnp.broadcast_to(key_mask[:, None, None, :], (b, 1, n_q, n_k))
         else:
             kwargs["mask"] = key_mask[:, None, None, :]
     out = jax.nn.dot_product_attention(q, k, v, implementation=implementation, **kwargs)

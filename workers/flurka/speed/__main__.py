@@ -12,7 +12,8 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
                 visible_devices}
 ``versions``    {python, jax, jaxlib, flax, optax, numpy, and where present jax-cuda12-plugin,
                 cuda_runtime, cudnn, cuda_driver}
-``settings``    {warmup, repeats, memory_budget_bytes, runner ("local" or "ray")}
+``settings``    {warmup, repeats, memory_budget_bytes, runner ("local" or "ray"),
+                stopped_at_deadline (present and true when --time-budget-min cut the list)}
 ``ceilings``    {dtype: {matmul_flops_per_s, copy_bytes_per_s, matmul: {n, flops, median_s, …},
                 copy: {array_bytes, bytes, median_s, …}}} — measured on this card
 ``results``     one row per point:
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select
 
@@ -68,6 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report points whose compiled step needs more as oom, unrun")
     parser.add_argument("--no-ceilings", action="store_true",
                         help="skip the matmul/bandwidth probes (no floor_s / ratio_to_floor)")
+    parser.add_argument("--time-budget-min", type=float, default=None,
+                        help="start no new point after this many minutes (the file stays whole)")
     parser.add_argument("--out", default="speed_results.json")
     parser.add_argument("--list", action="store_true", help="print the points and exit")
 
@@ -91,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     from flurka.speed.runner import run_sweep  # imports JAX; --list stays instant
 
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
+    deadline = (None if args.time_budget_min is None
+                else time.monotonic() + 60 * args.time_budget_min)
 
     def progress(row: dict) -> None:
         t = row.get("median_s")
@@ -102,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     doc = run_sweep(pts, indices, sweep=args.sweep, out=args.out, warmup=args.warmup,
                     repeats=args.repeats, memory_budget_bytes=budget,
-                    with_ceilings=not args.no_ceilings, progress=progress)
+                    with_ceilings=not args.no_ceilings, progress=progress, deadline=deadline)
     statuses = [r["status"] for r in doc["results"]]
     print(f"wrote {args.out}: {len(statuses)} points, "
           + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))

@@ -5,7 +5,7 @@ crosses them with mechanisms × modes × scopes. Ranges follow the paper (§4.1,
 where the paper leaves a size unstated the choice is written next to it.
 
 * ``n-sweep`` (Fig. 3): d_model 2600, 8 heads (d_h 325), d_k 1500, N = 7050, 10050, … in steps
-  of 3000 up to 55.5k (the last step that fits is 55050).
+  of 3000 to 55050, plus the paper's end point 55500.
 * ``dk-sweep`` (Fig. 5 top): N 20k, head dim 128 (4 heads → d_model 512, the paper's default
   inference model), d_k 8000 → 20000 in steps of 3200 (8000, 11200, 14400, 17600) plus 20000.
 * ``dmodel-sweep`` (Fig. 5 bottom): N 20k, d_k 1000, d_model 800 → 20000 in steps of 3200;
@@ -111,7 +111,7 @@ def _range(start: int, stop: int, step: int) -> list[int]:
 SWEEPS: dict[str, Sweep] = {
     "n-sweep": Sweep(
         "n-sweep",
-        tuple(Shape(n, 2600, 8, 1500, 325) for n in _range(7050, 55500, 3000)),
+        tuple(Shape(n, 2600, 8, 1500, 325) for n in _range(7050, 55500, 3000) + [55500]),
         description="Fig. 3: step time vs sequence length, d_model 2600, 8 heads, d_k 1500"),
     "dk-sweep": Sweep(
         "dk-sweep",

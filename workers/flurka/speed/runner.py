@@ -13,6 +13,7 @@ import json
 import os
 import platform as _platform  # stdlib (the project never defines a `platform` module)
 import sys
+import time
 from typing import Any, Callable, Iterable, Sequence
 
 import jax
@@ -104,15 +105,20 @@ def run_one(point: Point, *, index: int, sweep: str, warmup: int, repeats: int,
 def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, out: str | None,
               warmup: int = 2, repeats: int = 10, memory_budget_bytes: int | None = None,
               with_ceilings: bool = True,
-              progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[dict], None] | None = None,
+              deadline: float | None = None) -> dict[str, Any]:
     """Time each point in this process; rewrite ``out`` after every point so an interrupted
-    run keeps what it measured."""
+    run keeps what it measured. ``deadline`` (a ``time.monotonic()`` value) stops before the
+    next point once passed: a lease of fixed length ends with a complete file, not a kill."""
     dtypes = sorted({p.dtype for p in points})
     ceilings = ({d: measured_ceilings(d) for d in dtypes} if with_ceilings else None)
     settings = {"warmup": warmup, "repeats": repeats, "memory_budget_bytes": memory_budget_bytes,
                 "runner": "local"}
     results: list[dict] = []
     for i, point in zip(indices, points):
+        if deadline is not None and time.monotonic() > deadline:
+            settings["stopped_at_deadline"] = True
+            break
         row = run_one(point, index=i, sweep=sweep, warmup=warmup, repeats=repeats,
                       memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings)
         results.append(row)

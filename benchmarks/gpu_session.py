@@ -1,0 +1,207 @@
+"""One GPU lease, one call: correctness on the card first, then the issue's speed targets in
+priority order, each sweep's JSON rewritten after every point (``flurka.speed/1`` schema, so
+``flurka ingest`` takes the files as they are).
+
+    python benchmarks/gpu_session.py --out DIR --budget-s 420
+
+JAX alone (no Ray, MLflow, SQL). Leases are short, so the plan is ordered by what the issue asks
+first: the N = 55.5k comparison (forward, then train), flash vs FLuRKA at N = 52.5k, the claims'
+regime boundary at N = 7050, then the rest of the figures' points; no new point starts after
+``--budget-s``. ``check.json`` holds every mechanism's output on this card against the same layer
+run on the host CPU in float32 (true float32 matmuls, not TF32; and cuDNN flash in bf16 against CPU float32 full attention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from flurka.attention import MECHANISMS, make_attention
+from flurka.speed.configs import Point, points
+from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
+                                 write_json)
+
+# Within a block: the paper's subjects first, the quadratic baselines (slow, memory-hungry) last.
+ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flurka-eva", "eva",
+         "full", "flash")
+
+# (sweep, filter on the point's fields); blocks run in this order until the budget is spent.
+FIVE = {"flurka-performer", "flurka-rnn", "linformer", "performer", "rnn"}
+PLANS: dict[str, list[tuple[str, dict]]] = {
+    "first": [
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}}),
+        ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}}),
+        ("flash-compare", {"seq_len": {7500, 25500}, "mode": {"forward"}}),
+        ("n-sweep", {"seq_len": {19050, 31050, 43050}, "scope": {"layer"}, "mode": {"forward"}}),
+        ("dk-sweep", {"d_k": {8000, 14400, 20000}, "scope": {"layer"}, "mode": {"forward"}}),
+        ("dmodel-sweep", {"d_model": {800, 7200, 13600}, "scope": {"layer"}, "mode": {"forward"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}}),
+    ],
+    # After the first: the N = 55.5k headline again (another machine, chained-probe ceilings),
+    # then what the first lease did not reach.
+    "second": [
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
+                     "mechanism": FIVE}),
+        ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
+                      "mechanism": FIVE}),
+        ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
+                          "mechanism": FIVE}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"train"},
+                           "mechanism": {"flash", "flurka-performer", "flurka-rnn", "flurka-eva"}}),
+        ("n-sweep", {"seq_len": {43050}, "scope": {"layer"}, "mode": {"forward"},
+                     "mechanism": {"eva", "full", "flash"}}),
+    ],
+}
+
+# The N = 55.5k layer's matmuls one by one (bf16): are the odd sizes (d_h = m = 325, d_model
+# 2600, d_k 1500) what keeps XLA's layers at ~3x the floor? Padded twins say what alignment buys.
+SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "x_w [55500,2600]@[2600,2600]": ((55500, 2600), (2600, 2600)),
+    "x_w padded [55552,2688]@[2688,2688]": ((55552, 2688), (2688, 2688)),
+    "E_x [1500,55500]@[55500,2600]": ((1500, 55500), (55500, 2600)),
+    "E_x padded [1536,55552]@[55552,2688]": ((1536, 55552), (55552, 2688)),
+    "q_omega [8,55500,325]@[8,325,325]": ((8, 55500, 325), (8, 325, 325)),
+    "q_omega padded [8,55552,384]@[8,384,384]": ((8, 55552, 384), (8, 384, 384)),
+    "q_kt [8,55500,325]@[8,325,1500]": ((8, 55500, 325), (8, 325, 1500)),
+    "q_kt padded [8,55552,384]@[8,384,1536]": ((8, 55552, 384), (8, 384, 1536)),
+}
+
+
+def shape_probes(repeats: int = 20) -> list[dict]:
+    """Achieved bf16 FLOP/s of each product in :data:`SHAPE_PROBES` (one kernel per call)."""
+    from flurka.speed.timing import time_fn
+    rows = []
+    for name, (sa, sb) in SHAPE_PROBES.items():
+        ka, kb = jax.random.split(jax.random.key(3))
+        a = jax.random.normal(ka, sa, jnp.bfloat16)
+        b = jax.random.normal(kb, sb, jnp.bfloat16)
+        t = time_fn(jax.jit(jnp.matmul), (a, b), repeats=repeats)
+        flops = 2 * int(np.prod(sa)) * sb[-1]
+        rows.append({"probe": name, "flops": flops, "median_s": t["median_s"],
+                     "flops_per_s": flops / t["median_s"]})
+        print(f"probe {name}: {t['median_s'] * 1e3:.3f} ms, {flops / t['median_s'] / 1e12:.0f} "
+              "TFLOP/s", flush=True)
+    return rows
+
+
+def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
+    """(index in the sweep's full point list, point) of one block, in :data:`ORDER`."""
+    chosen = [(i, p) for i, p in enumerate(points(sweep))
+              if all(getattr(p, k) in v for k, v in where.items())]
+    return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
+
+
+def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
+                  mechanisms=MECHANISMS) -> list[dict]:
+    """Relative error of each mechanism on the default device vs the same layer on the CPU
+    (flash in bf16 with both padding modes; the mask is right-padded so both are exact)."""
+    cpu = jax.devices("cpu")[0]
+    x = jax.random.normal(jax.random.key(7), (2, seq_len, d_model), jnp.float32)
+    mask = jnp.arange(seq_len)[None, :] < jnp.array([[seq_len], [seq_len - 100]])
+    rows = []
+    cases = [(m, "float32", {}) for m in mechanisms]
+    if "flash" in mechanisms:
+        cases += [("flash", "bfloat16", {"padding": p}) for p in ("any", "right")]
+    for mech, dtype, extra in cases:
+        try:
+            layer = make_attention(mech, d_model=d_model, num_heads=num_heads,
+                                   max_len=seq_len, rngs=nnx.Rngs(0), d_k=min(128, seq_len // 2),
+                                   num_features=64, dtype=jnp.dtype(dtype), **extra)
+            graphdef, state = nnx.split(layer)
+
+            def apply(state, x, mask, graphdef=graphdef):
+                return nnx.merge(graphdef, state)(x, mask=mask).astype(jnp.float32)
+
+            got = np.asarray(jax.jit(apply)(state, x.astype(dtype), mask))
+            ref_mech = "full" if mech == "flash" else mech
+            ref_layer = layer if mech != "flash" else make_attention(
+                "full", d_model=d_model, num_heads=num_heads, max_len=seq_len,
+                rngs=nnx.Rngs(0))
+            rg, rs = nnx.split(ref_layer)
+            with jax.default_device(cpu):
+                ref = np.asarray(jax.jit(lambda s, x, m: nnx.merge(rg, s)(x, mask=m))(
+                    jax.device_put(rs, cpu), jax.device_put(x, cpu), jax.device_put(mask, cpu)))
+            keep = np.asarray(mask)[..., None]
+            err = float(np.linalg.norm((got - ref) * keep) / np.linalg.norm(ref * keep))
+            rows.append({"mechanism": mech, "dtype": dtype, **extra,
+                         "reference": f"{ref_mech} cpu f32",
+                         "implementation": getattr(layer, "implementation", None),
+                         "rel_err": err, "finite": bool(np.isfinite(got).all())})
+        except Exception as exc:  # noqa: BLE001 - a failed check is a result
+            rows.append({"mechanism": mech, "dtype": dtype, **extra,
+                         "error": repr(exc)[:500]})
+        print("check", rows[-1], flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--budget-s", type=float, default=420)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--memory-budget-gb", type=float, default=None)
+    parser.add_argument("--plan", choices=tuple(PLANS), default="first")
+    parser.add_argument("--check", default=",".join(MECHANISMS),
+                        help="mechanisms to check against the CPU first ('' for none)")
+    parser.add_argument("--probes", action="store_true", help="time SHAPE_PROBES too")
+    parser.add_argument("--tiny", action="store_true", help="CPU dry run: two tiny points")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    deadline = start + args.budget_s
+    os.makedirs(args.out, exist_ok=True)
+    device, vers = device_info(), versions()
+    print("device", device, "\nversions", vers, flush=True)
+
+    mechanisms = [m for m in args.check.split(",") if m]
+    with jax.default_matmul_precision("highest"):  # kernels' numerics, not TF32's
+        check = (check_on_card(64, 32, 4, mechanisms) if args.tiny
+                 else check_on_card(mechanisms=mechanisms))
+    probes = shape_probes() if args.probes and not args.tiny else []
+    write_json({"device": device, "versions": vers, "check": check, "shape_probes": probes},
+               os.path.join(args.out, "check.json"))
+
+    plan = ([("tiny", {"mechanism": {"rnn", "flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"}})]
+            if args.tiny else PLANS[args.plan])
+    ceilings = {"bfloat16" if not args.tiny else "float32":
+                measured_ceilings("bfloat16" if not args.tiny else "float32")}
+    print("ceilings", {d: (c["matmul_flops_per_s"], c["copy_bytes_per_s"])
+                       for d, c in ceilings.items()}, flush=True)
+    budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
+    settings = {"warmup": args.warmup, "repeats": args.repeats, "memory_budget_bytes": budget,
+                "runner": "local", "driver": "benchmarks/gpu_session.py"}
+    results: dict[str, list[dict]] = {}
+    for sweep, where in plan:
+        for index, point in planned(sweep, where):
+            if time.monotonic() > deadline:
+                print(f"budget spent after {time.monotonic() - start:.0f} s; stopping", flush=True)
+                return 0
+            t0 = time.monotonic()
+            row = run_one(point, index=index, sweep=sweep, warmup=args.warmup,
+                          repeats=args.repeats, memory_budget_bytes=budget)
+            results.setdefault(sweep, []).append(row)
+            write_json(document(sweep=sweep, results=results[sweep], ceilings=ceilings,
+                                settings=settings, device=device, versions_=vers),
+                       os.path.join(args.out, f"{sweep}.json"))
+            t = row.get("median_s")
+            print(f"[{time.monotonic() - start:5.0f}s +{time.monotonic() - t0:4.1f}] {sweep} "
+                  f"{point.mechanism:>16} {point.mode:>7} {point.scope:>5} N={point.seq_len} "
+                  f"d_model={point.d_model} d_k={point.d_k}: {row['status']} "
+                  + (f"{t * 1e3:.3f} ms, {row.get('ratio_to_floor', float('nan')):.2f}x floor "
+                     f"({row.get('bound')}), compile {row.get('compile_s', 0):.1f}s"
+                     if t is not None else row.get("error", "")[:200]), flush=True)
+    print(f"plan done in {time.monotonic() - start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The one-lease GPU driver (benchmarks/gpu_session.py), dry-run on the CPU, and the deadline."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+from flurka.speed.configs import points
+from flurka.speed.runner import run_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _driver():
+    spec = importlib.util.spec_from_file_location("gpu_session", ROOT / "benchmarks" / "gpu_session.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plans_name_real_points_in_priority_order():
+    g = _driver()
+    first = g.planned(*g.PLANS["first"][0])
+    assert len(first) == 9 and {p.seq_len for _, p in first} == {55500}
+    assert [p.mechanism for _, p in first][:2] == ["flurka-performer", "flurka-rnn"]
+    assert [p.mechanism for _, p in first][-2:] == ["full", "flash"]  # quadratic ones last
+    for plan in g.PLANS.values():
+        for sweep, where in plan:
+            assert g.planned(sweep, where), (sweep, where)  # every block selects something
+
+
+def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
+    g = _driver()
+    assert g.main(["--out", str(tmp_path), "--tiny", "--check", "rnn,flash", "--budget-s", "600",
+                   "--repeats", "1", "--warmup", "0"]) == 0
+    check = json.loads((tmp_path / "check.json").read_text())["check"]
+    # CPU vs CPU: the same layer, so exactly equal; flash bf16 within bf16 rounding of full f32.
+    by = {(r["mechanism"], r["dtype"], r.get("padding")): r for r in check}
+    assert by[("rnn", "float32", None)]["rel_err"] == 0.0
+    for padding in ("any", "right"):
+        assert 1e-4 < by[("flash", "bfloat16", padding)]["rel_err"] < 2e-2
+    tiny = json.loads((tmp_path / "tiny.json").read_text())
+    assert tiny["schema"] == "flurka.speed/1"
+    assert [r["mechanism"] for r in tiny["results"]] == ["flurka-rnn", "rnn"]  # ORDER: FLuRKA first
+    assert all(r["status"] == "ok" and r["ratio_to_floor"] > 0 for r in tiny["results"])
+
+
+def test_run_sweep_stops_at_the_deadline(tmp_path):
+    pts = points("tiny", mechanisms=["rnn"], modes=["forward"])
+    out = tmp_path / "s.json"
+    doc = run_sweep(pts, range(len(pts)), sweep="tiny", out=str(out), repeats=1, warmup=0,
+                    with_ceilings=False, deadline=time.monotonic() - 1)
+    assert doc["results"] == [] and doc["settings"]["stopped_at_deadline"] is True
+    doc = run_sweep(pts, range(len(pts)), sweep="tiny", out=str(out), repeats=1, warmup=0,
+                    with_ceilings=False, deadline=time.monotonic() + 600)
+    assert len(doc["results"]) == len(pts) and "stopped_at_deadline" not in doc["settings"]

@@ -76,7 +76,7 @@ def _search(spec: SweepSpec, configs: list[dict[str, Any]], phase: str):
     if phase == "first" or spec.search == "grid":
         space = {"cfg": tune.grid_search(configs)}
         return space, None, 1 if phase == "first" else spec.num_samples
-    from ray.tune.search.optuna import OptunaSearch
+    from flurka.sweeps.search import FinalMetricOptuna
 
     table = {_branch_id(c["run"]): c for c in configs}
     space = {"variant": tune.choice(list(spec.variants)), "alpha": tune.choice(list(spec.alphas)),
@@ -84,7 +84,7 @@ def _search(spec: SweepSpec, configs: list[dict[str, Any]], phase: str):
              "seed": tune.choice(list(spec.seeds)), "benchmark": tune.choice(list(spec.benchmarks)),
              "table": table}
     metric, mode = _metric_of(spec, spec.benchmarks[0])
-    return space, OptunaSearch(metric=f"final_{metric}", mode=mode, seed=0), spec.num_samples
+    return space, FinalMetricOptuna(metric=f"final_{metric}", mode=mode, seed=0), spec.num_samples
 
 
 def _branch_id(run: dict[str, Any]) -> str:
@@ -131,20 +131,25 @@ def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: 
                                   param_space=None)
     space, search_alg, num_samples = _search(spec, configs, phase)
     scheduler = None
-    metric = mode = None
     if spec.scheduler == "asha" and phase == "branches":
         from ray.tune.schedulers import ASHAScheduler
 
-        metric, mode = "loss", "min"
-        scheduler = ASHAScheduler(time_attr="step", max_t=max(c["run"]["steps"] for c in configs),
+        # The metric lives on the scheduler: Optuna names its own (final metric), and Tune
+        # refuses a metric given both in TuneConfig and in the searcher.
+        # max_t one past the last step: ASHA stops a trial whose report reaches max_t, and the
+        # trial's last train report (step T) comes before its final report with the result.
+        scheduler = ASHAScheduler(metric="loss", mode="min", time_attr="step",
+                                  max_t=max(c["run"]["steps"] for c in configs) + 1,
                                   grace_period=max(1, min(c["run"]["steps"] for c in configs) // 4))
     reporter = tune.CLIReporter(metric_columns={"step": "step", "loss": "loss"},
                                 parameter_columns={"cfg/run/kind": "kind"},
                                 max_report_frequency=15, print_intermediate_tables=True)
     return tune.Tuner(
         trainable, param_space=space,
+        # reuse_actors: a worker process runs trial after trial, so flurka.training's cache of
+        # compiled steps is hit by every later trial of the same program (no recompiling per trial).
         tune_config=tune.TuneConfig(num_samples=num_samples, search_alg=search_alg, scheduler=scheduler,
-                                    metric=metric, mode=mode, trial_name_creator=_trial_name,
+                                    reuse_actors=True, trial_name_creator=_trial_name,
                                     trial_dirname_creator=_trial_dirname),
         run_config=tune.RunConfig(
             name=exp_name, storage_path=str(storage), callbacks=callbacks, progress_reporter=reporter,

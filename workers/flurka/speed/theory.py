@@ -246,3 +246,11 @@ def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
                              "measured_speedup": meas, **claims,
                              "agree": None if pred is None else (pred > 1) == (meas > 1)})
     return rows
+
+
+if __name__ == "__main__":  # ``python -m flurka.speed.theory``: the JSON writer in theory_cli
+    import sys
+
+    from flurka.speed.theory_cli import main
+
+    sys.exit(main())

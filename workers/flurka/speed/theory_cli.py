@@ -1,0 +1,263 @@
+"""``python -m flurka.speed.theory`` (also ``flurka theory``): the paper's theory, measured, as the
+JSON file that ``flurka report --theory FILE`` draws (approximation error vs m and d_k, Theorem 1;
+numerical rank of kernelized attention per head). JAX alone: no Ray, MLflow or SQL, so it runs on
+the GPU machine as it is.
+
+    python -m flurka.speed.theory --out theory.json
+    python -m flurka.speed.theory --seq-len 1024 --d-model 256 --heads 4 --d-k 64,128,256 \\
+        --features 16,32,64,128 --out benchmarks/h100_theory.json
+
+Writes ONE JSON document (the form :mod:`flurka.reports.sources` reads):
+
+``schema``                "flurka.theory/1"; ``created`` UTC ISO time
+``device``                {name, platform, count, host, visible_devices} (as ``flurka.speed``)
+``versions``              python, jax, jaxlib, flax, ... (as ``flurka.speed``)
+``config``                seq_len, d_model, num_heads, batch, seeds, d_k, m, inputs, matmul_precision
+                          (the report prints it under every figure)
+``approximation_errors``  ``flurka.speed.theory.approximation_errors`` rows: mechanism, d_k, m,
+                          seed, rel_error, inf_error (+ kernel_term, lowrank_term for FLuRKA)
+``ranks``                 one row per (mechanism, seed, example, head): rank of φ(Q)φ(K)ᵀ
+                          (``kernel_attention_ranks``), max_rank = min(N, N_k), d_k, m
+
+Inputs are standard normal (per seed, as ``approximation_errors`` draws them) and every layer shares
+the full layer's W_Q, W_K, W_V, W_O. Matmuls run at ``highest`` precision by default, so TF32 on a
+GPU does not show up as approximation error. Bad input (unknown mechanism, d_k longer than the
+sequence, heads not dividing d_model) is one line on stderr and exit status 2, before anything is
+compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PROG = "python -m flurka.speed.theory"
+PRECISIONS = ("highest", "high", "default")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_list(text: str) -> list[int]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected comma-separated positive integers, got nothing")
+    return [_positive(t) for t in items]
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        items = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not items:
+        raise argparse.ArgumentTypeError("expected comma-separated integers, got nothing")
+    return items
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default="theory.json", help="JSON file to write (default %(default)s)")
+    parser.add_argument("--seq-len", type=_positive, default=256, help="sequence length N (default 256)")
+    parser.add_argument("--d-model", type=_positive, default=64, help="hidden size d_m (default 64)")
+    parser.add_argument("--heads", type=_positive, default=4, help="number of heads H (default 4)")
+    parser.add_argument("--d-k", type=_positive_list, default=[16, 32, 64], metavar="K1,K2,...",
+                        help="low-rank lengths d_k (Linformer, FLuRKA; default 16,32,64)")
+    parser.add_argument("--features", type=_positive_list, default=[8, 16, 32, 64], metavar="M1,M2,...",
+                        help="FAVOR+ random features per head m (performer, flurka-performer; "
+                             "default 8,16,32,64)")
+    parser.add_argument("--mechanisms", type=_names, default=None,
+                        help="comma-separated mechanisms for the error rows (default: all)")
+    parser.add_argument("--rank-mechanisms", type=_names, default=None,
+                        help="feature-map mechanisms for the rank rows (default: performer, rnn and "
+                             "their FLuRKA variants); 'none' for no rank rows")
+    parser.add_argument("--rank-d-k", type=_positive, default=None,
+                        help="d_k of the FLuRKA rank layers (default: the largest --d-k)")
+    parser.add_argument("--rank-features", type=_positive, default=None,
+                        help="m of the performer rank layers (default: the largest --features)")
+    parser.add_argument("--seeds", type=_int_list, default=[0, 1, 2], help="default 0,1,2")
+    parser.add_argument("--batch", type=_positive, default=2, help="examples per seed (default 2)")
+    parser.add_argument("--matmul-precision", choices=PRECISIONS, default="highest",
+                        help="JAX matmul precision (default highest: no TF32 error on GPUs)")
+
+
+def plan(args: argparse.Namespace) -> dict[str, Any]:
+    """Validate everything before anything is compiled; ValueError (one line) on bad input."""
+    from flurka.attention import flops as flop_model
+    from flurka.speed.theory import FEATURE_MECHANISMS
+
+    mechanisms = list(args.mechanisms) if args.mechanisms is not None else list(flop_model.MECHANISMS)
+    if not mechanisms:
+        raise ValueError(f"--mechanisms is empty; valid: {', '.join(flop_model.MECHANISMS)}")
+    for mech in mechanisms:
+        if mech not in flop_model.MECHANISMS:
+            raise ValueError(f"unknown mechanism {mech!r}; valid: {', '.join(flop_model.MECHANISMS)}")
+    if args.rank_mechanisms == ["none"]:
+        rank_mechanisms: list[str] = []
+    elif args.rank_mechanisms is None:
+        rank_mechanisms = list(FEATURE_MECHANISMS)
+    else:
+        rank_mechanisms = list(args.rank_mechanisms)
+    for mech in rank_mechanisms:
+        if mech not in FEATURE_MECHANISMS:
+            raise ValueError(f"rank needs a feature-map mechanism, got {mech!r}; "
+                             f"valid: {', '.join(FEATURE_MECHANISMS)}")
+    if len(set(args.seeds)) != len(args.seeds):
+        raise ValueError(f"--seeds has duplicates: {args.seeds}")
+    d_ks, ms = sorted(set(args.d_k)), sorted(set(args.features))
+    rank_d_k = args.rank_d_k or max(d_ks)
+    rank_m = args.rank_features or max(ms)
+    # The FLOP model's shape check gives the same messages as `flurka flops` (heads | d_model,
+    # d_k <= N, positive sizes) ...
+    for d_k in sorted({*d_ks, rank_d_k}):
+        flop_model.AttentionShape(batch=args.batch, seq_len=args.seq_len, d_model=args.d_model,
+                                  num_heads=args.heads, d_k=d_k, num_features=rank_m)
+    # ... and building every layer abstractly (no arrays, nothing compiled) catches whatever else a
+    # layer rejects at this shape.
+    for mech, d_k, m in _layer_configs(mechanisms, rank_mechanisms, d_ks, ms, rank_d_k, rank_m):
+        _check_layer(mech, d_model=args.d_model, num_heads=args.heads, seq_len=args.seq_len, d_k=d_k, m=m)
+    return {"mechanisms": mechanisms, "rank_mechanisms": rank_mechanisms, "d_k": d_ks, "m": ms,
+            "rank_d_k": rank_d_k, "rank_m": rank_m}
+
+
+def _uses(mech: str) -> tuple[bool, bool]:
+    """(uses d_k, uses m) of a mechanism, as ``approximation_errors`` grids them."""
+    from flurka.attention import flops as flop_model
+
+    return mech == "linformer" or mech in flop_model.FLURKA, mech.removeprefix("flurka-") == "performer"
+
+
+def _layer_configs(mechanisms, rank_mechanisms, d_ks, ms, rank_d_k, rank_m):
+    seen = set()
+    for mech in mechanisms:
+        uses_dk, uses_m = _uses(mech)
+        for d_k in d_ks if uses_dk else [None]:
+            for m in ms if uses_m else [None]:
+                seen.add((mech, d_k, m))
+    for mech in rank_mechanisms:
+        uses_dk, uses_m = _uses(mech)
+        seen.add((mech, rank_d_k if uses_dk else None, rank_m if uses_m else None))
+    return sorted(seen, key=lambda c: (c[0], c[1] or 0, c[2] or 0))
+
+
+def _build(mech: str, *, d_model: int, num_heads: int, seq_len: int, d_k: int | None, m: int | None, seed: int):
+    from flax import nnx
+
+    from flurka.attention import make_attention
+
+    opts: dict[str, int] = {}
+    if d_k is not None:
+        opts["d_k"] = d_k
+    if m is not None:
+        opts["num_features"] = m
+    return make_attention(mech, d_model=d_model, num_heads=num_heads, max_len=seq_len,
+                          rngs=nnx.Rngs(seed), **opts)
+
+
+def _check_layer(mech: str, **kw) -> None:
+    from flax import nnx
+
+    try:
+        nnx.eval_shape(lambda: _build(mech, seed=0, **kw))
+    except ValueError as err:
+        raise ValueError(f"{mech}: {str(err).splitlines()[0]}") from None
+
+
+def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any]]:
+    """Numerical rank of φ(Q)φ(K)ᵀ for every rank mechanism, seed, example and head."""
+    import jax
+
+    from flurka.speed.theory import kernel_attention_ranks
+
+    rows = []
+    for seed in args.seeds:
+        x = jax.random.normal(jax.random.key(seed), (args.batch, args.seq_len, args.d_model))
+        for mech in p["rank_mechanisms"]:
+            uses_dk, uses_m = _uses(mech)
+            d_k = p["rank_d_k"] if uses_dk else None
+            m = p["rank_m"] if uses_m else None
+            layer = _build(mech, d_model=args.d_model, num_heads=args.heads, seq_len=args.seq_len,
+                           d_k=d_k, m=m, seed=seed)
+            ranks = kernel_attention_ranks(layer, x)
+            keys = d_k if d_k is not None else args.seq_len
+            for example in range(ranks.shape[0]):
+                for head in range(ranks.shape[1]):
+                    rows.append({"mechanism": mech, "seed": seed, "example": example, "head": head,
+                                 "rank": int(ranks[example, head]), "max_rank": min(args.seq_len, keys),
+                                 "d_k": d_k, "m": m})
+    return rows
+
+
+def document(args: argparse.Namespace, p: dict[str, Any], errors: list[dict], ranks: list[dict]) -> dict[str, Any]:
+    from flurka.speed.runner import device_info, versions
+
+    config = {"seq_len": args.seq_len, "d_model": args.d_model, "num_heads": args.heads,
+              "batch": args.batch, "seeds": list(args.seeds), "d_k": p["d_k"], "m": p["m"],
+              "inputs": "standard normal", "matmul_precision": args.matmul_precision}
+    if p["rank_mechanisms"]:
+        config.update(rank_d_k=p["rank_d_k"], rank_m=p["rank_m"])
+    return {"schema": "flurka.theory/1",
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "device": device_info(), "versions": versions(), "config": config,
+            "approximation_errors": errors, "ranks": ranks}
+
+
+def _write(doc: dict[str, Any], path: str) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, out)
+
+
+def run(args: argparse.Namespace) -> int:
+    p = plan(args)  # ValueError before any compute
+    import jax
+
+    from flurka.speed.theory import approximation_errors
+
+    start = time.perf_counter()
+    with jax.default_matmul_precision(args.matmul_precision):
+        errors = approximation_errors(d_model=args.d_model, num_heads=args.heads, seq_len=args.seq_len,
+                                      d_k_values=p["d_k"], m_values=p["m"], mechanisms=p["mechanisms"],
+                                      seeds=args.seeds, batch=args.batch)
+        ranks = rank_rows(args, p)
+    doc = document(args, p, errors, ranks)
+    _write(doc, args.out)
+    print(f"wrote {args.out}: {len(errors)} approximation-error rows ({len(p['mechanisms'])} mechanisms), "
+          f"{len(ranks)} rank rows, on {doc['device']['name']} in {time.perf_counter() - start:.1f}s")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as err:
+        if os.environ.get("FLURKA_DEBUG"):
+            raise
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -58,6 +58,28 @@ def test_options_reach_the_table(seeded_url, capsys):
     assert code == 1 and out == "" and err.count("\n") == 1 and "filter by device" in err
 
 
+def test_uptraining_defaults_to_the_benchmark_the_sweep_ran(engine, sweep_dict, make_trial, capsys):
+    """After a one-benchmark sweep (`make sweep`: lra-listops-small) the table needs no --benchmark,
+    and the metric defaults to that benchmark's (accuracy); two up-trained benchmarks need a choice."""
+    from flurka.results import ingest_sweep
+
+    url = engine.url.render_as_string(hide_password=False)
+    small = {**sweep_dict, "sweep_id": "small", "name": "small", "trials": [
+        make_trial("l", "linformer", "lra-listops-small", {"accuracy": 0.45}),
+        make_trial("r", "rnn", "lra-listops-small", {"accuracy": 0.46}),
+        make_trial("b", "flurka-rnn", "lra-listops-small", {"accuracy": 0.47}, alpha=0.5, base="linformer")]}
+    ingest_sweep(engine, small)
+    code, out, err = run_cli(["--db", url, "--table", "uptraining", "--format", "csv"], capsys)
+    assert code == 0, err
+    back = pd.read_csv(io.StringIO(out)).set_index("variant")
+    assert back.at["flurka-rnn", "50%"] == pytest.approx(47.0) and back.at["flurka-rnn", "low-rank"] == pytest.approx(45.0)
+    ingest_sweep(engine, sweep_dict)  # the paper sweep: up-training on nmt-wmt14-ende too
+    code, out, err = run_cli(["--db", url, "--table", "uptraining"], capsys)
+    assert code == 1 and "several benchmarks (lra-listops-small, nmt-wmt14-ende): pass --benchmark" in err
+    code, out, err = run_cli(["--db", url, "--table", "uptraining", "--sweep", "small"], capsys)
+    assert code == 0 and "flurka-rnn" in out
+
+
 def test_unmigrated_database_exit_2_then_upgrade(db_url, capsys):
     code, out, err = run_cli(["--db", db_url, "--table", "glue"], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1

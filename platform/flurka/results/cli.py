@@ -22,8 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", required=True, choices=TABLES,
                         help="uptraining (Table 5), glue (2), lra (3), collective (4), isoflops (1), speed, speedup")
     parser.add_argument("--format", default="markdown", choices=tables.FORMATS)
-    parser.add_argument("--metric", help="uptraining: metric (default bleu); isoflops: curve loss name (default loss)")
-    parser.add_argument("--benchmark", help="uptraining/isoflops benchmark (default nmt-wmt14-ende)")
+    parser.add_argument("--metric", help="uptraining: metric (default: the benchmark's first, e.g. bleu, accuracy); "
+                             "isoflops: curve loss name (default loss)")
+    parser.add_argument("--benchmark", help="uptraining: benchmark (default: the one the database has up-training "
+                             "trials on); isoflops: benchmark (default nmt-wmt14-ende)")
     parser.add_argument("--agg", default="mean", choices=tables.AGGS,
                         help="mean: best config's mean over seeds (default); best: best single trial")
     parser.add_argument("--sweep", help="only this sweep (external id or name)")
@@ -35,11 +37,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upgrade", action="store_true", help="migrate the database to this code's schema first")
 
 
+def _first_metric(benchmark: str) -> str:
+    """The benchmark's headline metric (its config's first), as the sweep records it."""
+    from flurka.configs import get_config
+
+    try:
+        return get_config(benchmark).metrics[0]
+    except ValueError:
+        raise ValueError(f"unknown benchmark {benchmark!r}: pass --metric") from None
+
+
 def build(engine, args: argparse.Namespace):
     quality = {"agg": args.agg, "sweep": args.sweep}
     bench = {"benchmark": args.benchmark} if args.benchmark else {}
     if args.table == "uptraining":
-        return tables.uptraining_table(engine, metric=args.metric or "bleu", **bench, **quality)
+        benchmark = args.benchmark or tables.uptrained_benchmark(engine, sweep=args.sweep)
+        return tables.uptraining_table(engine, benchmark=benchmark,
+                                       metric=args.metric or _first_metric(benchmark), **quality)
     if args.table == "glue":
         return tables.glue_table(engine, **quality)
     if args.table == "lra":

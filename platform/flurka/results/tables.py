@@ -127,6 +127,21 @@ def alpha_label(alpha: float) -> str:
     return f"{alpha * 100:g}%"
 
 
+def uptrained_benchmark(engine: Engine, *, sweep: str | None = None) -> str:
+    """The one benchmark with up-training trials (0 < α < 1), so ``flurka tables --table uptraining``
+    needs no --benchmark after a one-benchmark sweep; several is an error naming them."""
+    stmt = sa.select(Trial.benchmark).distinct().where(Trial.status == "ok", Trial.alpha > 0, Trial.alpha < 1)
+    if sweep is not None:
+        stmt = stmt.join(Sweep, Sweep.id == Trial.sweep_id).where(sa.or_(Sweep.external_id == sweep, Sweep.name == sweep))
+    with engine.connect() as conn:
+        found = sorted(conn.scalars(stmt))
+    if not found:
+        raise NoResults("no up-training trials (0 < alpha < 1) in the database")
+    if len(found) > 1:
+        raise ValueError(f"up-training trials on several benchmarks ({', '.join(found)}): pass --benchmark")
+    return found[0]
+
+
 def uptraining_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metric: str = "bleu",
                      agg: str = "mean", sweep: str | None = None) -> pd.DataFrame:
     """Table 5: each FLuRKA variant up-trained at each alpha, beside its kernel and low-rank constituents.

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from conftest import tiny
 
+from flurka.training import flops as flops_lib
 from flurka.training import loop, run, uptrain
 from flurka.training.optimizer import make_optimizer
 from flurka.training.tasks import make_task
@@ -86,3 +87,40 @@ def test_fork_from_base_checkpoint_equals_uninterrupted(tmp_path, digits):
             dataset=digits)
     with pytest.raises(ValueError, match=r"no checkpoint for step 2 .* available: \[4, 8\]"):
         run(config.replace(alpha=0.25, base_checkpoint=str(tmp_path / "base" / "checkpoints")), dataset=digits)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_resume_inside_the_handover_equals_uninterrupted(tmp_path, digits):
+    # same program as the fork test above (compiled steps are shared when run together)
+    config = tiny(attention="flurka-performer", alpha=0.5, steps=8, eval_every=4)
+    h = uptrain.handover_steps(config)                # capped at half of the 4 variant steps
+    assert h == 2 and [s.handover_from for s in uptrain.stages(config)] == [None, "linformer", None]
+    uninterrupted = run(config, dataset=digits)
+    assert uninterrupted["switches"][0]["handover"] == {
+        "steps": 2, "first_step": 5, "last_step": 6, "from": "linformer", "shape": "ease-out",
+        "beta_first": pytest.approx(5 / 9), "beta_last": pytest.approx(8 / 9)}   # 1 − (1 − j/3)²
+    betas = [h.get("handover_beta") for h in uninterrupted["history"]]
+    assert betas == [None] * 4 + [pytest.approx(5 / 9), pytest.approx(8 / 9), None, None]
+    # FLOPs: a hand-over step counts both attention mechanisms (an upper bound)
+    flops = [h["train_flops"] for h in uninterrupted["history"]]
+    per_step = np.diff([0] + flops)
+    batch = next(digits.train_batches(config.batch_size))
+    shapes = {k: v.shape for k, v in batch.items()}
+    lin, var, both = (flops_lib.train_step_flops(config, digits.info, shapes, attention=a, handover_from=f)
+                      for a, f in (("linformer", None), ("flurka-performer", None),
+                                   ("flurka-performer", "linformer")))
+    assert per_step.tolist() == [lin] * 4 + [both] * 2 + [var] * 2 and both > max(lin, var)
+
+    def stop_at_6(kind, entry):
+        if kind == "train" and entry["step"] == 6:
+            raise _Stop
+
+    ckpt = config.replace(workdir=str(tmp_path / "run"), checkpoint_every=5)   # step 5: mid-hand-over
+    with pytest.raises(_Stop):
+        run(ckpt, dataset=digits, callback=stop_at_6)
+    resumed = run(ckpt, dataset=digits)
+    for key in ("history", "eval_history", "final_metrics", "train_flops", "switches"):
+        assert resumed[key] == uninterrupted[key], key

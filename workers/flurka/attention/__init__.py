@@ -6,6 +6,11 @@ maps ``[batch, seq, d_model]`` (mask ``[batch, seq]`` bool, True = real token) t
 Every layer has the projections ``query``/``key``/``value``/``out``; the low-rank ones
 (``linformer``, ``flurka-*``) also have ``seq_proj`` (E1/E2), so up-training can copy parameters by
 path between mechanisms.
+
+``handover_from=<base>`` (a FLuRKA variant's up-training base: ``linformer`` or its kernel) builds
+the variant's hand-over layer (:mod:`flurka.attention.handover`): same parameters and paths, output
+(1 − β)·base + β·variant with β a non-trainable variable. Other mechanisms ignore it (like ``d_k``),
+so one options dict fits a model whose T2T stem uses another mechanism.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from flax import nnx
 from flurka.attention.base import AttentionLayer, RandomFeatures
 from flurka.attention.eva import EVAAttention, eva_attention
 from flurka.attention.flash import FlashAttention, flash_attention
+from flurka.attention.flops import FLURKA
 from flurka.attention.flurka import FlurkaEVA, FlurkaPerformer, FlurkaRNN, compressed_eva_attention
 from flurka.attention.full import FullAttention, softmax_attention
+from flurka.attention.handover import HandoverBeta, handover_class
 from flurka.attention.linformer import LinformerAttention
 from flurka.attention.lowrank import SeqProjection
 from flurka.attention.performer import PerformerAttention, favor_attention
@@ -53,12 +60,15 @@ def _accepted_options(cls: type) -> list[str]:
 
 def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int,
                    rngs: nnx.Rngs, d_k: int | None = None, num_features: int | None = None,
-                   **options: Any) -> AttentionLayer:
+                   handover_from: str | None = None, **options: Any) -> AttentionLayer:
     """Build the ``mechanism`` layer. ``d_k`` (low-rank) and ``num_features`` (random-feature
     kernels) are ignored by mechanisms that do not use them, so one model config fits all."""
     if mechanism not in _CLASSES:
         raise ValueError(f"unknown attention mechanism {mechanism!r}; valid: {', '.join(MECHANISMS)}")
     cls = _CLASSES[mechanism]
+    if handover_from is not None and mechanism in FLURKA:
+        cls = handover_class(cls)
+        options["handover_from"] = handover_from
     accepted = _accepted_options(cls)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
@@ -73,7 +83,7 @@ def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int
 
 __all__ = [
     "MECHANISMS", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
-    "RandomFeatures", "SeqProjection",
+    "RandomFeatures", "SeqProjection", "HandoverBeta", "handover_class",
     "FullAttention", "FlashAttention", "LinformerAttention", "PerformerAttention", "RNNAttention",
     "EVAAttention", "FlurkaPerformer", "FlurkaRNN", "FlurkaEVA",
     "softmax_attention", "flash_attention", "favor_attention", "elu_attention", "eva_attention",

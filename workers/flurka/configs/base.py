@@ -17,6 +17,7 @@ MODELS = ("classifier", "mlm", "seq2seq", "vit")
 SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
 METRICS = ("accuracy", "top5", "perplexity", "bleu", "matthews", "f1", "pearson", "spearman")
 BASES = ("low-rank", "kernel")
+HANDOVER_SHAPES = ("linear", "ease-out")
 POOLINGS = ("cls", "mean")
 
 
@@ -70,6 +71,12 @@ class TrainConfig:
     alpha: float = 0.0
     base: str = "low-rank"
     base_checkpoint: str | None = None  # a base run's checkpoint dir holding step round(alpha*steps)
+    # Blended hand-over after the switch (flurka.training.uptrain): for this many steps every
+    # attention layer outputs (1-β)·base + β·variant from the same parameters, β ramping 0 → 1
+    # (``handover_shape``: "linear" β = t, or "ease-out" β = 1-(1-t)², slow near the variant);
+    # at most half of the variant's steps are used. 0 = the abrupt switch.
+    handover_steps: int = 16
+    handover_shape: str = "ease-out"
     notes: str = ""                    # where the settings come from
 
     def replace(self, **overrides: Any) -> "TrainConfig":
@@ -165,12 +172,14 @@ def validate(config: TrainConfig) -> TrainConfig:
     _choice("schedule", c.schedule, SCHEDULES)
     _choice("pooling", c.pooling, POOLINGS)
     _choice("up-training base", c.base, BASES)
+    _choice("handover_shape", c.handover_shape, HANDOVER_SHAPES)
     for m in c.metrics:
         _choice("metric", m, METRICS)
     for name in ("d_model", "num_heads", "num_layers", "d_ff", "max_len", "batch_size", "steps",
                  "log_every", "bleu_batches", "beam_size"):
         _positive(name, getattr(c, name))
-    for name in ("warmup_steps", "eval_every", "eval_batches", "checkpoint_every", "num_decoder_layers"):
+    for name in ("warmup_steps", "eval_every", "eval_batches", "checkpoint_every", "num_decoder_layers",
+                 "handover_steps"):
         _positive(name, getattr(c, name), zero_ok=True)
     if c.d_model % c.num_heads:
         raise ValueError(f"num_heads={c.num_heads} must divide d_model={c.d_model}")

@@ -9,6 +9,11 @@ LayerNorm, GELU, residual adds and the loss are not counted (elementwise, O(N·d
 O(N·d²) matmuls). With ``dots_only=True`` only matrix products are counted: that number is
 exactly what XLA's compiled forward pass multiplies, and the tests check it against the HLO.
 
+Up-training hand-over steps (:mod:`flurka.attention.handover`) run the FLuRKA variant and its base
+in every attention layer: ``handover_from`` counts both layers in full, an upper bound (the W_Q /
+W_O products, and for a Linformer base the E·X compression and K'/V' projections, are shared and
+counted twice).
+
 A training step is forward + backward ≈ 3 × forward (the backward computes two matmuls —
 w.r.t. inputs and w.r.t. weights — per forward one), the usual convention (Kaplan et al. 2020).
 """
@@ -30,7 +35,12 @@ def _mm(*dims: int) -> int:
 
 
 def attention_layer(mechanism: str, *, batch: int, seq_len: int, d_model: int, num_heads: int,
-                    options: Mapping | None = None, dots_only: bool = False) -> int:
+                    options: Mapping | None = None, dots_only: bool = False,
+                    handover_from: str | None = None) -> int:
+    if handover_from is not None and mechanism in attention_flops.FLURKA:
+        return sum(attention_layer(m, batch=batch, seq_len=seq_len, d_model=d_model,
+                                   num_heads=num_heads, options=options, dots_only=dots_only)
+                   for m in (mechanism, handover_from))
     opts = {k: v for k, v in dict(options or {}).items()
             if k in ("d_k", "num_features", "window_size", "chunk_size")}
     if mechanism not in (attention_flops.LOW_RANK, *attention_flops.FLURKA):
@@ -42,10 +52,12 @@ def attention_layer(mechanism: str, *, batch: int, seq_len: int, d_model: int, n
 
 
 def encoder(mechanism: str, *, batch: int, seq_len: int, d_model: int, num_heads: int,
-            num_layers: int, d_ff: int, options: Mapping | None = None, dots_only: bool = False) -> int:
+            num_layers: int, d_ff: int, options: Mapping | None = None, dots_only: bool = False,
+            handover_from: str | None = None) -> int:
     """The shared pre-LN encoder stack: per layer one attention and a two-matmul FFN."""
     attn = attention_layer(mechanism, batch=batch, seq_len=seq_len, d_model=d_model,
-                           num_heads=num_heads, options=options, dots_only=dots_only)
+                           num_heads=num_heads, options=options, dots_only=dots_only,
+                           handover_from=handover_from)
     ffn = 2 * _mm(batch, seq_len, d_model, d_ff)
     return num_layers * (attn + ffn)
 
@@ -64,7 +76,8 @@ def decoder(*, batch: int, target_len: int, source_len: int, d_model: int, num_h
     return num_layers * (self_attn + cross + ffn) + _mm(b, m, d, vocab_size)
 
 
-def _t2t(mechanism, *, batch, image_shape, d_model, splits, token_dim, options, dots_only) -> int:
+def _t2t(mechanism, *, batch, image_shape, d_model, splits, token_dim, options, dots_only,
+         handover_from=None) -> int:
     h, w, c = image_shape
     total, channels = 0, c
     for i, (k, s, p) in enumerate(splits):
@@ -73,25 +86,28 @@ def _t2t(mechanism, *, batch, image_shape, d_model, splits, token_dim, options, 
         total += _mm(batch, h * w, channels * k * k, d_model if last else token_dim)
         if not last:
             total += encoder(mechanism, batch=batch, seq_len=h * w, d_model=token_dim, num_heads=1,
-                             num_layers=1, d_ff=token_dim, options=options, dots_only=dots_only)
+                             num_layers=1, d_ff=token_dim, options=options, dots_only=dots_only,
+                             handover_from=handover_from)
             channels = token_dim
     return total
 
 
 def forward_flops(config, info, shapes: Mapping[str, tuple], *, attention: str | None = None,
-                  dots_only: bool = False) -> int:
+                  dots_only: bool = False, handover_from: str | None = None) -> int:
     """Forward FLOPs of one batch. ``shapes``: the batch's array shapes (key -> shape);
-    ``attention`` overrides ``config.attention`` (the up-training base phase)."""
+    ``attention`` overrides ``config.attention`` (the up-training base phase);
+    ``handover_from``: a hand-over step that also runs this base mechanism."""
     mech = attention or config.attention
     c = config
     common = dict(d_model=c.d_model, num_heads=c.num_heads, num_layers=c.num_layers, d_ff=c.d_ff,
-                  options=c.attention_options, dots_only=dots_only)
+                  options=c.attention_options, dots_only=dots_only, handover_from=handover_from)
     if c.task == "image":
         b, hh, ww, ch = shapes["image"]
         if c.t2t:
             from flurka.models.vit import T2T_SPLITS
             stem = _t2t(mech, batch=b, image_shape=(hh, ww, ch), d_model=c.d_model, splits=T2T_SPLITS,
-                        token_dim=64, options=c.attention_options, dots_only=dots_only)
+                        token_dim=64, options=c.attention_options, dots_only=dots_only,
+                        handover_from=handover_from)
             for k, s, p in T2T_SPLITS:
                 hh, ww = (hh + 2 * p - k) // s + 1, (ww + 2 * p - k) // s + 1
             tokens = hh * ww
@@ -119,6 +135,8 @@ def forward_flops(config, info, shapes: Mapping[str, tuple], *, attention: str |
     raise ValueError(f"unknown task {c.task!r}")
 
 
-def train_step_flops(config, info, shapes, *, attention: str | None = None) -> int:
+def train_step_flops(config, info, shapes, *, attention: str | None = None,
+                     handover_from: str | None = None) -> int:
     """FLOPs of one training step: forward + backward = 3 × forward."""
-    return TRAIN_FACTOR * forward_flops(config, info, shapes, attention=attention)
+    return TRAIN_FACTOR * forward_flops(config, info, shapes, attention=attention,
+                                        handover_from=handover_from)

@@ -10,8 +10,10 @@
 * FLOPs: every history entry carries the cumulative training FLOPs (3 × forward, see
   :mod:`flurka.training.flops`) so runs can be compared at equal compute.
 * A non-finite loss ends the run with status ``"diverged at step k"``; history so far is kept.
-* Up-training: phases from :func:`flurka.training.uptrain.phases`; at the switch the state is
-  carried into the FLuRKA model; ``base_checkpoint`` starts right at the switch from another
+* Up-training: stages from :func:`flurka.training.uptrain.stages`; at the switch the state is
+  carried into the FLuRKA model, whose first ``handover_steps`` steps run hand-over layers that
+  blend base and variant with a traced β ramp (recorded as ``handover_beta`` in history and as
+  ``handover`` in the switch entry); ``base_checkpoint`` starts right at the switch from another
   run's checkpoint (forking many FLuRKA branches from one base run).
 """
 
@@ -74,11 +76,16 @@ def check_against_data(config: TrainConfig, info) -> None:
         raise ValueError(f"pooling='cls' but dataset {config.dataset!r} has no [CLS] token; use pooling='mean'")
 
 
-def build_model(config: TrainConfig, info, attention: str) -> nnx.Module:
-    """The benchmark's model with ``attention``; parameters drawn from ``config.seed``."""
+def build_model(config: TrainConfig, info, attention: str,
+                handover_from: str | None = None) -> nnx.Module:
+    """The benchmark's model with ``attention``; parameters drawn from ``config.seed``.
+    ``handover_from``: the up-training hand-over model (:mod:`flurka.attention.handover`)."""
     from flurka.models import build_model as factory
+    options = dict(config.attention_options)
+    if handover_from is not None:
+        options["handover_from"] = handover_from
     model_config = dict(
-        attention=attention, attention_options=dict(config.attention_options),
+        attention=attention, attention_options=options,
         d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
         d_ff=config.d_ff, dropout_rate=config.dropout_rate, pooling=config.pooling,
         patch_size=config.patch_size, t2t=config.t2t,
@@ -107,11 +114,21 @@ class Phase:
     other: dict
     opt_state: Any
     mesh: Any = None   # data-parallel mesh (flurka.training.parallel); None = one device
+    handover_from: str | None = None   # hand-over layers blending in this base mechanism
+
+    @property
+    def kind(self) -> tuple[str, str | None]:
+        return self.attention, self.handover_from
 
     def state(self) -> dict:
         return {"params": self.params, "other": self.other, "opt_state": self.opt_state}
 
     def load(self, state: dict) -> None:
+        if self.mesh is None:
+            # Commit every leaf to the one device: restored (committed) arrays mixed with fresh
+            # (uncommitted) ones would make the first step compile once for the mix and again
+            # for its all-committed outputs.
+            state = jax.device_put(state, next(iter(jax.numpy.zeros(()).devices())))
         state = parallel.replicate(state, self.mesh)
         self.params, self.other, self.opt_state = state["params"], state["other"], state["opt_state"]
 
@@ -124,8 +141,9 @@ _COMPILED: dict[tuple, tuple] = {}
 _COMPILED_MAX = 32
 
 
-def make_phase(config: TrainConfig, info, attention: str, task: Task, tx, mesh=None) -> Phase:
-    model = build_model(config, info, attention)
+def make_phase(config: TrainConfig, info, attention: str, task: Task, tx, mesh=None,
+               handover_from: str | None = None) -> Phase:
+    model = build_model(config, info, attention, handover_from)
     parts, params, other = state_lib.split(model)
     del model
     # Reuse jitted steps across runs of the same program in one process (resume, sweeps, tests):
@@ -139,7 +157,8 @@ def make_phase(config: TrainConfig, info, attention: str, task: Task, tx, mesh=N
             _COMPILED.pop(next(iter(_COMPILED)))
         _COMPILED[key] = _compile(config, info, parts, task, tx)
     train_step, eval_step, decode = _COMPILED[key]
-    phase = Phase(attention, parts, train_step, eval_step, decode, params, other, tx.init(params), mesh)
+    phase = Phase(attention, parts, train_step, eval_step, decode, params, other, tx.init(params), mesh,
+                  handover_from)
     phase.load(phase.state())   # replicated over the mesh (no-op on one device)
     return phase
 
@@ -220,8 +239,9 @@ class _Run:
         self.prior_wall = 0.0
         self.switches: list[dict] = []
 
-    def meta(self, attention: str, wall: float) -> dict:
-        return {"step": self.step, "attention": attention, "history": self.history,
+    def meta(self, attention: str, wall: float, handover_from: str | None = None) -> dict:
+        return {"step": self.step, "attention": attention, "handover_from": handover_from,
+                "history": self.history,
                 "eval_history": self.eval_history, "window": self.window,
                 "train_flops": self.train_flops, "wall_time_s": wall, "switches": self.switches,
                 "config": config_dict(self.config)}
@@ -304,7 +324,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     task = make_task(config)
     tx = make_optimizer(config)
     schedule = schedule_from_config(config)
-    plan = uptrain.phases(config)
+    plan = uptrain.stages(config)
     run = _Run(config)
     root_key = jax.random.fold_in(jax.random.key(config.seed), 1)
 
@@ -318,12 +338,12 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     latest = ckpt.latest_step() if ckpt is not None else None
     if latest is not None:
         meta = ckpt.meta(latest)
-        phase = make_phase(config, info, meta["attention"], task, tx, mesh)
+        phase = make_phase(config, info, meta["attention"], task, tx, mesh, meta.get("handover_from"))
         restored, meta = ckpt.restore(latest, phase.state())
         phase.load(restored)
         run.load_meta(meta)
     elif config.base_checkpoint is not None:
-        base = plan[0][0]
+        base = plan[0].attention
         with Checkpointer(config.base_checkpoint, read_only=True) as src:
             meta = src.meta(config.switch_step)
             _check_fork(config, meta, base, config.base_checkpoint)
@@ -340,7 +360,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
 
     def save() -> None:
         if ckpt is not None and (not ckpt.steps() or ckpt.latest_step() != run.step):
-            ckpt.save(run.step, phase.state(), run.meta(phase.attention, wall()))
+            ckpt.save(run.step, phase.state(), run.meta(phase.attention, wall(), phase.handover_from))
 
     def wall() -> float:
         return run.prior_wall + time.perf_counter() - start
@@ -350,6 +370,8 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
             return
         metrics = evaluate(config, dataset, task, phase)
         entry = {"step": run.step, "train_flops": run.train_flops, "attention": phase.attention, **metrics}
+        if phase.handover_from is not None:     # evaluated mid-hand-over: the blended model
+            entry["handover_beta"] = uptrain.handover_beta(config, run.step - 1)
         run.eval_history.append(entry)
         emit("eval", entry)
 
@@ -361,17 +383,22 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
 
     status, diverged_step = "ok", None
     try:
-        for attention, first, end in plan:
+        for stage in plan:
+            attention, end, handover_from = stage.attention, stage.end, stage.handover_from
             if run.step >= end:
                 continue
             if phase is None:
-                phase = make_phase(config, info, attention, task, tx, mesh)
-            elif phase.attention != attention:           # the up-training switch
-                new = make_phase(config, info, attention, task, tx, mesh)
+                phase = make_phase(config, info, attention, task, tx, mesh, handover_from)
+            elif phase.kind != (attention, handover_from):
+                # the up-training switch (base -> variant or its hand-over model), or the end of
+                # the hand-over (same parameters and moments; only the β variables are dropped)
+                new = make_phase(config, info, attention, task, tx, mesh, handover_from)
                 carried, report = uptrain.switch(phase.state(), new.state())
                 new.load(carried)
-                run.switches.append({"step": run.step, "from": phase.attention, "to": attention,
-                                     "copied": len(report["copied"]), "new": report["new"]})
+                if phase.attention != attention:
+                    run.switches.append({"step": run.step, "from": phase.attention, "to": attention,
+                                         "copied": len(report["copied"]), "new": report["new"],
+                                         "handover": uptrain.handover_info(config)})
                 phase = new
             step_flops: dict[tuple, int] = {}
             batches = dataset.train_batches(config.batch_size, start_step=run.step)
@@ -379,11 +406,17 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
                 batch = _device_batch(next(batches), mesh)
                 shapes = tuple(sorted((k, v.shape) for k, v in batch.items()))
                 if shapes not in step_flops:
-                    step_flops[shapes] = flops_lib.train_step_flops(config, info, dict(shapes),
-                                                                    attention=attention)
+                    step_flops[shapes] = flops_lib.train_step_flops(
+                        config, info, dict(shapes), attention=attention, handover_from=handover_from)
                 key = jax.random.fold_in(root_key, run.step)
+                if handover_from is not None:
+                    beta = uptrain.handover_beta(config, run.step)
+                    phase.other = uptrain.set_beta(
+                        phase.other, parallel.replicate(np.float32(beta), phase.mesh))
                 phase.params, phase.other, phase.opt_state, metrics = phase.train_step(
                     phase.params, phase.other, phase.opt_state, batch, key)
+                if handover_from is not None:
+                    metrics = {**metrics, "handover_beta": beta}
                 run.step += 1
                 run.train_flops += step_flops[shapes]
                 run.pending.append((run.step, run.train_flops, metrics))
@@ -414,8 +447,9 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
         if ckpt is not None:
             ckpt.close()
 
+    not_metrics = ("step", "train_flops", "attention", "handover_beta")
     final = {k: v for k, v in run.eval_history[-1].items()
-             if k not in ("step", "train_flops", "attention")} if run.eval_history else {}
+             if k not in not_metrics} if run.eval_history else {}
     return {
         "status": status,
         "benchmark": config.benchmark,

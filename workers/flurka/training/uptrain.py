@@ -9,13 +9,48 @@ variables (e.g. the kernel's random features), and the optimizer state — AdamW
 mirror the flat parameter dict, and the step counters (``count``) carry too, so bias correction
 and the learning-rate schedule continue where the base run stopped. Only what is new to the
 variant keeps its fresh initialization (and zero moments).
+
+Blended hand-over (``TrainConfig.handover_steps`` = H, default 16, and ``handover_shape``,
+default "ease-out", better than linear at every length measured; H = 0 is the abrupt switch). The variant computes a different function of the
+carried parameters than the base did. For ``flurka-performer`` the gap is large: FAVOR+ (m = 32
+features, d_h = 32) on Linformer-compressed keys (|k'|²/√d_h ≈ 12-15) is 85-160 % off softmax over
+the same keys, already at initialisation and still at the switch. So an abrupt switch makes the
+loss jump far above the base run's noise (``lra-image-small``, Linformer → flurka-performer:
+switch at step 60 of 100, 0.85 → 2.75 with σ ≈ 0.07; at the paper's α = 1/6 of 1000 steps,
+0.16 → 3.26 with σ ≈ 0.06, above chance). For H steps after the switch every attention layer
+of the variant is a hand-over layer (:mod:`flurka.attention.handover`): its output is
+(1 − β)·base + β·variant, both computed from the same W_Q/W_K/W_V/W_O, E1/E2 and random
+features, with β = ramp(j/(H + 1)) at the j-th step after the switch (j = 1..H): from 0 (the
+base, at the switch) to 1 (the variant, after H steps); ``linear`` ramp(t) = t, ``ease-out``
+1 − (1 − t)². Then only the variant runs. The hand-over layer has exactly the variant's parameter
+paths (plus a non-trainable β per layer), so parameters and AdamW moments pass into and out of
+it unchanged; β is a traced input of the jitted step, so the ramp compiles once. H is capped at
+half of the variant's steps so every run ends with pure-variant training; the effective
+hand-over is recorded in the result's ``switches`` entry (``handover``), and every hand-over
+step's history (and eval) entry carries ``handover_beta``. α = 0 and α = 1 have no switch and
+therefore no hand-over.
+
+What the hand-over does and does not do: it removes the step at the switch, but the variant
+still has to learn to work on its own, and it is mostly pushed to as β nears 1. With a short
+ramp the loss therefore climbs towards the abrupt switch's level near the end of the ramp
+(α = 1/6 above, H = 16: peak 2.7 at the end of the ramp instead of 3.6 at the switch). Long,
+ease-out ramps keep it low (same run: H = 64 peaks at 1.29 linear / 0.84 ease-out, H = 160 at
+0.96 / 0.78; at H = 320 every 5-step mean stays within 3σ of the base with ease-out, max 0.27
+against a bound of 0.33, but not linear, max 0.57). Long hand-overs also mean more training of a
+hybrid model, which changes what α measures; pick H per study.
+
+Linformer's E ~ N(0, 1/d_k) initialisation (paper §2) is kept: with E ~ N(0, 1/N) instead the
+compressed keys are at token scale but FAVOR+ is still ~140 % off softmax there (vs ~160 %), so
+the init is not what makes the switch jump.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from flurka.configs.base import base_attention
 
@@ -32,6 +67,71 @@ def phases(config) -> list[tuple[str, int, int]]:
     if s >= t:
         return [(base, 0, t)]
     return [(base, 0, s), (config.attention, s, t)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """Steps ``[first, end)`` train ``attention``; ``handover_from`` set: its hand-over layers."""
+
+    attention: str
+    first: int
+    end: int
+    handover_from: str | None = None
+
+
+def handover_steps(config) -> int:
+    """The effective hand-over length: ``config.handover_steps``, at most half of the variant's
+    steps; 0 without a switch inside the run."""
+    plan = phases(config)
+    if len(plan) < 2:
+        return 0
+    _, s, t = plan[1]
+    return min(int(config.handover_steps), (t - s) // 2)
+
+
+def stages(config) -> list[Stage]:
+    """:func:`phases` with the variant's first :func:`handover_steps` steps as a hand-over stage."""
+    plan = phases(config)
+    h = handover_steps(config)
+    if h == 0:
+        return [Stage(m, f, e) for m, f, e in plan]
+    (base, _, s), (variant, _, t) = plan
+    return [Stage(base, 0, s), Stage(variant, s, s + h, base), Stage(variant, s + h, t)]
+
+
+def ramp(t: float, shape: str = "linear") -> float:
+    """β at ramp position t ∈ [0, 1]: ``linear`` t, ``ease-out`` 1 − (1 − t)² (the base's share
+    falls fast first, while the loss hardly notices, and slowly as the variant takes over)."""
+    if shape == "linear":
+        return t
+    if shape == "ease-out":
+        return 1.0 - (1.0 - t) ** 2
+    raise ValueError(f"unknown handover_shape {shape!r}; valid: linear, ease-out")
+
+
+def handover_beta(config, step: int) -> float:
+    """β of the training step that starts at ``step`` (0-based count of steps done): the j-th
+    step after the switch (j = step − switch + 1 = 1..H) has β = ramp(j / (H + 1)); 1.0 outside."""
+    h, s = handover_steps(config), config.switch_step
+    j = step - s + 1
+    return ramp(j / (h + 1), config.handover_shape) if h and 1 <= j <= h else 1.0
+
+
+def handover_info(config) -> dict | None:
+    """The switch report's ``handover`` entry: steps (1-based history numbering) and β range."""
+    h, s = handover_steps(config), config.switch_step
+    if not h:
+        return None
+    return {"steps": h, "first_step": s + 1, "last_step": s + h, "from": phases(config)[0][0],
+            "shape": config.handover_shape, "beta_first": handover_beta(config, s),
+            "beta_last": handover_beta(config, s + h - 1)}
+
+
+def set_beta(other: dict[str, Any], beta: float) -> dict[str, Any]:
+    """A flat ``other`` dict with every hand-over layer's β (``.../handover_beta``) set."""
+    from flurka.attention.handover import BETA
+    value = jnp.asarray(beta, jnp.float32)
+    return {k: (value if k == BETA or k.endswith("/" + BETA) else v) for k, v in other.items()}
 
 
 def _matching(src: dict[str, Any], dst: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

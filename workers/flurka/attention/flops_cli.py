@@ -22,7 +22,8 @@ import sys
 from flurka.attention import flops as F
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: a positive integer, or a one-line usage error."""
     try:
         value = int(text)
     except ValueError:
@@ -33,19 +34,19 @@ def _positive_int(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seq-len", type=_positive_int, required=True, help="sequence length N")
-    parser.add_argument("--d-model", type=_positive_int, required=True, help="hidden size d_m")
-    parser.add_argument("--heads", type=_positive_int, required=True, help="number of heads H")
-    parser.add_argument("--d-k", type=_positive_int, required=True,
+    parser.add_argument("--seq-len", type=positive_int, required=True, help="sequence length N")
+    parser.add_argument("--d-model", type=positive_int, required=True, help="hidden size d_m")
+    parser.add_argument("--heads", type=positive_int, required=True, help="number of heads H")
+    parser.add_argument("--d-k", type=positive_int, required=True,
                         help="low-rank projected length d_k (Linformer / FLuRKA)")
-    parser.add_argument("--features", type=_positive_int, default=None,
+    parser.add_argument("--features", type=positive_int, default=None,
                         help="FAVOR+ random features per head m (performer, flurka-performer; "
                              "default: the layer's)")
-    parser.add_argument("--batch", type=_positive_int, default=1, help="batch size (default 1)")
-    parser.add_argument("--window-size", type=_positive_int, default=None,
+    parser.add_argument("--batch", type=positive_int, default=1, help="batch size (default 1)")
+    parser.add_argument("--window-size", type=positive_int, default=None,
                         help="eva: local window; flurka-eva: compressed rows attended exactly "
                              "(default: the layers')")
-    parser.add_argument("--chunk-size", type=_positive_int, default=None,
+    parser.add_argument("--chunk-size", type=positive_int, default=None,
                         help="EVA random-feature chunk (default: the layer's)")
     parser.add_argument("--mechanism", action="append", choices=F.MECHANISMS, default=None,
                         help="only this mechanism (repeatable; default: all)")

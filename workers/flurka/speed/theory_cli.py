@@ -37,25 +37,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from flurka.attention.flops_cli import positive_int
+
 PROG = "python -m flurka.speed.theory"
 PRECISIONS = ("highest", "high", "default")
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
 
 
 def _positive_list(text: str) -> list[int]:
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise argparse.ArgumentTypeError("expected comma-separated positive integers, got nothing")
-    return [_positive(t) for t in items]
+    return [positive_int(t) for t in items]
 
 
 def _int_list(text: str) -> list[int]:
@@ -74,9 +66,9 @@ def _names(text: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="theory.json", help="JSON file to write (default %(default)s)")
-    parser.add_argument("--seq-len", type=_positive, default=256, help="sequence length N (default 256)")
-    parser.add_argument("--d-model", type=_positive, default=64, help="hidden size d_m (default 64)")
-    parser.add_argument("--heads", type=_positive, default=4, help="number of heads H (default 4)")
+    parser.add_argument("--seq-len", type=positive_int, default=256, help="sequence length N (default 256)")
+    parser.add_argument("--d-model", type=positive_int, default=64, help="hidden size d_m (default 64)")
+    parser.add_argument("--heads", type=positive_int, default=4, help="number of heads H (default 4)")
     parser.add_argument("--d-k", type=_positive_list, default=[16, 32, 64], metavar="K1,K2,...",
                         help="low-rank lengths d_k (Linformer, FLuRKA; default 16,32,64)")
     parser.add_argument("--features", type=_positive_list, default=[8, 16, 32, 64], metavar="M1,M2,...",
@@ -87,12 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank-mechanisms", type=_names, default=None,
                         help="feature-map mechanisms for the rank rows (default: performer, rnn and "
                              "their FLuRKA variants); 'none' for no rank rows")
-    parser.add_argument("--rank-d-k", type=_positive, default=None,
+    parser.add_argument("--rank-d-k", type=positive_int, default=None,
                         help="d_k of the FLuRKA rank layers (default: the largest --d-k)")
-    parser.add_argument("--rank-features", type=_positive, default=None,
+    parser.add_argument("--rank-features", type=positive_int, default=None,
                         help="m of the performer rank layers (default: the largest --features)")
     parser.add_argument("--seeds", type=_int_list, default=[0, 1, 2], help="default 0,1,2")
-    parser.add_argument("--batch", type=_positive, default=2, help="examples per seed (default 2)")
+    parser.add_argument("--batch", type=positive_int, default=2, help="examples per seed (default 2)")
     parser.add_argument("--matmul-precision", choices=PRECISIONS, default="highest",
                         help="JAX matmul precision (default highest: no TF32 error on GPUs)")
 

@@ -42,11 +42,11 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from testsupport import pids_naming, scratch_postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -259,17 +259,6 @@ def wait_gone(marker: str, timeout_s: float) -> list[int]:
     return left
 
 
-def pids_naming(marker: str) -> list[int]:
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                out.append(int(pid))
-        except OSError:
-            pass
-    return [p for p in out if p != os.getpid()]
-
-
 # ---------------------------------------------------------------------------------------------
 # A workspace shaped like what `make sweep` leaves (runs/uptrain-small/...), on SQLite and PostgreSQL
 # ---------------------------------------------------------------------------------------------
@@ -318,18 +307,8 @@ def postgres_url():
             pytest.fail("FLURKA_TEST_POSTGRES_URL is unset in CI: .ci/run must start PostgreSQL")
         yield None  # SQLite only on a laptop
         return
-    import sqlalchemy as sa
-
-    name = f"flurka_readme_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_postgres_database(admin_url, "flurka_readme") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from ray_procs import pids_naming
+from testsupport import pids_naming
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

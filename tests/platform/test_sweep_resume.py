@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from ray_procs import pids_naming
+from testsupport import pids_naming
 
 ROOT = Path(__file__).resolve().parents[2]
 

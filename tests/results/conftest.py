@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import copy
 import os
-import uuid
 
 import pytest
-import sqlalchemy as sa
+
+from testsupport import scratch_postgres_database
 
 from flurka.results import db
 
@@ -29,16 +29,8 @@ def db_url(request, tmp_path):
         if os.environ.get("CI"):
             pytest.fail("FLURKA_TEST_POSTGRES_URL is unset in CI: .ci/run must start PostgreSQL")
         pytest.skip("FLURKA_TEST_POSTGRES_URL unset (set by .ci/run)")
-    name = f"flurka_test_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with scratch_postgres_database(admin_url, "flurka_test") as url:
+        yield url
 
 
 @pytest.fixture

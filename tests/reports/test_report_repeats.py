@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from flurka.reports.sources import SPEED_CONFIG, combine_repeats
+from flurka.reports.sources import SPEED_CONFIG
+from flurka.results.tables import combine_repeats
 from flurka.reports.sections import speed_groups
 
 
@@ -22,7 +23,7 @@ def test_repeats_become_the_median_and_the_n_sweep_stays_a_group():
         _row("linformer", 55500, 0.0200, host_run=2),
         _row("full", 7050, 0.0073), _row("full", 55500, None, "oom"), _row("full", 55500, None, "oom", host_run=1),
         _row("rnn", 7050, None, "oom"), _row("rnn", 7050, 0.0018, host_run=1)])
-    out = combine_repeats(rows)
+    out = combine_repeats(rows, ["mechanism", *SPEED_CONFIG])
     point = out.set_index(["mechanism", "N"])
     assert len(out) == 5 and not out.duplicated(["mechanism", *SPEED_CONFIG]).any()
     assert point.at[("linformer", 55500), "median_s"] == pytest.approx(0.0166)   # median of three

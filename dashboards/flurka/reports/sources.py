@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from flurka.results.models import Environment, SpeedMeasurement, Sweep, Trial
+from flurka.results.tables import combine_repeats
 
 # Speed configuration columns, in caption order.
 SPEED_CONFIG = ["device", "mode", "scope", "dtype", "batch", "N", "d_model", "heads", "d_k", "m", "layers", "ffn"]
@@ -61,21 +62,7 @@ def speed_rows(engine: Engine) -> pd.DataFrame:
     for name in ("layers", "ffn", "sweep"):
         df[name] = [c.get(name) for c in config]
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
-    return combine_repeats(df)
-
-
-def combine_repeats(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per measured point: repeated runs (another lease, another day) become the median of
-    their medians, as in ``flurka tables``; a point is OOM only if no run of it fitted."""
-    if df.empty:
-        return df
-    point = ["mechanism", *SPEED_CONFIG]
-    df = df.assign(_point=df[point].map(str).agg("|".join, axis=1))
-    ok = df[df["status"] == "ok"]
-    firsts = ok.drop_duplicates("_point").copy()
-    firsts["median_s"] = firsts["_point"].map(ok.groupby("_point")["median_s"].median())
-    oom = df[(df["status"] != "ok") & ~df["_point"].isin(ok["_point"])].drop_duplicates("_point")
-    return pd.concat([firsts, oom], ignore_index=True).drop(columns="_point")
+    return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median
 
 
 def describe(row: pd.Series | dict, columns: Sequence[str]) -> str:

@@ -246,7 +246,7 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
         df = pd.read_sql(stmt, conn)
     if df.empty:
         raise NoResults(f"no {mode!r} speed measurements match {filters or 'the database'}")
-    df = _combine_repeats(df)
+    df = combine_repeats(df, ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]])
     dup = df.duplicated(["mechanism", "N"], keep=False)
     if dup.any():
         varying = [c for c in SPEED_FILTERS if df.loc[dup, c].nunique(dropna=False) > 1]
@@ -255,18 +255,19 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
     return df
 
 
-def _combine_repeats(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per configuration: repeated runs of the same point (another lease, another day)
-    become the median of their medians (``runs`` says how many); OOM only if no run fitted."""
-    keys = ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]]
-    df = df.assign(_key=df[keys].map(str).agg("|".join, axis=1))
+def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
+    """One row per measured point (rows equal on ``point``): repeated runs (another lease, another
+    day) become the median of their medians, ``runs`` says how many; a point is OOM only if no run
+    of it fitted. The report's speed figures use it too."""
+    if df.empty:
+        return df
+    df = df.assign(_point=df[list(point)].map(str).agg("|".join, axis=1))
     ok = df[df["status"] == "ok"]
-    times = ok.groupby("_key", sort=False).agg(
-        **{c: (c, "first") for c in keys}, status=("status", "first"),
-        median_s=("median_s", "median"), flops=("flops", "first"), runs=("median_s", "size"))
-    oom = df[(df["status"] != "ok") & ~df["_key"].isin(ok["_key"])].drop_duplicates("_key")
-    return pd.concat([times.reset_index(drop=True), oom.assign(runs=1)[times.columns]],
-                     ignore_index=True)
+    firsts = ok.drop_duplicates("_point").copy()
+    firsts["median_s"] = firsts["_point"].map(ok.groupby("_point")["median_s"].median())
+    firsts["runs"] = firsts["_point"].map(ok.groupby("_point").size())
+    oom = df[(df["status"] != "ok") & ~df["_point"].isin(ok["_point"])].drop_duplicates("_point")
+    return pd.concat([firsts, oom.assign(runs=1)], ignore_index=True).drop(columns="_point")
 
 
 def speed_table(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from flurka.attention import MECHANISMS, make_attention
+from flurka.attention import ALIGNABLE, MECHANISMS, make_attention
 from flurka.speed.configs import Point, points
 from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
                                  write_json)
@@ -60,6 +60,22 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("n-sweep", {"seq_len": {43050}, "scope": {"layer"}, "mode": {"forward"},
                      "mechanism": {"eva", "full", "flash"}}),
     ],
+    # Aligned execution (align=128: GEMM dimensions zero-padded, same function) against the
+    # unaligned twin on the same card: the headline points first, then training and N = 7050.
+    "aligned": [
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},
+                     "mechanism": FIVE}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
+                     "mechanism": FIVE}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "align": {128},
+                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
+                           "mechanism": {"flash", "flurka-performer", "flurka-rnn"}}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, "align": {128},
+                     "mechanism": FIVE}),
+        ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},
+                     "mechanism": FIVE}),
+    ],
 }
 
 # The N = 55.5k layer's matmuls one by one (bf16): are the odd sizes (d_h = m = 325, d_model
@@ -94,16 +110,20 @@ def shape_probes(repeats: int = 20) -> list[dict]:
 
 
 def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
-    """(index in the sweep's full point list, point) of one block, in :data:`ORDER`."""
-    chosen = [(i, p) for i, p in enumerate(points(sweep))
+    """(index in the sweep's full point list, point) of one block, in :data:`ORDER`. A block
+    whose ``align`` is {a} takes the points of ``points(sweep, align=a)`` that really run aligned."""
+    align = max(where.get("align", {1}))
+    chosen = [(i, p) for i, p in enumerate(points(sweep, align=align))
               if all(getattr(p, k) in v for k, v in where.items())]
     return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
 
 
 def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
-                  mechanisms=MECHANISMS) -> list[dict]:
+                  mechanisms=MECHANISMS, align: int = 1) -> list[dict]:
     """Relative error of each mechanism on the default device vs the same layer on the CPU
-    (flash in bf16 with both padding modes; the mask is right-padded so both are exact)."""
+    (flash in bf16 with both padding modes; the mask is right-padded so both are exact). With
+    ``align`` > 1 the alignable mechanisms are also checked aligned (at d_model - 8, so every
+    dimension is padded) against the unaligned layer on the CPU."""
     cpu = jax.devices("cpu")[0]
     x = jax.random.normal(jax.random.key(7), (2, seq_len, d_model), jnp.float32)
     mask = jnp.arange(seq_len)[None, :] < jnp.array([[seq_len], [seq_len - 100]])
@@ -111,25 +131,30 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
     cases = [(m, "float32", {}) for m in mechanisms]
     if "flash" in mechanisms:
         cases += [("flash", "bfloat16", {"padding": p}) for p in ("any", "right")]
+    if align > 1:
+        cases += [(m, "float32", {"align": align}) for m in mechanisms if m in ALIGNABLE]
     for mech, dtype, extra in cases:
         try:
-            layer = make_attention(mech, d_model=d_model, num_heads=num_heads,
-                                   max_len=seq_len, rngs=nnx.Rngs(0), d_k=min(128, seq_len // 2),
-                                   num_features=64, dtype=jnp.dtype(dtype), **extra)
+            width = d_model - 8 if "align" in extra else d_model
+            sizes = dict(d_model=width, num_heads=num_heads, max_len=seq_len)
+            layer = make_attention(mech, **sizes, rngs=nnx.Rngs(0), d_k=min(128, seq_len // 2) - 4,
+                                   num_features=60, dtype=jnp.dtype(dtype), **extra)
             graphdef, state = nnx.split(layer)
 
             def apply(state, x, mask, graphdef=graphdef):
                 return nnx.merge(graphdef, state)(x, mask=mask).astype(jnp.float32)
 
-            got = np.asarray(jax.jit(apply)(state, x.astype(dtype), mask))
+            got = np.asarray(jax.jit(apply)(state, x[..., :width].astype(dtype), mask))
             ref_mech = "full" if mech == "flash" else mech
-            ref_layer = layer if mech != "flash" else make_attention(
-                "full", d_model=d_model, num_heads=num_heads, max_len=seq_len,
-                rngs=nnx.Rngs(0))
+            ref_layer = (make_attention("full", **sizes, rngs=nnx.Rngs(0)) if mech == "flash"
+                         else make_attention(mech, **sizes, rngs=nnx.Rngs(0),
+                                             d_k=min(128, seq_len // 2) - 4, num_features=60)
+                         if "align" in extra else layer)
             rg, rs = nnx.split(ref_layer)
             with jax.default_device(cpu):
                 ref = np.asarray(jax.jit(lambda s, x, m: nnx.merge(rg, s)(x, mask=m))(
-                    jax.device_put(rs, cpu), jax.device_put(x, cpu), jax.device_put(mask, cpu)))
+                    jax.device_put(rs, cpu), jax.device_put(x[..., :width], cpu),
+                    jax.device_put(mask, cpu)))
             keep = np.asarray(mask)[..., None]
             err = float(np.linalg.norm((got - ref) * keep) / np.linalg.norm(ref * keep))
             rows.append({"mechanism": mech, "dtype": dtype, **extra,
@@ -154,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", default=",".join(MECHANISMS),
                         help="mechanisms to check against the CPU first ('' for none)")
     parser.add_argument("--probes", action="store_true", help="time SHAPE_PROBES too")
+    parser.add_argument("--check-align", type=int, default=1,
+                        help="also check the alignable mechanisms aligned to this (e.g. 128)")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: two tiny points")
     args = parser.parse_args(argv)
     start = time.monotonic()
@@ -164,8 +191,8 @@ def main(argv: list[str] | None = None) -> int:
 
     mechanisms = [m for m in args.check.split(",") if m]
     with jax.default_matmul_precision("highest"):  # kernels' numerics, not TF32's
-        check = (check_on_card(64, 32, 4, mechanisms) if args.tiny
-                 else check_on_card(mechanisms=mechanisms))
+        check = (check_on_card(64, 32, 4, mechanisms, align=args.check_align) if args.tiny
+                 else check_on_card(mechanisms=mechanisms, align=args.check_align))
     probes = shape_probes() if args.probes and not args.tiny else []
     write_json({"device": device, "versions": vers, "check": check, "shape_probes": probes},
                os.path.join(args.out, "check.json"))

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import MAX_LEN, inputs, shared
+from attention_reference import MAX_LEN, inputs, shared
 from flax import nnx
 
 from flurka.attention import favor_attention, make_attention, softmax_attention

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import build, inputs, reference, shared
+from attention_reference import build, inputs, reference, shared
 from flax import nnx
 
 from flurka.attention import MECHANISMS, RANDOM_FEATURES, RandomFeatures, make_attention

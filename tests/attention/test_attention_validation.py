@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import pytest
-from conftest import shared
+from attention_reference import shared
 from flax import nnx
 
 from flurka.attention import MECHANISMS, make_attention

@@ -8,7 +8,7 @@ import itertools
 import jax
 import numpy as np
 import pytest
-from conftest import padded_batch
+from model_helpers import padded_batch
 from flax import nnx
 
 from flurka.models import Seq2Seq

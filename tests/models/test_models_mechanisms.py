@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import padded_batch, repad, tiny_kwargs
+from model_helpers import padded_batch, repad, tiny_kwargs
 from flax import nnx
 
 from flurka.attention import MECHANISMS

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import tiny_kwargs
+from model_helpers import tiny_kwargs
 from flax import nnx
 
 from flurka.attention import MECHANISMS

@@ -165,3 +165,24 @@ def test_empty_database_says_so(engine):
         tables.isoflops_table(engine, benchmark="nmt-small")
     with pytest.raises(tables.NoResults, match="no 'train' speed measurements"):
         tables.speedup_table(engine)
+
+
+def test_aligned_and_unaligned_runs_are_different_measurements(engine):
+    """A --align 128 run of a point is not a repeat of the unaligned one: the table asks which
+    (align comes from the stored config; records without it ran unaligned)."""
+    from flurka.results import ingest_speed
+
+    def speed(mechanism, median, align=None):
+        return {"device": "NVIDIA H200", "host": "node", "versions": {"jax": "0.11.2"}, "mechanism": mechanism,
+                "mode": "forward", "N": 55500, "d_model": 2600, "heads": 8, "d_k": 1500, "m": 325,
+                "status": "ok", "median_s": median, "config": None if align is None else {"align": align}}
+
+    records = [speed("linformer", 0.016), speed("flurka-rnn", 0.010),
+               speed("linformer", 0.008, align=128), speed("flurka-rnn", 0.004, align=128)]
+    assert ingest_speed(engine, records).added == 4
+    with pytest.raises(ValueError, match=r"\(align in \['1', '128'\]\): filter by align"):
+        tables.speed_table(engine, mode="forward")
+    assert_frame(tables.speed_table(engine, mode="forward", align=1), [55500], ["linformer", "flurka-rnn"],
+                 [[16.0, 10.0]])
+    assert_frame(tables.speed_table(engine, mode="forward", align=128), [55500], ["linformer", "flurka-rnn"],
+                 [[8.0, 4.0]])

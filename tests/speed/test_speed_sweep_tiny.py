@@ -46,3 +46,25 @@ def test_parameter_counts_match_across_mechanisms(layer_doc):
         assert (fwd[m]["params_lowrank"] > 0) == (m in LOW_RANK)
     assert fwd["linformer"]["params_lowrank"] == 2 * 16 * 64  # E1, E2: [d_k, N]
     assert len({fwd[m]["params"] for m in ("linformer", "flurka-performer", "flurka-rnn")}) == 1
+
+
+def test_aligned_points_run_on_padded_shapes_and_count_true_flops():
+    """align=12 pads every tiny dimension (d_model 32, d_h 8, d_k 16, N 64, m 8): the point runs,
+    records its align, keeps the FLOP model's count of the true shapes, and XLA does more dot work
+    than that (the padding is extra work, bought for speed on a GPU)."""
+    from flurka.attention import ALIGNABLE
+    pts = configs.points("tiny", scopes=["layer"], modes=["forward"], align=12)
+    assert {p.mechanism for p in pts if p.align == 12} == set(ALIGNABLE)
+    assert {p.align for p in pts if p.mechanism not in ALIGNABLE} == {1}  # eva, flash: as they are
+    plain_pts = configs.points("tiny", scopes=["layer"], modes=["forward"])
+    chosen = [i for i, p in enumerate(pts) if p.mechanism in ("linformer", "flurka-performer")]
+    aligned, plain = (run_sweep([ps[i] for i in chosen], chosen, sweep="tiny", out=None, warmup=1,
+                                repeats=2)["results"] for ps in (pts, plain_pts))
+    for a, p in zip(aligned, plain):
+        assert a["mechanism"] == p["mechanism"] in ("linformer", "flurka-performer")
+        assert a["status"] == "ok" and a["align"] == 12 and p["align"] == 1
+        assert a["flops"] == p["flops"]
+        assert a["xla_dot_flops"] > 1.3 * p["xla_dot_flops"]
+    with pytest.raises(ValueError, match="eva does not support align"):
+        configs.Point(mechanism="eva", mode="forward", scope="layer", seq_len=64, d_model=32,
+                      num_heads=4, align=128)

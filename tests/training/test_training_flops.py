@@ -3,7 +3,7 @@
 import jax
 import numpy as np
 import pytest
-from conftest import tiny
+from training_helpers import tiny
 
 from flurka.attention.flops import compiled_dot_flops
 from flurka.data import DatasetInfo

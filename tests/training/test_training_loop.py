@@ -5,7 +5,7 @@ import json
 import math
 
 import pytest
-from conftest import tiny
+from training_helpers import tiny
 
 from flurka.training import flops as flops_lib
 from flurka.training import run

@@ -92,3 +92,15 @@ def test_bleu_matches_reference_formula():
     assert M.bleu(refs, refs) == pytest.approx(100.0)
     with pytest.raises(ValueError, match="hypotheses"):
         M.bleu(hyps[:2], refs)
+
+
+def test_character_bleu_scores_one_word_sentences():
+    """nmt-small's targets are mostly one word: word BLEU is 0 even for a perfect output, character
+    BLEU is the same formula over characters."""
+    refs = ["einundzwanzig", "siebentausendsiebenhundertsiebenundsiebzig", "Vereinigte Staaten"]
+    hyps = ["einundzwanzig", "siebentausendsiebenhundertsiebzig", "Vereinigte Staat"]
+    assert M.bleu(refs, refs) == 0.0                     # no word 4-grams at all
+    assert M.bleu(refs, refs, tokenize="char") == pytest.approx(100.0)
+    chars = lambda s: " ".join(s.replace(" ", ""))  # noqa: E731  (sacrebleu's char: no spaces)
+    assert M.bleu(hyps, refs, tokenize="char") == pytest.approx(
+        _ref_bleu([chars(h) for h in hyps], [chars(r) for r in refs]), rel=1e-6)

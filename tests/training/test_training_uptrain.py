@@ -4,7 +4,7 @@
 import jax
 import numpy as np
 import pytest
-from conftest import tiny
+from training_helpers import tiny
 
 from flurka.training import flops as flops_lib
 from flurka.training import loop, run, uptrain

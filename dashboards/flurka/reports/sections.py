@@ -24,7 +24,8 @@ INGEST = "then ingest the file with flurka.results.ingest_file(flurka.results.op
 SWEEP = "python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml --results-db URL"
 PRIMARY_METRIC = {"glue-cola": "matthews", "glue-stsb": "pearson", "mlm": "perplexity", "nmt": "bleu"}
 QUALITY_AGG = "cell = best hyperparameter configuration's mean over seeds (status ok trials only)"
-SOFT = ["m", "layers", "ffn"]  # may co-vary with an axis (m = d_model / heads in the d_model sweep)
+SOFT = ["m", "layers", "ffn", "align"]  # may co-vary with an axis (m = d_model / heads in the d_model
+# sweep; align: a sweep aligns only the mechanisms that support it)
 
 
 @dataclasses.dataclass

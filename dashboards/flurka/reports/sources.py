@@ -29,10 +29,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from flurka.results.models import Environment, SpeedMeasurement, Sweep, Trial
-from flurka.results.tables import combine_repeats
+from flurka.results.tables import combine_repeats, stored_configs
 
 # Speed configuration columns, in caption order.
-SPEED_CONFIG = ["device", "mode", "scope", "dtype", "batch", "N", "d_model", "heads", "d_k", "m", "layers", "ffn"]
+SPEED_CONFIG = ["device", "mode", "scope", "dtype", "batch", "N", "d_model", "heads", "d_k", "m", "layers", "ffn",
+                "align"]
 
 
 def trial_provenance(engine: Engine) -> pd.DataFrame:
@@ -58,9 +59,10 @@ def speed_rows(engine: Engine) -> pd.DataFrame:
             .where(SpeedMeasurement.status != "error"))
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
-    config = [c if isinstance(c, dict) else json.loads(c) if isinstance(c, str) else {} for c in df.pop("config")]
+    config = stored_configs(df.pop("config"))
     for name in ("layers", "ffn", "sweep"):
         df[name] = [c.get(name) for c in config]
+    df["align"] = [int(c.get("align") or 1) for c in config]  # aligned execution; 1 = none
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
     return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median
 

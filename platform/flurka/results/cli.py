@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="speed/speedup: device name contains this")
     parser.add_argument("--d-model", type=int, help="speed/speedup: only this d_model")
     parser.add_argument("--scope", choices=("layer", "model"), help="speed/speedup: one layer or the whole model")
+    parser.add_argument("--align", type=int,
+                        help="speed/speedup: only runs with this aligned execution (1 = unaligned)")
     parser.add_argument("--upgrade", action="store_true", help="migrate the database to this code's schema first")
 
 
@@ -63,7 +65,7 @@ def build(engine, args: argparse.Namespace):
     if args.table == "isoflops":
         return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep, **bench)
     speed = tables.speed_table if args.table == "speed" else tables.speedup_table
-    filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope}
+    filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "align": args.align}
     return speed(engine, mode=args.mode, **{k: v for k, v in filters.items() if v is not None})
 
 

@@ -10,6 +10,7 @@ the paper. Columns with no results at all are left out; a missing cell is NaN.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pandas as pd
@@ -220,23 +221,31 @@ def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: s
     return out
 
 
-SPEED_FILTERS = ("device", "scope", "d_model", "heads", "d_k", "num_features", "batch", "dtype")
+SPEED_FILTERS = ("device", "scope", "d_model", "heads", "d_k", "num_features", "batch", "dtype", "align")
+
+
+def stored_configs(column: pd.Series) -> list[dict]:
+    """The ``config`` column as dicts (PostgreSQL returns JSON objects, SQLite may return text)."""
+    return [c if isinstance(c, dict) else json.loads(c) if isinstance(c, str) else {} for c in column]
 
 
 def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
-    SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error."""
+    SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
+    ``align`` (aligned execution, 1 = none) comes from the stored config of a ``flurka.speed``
+    result; documents older than it ran unaligned."""
     unknown = set(filters) - set(SPEED_FILTERS)
     if unknown:
         raise ValueError(f"unknown speed filter {', '.join(sorted(unknown))} (valid: {', '.join(SPEED_FILTERS)})")
     stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.seq_len.label("N"),
                       SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
                       SpeedMeasurement.num_features, SpeedMeasurement.batch, SpeedMeasurement.dtype,
-                      SpeedMeasurement.scope, SpeedMeasurement.status, SpeedMeasurement.median_s, SpeedMeasurement.flops)
+                      SpeedMeasurement.scope, SpeedMeasurement.status, SpeedMeasurement.median_s, SpeedMeasurement.flops,
+                      SpeedMeasurement.config)
             .join(Environment, Environment.id == SpeedMeasurement.environment_id)
             .where(SpeedMeasurement.mode == mode, SpeedMeasurement.status != "error"))
     for name, value in filters.items():
-        if value is None:
+        if value is None or name == "align":
             continue
         if name == "device":
             stmt = stmt.where(Environment.device.contains(value))
@@ -244,6 +253,9 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
             stmt = stmt.where(getattr(SpeedMeasurement, name) == value)
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
+    df["align"] = [int(c.get("align") or 1) for c in stored_configs(df.pop("config"))]
+    if filters.get("align") is not None:
+        df = df[df["align"] == filters["align"]]
     if df.empty:
         raise NoResults(f"no {mode!r} speed measurements match {filters or 'the database'}")
     df = combine_repeats(df, ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]])

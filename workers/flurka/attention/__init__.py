@@ -46,6 +46,8 @@ _CLASSES: dict[str, type[AttentionLayer]] = {
 LOW_RANK = ("linformer", "flurka-performer", "flurka-rnn", "flurka-eva")
 RANDOM_FEATURES = ("performer", "eva", "flurka-performer", "flurka-eva")
 MECHANISMS: tuple[str, ...] = tuple(_CLASSES)
+# Mechanisms that accept ``align`` (aligned execution, see flurka.attention.base).
+ALIGNABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if not c.align_unsupported)
 
 
 def _accepted_options(cls: type) -> list[str]:
@@ -82,7 +84,7 @@ def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int
 
 
 __all__ = [
-    "MECHANISMS", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
+    "MECHANISMS", "ALIGNABLE", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
     "RandomFeatures", "SeqProjection", "HandoverBeta", "handover_class",
     "FullAttention", "FlashAttention", "LinformerAttention", "PerformerAttention", "RNNAttention",
     "EVAAttention", "FlurkaPerformer", "FlurkaRNN", "FlurkaEVA",

@@ -11,6 +11,21 @@ Precision policy (bf16 inputs, fp32 maths): projections run in ``dtype`` (``None
 promotion of input and float32 parameters, i.e. float32); softmax, feature maps, normalisers and
 every contraction accumulate in float32 (``preferred_element_type``); the layer returns the input
 dtype. All shape checks run in Python on static shapes before any tracing work.
+
+Aligned execution (``align=128``): the layer computes the same function on GEMM shapes padded to
+multiples of ``align``, for GPU speed (on an H200 the paper's N-sweep sizes — d_h 325, d_k 1500,
+N 55 500, d_model 2600 — ran their GEMMs at 2.3–2.7× the time of the same GEMMs padded to
+multiples of 128; benchmarks/results/h200-2026-11-26/NOTES.md). Inside the layer only:
+  * the input's sequence N and width d_model get zero rows/columns; padded rows are masked as keys
+    and sliced off the output;
+  * the head dim d_h: zero columns of W_Q/W_K/W_V and zero rows of W_O, per head;
+  * d_k (low-rank): zero rows of E1/E2, and the compressed rows they give are masked as keys;
+  * the random-feature count m: zero rows of ω, and their features are exact zeros.
+Scales (1/√d_h, d_h^-1/4, m^-1/2) use the true sizes, so the output equals the unaligned layer's
+up to float rounding, the parameters (and checkpoints) are unchanged, and the FLOP model still
+counts the true shapes: the padding is extra work spent for speed, and is reported as such.
+Mechanisms whose maths sees the padding (EVA's LayerNorm over d_h; cuDNN flash tiles itself)
+refuse ``align`` at construction (``align_unsupported``).
 """
 
 from __future__ import annotations
@@ -46,6 +61,17 @@ def merge_heads(x: Array) -> Array:
     return x.reshape(b, n, h * d)
 
 
+def pad_to(x: Array, n: int, axis: int = 1) -> Array:
+    """Zero-pad (False for bool) ``axis`` of x up to length n."""
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, n - x.shape[axis])
+    return jnp.pad(x, pad)
+
+
+def round_up(n: int, align: int | None) -> int:
+    return n if not align else -(-n // align) * align
+
+
 def zero_padding(x: Array, mask: Array | None) -> Array:
     """mask ⊙ x over the sequence axis (axis 1); padded rows become exact zeros."""
     if mask is None:
@@ -68,6 +94,7 @@ class AttentionLayer(nnx.Module):
     """
 
     mechanism: str = "base"
+    align_unsupported: str | None = None  # why ``align`` cannot be exact here (None: it can)
 
     def __init__(
         self,
@@ -79,15 +106,23 @@ class AttentionLayer(nnx.Module):
         use_bias: bool = True,
         dtype: Any = None,
         param_dtype: Any = jnp.float32,
+        align: int | None = None,
     ):
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
         check_positive_int("max_len", max_len)
         if d_model % num_heads:
             raise ValueError(f"num_heads={num_heads} must divide d_model={d_model}")
+        if align is not None:
+            check_positive_int("align", align)
+            if self.align_unsupported:
+                raise ValueError(f"{self.mechanism}: align is not supported: "
+                                 f"{self.align_unsupported}")
+        self.align = align
         self.d_model = d_model
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
+        self.padded_head_dim = round_up(self.head_dim, align)
         self.max_len = max_len
         self.dtype = dtype
 
@@ -124,8 +159,46 @@ class AttentionLayer(nnx.Module):
 
     # -- pieces subclasses use ----------------------------------------------------------------
     def heads(self, proj: nnx.Linear, x: Array) -> Array:
-        """Project and split: [b, n, d_model] -> [b, n, h, d_h]."""
-        return split_heads(proj(x), self.num_heads)
+        """Project and split: [b, n, d_model] -> [b, n, h, d_h] (aligned: [b, n, h, padded d_h]
+        from the zero-padded width)."""
+        if not self.align:
+            return split_heads(proj(x), self.num_heads)
+        return project_heads(proj, x, *self.head_weights(proj, x.shape[-1]))
+
+    def head_weights(self, proj: nnx.Linear, d_in: int) -> tuple[Array, Array | None]:
+        """``proj``'s kernel per head [d_in, h, e] and bias [h, e], zero-padded from d_model to
+        d_in rows and from d_h to e = ``padded_head_dim`` columns."""
+        kernel = proj.kernel[...].reshape(self.d_model, self.num_heads, self.head_dim)
+        kernel = pad_to(pad_to(kernel, d_in, axis=0), self.padded_head_dim, axis=2)
+        bias = proj.bias
+        if bias is not None:
+            bias = pad_to(bias[...].reshape(self.num_heads, self.head_dim), self.padded_head_dim)
+        return kernel, bias
+
+    def project_out(self, ctx: Array) -> Array:
+        """W_O on the per-head context [b, n, h, e] -> [b, n, d_model]; aligned: W_O zero-padded
+        per head from d_h to e rows (padded context columns cannot contribute) and to
+        round_up(d_model) columns (sliced off by the caller)."""
+        if not self.align:
+            return self.out(merge_heads(ctx))
+        d_out = round_up(self.d_model, self.align)
+        kernel = self.out.kernel[...].reshape(self.num_heads, self.head_dim, self.d_model)
+        kernel = pad_to(pad_to(kernel, self.padded_head_dim, axis=1), d_out, axis=2)
+        dtype = self.out.dtype or jnp.promote_types(ctx.dtype, kernel.dtype)
+        y = jnp.einsum("bnhe,hem->bnm", ctx.astype(dtype), kernel.astype(dtype))
+        if self.out.bias is None:
+            return y
+        return y + pad_to(self.out.bias[...], d_out, axis=0).astype(dtype)
+
+    def pad_input(self, x: Array, mask: Array | None) -> tuple[Array, Array | None]:
+        """Aligned execution: x zero-padded to [b, round_up(N), round_up(d_model)], the mask
+        extended with False (created if padding adds rows)."""
+        b, n, d = x.shape
+        n_pad = round_up(n, self.align)
+        x = pad_to(pad_to(x, n_pad, axis=1), round_up(d, self.align), axis=2)
+        if mask is None and n_pad > n:
+            mask = jnp.ones((b, n), bool)
+        return x, None if mask is None else pad_to(mask, n_pad)
 
     def attend(self, x: Array, mask: Array | None, rng: Array | None) -> Array:
         """Per-head context [b, n, h, d_h]: project Q, K, V from x and run :meth:`core`.
@@ -141,5 +214,16 @@ class AttentionLayer(nnx.Module):
 
     def __call__(self, x: Array, mask: Array | None = None, *, rng: Array | None = None) -> Array:
         self.check_inputs(x, mask)
+        n, dtype = x.shape[1], x.dtype
+        if self.align:
+            x, mask = self.pad_input(x, mask)
         ctx = self.attend(x, mask, rng)
-        return self.out(merge_heads(ctx)).astype(x.dtype)
+        return self.project_out(ctx)[:, :n, :self.d_model].astype(dtype)
+
+
+def project_heads(proj: nnx.Linear, x: Array, kernel: Array, bias: Array | None) -> Array:
+    """x [..., d_in] through per-head weights (kernel [d_in, h, e], bias [h, e]) -> [..., h, e],
+    in ``proj``'s compute dtype (flax's promotion when it has none)."""
+    dtype = proj.dtype or jnp.promote_types(x.dtype, kernel.dtype)
+    out = jnp.einsum("...d,dhe->...he", x.astype(dtype), kernel.astype(dtype))
+    return out if bias is None else out + bias.astype(dtype)

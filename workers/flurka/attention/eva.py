@@ -49,17 +49,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.attention.base import (
-    F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, zero_padding)
+    F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, pad_to, zero_padding)
 from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
 LN_EPS = 1e-5  # torch.nn.LayerNorm default, as in the official code
-
-
-def pad_to(x: Array, n: int, axis: int = 1) -> Array:
-    pad = [(0, 0)] * x.ndim
-    pad[axis] = (0, n - x.shape[axis])
-    return jnp.pad(x, pad)
 
 
 def masked_mean(x: Array, mask: Array, axis: int) -> Array:
@@ -136,6 +130,7 @@ class EVAAttention(RandomFeatureMixin, AttentionLayer):
     chunks. ``deterministic`` (set by ``nnx.Module.eval()``) uses ω = μ."""
 
     mechanism = "eva"
+    align_unsupported = "EVA's proposal (Linear + LayerNorm over d_h) would see a padded head dim"
 
     def __init__(self, *, window_size: int = 16, chunk_size: int = 16, redraw: bool = False,
                  deterministic: bool = False, **kwargs):

@@ -42,7 +42,8 @@ def gaussian_orthogonal_matrix(key: Array, num_rows: int, num_cols: int, *,
 
 # -- feature maps ---------------------------------------------------------------------------
 def favor_features(x: Array, omega: Array, *, is_query: bool, mask: Array | None = None,
-                   eps: float = FAVOR_EPS) -> Array:
+                   eps: float = FAVOR_EPS, head_dim: int | None = None,
+                   num_features: int | None = None) -> Array:
     """FAVOR+ positive features φ(x) = m^-1/2 (exp(ωᵀx' − |x'|²/2 − s) + eps), x' = d^-1/4 x.
 
     x: [b, n, h, d], omega: [m, d] → [b, n, h, m] float32. The stabilizer s is the max of the
@@ -54,25 +55,37 @@ def favor_features(x: Array, omega: Array, *, is_query: bool, mask: Array | None
     towards 0 whatever m — a float32 artefact, not FAVOR+'s variance. Masked key rows are exact
     zeros (callers zero their input first, so no overflow or NaN gradient can come from padded
     content).
+
+    Aligned layers zero-pad x's last axis and ω's columns (``head_dim`` = the true d) and ω's rows
+    (``num_features`` = the true m): padded features are exact zeros and stay out of the stabilizer.
     """
-    d = x.shape[-1]
-    m = omega.shape[0]
+    d = head_dim or x.shape[-1]
+    m = num_features or omega.shape[0]
     xs = x.astype(F32) * d ** -0.25
     dash = jnp.einsum("bnhd,md->bnhm", xs, omega.astype(F32), preferred_element_type=F32)
     diag = 0.5 * jnp.sum(xs * xs, axis=-1, keepdims=True)
     logit = dash - diag
+    real = None if m == omega.shape[0] else jnp.arange(omega.shape[0]) < m
+    if real is not None:
+        logit = jnp.where(real, logit, -jnp.inf)
     if is_query:
         stab = jnp.max(logit, axis=-1, keepdims=True)
     else:
         valid = logit if mask is None else jnp.where(mask[:, :, None, None], logit, -jnp.inf)
         stab = jnp.max(valid, axis=(1, 3), keepdims=True)
     feat = m ** -0.5 * (jnp.exp(logit - jax.lax.stop_gradient(stab)) + eps)
+    if real is not None:
+        feat = jnp.where(real, feat, 0.0)
     return mask_rows(feat, None if is_query else mask)
 
 
-def elu_features(x: Array, mask: Array | None = None) -> Array:
-    """Linear-transformer feature map φ(x) = elu(x) + 1 (Katharopoulos et al.), float32."""
-    return mask_rows(jax.nn.elu(x.astype(F32)) + 1.0, mask)
+def elu_features(x: Array, mask: Array | None = None, *, head_dim: int | None = None) -> Array:
+    """Linear-transformer feature map φ(x) = elu(x) + 1 (Katharopoulos et al.), float32; with a
+    zero-padded last axis (``head_dim`` = true size) the padded features are zeroed."""
+    feat = jax.nn.elu(x.astype(F32)) + 1.0
+    if head_dim is not None and head_dim < x.shape[-1]:
+        feat = jnp.where(jnp.arange(x.shape[-1]) < head_dim, feat, 0.0)
+    return mask_rows(feat, mask)
 
 
 def mask_rows(feat: Array, mask: Array | None) -> Array:

@@ -78,6 +78,7 @@ class FlashAttention(AttentionLayer):
     """Exact softmax attention on the fused kernel; ``implementation`` reports the path."""
 
     mechanism = "flash"
+    align_unsupported = "the fused kernel tiles the sequence itself and bounds the head dim"
 
     def __init__(self, *, d_model, num_heads, max_len, rngs, implementation: str = "auto",
                  padding: str = "any", **kwargs):

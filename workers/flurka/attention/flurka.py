@@ -38,8 +38,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flurka.attention.base import F32, NEG_INF, zero_padding
-from flurka.attention.eva import EVAAttention, chunk_control_variates, masked_mean, pad_to
+from flurka.attention.base import F32, NEG_INF, pad_to, zero_padding
+from flurka.attention.eva import EVAAttention, chunk_control_variates, masked_mean
 from flurka.attention.lowrank import LowRankKV
 from flurka.attention.performer import PerformerAttention
 from flurka.attention.rnn import RNNAttention

@@ -21,13 +21,15 @@ from flurka.attention.base import F32, NEG_INF, AttentionLayer
 Array = jax.Array
 
 
-def softmax_attention(q: Array, k: Array, v: Array, key_mask: Array | None = None) -> Array:
+def softmax_attention(q: Array, k: Array, v: Array, key_mask: Array | None = None, *,
+                      head_dim: int | None = None) -> Array:
     """Core on already-projected heads.
 
-    q: [b, n, h, d], k/v: [b, m, h, d], key_mask: [b, m] bool or None. Logits, softmax and the
-    A·V accumulation run in float32; returns float32 [b, n, h, d].
+    q: [b, n, h, d], k/v: [b, m, h, d], key_mask: [b, m] bool or None; ``head_dim`` the true d_h
+    when d is zero-padded (aligned layers). Logits, softmax and the A·V accumulation run in
+    float32; returns float32 [b, n, h, d].
     """
-    scale = q.shape[-1] ** -0.5
+    scale = (head_dim or q.shape[-1]) ** -0.5
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=F32) * scale
     if key_mask is not None:
         logits = jnp.where(key_mask[:, None, None, :], logits, NEG_INF)
@@ -41,4 +43,4 @@ class FullAttention(AttentionLayer):
     mechanism = "full"
 
     def core(self, q, k, v, key_mask, rng):
-        return softmax_attention(q, k, v, key_mask)
+        return softmax_attention(q, k, v, key_mask, head_dim=self.head_dim)

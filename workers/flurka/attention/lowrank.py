@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flurka.attention.base import F32, check_positive_int, zero_padding
+from flurka.attention.base import F32, check_positive_int, pad_to, round_up, zero_padding
 
 Array = jax.Array
 SHARINGS = ("headwise", "kv", "none")
@@ -64,17 +64,13 @@ def compress(e: Array, x: Array) -> Array:
     return jnp.einsum(spec, e.astype(x.dtype), x, preferred_element_type=F32).astype(x.dtype)
 
 
-def project_per_head(proj: nnx.Linear, xc: Array) -> Array:
-    """Head h's slice of ``proj`` applied to head h's compressed input: [b, h, k, d_m] → [b, k, h, d_h].
-    Avoids projecting every head's compression with every head's weights."""
-    h = xc.shape[1]
-    kernel = proj.kernel[...]
-    kernel = kernel.reshape(kernel.shape[0], h, -1)
+def project_per_head(proj: nnx.Linear, xc: Array, kernel: Array, bias: Array | None) -> Array:
+    """Head h's slice of ``proj`` (per-head ``kernel`` [d_m, h, e], ``bias`` [h, e]) applied to head
+    h's compressed input: [b, h, k, d_m] → [b, k, h, e]. Avoids projecting every head's
+    compression with every head's weights."""
     dtype = proj.dtype or jnp.promote_types(xc.dtype, kernel.dtype)
     out = jnp.einsum("bhkd,dhe->bkhe", xc.astype(dtype), kernel.astype(dtype))
-    if proj.bias is not None:
-        out = out + proj.bias[...].reshape(h, -1).astype(dtype)
-    return out
+    return out if bias is None else out + bias.astype(dtype)
 
 
 class LowRankKV:
@@ -106,16 +102,32 @@ class LowRankKV:
         self.seq_proj = seq_proj
 
     def low_rank_kv(self, x: Array, mask: Array | None) -> tuple[Array, Array]:
-        """K' = (E1·(mask⊙X)) W_K, V' = (E2·(mask⊙X)) W_V as heads [b, d_k, h, d_h]."""
+        """K' = (E1·(mask⊙X)) W_K, V' = (E2·(mask⊙X)) W_V as heads [b, d_k, h, d_h] (aligned:
+        [b, round_up(d_k), h, padded d_h], the rows past d_k masked by :meth:`compressed_mask`)."""
         x = zero_padding(x, mask)
-        e1, e2 = self.seq_proj.matrices(x.shape[1])
+        e1, e2 = (self.aligned_e(e, x.shape[1]) for e in self.seq_proj.matrices(x.shape[1]))
         x1 = compress(e1, x)
         x2 = x1 if self.seq_proj.e2 is None else compress(e2, x)
         if e1.ndim == 3:
-            return project_per_head(self.key, x1), project_per_head(self.value, x2)
+            return tuple(project_per_head(p, xc, *self.head_weights(p, xc.shape[-1]))
+                         for p, xc in ((self.key, x1), (self.value, x2)))
         return self.heads(self.key, x1), self.heads(self.value, x2)
+
+    def aligned_e(self, e: Array, n: int) -> Array:
+        """E [(h,) d_k, ≤n] zero-padded to [(h,) round_up(d_k), n] (aligned layers: the padded
+        input may be longer than max_len; its extra rows are zeros, so E's zeros there are exact)."""
+        if not self.align:
+            return e
+        return pad_to(pad_to(e, round_up(self.d_k, self.align), axis=-2), n, axis=-1)
+
+    def compressed_mask(self, batch: int) -> Array | None:
+        """Key mask of the compressed rows: None (all real) unless aligned padding added rows."""
+        d_k_pad = round_up(self.d_k, self.align)
+        if d_k_pad == self.d_k:
+            return None
+        return jnp.broadcast_to(jnp.arange(d_k_pad) < self.d_k, (batch, d_k_pad))
 
     def attend(self, x, mask, rng):
         q = self.heads(self.query, x)
         k, v = self.low_rank_kv(x, mask)
-        return self.core(q, k, v, None, rng)
+        return self.core(q, k, v, self.compressed_mask(x.shape[0]), rng)

@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import jax
 
-from flurka.attention.base import AttentionLayer, RandomFeatures, check_positive_int, zero_padding
+from flurka.attention.base import (
+    AttentionLayer, RandomFeatures, check_positive_int, pad_to, round_up, zero_padding)
 from flurka.attention.feature_maps import (
     favor_denominator, favor_features, gaussian_orthogonal_matrix, linear_attention)
 
 DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
 
 
-def favor_attention(q, k, v, key_mask, omega):
-    """FAVOR+ on projected heads; float32 [b, n, h, d_h]."""
+def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=None):
+    """FAVOR+ on projected heads; float32 [b, n, h, d_h]. ``head_dim``/``num_features``: the true
+    sizes when the head dim and ω are zero-padded (aligned layers)."""
     k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
-    q_feat = favor_features(q, omega, is_query=True)
-    k_feat = favor_features(k, omega, is_query=False, mask=key_mask)
+    sizes = dict(head_dim=head_dim, num_features=num_features)
+    q_feat = favor_features(q, omega, is_query=True, **sizes)
+    k_feat = favor_features(k, omega, is_query=False, mask=key_mask, **sizes)
     return linear_attention(q_feat, k_feat, v, favor_denominator)
 
 
@@ -69,7 +72,13 @@ class PerformerAttention(RandomFeatureMixin, AttentionLayer):
                                           orthogonal=self.orthogonal)
 
     def omega(self, rng):
-        return self.draw_features(self.check_rng(rng)) if self.redraw else self.features[...]
+        """ω [m, d_h]; aligned layers: zero-padded to [round_up(m), padded d_h]."""
+        omega = self.draw_features(self.check_rng(rng)) if self.redraw else self.features[...]
+        if self.align:
+            omega = pad_to(pad_to(omega, round_up(self.num_features, self.align), axis=0),
+                           self.padded_head_dim, axis=1)
+        return omega
 
     def core(self, q, k, v, key_mask, rng):
-        return favor_attention(q, k, v, key_mask, self.omega(rng))
+        return favor_attention(q, k, v, key_mask, self.omega(rng), head_dim=self.head_dim,
+                               num_features=self.num_features)

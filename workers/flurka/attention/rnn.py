@@ -20,10 +20,12 @@ from flurka.attention.base import AttentionLayer, zero_padding
 from flurka.attention.feature_maps import elu_features, linear_attention, rnn_denominator
 
 
-def elu_attention(q, k, v, key_mask):
-    """Linear attention with φ = elu+1 on projected heads; float32 [b, n, h, d_h]."""
+def elu_attention(q, k, v, key_mask, *, head_dim=None):
+    """Linear attention with φ = elu+1 on projected heads; float32 [b, n, h, d_h]. ``head_dim``:
+    the true d_h when the last axis is zero-padded (those features, elu(0)+1 = 1, are zeroed)."""
     k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
-    return linear_attention(elu_features(q), elu_features(k, key_mask), v, rnn_denominator)
+    return linear_attention(elu_features(q, head_dim=head_dim),
+                            elu_features(k, key_mask, head_dim=head_dim), v, rnn_denominator)
 
 
 class RNNAttention(AttentionLayer):
@@ -32,4 +34,4 @@ class RNNAttention(AttentionLayer):
     mechanism = "rnn"
 
     def core(self, q, k, v, key_mask, rng):
-        return elu_attention(q, k, v, key_mask)
+        return elu_attention(q, k, v, key_mask, head_dim=self.head_dim)

@@ -15,6 +15,7 @@ from typing import Any
 TASKS = ("classification", "regression", "mlm", "translation", "image")
 MODELS = ("classifier", "mlm", "seq2seq", "vit")
 SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
+BLEU_TOKENIZERS = ("13a", "intl", "char", "none", "zh")  # sacrebleu's, without extra dependencies
 METRICS = ("accuracy", "top5", "perplexity", "bleu", "matthews", "f1", "pearson", "spearman")
 BASES = ("low-rank", "kernel")
 HANDOVER_SHAPES = ("linear", "ease-out")
@@ -59,6 +60,7 @@ class TrainConfig:
     eval_every: int = 500              # 0 = only at the end
     eval_batches: int = 0              # 0 = the whole eval split
     bleu_batches: int = 1              # translation: eval batches decoded for BLEU
+    bleu_tokenize: str = "13a"         # sacrebleu tokenizer ("char" for one-word sentences)
     beam_size: int = 1                 # translation: 1 = greedy decoding
     log_every: int = 50
     checkpoint_every: int = 0          # 0 = none; checkpoints (and resume) only with a workdir
@@ -173,6 +175,7 @@ def validate(config: TrainConfig) -> TrainConfig:
     _choice("pooling", c.pooling, POOLINGS)
     _choice("up-training base", c.base, BASES)
     _choice("handover_shape", c.handover_shape, HANDOVER_SHAPES)
+    _choice("bleu_tokenize", c.bleu_tokenize, BLEU_TOKENIZERS)
     for m in c.metrics:
         _choice("metric", m, METRICS)
     for name in ("d_model", "num_heads", "num_layers", "d_ff", "max_len", "batch_size", "steps",

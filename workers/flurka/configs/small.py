@@ -49,10 +49,13 @@ def mlm_small() -> TrainConfig:
 
 @register("nmt-small")
 def nmt_small() -> TrainConfig:
-    """EN→DE number words (num2words / babel), encoder-decoder, greedy BLEU."""
+    """EN→DE number words (num2words / babel), encoder-decoder, greedy decoding, character BLEU
+    (most targets are one word, whose word BLEU is always 0). Length 48 keeps 11 383 of the
+    11 412 pairs (the longest German number word, 7777, has 42 characters)."""
     return TrainConfig(
         benchmark="nmt-small", dataset="nmt-small", task="translation", model="seq2seq",
-        metrics=("bleu", "perplexity", "accuracy"), max_len=32, num_decoder_layers=2,
+        metrics=("bleu", "perplexity", "accuracy"), max_len=48, dataset_options={"max_len": 48},
+        num_decoder_layers=2, bleu_tokenize="char",
         attention_options={"d_k": 16, "num_features": 32}, **_SMALL,
         batch_size=64, steps=1500, warmup_steps=150, eval_every=500, eval_batches=8, bleu_batches=4,
         log_every=50, notes=_NOTES)

@@ -62,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="layer or model (default: the sweep's scopes)")
     parser.add_argument("--dtype", choices=DTYPES, default=None,
                         help="compute dtype (default: the sweep's; bfloat16 for GPU sweeps)")
+    parser.add_argument("--align", type=int, default=1,
+                        help="aligned execution: pad GEMM dimensions to multiples of this (e.g. "
+                             "128) in the mechanisms that support it; 1 = the layer's own shapes")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--points", type=_indices, default=None,
@@ -79,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def selected(args: argparse.Namespace):
     """(indices, points) after the filters and --points; ValueError on bad input."""
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
-                 scopes=None if args.scope is None else [args.scope], dtype=args.dtype)
+                 scopes=None if args.scope is None else [args.scope], dtype=args.dtype,
+                 align=args.align)
     indices = list(range(len(pts))) if args.points is None else list(args.points)
     return indices, select(pts, indices)
 

@@ -73,6 +73,8 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
         options["d_k"] = point.d_k
     if point.num_features is not None:
         options["num_features"] = point.num_features
+    if point.align > 1:
+        options["align"] = point.align
     if point.scope == "layer":
         return make_attention(point.mechanism, d_model=point.d_model, num_heads=point.num_heads,
                               max_len=point.seq_len, rngs=rngs, **options)

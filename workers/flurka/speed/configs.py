@@ -21,6 +21,11 @@ each mechanism's own default; the value used is recorded in every result. The GP
 m = d_h, the paper's assumption in its cost model ("the kernel φ produces vectors whose
 dimensionality is on the same order as the hidden dimension", app. B); EVA ignores m (its
 random features are one sample per chunk).
+
+``align`` (1 = the layer's own shapes) runs a point with aligned execution (GEMM dimensions
+zero-padded to multiples of ``align``, same function; :mod:`flurka.attention.base`). ``points(...,
+align=128)`` aligns the mechanisms that support it and leaves the others (EVA, flash) at 1; each
+result records the value it ran with, and the FLOPs stay the FLOP model's (true shapes).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import dataclasses
 import itertools
 from typing import Iterable, Sequence
 
-from flurka.attention import MECHANISMS
+from flurka.attention import ALIGNABLE, MECHANISMS
 
 MODES: tuple[str, ...] = ("forward", "train")
 SCOPES: tuple[str, ...] = ("layer", "model")
@@ -52,18 +57,22 @@ class Point:
     ffn: int = 512
     dtype: str = "bfloat16"
     batch: int = 1
+    align: int = 1
 
     def __post_init__(self):
         _choice("mechanism", self.mechanism, MECHANISMS)
         _choice("mode", self.mode, MODES)
         _choice("scope", self.scope, SCOPES)
         _choice("dtype", self.dtype, DTYPES)
-        for name in ("seq_len", "d_model", "num_heads", "layers", "ffn", "batch"):
+        for name in ("seq_len", "d_model", "num_heads", "layers", "ffn", "batch", "align"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.d_model % self.num_heads:
             raise ValueError(f"num_heads={self.num_heads} must divide d_model={self.d_model}")
+        if self.align > 1 and self.mechanism not in ALIGNABLE:
+            raise ValueError(f"{self.mechanism} does not support align (aligned execution); "
+                             f"valid: {', '.join(ALIGNABLE)}")
 
     @property
     def head_dim(self) -> int:
@@ -138,10 +147,11 @@ SWEEP_NAMES: tuple[str, ...] = tuple(SWEEPS)
 
 def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
            modes: Iterable[str] | None = None, scopes: Iterable[str] | None = None,
-           dtype: str | None = None) -> list[Point]:
+           dtype: str | None = None, align: int = 1) -> list[Point]:
     """Every point of ``sweep`` (shape-major, then mechanism, mode, scope), optionally filtered.
 
-    Filters must name valid values; ``dtype`` overrides the sweep's default.
+    Filters must name valid values; ``dtype`` overrides the sweep's default; ``align`` applies to
+    the mechanisms that support it (:data:`flurka.attention.ALIGNABLE`).
     """
     _choice("sweep", sweep, SWEEP_NAMES)
     spec = SWEEPS[sweep]
@@ -164,7 +174,7 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
                for k, v in (("mechanism", mech), ("mode", mode), ("scope", scope))):
             continue
         out.append(Point(mechanism=mech, mode=mode, scope=scope, dtype=dtype or spec.dtype,
-                         **dataclasses.asdict(shape)))
+                         align=align if mech in ALIGNABLE else 1, **dataclasses.asdict(shape)))
     return out
 
 

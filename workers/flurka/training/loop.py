@@ -218,7 +218,7 @@ def evaluate(config: TrainConfig, dataset, task: Task, phase: Phase) -> dict[str
     metrics = task.summarize({k: np.concatenate(v) for k, v in stats.items()})
     if hyps:
         from flurka.training.metrics import bleu
-        metrics["bleu"] = bleu(hyps, refs)
+        metrics["bleu"] = bleu(hyps, refs, tokenize=config.bleu_tokenize)
     return metrics
 
 

@@ -70,9 +70,11 @@ def spearman(preds, labels, weights=None) -> float:
     return float("nan") if _constant(p) or _constant(y) else float(spearmanr(p, y)[0])
 
 
-def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """Corpus BLEU (sacrebleu defaults: 13a tokenisation, 0-100 scale)."""
+def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> float:
+    """Corpus BLEU, 0-100 (sacrebleu; 13a tokenisation by default). Sentences of one word (a
+    number word, a country name) have no word 4-grams, so their word BLEU is 0 even when every
+    one is right: ``tokenize="char"`` scores character n-grams instead."""
     import sacrebleu
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
-    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score)
+    return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize=tokenize).score)

@@ -36,14 +36,29 @@ def main(argv: list[str] | None = None) -> int:
         if name == chosen:  # import only the subcommand in use
             importlib.import_module(module).add_arguments(sp)
     args = parser.parse_args(argv)
+    return run_reporting_errors(f"flurka {args.command}", SUBCOMMANDS[args.command][0], args)
+
+
+def run_reporting_errors(prog: str, module: str, args: argparse.Namespace) -> int:
+    """``module.run(args)``; bad input is one readable line ``PROG: error: …`` and exit status 2,
+    not a traceback (FLURKA_DEBUG=1 shows the traceback)."""
     try:
-        return int(importlib.import_module(SUBCOMMANDS[args.command][0]).run(args) or 0)
+        return int(importlib.import_module(module).run(args) or 0)
     except (ValueError, FileNotFoundError) as err:
-        # Bad input is one readable line, not a traceback (FLURKA_DEBUG=1 shows the traceback).
         if os.environ.get("FLURKA_DEBUG"):
             raise
-        print(f"flurka {args.command}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+
+
+def module_main(prog: str, module: str, argv: list[str] | None = None) -> int:
+    """The ``python -m`` entry of a subcommand module: the parser and error handling of
+    ``flurka <subcommand>`` under another program name."""
+    mod = importlib.import_module(module)
+    parser = argparse.ArgumentParser(prog=prog, description=mod.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    mod.add_arguments(parser)
+    return run_reporting_errors(prog, module, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -120,15 +120,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flurka.speed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-        return 2
+    from flurka.cli import module_main
+    return module_main("python -m flurka.speed", "flurka.speed.__main__", argv)
 
 
 if __name__ == "__main__":

@@ -238,17 +238,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except ValueError as err:
-        if os.environ.get("FLURKA_DEBUG"):
-            raise
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
+    from flurka.cli import module_main
+    return module_main(PROG, "flurka.speed.theory_cli", argv)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,13 @@ ease-out ramps keep it low (same run: H = 64 peaks at 1.29 linear / 0.84 ease-ou
 against a bound of 0.33, but not linear, max 0.57). Long hand-overs also mean more training of a
 hybrid model, which changes what α measures; pick H per study.
 
+Other pairs (the switch test's config: 60 steps, switch at 30, default H = 15; highest 5-step
+mean after the switch against the base's last-10 mean + 3σ): from Linformer, flurka-rnn (1.68 vs
+1.89) and flurka-eva (1.69 vs 1.89) stay within the base's noise for the whole ramp and only
+flurka-performer does not (2.34); from the kernel constituent, where E1/E2 are new, all three
+overshoot by 2-4 % near the ramp's end (2.30 vs 2.25, 2.50 vs 2.41, 2.37 vs 2.33). Every abrupt
+switch jumps above the bound.
+
 Linformer's E ~ N(0, 1/d_k) initialisation (paper §2) is kept: with E ~ N(0, 1/N) instead the
 compressed keys are at token scale but FAVOR+ is still ~140 % off softmax there (vs ~160 %), so
 the init is not what makes the switch jump.

@@ -881,7 +881,8 @@ COVERAGE: list[Cover] = [
           "subprocess in the workspace with tiny sizes appended; rows read by the report's loader"),
     Cover(SH, r"flurka ingest --db sqlite:///runs/uptrain-small/results\.db speed\.json", "run", check_ingest,
           "the README speed command's file, SQLite and PostgreSQL, twice (idempotent)"),
-    Cover(IN, r"python -m flurka\.speed(\.theory)?", "run", check_subcommand, "the module exists"),
+    Cover(IN, r"python -m flurka\.(speed(\.theory)?|training\.quality_table)", "run", check_subcommand,
+          "the module exists"),
     # -- data ---------------------------------------------------------------------------------
     Cover(IN, r"tfds build NAME .*", "parse", check_tfds,
           "tfds's own build parser (needs TensorFlow + data to run); reading TFDS data: tests/data"),

@@ -137,8 +137,9 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
         try:
             width = d_model - 8 if "align" in extra else d_model
             sizes = dict(d_model=width, num_heads=num_heads, max_len=seq_len)
-            layer = make_attention(mech, **sizes, rngs=nnx.Rngs(0), d_k=min(128, seq_len // 2) - 4,
-                                   num_features=60, dtype=jnp.dtype(dtype), **extra)
+            kernel = dict(d_k=min(128, seq_len // 2) - 4, num_features=60)
+            layer = make_attention(mech, **sizes, **kernel, rngs=nnx.Rngs(0),
+                                   dtype=jnp.dtype(dtype), **extra)
             graphdef, state = nnx.split(layer)
 
             def apply(state, x, mask, graphdef=graphdef):
@@ -147,8 +148,7 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
             got = np.asarray(jax.jit(apply)(state, x[..., :width].astype(dtype), mask))
             ref_mech = "full" if mech == "flash" else mech
             ref_layer = (make_attention("full", **sizes, rngs=nnx.Rngs(0)) if mech == "flash"
-                         else make_attention(mech, **sizes, rngs=nnx.Rngs(0),
-                                             d_k=min(128, seq_len // 2) - 4, num_features=60)
+                         else make_attention(mech, **sizes, **kernel, rngs=nnx.Rngs(0))
                          if "align" in extra else layer)
             rg, rs = nnx.split(ref_layer)
             with jax.default_device(cpu):

@@ -229,6 +229,11 @@ def stored_configs(column: pd.Series) -> list[dict]:
     return [c if isinstance(c, dict) else json.loads(c) if isinstance(c, str) else {} for c in column]
 
 
+def stored_align(config: dict) -> int:
+    """A speed result's aligned execution (1 = none; results older than the option ran unaligned)."""
+    return int(config.get("align") or 1)
+
+
 def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
@@ -253,7 +258,7 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
             stmt = stmt.where(getattr(SpeedMeasurement, name) == value)
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
-    df["align"] = [int(c.get("align") or 1) for c in stored_configs(df.pop("config"))]
+    df["align"] = [stored_align(c) for c in stored_configs(df.pop("config"))]
     if filters.get("align") is not None:
         df = df[df["align"] == filters["align"]]
     if df.empty:

@@ -221,9 +221,11 @@ class AttentionLayer(nnx.Module):
         return self.project_out(ctx)[:, :n, :self.d_model].astype(dtype)
 
 
-def project_heads(proj: nnx.Linear, x: Array, kernel: Array, bias: Array | None) -> Array:
+def project_heads(proj: nnx.Linear, x: Array, kernel: Array, bias: Array | None,
+                  spec: str = "...d,dhe->...he") -> Array:
     """x [..., d_in] through per-head weights (kernel [d_in, h, e], bias [h, e]) -> [..., h, e],
-    in ``proj``'s compute dtype (flax's promotion when it has none)."""
+    in ``proj``'s compute dtype (flax's promotion when it has none). ``spec`` maps other layouts
+    (per-head compressed inputs: "bhkd,dhe->bkhe", head h's input through head h's weights)."""
     dtype = proj.dtype or jnp.promote_types(x.dtype, kernel.dtype)
-    out = jnp.einsum("...d,dhe->...he", x.astype(dtype), kernel.astype(dtype))
+    out = jnp.einsum(spec, x.astype(dtype), kernel.astype(dtype))
     return out if bias is None else out + bias.astype(dtype)

@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flurka.attention.base import F32, check_positive_int, pad_to, round_up, zero_padding
+from flurka.attention.base import (
+    F32, check_positive_int, pad_to, project_heads, round_up, zero_padding)
 
 Array = jax.Array
 SHARINGS = ("headwise", "kv", "none")
@@ -64,15 +65,6 @@ def compress(e: Array, x: Array) -> Array:
     return jnp.einsum(spec, e.astype(x.dtype), x, preferred_element_type=F32).astype(x.dtype)
 
 
-def project_per_head(proj: nnx.Linear, xc: Array, kernel: Array, bias: Array | None) -> Array:
-    """Head h's slice of ``proj`` (per-head ``kernel`` [d_m, h, e], ``bias`` [h, e]) applied to head
-    h's compressed input: [b, h, k, d_m] → [b, k, h, e]. Avoids projecting every head's
-    compression with every head's weights."""
-    dtype = proj.dtype or jnp.promote_types(xc.dtype, kernel.dtype)
-    out = jnp.einsum("bhkd,dhe->bkhe", xc.astype(dtype), kernel.astype(dtype))
-    return out if bias is None else out + bias.astype(dtype)
-
-
 class LowRankKV:
     """Mixin for an :class:`~flurka.attention.base.AttentionLayer`: adds ``seq_proj`` and replaces
     K, V by their compressed versions before the layer's own ``core`` (softmax for Linformer, the
@@ -108,8 +100,9 @@ class LowRankKV:
         e1, e2 = (self.aligned_e(e, x.shape[1]) for e in self.seq_proj.matrices(x.shape[1]))
         x1 = compress(e1, x)
         x2 = x1 if self.seq_proj.e2 is None else compress(e2, x)
-        if e1.ndim == 3:
-            return tuple(project_per_head(p, xc, *self.head_weights(p, xc.shape[-1]))
+        if e1.ndim == 3:  # per-head E: head h's compression through head h's W only
+            return tuple(project_heads(p, xc, *self.head_weights(p, xc.shape[-1]),
+                                       spec="bhkd,dhe->bkhe")
                          for p, xc in ((self.key, x1), (self.value, x2)))
         return self.heads(self.key, x1), self.heads(self.value, x2)
 

@@ -7,14 +7,23 @@ is retried by Tune (``FailureConfig.max_failures``) and continues from its last 
 an interrupted sweep restored with ``Tuner.restore`` does the same. A run that branches fork
 from keeps the checkpoints at its fork steps; the α branches start from them through
 ``TrainConfig.base_checkpoint``.
+
+One process trains a work dir at a time (an exclusive ``flock`` on ``<work dir>/.lock``, released
+by the kernel if the process dies): Optuna draws with replacement, so two trials can be the same
+planned run, and two trainings writing one checkpoint directory collide (seen in CI: orbax's
+"Directory not empty" on the shared temporary checkpoint). The repeated trial waits, then resumes
+from the first one's checkpoints — the same deterministic run — and reports its result.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +78,17 @@ def device_name() -> str:
     return f"{getattr(d, 'device_kind', d.platform)} x{jax.device_count()}"
 
 
+@contextlib.contextmanager
+def exclusive(workdir: Path) -> Iterator[None]:
+    """Hold ``<workdir>/.lock`` exclusively (blocking) for the block."""
+    with open(workdir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class _StopAfterFork(Exception):
     """Raised from the training callback once a base run's last fork checkpoint is written."""
 
@@ -101,10 +121,11 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
         tune.report({**values, "step": step, "stream": kind, "device": device})
 
     start = time.time()
-    try:
-        result = training.run(cfg, callback=on_entry)
-    except _StopAfterFork:
-        result = _base_result(run, cfg, last["step"], time.time() - start)
+    with exclusive(Path(cfg.workdir)):
+        try:
+            result = training.run(cfg, callback=on_entry)
+        except _StopAfterFork:
+            result = _base_result(run, cfg, last["step"], time.time() - start)
     tune.report({"step": last["step"], "stream": "final", "device": device,
                  **{f"final_{k}": v for k, v in (result.get("final_metrics") or {}).items()
                     if isinstance(v, (int, float))},

@@ -79,7 +79,10 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
 }
 
 # The N = 55.5k layer's matmuls one by one (bf16): are the odd sizes (d_h = m = 325, d_model
-# 2600, d_k 1500) what keeps XLA's layers at ~3x the floor? Padded twins say what alignment buys.
+# 2600, d_k 1500) what keeps XLA's layers at ~3x the floor? Padded twins say what alignment buys;
+# float32 twins (default precision: TF32) what the feature products cost before they took bf16
+# operands (session 3: 3.5–12 % of a bf16 forward's dot FLOPs, 34–40 % of the flash-compare train
+# step's, ran as float32 GEMMs).
 SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "x_w [55500,2600]@[2600,2600]": ((55500, 2600), (2600, 2600)),
     "x_w padded [55552,2688]@[2688,2688]": ((55552, 2688), (2688, 2688)),
@@ -89,17 +92,22 @@ SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "q_omega padded [8,55552,384]@[8,384,384]": ((8, 55552, 384), (8, 384, 384)),
     "q_kt [8,55500,325]@[8,325,1500]": ((8, 55500, 325), (8, 325, 1500)),
     "q_kt padded [8,55552,384]@[8,384,1536]": ((8, 55552, 384), (8, 384, 1536)),
+    "q_omega f32 [8,55500,325]@[8,325,325]": ((8, 55500, 325), (8, 325, 325)),
+    "phi_kv [4,52500,128]@[4,128,128]": ((4, 52500, 128), (4, 128, 128)),
+    "phi_kv f32 [4,52500,128]@[4,128,128]": ((4, 52500, 128), (4, 128, 128)),
 }
 
 
 def shape_probes(repeats: int = 20) -> list[dict]:
-    """Achieved bf16 FLOP/s of each product in :data:`SHAPE_PROBES` (one kernel per call)."""
+    """Achieved FLOP/s of each product in :data:`SHAPE_PROBES` (one kernel per call; bf16
+    operands unless the name says f32)."""
     from flurka.speed.timing import time_fn
     rows = []
     for name, (sa, sb) in SHAPE_PROBES.items():
         ka, kb = jax.random.split(jax.random.key(3))
-        a = jax.random.normal(ka, sa, jnp.bfloat16)
-        b = jax.random.normal(kb, sb, jnp.bfloat16)
+        dtype = jnp.float32 if " f32 " in name else jnp.bfloat16
+        a = jax.random.normal(ka, sa, dtype)
+        b = jax.random.normal(kb, sb, dtype)
         t = time_fn(jax.jit(jnp.matmul), (a, b), repeats=repeats)
         flops = 2 * int(np.prod(sa)) * sb[-1]
         rows.append({"probe": name, "flops": flops, "median_s": t["median_s"],

@@ -49,7 +49,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.attention.base import (
-    F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, pad_to, zero_padding)
+    F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, contract, pad_to,
+    zero_padding)
 from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
@@ -59,14 +60,15 @@ LN_EPS = 1e-5  # torch.nn.LayerNorm default, as in the official code
 def masked_mean(x: Array, mask: Array, axis: int) -> Array:
     """Mean of x over ``axis`` counting only rows where mask (x's masked rows are already zero)."""
     count = jnp.sum(mask, axis=axis).astype(F32)
-    return jnp.sum(x, axis=axis) / jnp.maximum(count, 1.0)[..., None, None]
+    return jnp.sum(x.astype(F32), axis=axis) / jnp.maximum(count, 1.0)[..., None, None]
 
 
 def chunk_control_variates(kc, vc, mc, q_bar, mu_q, mu_k, noise):
     """Per-chunk RF control variates.
 
-    kc, vc: [b, C, c, h, d] float32 (masked rows zero); mc: [b, C, c] bool; q_bar: [b, C, h, d];
-    noise: None, [C, h, d] or [b, C, h, d]. Returns (k̃ [b, C, h, d], β [b, C, h, d]).
+    kc, vc: [b, C, c, h, d] in the compute dtype (masked rows zero); mc: [b, C, c] bool; q_bar:
+    [b, C, h, d]; noise: None, [C, h, d] or [b, C, h, d]. Returns float32 (k̃ [b, C, h, d],
+    β [b, C, h, d]); products take operands in kc's dtype and accumulate in float32.
     """
     d = kc.shape[-1]
     scale = d ** -0.5
@@ -74,29 +76,31 @@ def chunk_control_variates(kc, vc, mc, q_bar, mu_q, mu_k, noise):
     omega = 0.5 * (mu_q(q_bar) + k_tilde)
     if noise is not None:
         omega = omega + noise
-    log_w = (jnp.einsum("bcjhd,bchd->bchj", kc, omega, preferred_element_type=F32) * scale
-             - 0.5 * scale * jnp.sum(kc * kc, axis=-1).transpose(0, 1, 3, 2))
+    kf = kc.astype(F32)
+    log_w = (contract("bcjhd,bchd->bchj", kc, omega, kc.dtype) * scale
+             - 0.5 * scale * jnp.sum(kf * kf, axis=-1).transpose(0, 1, 3, 2))
     log_w = jnp.where(mc[:, :, None, :], log_w, NEG_INF)
-    beta = jnp.einsum("bchj,bcjhd->bchd", jax.nn.softmax(log_w, axis=-1), vc,
-                      preferred_element_type=F32)
+    beta = contract("bchj,bcjhd->bchd", jax.nn.softmax(log_w, axis=-1), vc, vc.dtype)
     return k_tilde, beta
 
 
 def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q, mu_k,
                   noise=None):
     """EVA on projected heads q, k, v [b, n, h, d] (self-attention: key_mask is also the query
-    mask); noise None (ω = μ), [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d]."""
+    mask); noise None (ω = μ), [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d].
+    Products take operands in q's dtype (softmax weights and chunk summaries rounded to it) and
+    accumulate in float32."""
     b, n, h, d = q.shape
     scale = d ** -0.5
     unit = math.lcm(window_size, chunk_size)
     n_pad = -(-n // unit) * unit
     mask = jnp.ones((b, n), bool) if key_mask is None else key_mask
     mask = pad_to(mask, n_pad)
-    q, k, v = (zero_padding(pad_to(t.astype(F32), n_pad), mask) for t in (q, k, v))
+    q, k, v = (zero_padding(pad_to(t, n_pad), mask) for t in (q, k, v))
 
     nw, w = n_pad // window_size, window_size
     qw, kw, vw = (t.reshape(b, nw, w, h, d) for t in (q, k, v))
-    local = jnp.einsum("bgihd,bgjhd->bhgij", qw, kw, preferred_element_type=F32) * scale
+    local = contract("bgihd,bgjhd->bhgij", qw, kw, q.dtype) * scale
     local = jnp.where(mask.reshape(b, nw, w)[:, None, :, None, :], local, NEG_INF)
 
     nc, c = n_pad // chunk_size, chunk_size
@@ -106,15 +110,13 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
         noise = noise[..., :nc, :, :]
     k_tilde, beta = chunk_control_variates(kc, vc, mc, masked_mean(qc, mc, axis=2), mu_q, mu_k,
                                            noise)
-    chunk = jnp.einsum("bnhd,bchd->bhnc", q, k_tilde, preferred_element_type=F32) * scale
+    chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale
     chunk = jnp.where(jnp.any(mc, axis=-1)[:, None, None, :], chunk, NEG_INF)
     chunk = chunk.reshape(b, h, nw, w, nc)
 
     attn = jax.nn.softmax(jnp.concatenate([local, chunk], axis=-1), axis=-1)
-    out = (jnp.einsum("bhgij,bgjhd->bgihd", attn[..., :w], vw, preferred_element_type=F32)
-           .reshape(b, n_pad, h, d)
-           + jnp.einsum("bhnc,bchd->bnhd", attn[..., w:].reshape(b, h, n_pad, nc), beta,
-                        preferred_element_type=F32))
+    out = (contract("bhgij,bgjhd->bgihd", attn[..., :w], vw, v.dtype).reshape(b, n_pad, h, d)
+           + contract("bhnc,bchd->bnhd", attn[..., w:].reshape(b, h, n_pad, nc), beta, v.dtype))
     return out[:, :n]
 
 

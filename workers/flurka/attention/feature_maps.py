@@ -4,7 +4,9 @@ Kernel attention computes, per head, φ(Q) [φ(K)ᵀ V] / (φ(Q) [φ(K)ᵀ 1]) �
 cost is linear in the sequence length. ``performer`` uses FAVOR+ positive random features, ``rnn``
 uses elu(x)+1; the FLuRKA variants reuse exactly these functions on compressed keys.
 
-Everything here runs in float32 whatever the input dtype.
+Precision: feature maps, sums and normalisers run in float32; matrix products take their operands
+in the compute dtype (the dtype of the projected heads) and accumulate in float32 — so a bf16
+layer's N-sized products run on bf16 tensor cores, not as float32 (TF32 at best) GEMMs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flurka.attention.base import F32
+from flurka.attention.base import F32, contract
 
 Array = jax.Array
 
@@ -46,7 +48,8 @@ def favor_features(x: Array, omega: Array, *, is_query: bool, mask: Array | None
                    num_features: int | None = None) -> Array:
     """FAVOR+ positive features φ(x) = m^-1/2 (exp(ωᵀx' − |x'|²/2 − s) + eps), x' = d^-1/4 x.
 
-    x: [b, n, h, d], omega: [m, d] → [b, n, h, m] float32. The stabilizer s is the max of the
+    x: [b, n, h, d], omega: [m, d] → [b, n, h, m] float32; ωᵀx takes its operands in x's dtype
+    (the layer's compute dtype) and accumulates in float32. The stabilizer s is the max of the
     whole exponent ωᵀx' − |x'|²/2, per row for queries and per (batch, head) over real keys and
     features for keys, so it cancels in the normalised output and the largest feature is exactly
     m^-1/2. google-research takes the max of ωᵀx' alone (without −|x'|²/2); then, once
@@ -61,9 +64,9 @@ def favor_features(x: Array, omega: Array, *, is_query: bool, mask: Array | None
     """
     d = head_dim or x.shape[-1]
     m = num_features or omega.shape[0]
-    xs = x.astype(F32) * d ** -0.25
-    dash = jnp.einsum("bnhd,md->bnhm", xs, omega.astype(F32), preferred_element_type=F32)
-    diag = 0.5 * jnp.sum(xs * xs, axis=-1, keepdims=True)
+    dash = d ** -0.25 * contract("bnhd,md->bnhm", x, omega, x.dtype)
+    xf = x.astype(F32)
+    diag = 0.5 * d ** -0.5 * jnp.sum(xf * xf, axis=-1, keepdims=True)
     logit = dash - diag
     real = None if m == omega.shape[0] else jnp.arange(omega.shape[0]) < m
     if real is not None:
@@ -108,11 +111,16 @@ def rnn_denominator(r: Array, eps: float = RNN_EPS) -> Array:
 def linear_attention(q_feat: Array, k_feat: Array, v: Array, denominator) -> Array:
     """φ(Q)[φ(K)ᵀV] / denominator(φ(Q)[φ(K)ᵀ1]).
 
-    q_feat: [b, n, h, f], k_feat: [b, m, h, f] (masked rows already zero), v: [b, m, h, d] (masked
-    rows zero). Order: KV = φ(K)ᵀV [f×d per head] first, then φ(Q)·KV; float32 throughout.
+    q_feat: [b, n, h, f], k_feat: [b, m, h, f] float32 (masked rows already zero), v: [b, m, h, d]
+    (masked rows zero). Order: KV = φ(K)ᵀV [f×d per head] first, then φ(Q)·KV. Every product
+    takes its operands in v's dtype (the compute dtype: features are rounded to it, as flash
+    attention rounds its softmax weights) and accumulates in float32; returns float32.
     """
-    kv = jnp.einsum("bmhf,bmhd->bhfd", k_feat, v.astype(F32), preferred_element_type=F32)
+    dtype = v.dtype
+    kv = contract("bmhf,bmhd->bhfd", k_feat, v, dtype)
     k_sum = jnp.sum(k_feat, axis=1)                                        # [b, h, f]
-    num = jnp.einsum("bnhf,bhfd->bnhd", q_feat, kv, preferred_element_type=F32)
-    den = jnp.einsum("bnhf,bhf->bnh", q_feat, k_sum, preferred_element_type=F32)
+    # Heads-major output, transposed after: XLA:CPU (jax 0.10) has no bf16×bf16→f32 kernel for
+    # the "bnhf,bhfd->bnhd" layout and fails at run time; this layout it has.
+    num = contract("bnhf,bhfd->bhnd", q_feat, kv, dtype).transpose(0, 2, 1, 3)
+    den = contract("bnhf,bhf->bnh", q_feat, k_sum, dtype)
     return num / denominator(den)[..., None]

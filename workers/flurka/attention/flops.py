@@ -32,6 +32,7 @@ it ignores rematerialisation and the optimizer update.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import re
@@ -464,9 +465,16 @@ def _gemm_contracting(call: str) -> tuple[int, ...] | None:
     return None if m is None else tuple(int(x) for x in re.findall(r"\d+", m.group(1)))
 
 
-def _own_dot_flops(instrs) -> int:
+def _operand_types(lhs: str, rhs: str) -> str:
+    """'bf16' when both dot operands are bf16, 'bf16×f32' when they differ (XLA then computes in
+    the wider type)."""
+    a, b = (s.partition("[")[0] for s in (lhs, rhs))
+    return a if a == b else "×".join(sorted((a, b)))
+
+
+def _own_dot_flops(instrs) -> collections.Counter:
     shapes = {name: shape for name, shape, _, _ in instrs}
-    total = 0
+    total: collections.Counter = collections.Counter()
     for _, shape, opcode, call in instrs:
         gemm = None
         if opcode == "custom-call":
@@ -485,7 +493,8 @@ def _own_dot_flops(instrs) -> int:
         ops = _operand_names(call)
         if out is None or len(ops) < 2:
             raise ValueError(f"cannot read operands of: {opcode} {call[:120]}")
-        lhs, rhs = _dims(shapes.get(ops[0], "")), _dims(shapes.get(ops[1], ""))
+        lhs_shape, rhs_shape = shapes.get(ops[0], ""), shapes.get(ops[1], "")
+        lhs, rhs = _dims(lhs_shape), _dims(rhs_shape)
         if lhs is None or rhs is None:
             raise ValueError(f"unknown operand shape in: {call[:120]}")
         if opcode == "dot":
@@ -497,7 +506,7 @@ def _own_dot_flops(instrs) -> int:
             if labels is None:
                 raise ValueError(f"convolution without dim_labels: {call[:120]}")
             contracted = math.prod(d for d, c in zip(rhs, labels.group(1)) if c != "o")
-        total += 2 * math.prod(out) * contracted
+        total[_operand_types(lhs_shape, rhs_shape)] += 2 * math.prod(out) * contracted
     return total
 
 
@@ -512,10 +521,17 @@ def hlo_dot_flops(compiled_text: str) -> int:
     count, conditional branches each once (an upper bound). A while loop with dots and no known
     trip count is an error rather than a silent undercount.
     """
-    comps, entry = _parse_hlo(text=compiled_text)
-    memo: dict[str, int] = {}
+    return sum(hlo_dot_flops_by_type(compiled_text).values())
 
-    def total(comp: str) -> int:
+
+def hlo_dot_flops_by_type(hlo_text: str) -> dict[str, int]:
+    """:func:`hlo_dot_flops` split by the dots' operand element types ({"bf16": …, "f32": …};
+    mixed operands as "bf16×f32"). Read from the *unoptimised* HLO it shows what the program asks
+    the matrix units for: a bf16 step's f32 share runs as float32 GEMMs (TF32 at best)."""
+    comps, entry = _parse_hlo(text=hlo_text)
+    memo: dict[str, collections.Counter] = {}
+
+    def total(comp: str) -> collections.Counter:
         if comp in memo:
             return memo[comp]
         flops = _own_dot_flops(comps[comp])
@@ -532,12 +548,12 @@ def hlo_dot_flops(compiled_text: str) -> int:
                     trip = _TRIP.search(call)
                     if trip is None:
                         raise ValueError("while loop with dot products and no known trip count")
-                    sub *= int(trip.group(1))
-                flops += sub
+                    sub = collections.Counter({k: v * int(trip.group(1)) for k, v in sub.items()})
+                flops = flops + sub
         memo[comp] = flops
         return flops
 
-    return total(entry)
+    return dict(total(entry))
 
 
 def compiled_dot_flops(compiled) -> int:
@@ -551,5 +567,5 @@ __all__ = [
     "flurka_eva_sizes",
     "flop_breakdown", "forward_flops", "dot_flops", "training_flops", "constituents",
     "fewer_than_constituents", "paper_cost", "claim1", "claim2", "claim3", "claims",
-    "hlo_dot_flops", "compiled_dot_flops",
+    "hlo_dot_flops", "hlo_dot_flops_by_type", "compiled_dot_flops",
 ]

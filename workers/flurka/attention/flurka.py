@@ -38,7 +38,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flurka.attention.base import F32, NEG_INF, pad_to, zero_padding
+from flurka.attention.base import NEG_INF, contract, pad_to, zero_padding
 from flurka.attention.eva import EVAAttention, chunk_control_variates, masked_mean
 from flurka.attention.lowrank import LowRankKV
 from flurka.attention.performer import PerformerAttention
@@ -64,15 +64,14 @@ def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_siz
     """flurka-eva's core (definition in the module docstring).
 
     q: [b, n, h, d]; k, v: [b, d_k, h, d] compressed (all rows real); query_mask [b, n] or None;
-    noise None, [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d].
+    noise None, [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d]; products take operands
+    in q's dtype and accumulate in float32 (as :func:`~flurka.attention.eva.eva_attention`).
     """
     b, n, h, d = q.shape
     m = k.shape[1]
     scale = d ** -0.5
-    q = zero_padding(q.astype(F32), query_mask)
-    k, v = k.astype(F32), v.astype(F32)
-    logits = [jnp.einsum("bnhd,bwhd->bhnw", q, k[:, :window_size], preferred_element_type=F32)
-              * scale]
+    q = zero_padding(q, query_mask)
+    logits = [contract("bnhd,bwhd->bhnw", q, k[:, :window_size], q.dtype) * scale]
     values = [v[:, :window_size]]
     rest = m - window_size
     if rest > 0:
@@ -86,12 +85,11 @@ def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_siz
             noise = noise[..., :nc, :, :]
         k_tilde, beta = chunk_control_variates(kc, vc, mc, jnp.broadcast_to(q_bar, (b, nc, h, d)),
                                                mu_q, mu_k, noise)
-        chunk = jnp.einsum("bnhd,bchd->bhnc", q, k_tilde, preferred_element_type=F32) * scale
+        chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale
         logits.append(jnp.where(jnp.any(mc, axis=-1)[:, None, None, :], chunk, NEG_INF))
-        values.append(beta)
+        values.append(beta.astype(v.dtype))
     attn = jax.nn.softmax(jnp.concatenate(logits, axis=-1), axis=-1)
-    return jnp.einsum("bhnj,bjhd->bnhd", attn, jnp.concatenate(values, axis=1),
-                      preferred_element_type=F32)
+    return contract("bhnj,bjhd->bnhd", attn, jnp.concatenate(values, axis=1), v.dtype)
 
 
 class FlurkaEVA(LowRankKV, EVAAttention):

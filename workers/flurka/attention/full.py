@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flurka.attention.base import F32, NEG_INF, AttentionLayer
+from flurka.attention.base import NEG_INF, AttentionLayer, contract
 
 Array = jax.Array
 
@@ -27,14 +27,14 @@ def softmax_attention(q: Array, k: Array, v: Array, key_mask: Array | None = Non
 
     q: [b, n, h, d], k/v: [b, m, h, d], key_mask: [b, m] bool or None; ``head_dim`` the true d_h
     when d is zero-padded (aligned layers). Logits, softmax and the A·V accumulation run in
-    float32; returns float32 [b, n, h, d].
+    float32; A·V takes A rounded to v's dtype (flash attention's P·V); returns float32 [b, n, h, d].
     """
     scale = (head_dim or q.shape[-1]) ** -0.5
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=F32) * scale
+    logits = contract("bqhd,bkhd->bhqk", q, k, v.dtype) * scale
     if key_mask is not None:
         logits = jnp.where(key_mask[:, None, None, :], logits, NEG_INF)
     weights = jax.nn.softmax(logits, axis=-1)
-    return jnp.einsum("bhqk,bkhd->bqhd", weights, v, preferred_element_type=F32)
+    return contract("bhqk,bkhd->bqhd", weights, v, v.dtype)
 
 
 class FullAttention(AttentionLayer):

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.attention.base import (
-    F32, check_positive_int, pad_to, project_heads, round_up, zero_padding)
+    check_positive_int, contract, pad_to, project_heads, round_up, zero_padding)
 
 Array = jax.Array
 SHARINGS = ("headwise", "kv", "none")
@@ -62,7 +62,7 @@ def compress(e: Array, x: Array) -> Array:
     """E·X over the sequence: [d_k, n]·[b, n, d] → [b, d_k, d] (or per-head [h, d_k, n] →
     [b, h, d_k, d]); float32 accumulation, result in x's dtype."""
     spec = "hkn,bnd->bhkd" if e.ndim == 3 else "kn,bnd->bkd"
-    return jnp.einsum(spec, e.astype(x.dtype), x, preferred_element_type=F32).astype(x.dtype)
+    return contract(spec, e, x, x.dtype).astype(x.dtype)
 
 
 class LowRankKV:

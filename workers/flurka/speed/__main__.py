@@ -26,7 +26,8 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
   timing        median_s, p10_s, p90_s, min_s, repeats, warmup, compile_s (seconds)
   model         params, params_lowrank (E1/E2), implementation (flash: cudnn|xla), device_name
   flops         FLOP model (flurka.attention.flops; train = 3 × forward); xla_dot_flops (dots in
-                the compiled HLO), xla_flops (XLA cost analysis), xla_memory_bytes
+                the compiled HLO), xla_dot_flops_by_type (the same by operand type: a bf16 point
+                should be all "bf16"), xla_flops (XLA cost analysis), xla_memory_bytes
   floor         min_bytes, floor_s = max(flops / matmul rate, min_bytes / copy bandwidth),
                 compute_floor_s, memory_floor_s, bound (compute|memory), ratio_to_floor
                 = median_s / floor_s

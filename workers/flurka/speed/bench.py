@@ -32,7 +32,8 @@ Random-feature tables (performer/EVA ω) are fixed buffers, not parameters (``ot
 FLOPs: ``flops`` is the FLOP model of ``flurka.attention.flops`` (exact count of our layers);
 model scope adds the FFN matmuls (4·b·N·d_model·ffn per layer; LayerNorm/GELU/residual
 elementwise work is omitted, < 1%); train is 3 × forward (``training_flops``' convention).
-``xla_dot_flops`` counts the dots of the step's HLO (``hlo_dot_flops``), as a check.
+``xla_dot_flops`` counts the dots of the step's HLO (``hlo_dot_flops``), as a check;
+``xla_dot_flops_by_type`` splits them by operand type (a bf16 point should be all "bf16").
 """
 
 from __future__ import annotations
@@ -163,9 +164,12 @@ def _xla_counts(lowered, compiled) -> dict[str, Any]:
     """XLA's view of the step: dot FLOPs of the *unoptimised* HLO (on GPU the optimised HLO
     turns dots into cuBLAS/cuDNN custom calls our counter cannot see), XLA's cost analysis and
     memory analysis of the executable. Best effort: None where this jaxlib lacks a field."""
-    out: dict[str, Any] = {"xla_dot_flops": None, "xla_flops": None, "xla_memory_bytes": None}
+    out: dict[str, Any] = {"xla_dot_flops": None, "xla_dot_flops_by_type": None,
+                           "xla_flops": None, "xla_memory_bytes": None}
     try:
-        out["xla_dot_flops"] = flop_model.hlo_dot_flops(lowered.as_text(dialect="hlo"))
+        by_type = flop_model.hlo_dot_flops_by_type(lowered.as_text(dialect="hlo"))
+        out["xla_dot_flops"] = sum(by_type.values())
+        out["xla_dot_flops_by_type"] = by_type
     except Exception:  # noqa: BLE001
         pass
     try:

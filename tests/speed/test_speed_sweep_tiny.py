@@ -68,3 +68,20 @@ def test_aligned_points_run_on_padded_shapes_and_count_true_flops():
     with pytest.raises(ValueError, match="eva does not support align"):
         configs.Point(mechanism="eva", mode="forward", scope="layer", seq_len=64, d_model=32,
                       num_heads=4, align=128)
+
+
+@pytest.mark.parametrize("mode", ["forward", "train"])
+def test_bf16_model_step_multiplies_bf16_operands(mode):
+    """The timed bf16 step at model scope (encoder blocks, FFN, loss, AdamW) asks the matrix units
+    for bf16 products only: no float32 GEMM hides in the attention maths or its gradient
+    (EVA's float32 proposal aside, < 1 %). Lowered only, never run."""
+    import dataclasses
+
+    from flurka.speed import bench
+    for p in configs.points("flash-compare", modes=[mode]):
+        if p.seq_len != 7500 or p.mechanism in ("flash", "full"):  # flash: cuDNN's own kernel
+            continue
+        p = dataclasses.replace(p, seq_len=512, d_k=128, num_features=64)
+        fn, args, *_ = bench.make_step(p, bench.build(p))
+        flops = flop_model.hlo_dot_flops_by_type(fn.lower(*args).as_text(dialect="hlo"))
+        assert flops.get("bf16", 0) >= 0.99 * sum(flops.values()), (p.mechanism, flops)

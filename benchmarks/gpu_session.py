@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from flurka.attention import ALIGNABLE, MECHANISMS, make_attention
+from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, make_attention
 from flurka.speed.configs import Point, points
 from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
                                  write_json)
@@ -61,8 +61,9 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                      "mechanism": {"eva", "full", "flash"}}),
     ],
     # Aligned execution (align=128: GEMM dimensions zero-padded, same function) against the
-    # unaligned twin on the same card: the headline points first, then training and N = 7050.
-    "aligned": [
+    # unaligned twin on the same card, and the fused query-side kernel (Pallas) against XLA at
+    # the flash comparison: the headline points first, then training and N = 7050.
+    "third": [
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},
                      "mechanism": FIVE}),
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
@@ -71,6 +72,10 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
                            "mechanism": {"flash", "flurka-performer", "flurka-rnn"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
+                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, "align": {128},
                      "mechanism": FIVE}),
         ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},
@@ -119,19 +124,23 @@ def shape_probes(repeats: int = 20) -> list[dict]:
 
 def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
     """(index in the sweep's full point list, point) of one block, in :data:`ORDER`. A block
-    whose ``align`` is {a} takes the points of ``points(sweep, align=a)`` that really run aligned."""
+    whose ``align`` is {a} (``fused`` {True}) takes the points of ``points(sweep, align=a)``
+    (``fused=True``) that really run aligned (fused)."""
     align = max(where.get("align", {1}))
-    chosen = [(i, p) for i, p in enumerate(points(sweep, align=align))
+    fused = True in where.get("fused", {False})
+    chosen = [(i, p) for i, p in enumerate(points(sweep, align=align, fused=fused))
               if all(getattr(p, k) in v for k, v in where.items())]
     return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
 
 
 def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
-                  mechanisms=MECHANISMS, align: int = 1) -> list[dict]:
+                  mechanisms=MECHANISMS, align: int = 1, fused: bool = False) -> list[dict]:
     """Relative error of each mechanism on the default device vs the same layer on the CPU
     (flash in bf16 with both padding modes; the mask is right-padded so both are exact). With
     ``align`` > 1 the alignable mechanisms are also checked aligned (at d_model - 8, so every
-    dimension is padded) against the unaligned layer on the CPU."""
+    dimension is padded) against the unaligned layer on the CPU; with ``fused`` the kernel
+    mechanisms run their Pallas query side (float32 and bf16; m = 64 so it tiles) against the
+    XLA layer on the CPU — on a GPU that compiles and runs the Triton kernel."""
     cpu = jax.devices("cpu")[0]
     x = jax.random.normal(jax.random.key(7), (2, seq_len, d_model), jnp.float32)
     mask = jnp.arange(seq_len)[None, :] < jnp.array([[seq_len], [seq_len - 100]])
@@ -141,11 +150,14 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
         cases += [("flash", "bfloat16", {"padding": p}) for p in ("any", "right")]
     if align > 1:
         cases += [(m, "float32", {"align": align}) for m in mechanisms if m in ALIGNABLE]
+    if fused:
+        cases += [(m, d, {"fused": True}) for m in mechanisms if m in FUSABLE
+                  for d in ("float32", "bfloat16")]
     for mech, dtype, extra in cases:
         try:
             width = d_model - 8 if "align" in extra else d_model
             sizes = dict(d_model=width, num_heads=num_heads, max_len=seq_len)
-            kernel = dict(d_k=min(128, seq_len // 2) - 4, num_features=60)
+            kernel = dict(d_k=min(128, seq_len // 2) - 4, num_features=64 if fused else 60)
             layer = make_attention(mech, **sizes, **kernel, rngs=nnx.Rngs(0),
                                    dtype=jnp.dtype(dtype), **extra)
             graphdef, state = nnx.split(layer)
@@ -157,7 +169,7 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
             ref_mech = "full" if mech == "flash" else mech
             ref_layer = (make_attention("full", **sizes, rngs=nnx.Rngs(0)) if mech == "flash"
                          else make_attention(mech, **sizes, **kernel, rngs=nnx.Rngs(0))
-                         if "align" in extra else layer)
+                         if extra else layer)
             rg, rs = nnx.split(ref_layer)
             with jax.default_device(cpu):
                 ref = np.asarray(jax.jit(lambda s, x, m: nnx.merge(rg, s)(x, mask=m))(
@@ -189,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", action="store_true", help="time SHAPE_PROBES too")
     parser.add_argument("--check-align", type=int, default=1,
                         help="also check the alignable mechanisms aligned to this (e.g. 128)")
+    parser.add_argument("--check-fused", action="store_true",
+                        help="also check the fused (Pallas) query side of the kernel mechanisms")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: two tiny points")
     args = parser.parse_args(argv)
     start = time.monotonic()
@@ -199,8 +213,9 @@ def main(argv: list[str] | None = None) -> int:
 
     mechanisms = [m for m in args.check.split(",") if m]
     with jax.default_matmul_precision("highest"):  # kernels' numerics, not TF32's
-        check = (check_on_card(64, 32, 4, mechanisms, align=args.check_align) if args.tiny
-                 else check_on_card(mechanisms=mechanisms, align=args.check_align))
+        opts = dict(align=args.check_align, fused=args.check_fused)
+        check = (check_on_card(64, 64, 4, mechanisms, **opts) if args.tiny
+                 else check_on_card(mechanisms=mechanisms, **opts))
     probes = shape_probes() if args.probes and not args.tiny else []
     write_json({"device": device, "versions": vers, "check": check, "shape_probes": probes},
                os.path.join(args.out, "check.json"))

@@ -75,6 +75,9 @@ s8[4194304]{0}) %custom-call.1), index=0
 
 def test_hlo_counter_gpu_gemm_custom_call():
     assert F.hlo_dot_flops(GPU_GEMM_HLO) == 2 * 4 * 32 * 16 * 64
+    assert F.hlo_dot_flops_by_type(GPU_GEMM_HLO) == {"f32": 2 * 4 * 32 * 16 * 64}
+    mixed = GPU_GEMM_HLO.replace("%b.1 = f32[4,64,16]", "%b.1 = bf16[4,64,16]")
+    assert F.hlo_dot_flops_by_type(mixed) == {"bf16×f32": 2 * 4 * 32 * 16 * 64}
 
 
 def test_hlo_counter_refuses_what_it_cannot_count():
@@ -82,6 +85,9 @@ def test_hlo_counter_refuses_what_it_cannot_count():
         '"dot_dimension_numbers"', '"bmm1_dot_dimension_numbers"')
     with pytest.raises(ValueError, match="fused attention"):
         F.hlo_dot_flops(fmha)
+    pallas = GPU_GEMM_HLO.replace('"__cublas$gemm"', '"__gpu$xla.gpu.triton"')
+    with pytest.raises(ValueError, match="Pallas kernel"):
+        F.hlo_dot_flops(pallas)
     loop = """HloModule m
 
 %body (p: (s32[], f32[8,8])) -> (s32[], f32[8,8]) {

@@ -3,6 +3,7 @@ below is worked out by hand from that data, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import pandas as pd
@@ -186,3 +187,27 @@ def test_aligned_and_unaligned_runs_are_different_measurements(engine):
                  [[16.0, 10.0]])
     assert_frame(tables.speed_table(engine, mode="forward", align=128), [55500], ["linformer", "flurka-rnn"],
                  [[8.0, 4.0]])
+
+
+def test_fused_and_xla_runs_are_different_measurements(engine):
+    """A --fused run (Pallas query-side kernel) is not a repeat of the XLA one; records without
+    the option ran unfused."""
+    from flurka.results import ingest_speed
+
+    def speed(mechanism, median, config=None):
+        return {"device": "NVIDIA H200", "host": "node", "versions": {"jax": "0.11.2"}, "mechanism": mechanism,
+                "mode": "forward", "N": 52500, "d_model": 512, "heads": 4, "d_k": 1024, "m": 128,
+                "status": "ok", "median_s": median, "config": config}
+
+    records = [speed("flurka-rnn", 0.0067), speed("flurka-rnn", 0.0060, {"fused": False, "align": 1}),
+               speed("flurka-rnn", 0.0050, {"fused": True, "align": 1})]
+    assert ingest_speed(engine, records).added == 3
+    with pytest.raises(ValueError, match=r"\(fused in \['False', 'True'\]\): filter by fused"):
+        tables.speed_table(engine, mode="forward")
+    assert_frame(tables.speed_table(engine, mode="forward", fused=False), [52500], ["flurka-rnn"], [[6.35]])
+    assert_frame(tables.speed_table(engine, mode="forward", fused=True), [52500], ["flurka-rnn"], [[5.0]])
+    from flurka.results import cli   # the same filter from the command line
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--table", "speed", "--mode", "forward", "--no-fused"])
+    assert_frame(cli.build(engine, args), [52500], ["flurka-rnn"], [[6.35]])

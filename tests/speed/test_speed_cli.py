@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from flurka.attention import flops as flop_model
 from flurka.speed import configs
 from flurka.speed.__main__ import main

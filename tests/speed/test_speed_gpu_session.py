@@ -29,21 +29,28 @@ def test_plans_name_real_points_in_priority_order():
     for plan in g.PLANS.values():
         for sweep, where in plan:
             assert g.planned(sweep, where), (sweep, where)  # every block selects something
-    aligned = g.planned(*g.PLANS["aligned"][0])
+    aligned = g.planned(*g.PLANS["third"][0])
     assert {p.align for _, p in aligned} == {128} and len(aligned) == 5
+    fused = [p for block in g.PLANS["third"] if "fused" in block[1] for _, p in g.planned(*block)]
+    assert fused and all(p.fused and p.mechanism in ("flurka-performer", "flurka-rnn") for p in fused)
 
 
 def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
     g = _driver()
     assert g.main(["--out", str(tmp_path), "--tiny", "--check", "rnn,flash", "--budget-s", "600",
-                   "--repeats", "1", "--warmup", "0", "--check-align", "128"]) == 0
+                   "--repeats", "1", "--warmup", "0", "--check-align", "128", "--check-fused"]) == 0
     check = json.loads((tmp_path / "check.json").read_text())["check"]
     # CPU vs CPU: the same layer, so exactly equal; flash bf16 within bf16 rounding of full f32;
     # the aligned layer (other shapes, same function) within float32 rounding of the plain one.
-    by = {(r["mechanism"], r["dtype"], r.get("padding") or r.get("align")): r for r in check}
+    by = {(r["mechanism"], r["dtype"], r.get("padding") or r.get("align") or r.get("fused")): r
+          for r in check}
     assert by[("rnn", "float32", None)]["rel_err"] == 0.0
     assert 0.0 < by[("rnn", "float32", 128)]["rel_err"] < 1e-5
     assert ("flash", "float32", 128) not in by                    # flash cannot be aligned
+    # the Pallas query side (interpreted here) against the XLA layer: float32 and bf16 rounding
+    assert 0.0 < by[("rnn", "float32", True)]["rel_err"] < 1e-5
+    assert 1e-4 < by[("rnn", "bfloat16", True)]["rel_err"] < 2e-2
+    assert ("flash", "float32", True) not in by
     for padding in ("any", "right"):
         assert 1e-4 < by[("flash", "bfloat16", padding)]["rel_err"] < 2e-2
     tiny = json.loads((tmp_path / "tiny.json").read_text())

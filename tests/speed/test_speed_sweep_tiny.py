@@ -70,6 +70,27 @@ def test_aligned_points_run_on_padded_shapes_and_count_true_flops():
                       num_heads=4, align=128)
 
 
+def test_fused_points_run_and_match_sizes():
+    """--fused runs the kernel mechanisms' Pallas query side (interpreted on the CPU) and records
+    it; at the tiny sizes it needs align=16 to tile (d_h 8 → 16, m 8 → 16), and without it the
+    point is an error result saying why, not a crash."""
+    from flurka.attention import FUSABLE
+    pts = configs.points("tiny", scopes=["layer"], modes=["forward", "train"], align=16, fused=True)
+    assert {p.mechanism for p in pts if p.fused} == set(FUSABLE)
+    chosen = [i for i, p in enumerate(pts) if p.mechanism == "flurka-rnn"]
+    rows = run_sweep([pts[i] for i in chosen], chosen, sweep="tiny", out=None, warmup=0,
+                     repeats=1)["results"]
+    assert [(r["mode"], r["status"], r["fused"]) for r in rows] == [
+        ("forward", "ok", True), ("train", "ok", True)]
+    unaligned = [p for p in configs.points("tiny", scopes=["layer"], modes=["forward"], fused=True)
+                 if p.mechanism == "rnn"]
+    row = run_sweep(unaligned, [0], sweep="tiny", out=None, warmup=0, repeats=1)["results"][0]
+    assert row["status"] == "error" and "power of two >= 16" in row["error"]
+    with pytest.raises(ValueError, match="linformer has no fused kernel"):
+        configs.Point(mechanism="linformer", mode="forward", scope="layer", seq_len=64, d_model=32,
+                      num_heads=4, fused=True)
+
+
 @pytest.mark.parametrize("mode", ["forward", "train"])
 def test_bf16_model_step_multiplies_bf16_operands(mode):
     """The timed bf16 step at model scope (encoder blocks, FFN, loss, AdamW) asks the matrix units

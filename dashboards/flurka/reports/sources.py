@@ -29,11 +29,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from flurka.results.models import Environment, SpeedMeasurement, Sweep, Trial
-from flurka.results.tables import combine_repeats, stored_align, stored_configs
+from flurka.results.tables import EXECUTION, combine_repeats, stored_configs, stored_execution
 
 # Speed configuration columns, in caption order.
 SPEED_CONFIG = ["device", "mode", "scope", "dtype", "batch", "N", "d_model", "heads", "d_k", "m", "layers", "ffn",
-                "align"]
+                *EXECUTION]
 
 
 def trial_provenance(engine: Engine) -> pd.DataFrame:
@@ -62,7 +62,9 @@ def speed_rows(engine: Engine) -> pd.DataFrame:
     config = stored_configs(df.pop("config"))
     for name in ("layers", "ffn", "sweep"):
         df[name] = [c.get(name) for c in config]
-    df["align"] = [stored_align(c) for c in config]
+    execution = [stored_execution(c) for c in config]
+    for name in EXECUTION:
+        df[name] = [e[name] for e in execution]
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
     return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median
 

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scope", choices=("layer", "model"), help="speed/speedup: one layer or the whole model")
     parser.add_argument("--align", type=int,
                         help="speed/speedup: only runs with this aligned execution (1 = unaligned)")
+    parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
+                        help="speed/speedup: only runs with (--fused) or without (--no-fused) the "
+                             "Pallas query-side kernel")
     parser.add_argument("--upgrade", action="store_true", help="migrate the database to this code's schema first")
 
 
@@ -65,7 +68,8 @@ def build(engine, args: argparse.Namespace):
     if args.table == "isoflops":
         return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep, **bench)
     speed = tables.speed_table if args.table == "speed" else tables.speedup_table
-    filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "align": args.align}
+    filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "align": args.align,
+               "fused": args.fused}
     return speed(engine, mode=args.mode, **{k: v for k, v in filters.items() if v is not None})
 
 

@@ -221,7 +221,9 @@ def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: s
     return out
 
 
-SPEED_FILTERS = ("device", "scope", "d_model", "heads", "d_k", "num_features", "batch", "dtype", "align")
+SPEED_FILTERS = ("device", "scope", "d_model", "heads", "d_k", "num_features", "batch", "dtype", "align",
+                 "fused")
+EXECUTION = ("align", "fused")  # how a point ran, read from its stored config
 
 
 def stored_configs(column: pd.Series) -> list[dict]:
@@ -229,16 +231,17 @@ def stored_configs(column: pd.Series) -> list[dict]:
     return [c if isinstance(c, dict) else json.loads(c) if isinstance(c, str) else {} for c in column]
 
 
-def stored_align(config: dict) -> int:
-    """A speed result's aligned execution (1 = none; results older than the option ran unaligned)."""
-    return int(config.get("align") or 1)
+def stored_execution(config: dict) -> dict:
+    """How a speed result ran: ``align`` (aligned execution, 1 = none) and ``fused`` (the Pallas
+    query-side kernel); results older than an option ran without it."""
+    return {"align": int(config.get("align") or 1), "fused": bool(config.get("fused", False))}
 
 
 def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
-    ``align`` (aligned execution, 1 = none) comes from the stored config of a ``flurka.speed``
-    result; documents older than it ran unaligned."""
+    ``align`` and ``fused`` (:func:`stored_execution`) come from the stored config of a
+    ``flurka.speed`` result."""
     unknown = set(filters) - set(SPEED_FILTERS)
     if unknown:
         raise ValueError(f"unknown speed filter {', '.join(sorted(unknown))} (valid: {', '.join(SPEED_FILTERS)})")
@@ -250,7 +253,7 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
             .join(Environment, Environment.id == SpeedMeasurement.environment_id)
             .where(SpeedMeasurement.mode == mode, SpeedMeasurement.status != "error"))
     for name, value in filters.items():
-        if value is None or name == "align":
+        if value is None or name in EXECUTION:
             continue
         if name == "device":
             stmt = stmt.where(Environment.device.contains(value))
@@ -258,9 +261,12 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
             stmt = stmt.where(getattr(SpeedMeasurement, name) == value)
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
-    df["align"] = [stored_align(c) for c in stored_configs(df.pop("config"))]
-    if filters.get("align") is not None:
-        df = df[df["align"] == filters["align"]]
+    execution = [stored_execution(c) for c in stored_configs(df.pop("config"))]
+    for name in EXECUTION:
+        df[name] = [e[name] for e in execution]
+    for name in EXECUTION:
+        if filters.get(name) is not None:
+            df = df[df[name] == filters[name]]
     if df.empty:
         raise NoResults(f"no {mode!r} speed measurements match {filters or 'the database'}")
     df = combine_repeats(df, ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]])

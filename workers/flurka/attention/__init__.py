@@ -48,6 +48,8 @@ RANDOM_FEATURES = ("performer", "eva", "flurka-performer", "flurka-eva")
 MECHANISMS: tuple[str, ...] = tuple(_CLASSES)
 # Mechanisms that accept ``align`` (aligned execution, see flurka.attention.base).
 ALIGNABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if not c.align_unsupported)
+# Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.attention.fused).
+FUSABLE: tuple[str, ...] = ("performer", "rnn", "flurka-performer", "flurka-rnn")
 
 
 def _accepted_options(cls: type) -> list[str]:
@@ -84,7 +86,7 @@ def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int
 
 
 __all__ = [
-    "MECHANISMS", "ALIGNABLE", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
+    "MECHANISMS", "ALIGNABLE", "FUSABLE", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
     "RandomFeatures", "SeqProjection", "HandoverBeta", "handover_class",
     "FullAttention", "FlashAttention", "LinformerAttention", "PerformerAttention", "RNNAttention",
     "EVAAttention", "FlurkaPerformer", "FlurkaRNN", "FlurkaEVA",

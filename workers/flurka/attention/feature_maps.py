@@ -108,17 +108,20 @@ def rnn_denominator(r: Array, eps: float = RNN_EPS) -> Array:
     return r + eps
 
 
-def linear_attention(q_feat: Array, k_feat: Array, v: Array, denominator) -> Array:
-    """φ(Q)[φ(K)ᵀV] / denominator(φ(Q)[φ(K)ᵀ1]).
+def key_side(k_feat: Array, v: Array) -> tuple[Array, Array]:
+    """(φ(K)ᵀV [b, h, f, d], φ(K)ᵀ1 [b, h, f]), float32 — the bracket of φ(Q)[φ(K)ᵀV] /
+    (φ(Q)[φ(K)ᵀ1]), computed first so the cost is linear in N.
 
-    q_feat: [b, n, h, f], k_feat: [b, m, h, f] float32 (masked rows already zero), v: [b, m, h, d]
-    (masked rows zero). Order: KV = φ(K)ᵀV [f×d per head] first, then φ(Q)·KV. Every product
-    takes its operands in v's dtype (the compute dtype: features are rounded to it, as flash
-    attention rounds its softmax weights) and accumulates in float32; returns float32.
-    """
-    dtype = v.dtype
-    kv = contract("bmhf,bmhd->bhfd", k_feat, v, dtype)
-    k_sum = jnp.sum(k_feat, axis=1)                                        # [b, h, f]
+    k_feat: [b, m, h, f] float32 (masked rows already zero), v: [b, m, h, d] (masked rows zero).
+    Every product here and in :func:`query_side` takes its operands in v's dtype (the compute
+    dtype: features are rounded to it, as flash attention rounds its softmax weights) and
+    accumulates in float32."""
+    return contract("bmhf,bmhd->bhfd", k_feat, v, v.dtype), jnp.sum(k_feat, axis=1)
+
+
+def query_side(q_feat: Array, kv: Array, k_sum: Array, denominator, dtype) -> Array:
+    """φ(Q)·KV / denominator(φ(Q)·Σφ(K)) on ``dtype`` operands; float32 [b, n, h, d] (the part
+    :mod:`flurka.attention.fused` runs as one kernel)."""
     # Heads-major output, transposed after: XLA:CPU (jax 0.10) has no bf16×bf16→f32 kernel for
     # the "bnhf,bhfd->bnhd" layout and fails at run time; this layout it has.
     num = contract("bnhf,bhfd->bhnd", q_feat, kv, dtype).transpose(0, 2, 1, 3)

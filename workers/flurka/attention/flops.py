@@ -184,7 +184,7 @@ def _elu_features(s: AttentionShape, rows: int) -> dict[str, int]:
 
 def _linear_core(s: AttentionShape, kv_len: int, f: int, denominator: int) -> dict[str, int]:
     """φ(Q)[φ(K)ᵀV] / (φ(Q)[φ(K)ᵀ1]) with f features and ``kv_len`` keys
-    (feature_maps.linear_attention); ``denominator`` FLOPs per query row and head."""
+    (feature_maps.key_side/query_side); ``denominator`` FLOPs per query row and head."""
     b, n, h, dh = s.batch, s.seq_len, s.num_heads, s.d_head
     return {
         "kv_product": _mm(b, h, f, dh, kv_len),
@@ -483,6 +483,9 @@ def _own_dot_flops(instrs) -> collections.Counter:
             if "fmha" in target or "attention" in target:
                 raise ValueError("fused attention custom-call (cuDNN flash) has no dot to count; "
                                  "use flops.forward_flops('flash', shape) instead")
+            if "triton" in target or "mosaic" in target:
+                raise ValueError("Pallas kernel custom-call (fused query side) has no dot to "
+                                 "count; use the FLOP model instead")
             if "gemm" in target or "matmul" in target:
                 gemm = _gemm_contracting(call)
             if gemm is None:
@@ -516,7 +519,8 @@ def hlo_dot_flops(compiled_text: str) -> int:
     A dot counts 2 · prod(output dims) · prod(contracting dims); a convolution
     2 · prod(output dims) · prod(kernel dims except output features) (padding not subtracted);
     a GPU GEMM custom-call (cuBLAS, from its dot_dimension_numbers) like a dot. A fused-attention
-    custom-call (cuDNN flash) is an error: its FLOPs are not visible as dots.
+    custom-call (cuDNN flash) or a Pallas kernel (Triton / Mosaic GPU) is an error: its FLOPs are
+    not visible as dots.
     Each computation counts once per call: fusions/calls once, while bodies × their known trip
     count, conditional branches each once (an upper bound). A while loop with dots and no known
     trip count is an error rather than a silent undercount.

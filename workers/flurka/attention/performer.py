@@ -25,19 +25,25 @@ import jax
 from flurka.attention.base import (
     AttentionLayer, RandomFeatures, check_positive_int, pad_to, round_up, zero_padding)
 from flurka.attention.feature_maps import (
-    favor_denominator, favor_features, gaussian_orthogonal_matrix, linear_attention)
+    favor_denominator, favor_features, gaussian_orthogonal_matrix, key_side, query_side)
+from flurka.attention.fused import check_fusable, fused_query_side
 
 DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
 
 
-def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=None):
+def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=None, fused=False):
     """FAVOR+ on projected heads; float32 [b, n, h, d_h]. ``head_dim``/``num_features``: the true
-    sizes when the head dim and ω are zero-padded (aligned layers)."""
+    sizes when the head dim and ω are zero-padded (aligned layers); ``fused``: the query side as
+    one Pallas kernel (:mod:`flurka.attention.fused`)."""
     k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
     sizes = dict(head_dim=head_dim, num_features=num_features)
-    q_feat = favor_features(q, omega, is_query=True, **sizes)
-    k_feat = favor_features(k, omega, is_query=False, mask=key_mask, **sizes)
-    return linear_attention(q_feat, k_feat, v, favor_denominator)
+    kv, k_sum = key_side(favor_features(k, omega, is_query=False, mask=key_mask, **sizes), v)
+    if fused:
+        return fused_query_side(q, kv, k_sum, omega, feature="favor",
+                                head_dim=head_dim or q.shape[-1],
+                                num_features=num_features or omega.shape[0])
+    return query_side(favor_features(q, omega, is_query=True, **sizes), kv, k_sum,
+                      favor_denominator, v.dtype)
 
 
 class RandomFeatureMixin:
@@ -59,11 +65,15 @@ class PerformerAttention(RandomFeatureMixin, AttentionLayer):
     mechanism = "performer"
 
     def __init__(self, *, num_features: int = DEFAULT_NUM_FEATURES, orthogonal: bool = True,
-                 redraw: bool = False, **kwargs):
+                 redraw: bool = False, fused: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.num_features = check_positive_int("num_features", num_features)
         self.orthogonal = bool(orthogonal)
         self.redraw = bool(redraw)
+        self.fused = bool(fused)
+        if self.fused:
+            check_fusable(self.mechanism, self.padded_head_dim,
+                          round_up(self.num_features, self.align))
         self.features = RandomFeatures(self.draw_features(kwargs["rngs"].params()))
 
     def draw_features(self, key: jax.Array) -> jax.Array:
@@ -81,4 +91,4 @@ class PerformerAttention(RandomFeatureMixin, AttentionLayer):
 
     def core(self, q, k, v, key_mask, rng):
         return favor_attention(q, k, v, key_mask, self.omega(rng), head_dim=self.head_dim,
-                               num_features=self.num_features)
+                               num_features=self.num_features, fused=self.fused)

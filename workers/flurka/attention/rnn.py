@@ -17,15 +17,19 @@ Padding: masked keys' features and values are exact zeros.
 from __future__ import annotations
 
 from flurka.attention.base import AttentionLayer, zero_padding
-from flurka.attention.feature_maps import elu_features, linear_attention, rnn_denominator
+from flurka.attention.feature_maps import elu_features, key_side, query_side, rnn_denominator
+from flurka.attention.fused import check_fusable, fused_query_side
 
 
-def elu_attention(q, k, v, key_mask, *, head_dim=None):
+def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
     """Linear attention with φ = elu+1 on projected heads; float32 [b, n, h, d_h]. ``head_dim``:
-    the true d_h when the last axis is zero-padded (those features, elu(0)+1 = 1, are zeroed)."""
+    the true d_h when the last axis is zero-padded (those features, elu(0)+1 = 1, are zeroed);
+    ``fused``: the query side as one Pallas kernel (:mod:`flurka.attention.fused`)."""
     k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
-    return linear_attention(elu_features(q, head_dim=head_dim),
-                            elu_features(k, key_mask, head_dim=head_dim), v, rnn_denominator)
+    kv, k_sum = key_side(elu_features(k, key_mask, head_dim=head_dim), v)
+    if fused:
+        return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1])
+    return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, v.dtype)
 
 
 class RNNAttention(AttentionLayer):
@@ -33,5 +37,11 @@ class RNNAttention(AttentionLayer):
 
     mechanism = "rnn"
 
+    def __init__(self, *, fused: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        self.fused = bool(fused)
+        if self.fused:
+            check_fusable(self.mechanism, self.padded_head_dim)
+
     def core(self, q, k, v, key_mask, rng):
-        return elu_attention(q, k, v, key_mask, head_dim=self.head_dim)
+        return elu_attention(q, k, v, key_mask, head_dim=self.head_dim, fused=self.fused)

@@ -18,7 +18,7 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
                 copy: {array_bytes, bytes, median_s, …}}} — measured on this card
 ``results``     one row per point:
   config        index, sweep, mechanism, mode (forward|train), scope (layer|model), seq_len,
-                d_model, num_heads, d_k, num_features, layers, ffn, dtype, batch
+                d_model, num_heads, d_k, num_features, layers, ffn, dtype, batch, align, fused
                 (d_k/num_features as configured; ``d_k_used``/``num_features_used`` as built)
   status        "ok" | "oom" (XLA RESOURCE_EXHAUSTED / MemoryError: ``oom_source`` "xla"; or the
                 compiled need above --memory-budget-gb: "budget") | "error" (``error``,
@@ -66,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--align", type=int, default=1,
                         help="aligned execution: pad GEMM dimensions to multiples of this (e.g. "
                              "128) in the mechanisms that support it; 1 = the layer's own shapes")
+    parser.add_argument("--fused", action="store_true",
+                        help="run the kernel mechanisms' query side as one Pallas kernel "
+                             "(performer, rnn, flurka-performer, flurka-rnn)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--points", type=_indices, default=None,
@@ -84,7 +87,7 @@ def selected(args: argparse.Namespace):
     """(indices, points) after the filters and --points; ValueError on bad input."""
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
                  scopes=None if args.scope is None else [args.scope], dtype=args.dtype,
-                 align=args.align)
+                 align=args.align, fused=args.fused)
     indices = list(range(len(pts))) if args.points is None else list(args.points)
     return indices, select(pts, indices)
 

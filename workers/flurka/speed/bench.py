@@ -76,6 +76,8 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
         options["num_features"] = point.num_features
     if point.align > 1:
         options["align"] = point.align
+    if point.fused:
+        options["fused"] = True
     if point.scope == "layer":
         return make_attention(point.mechanism, d_model=point.d_model, num_heads=point.num_heads,
                               max_len=point.seq_len, rngs=rngs, **options)

@@ -26,6 +26,8 @@ random features are one sample per chunk).
 zero-padded to multiples of ``align``, same function; :mod:`flurka.attention.base`). ``points(...,
 align=128)`` aligns the mechanisms that support it and leaves the others (EVA, flash) at 1; each
 result records the value it ran with, and the FLOPs stay the FLOP model's (true shapes).
+``fused`` runs the kernel mechanisms' query side as one Pallas kernel (:mod:`flurka.attention.fused`;
+head dim and m must be powers of two ≥ 16 after alignment: the flash comparison's sizes are).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import dataclasses
 import itertools
 from typing import Iterable, Sequence
 
-from flurka.attention import ALIGNABLE, MECHANISMS
+from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS
 
 MODES: tuple[str, ...] = ("forward", "train")
 SCOPES: tuple[str, ...] = ("layer", "model")
@@ -58,6 +60,7 @@ class Point:
     dtype: str = "bfloat16"
     batch: int = 1
     align: int = 1
+    fused: bool = False
 
     def __post_init__(self):
         _choice("mechanism", self.mechanism, MECHANISMS)
@@ -73,6 +76,8 @@ class Point:
         if self.align > 1 and self.mechanism not in ALIGNABLE:
             raise ValueError(f"{self.mechanism} does not support align (aligned execution); "
                              f"valid: {', '.join(ALIGNABLE)}")
+        if self.fused and self.mechanism not in FUSABLE:
+            raise ValueError(f"{self.mechanism} has no fused kernel; valid: {', '.join(FUSABLE)}")
 
     @property
     def head_dim(self) -> int:
@@ -147,11 +152,12 @@ SWEEP_NAMES: tuple[str, ...] = tuple(SWEEPS)
 
 def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
            modes: Iterable[str] | None = None, scopes: Iterable[str] | None = None,
-           dtype: str | None = None, align: int = 1) -> list[Point]:
+           dtype: str | None = None, align: int = 1, fused: bool = False) -> list[Point]:
     """Every point of ``sweep`` (shape-major, then mechanism, mode, scope), optionally filtered.
 
-    Filters must name valid values; ``dtype`` overrides the sweep's default; ``align`` applies to
-    the mechanisms that support it (:data:`flurka.attention.ALIGNABLE`).
+    Filters must name valid values; ``dtype`` overrides the sweep's default; ``align`` and
+    ``fused`` apply to the mechanisms that support them (:data:`flurka.attention.ALIGNABLE`,
+    :data:`flurka.attention.FUSABLE`).
     """
     _choice("sweep", sweep, SWEEP_NAMES)
     spec = SWEEPS[sweep]
@@ -174,7 +180,8 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
                for k, v in (("mechanism", mech), ("mode", mode), ("scope", scope))):
             continue
         out.append(Point(mechanism=mech, mode=mode, scope=scope, dtype=dtype or spec.dtype,
-                         align=align if mech in ALIGNABLE else 1, **dataclasses.asdict(shape)))
+                         align=align if mech in ALIGNABLE else 1,
+                         fused=fused and mech in FUSABLE, **dataclasses.asdict(shape)))
     return out
 
 

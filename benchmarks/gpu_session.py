@@ -203,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also check the alignable mechanisms aligned to this (e.g. 128)")
     parser.add_argument("--check-fused", action="store_true",
                         help="also check the fused (Pallas) query side of the kernel mechanisms")
+    parser.add_argument("--theory-s", type=float, default=0,
+                        help="keep this many seconds of the budget for the theory run at the end "
+                             "(theory.json; 0 = no theory run)")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: two tiny points")
     args = parser.parse_args(argv)
     start = time.monotonic()
@@ -230,27 +233,45 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"warmup": args.warmup, "repeats": args.repeats, "memory_budget_bytes": budget,
                 "runner": "local", "driver": "benchmarks/gpu_session.py"}
     results: dict[str, list[dict]] = {}
-    for sweep, where in plan:
-        for index, point in planned(sweep, where):
-            if time.monotonic() > deadline:
-                print(f"budget spent after {time.monotonic() - start:.0f} s; stopping", flush=True)
-                return 0
-            t0 = time.monotonic()
-            row = run_one(point, index=index, sweep=sweep, warmup=args.warmup,
-                          repeats=args.repeats, memory_budget_bytes=budget)
-            results.setdefault(sweep, []).append(row)
-            write_json(document(sweep=sweep, results=results[sweep], ceilings=ceilings,
-                                settings=settings, device=device, versions_=vers),
-                       os.path.join(args.out, f"{sweep}.json"))
-            t = row.get("median_s")
-            print(f"[{time.monotonic() - start:5.0f}s +{time.monotonic() - t0:4.1f}] {sweep} "
-                  f"{point.mechanism:>16} {point.mode:>7} {point.scope:>5} N={point.seq_len} "
-                  f"d_model={point.d_model} d_k={point.d_k}: {row['status']} "
-                  + (f"{t * 1e3:.3f} ms, {row.get('ratio_to_floor', float('nan')):.2f}x floor "
-                     f"({row.get('bound')}), compile {row.get('compile_s', 0):.1f}s"
-                     if t is not None else row.get("error", "")[:200]), flush=True)
-    print(f"plan done in {time.monotonic() - start:.0f} s", flush=True)
+    steps = [(sweep, index, point) for sweep, where in plan for index, point in planned(sweep, where)]
+    for sweep, index, point in steps:
+        if time.monotonic() > deadline - args.theory_s:
+            print(f"budget spent after {time.monotonic() - start:.0f} s; stopping", flush=True)
+            break
+        t0 = time.monotonic()
+        row = run_one(point, index=index, sweep=sweep, warmup=args.warmup,
+                      repeats=args.repeats, memory_budget_bytes=budget)
+        results.setdefault(sweep, []).append(row)
+        write_json(document(sweep=sweep, results=results[sweep], ceilings=ceilings,
+                            settings=settings, device=device, versions_=vers),
+                   os.path.join(args.out, f"{sweep}.json"))
+        t = row.get("median_s")
+        print(f"[{time.monotonic() - start:5.0f}s +{time.monotonic() - t0:4.1f}] {sweep} "
+              f"{point.mechanism:>16} {point.mode:>7} {point.scope:>5} N={point.seq_len} "
+              f"d_model={point.d_model} d_k={point.d_k}: {row['status']} "
+              + (f"{t * 1e3:.3f} ms, {row.get('ratio_to_floor', float('nan')):.2f}x floor "
+                 f"({row.get('bound')}), compile {row.get('compile_s', 0):.1f}s"
+                 if t is not None else row.get("error", "")[:200]), flush=True)
+    else:
+        print(f"plan done in {time.monotonic() - start:.0f} s", flush=True)
+    if args.theory_s and not args.tiny:
+        theory(os.path.join(args.out, "theory.json"))
     return 0
+
+
+# Theorem 1's approximation errors and Fig. 1's ranks at sizes a GPU makes cheap: N = 2048,
+# d_model 256, 4 heads, d_k up to N/2, m up to 256 (the CPU runs use N = 1024 and less).
+THEORY_ARGS = ["--seq-len", "2048", "--d-model", "256", "--heads", "4",
+               "--d-k", "64,128,256,512,1024", "--features", "16,32,64,128,256", "--seeds", "0,1"]
+
+
+def theory(out: str) -> None:
+    """``python -m flurka.speed.theory`` with :data:`THEORY_ARGS` on the card
+    (``flurka.theory/1``, drawn by ``flurka report --theory``)."""
+    from flurka.speed import theory_cli
+    t0 = time.monotonic()
+    status = theory_cli.main([*THEORY_ARGS, "--out", out])
+    print(f"theory: exit {status} in {time.monotonic() - t0:.0f} s -> {out}", flush=True)
 
 
 if __name__ == "__main__":

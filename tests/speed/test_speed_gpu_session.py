@@ -35,6 +35,17 @@ def test_plans_name_real_points_in_priority_order():
     assert fused and all(p.fused and p.mechanism in ("flurka-performer", "flurka-rnn") for p in fused)
 
 
+def test_theory_arguments_are_a_valid_plan():
+    import argparse
+
+    from flurka.speed import theory_cli
+    g = _driver()
+    parser = argparse.ArgumentParser()
+    theory_cli.add_arguments(parser)
+    plan = theory_cli.plan(parser.parse_args([*g.THEORY_ARGS, "--out", "t.json"]))
+    assert max(plan["d_k"]) <= 2048 // 2 and plan["m"]
+
+
 def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
     g = _driver()
     assert g.main(["--out", str(tmp_path), "--tiny", "--check", "rnn,flash", "--budget-s", "600",

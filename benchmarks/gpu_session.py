@@ -86,7 +86,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
 # The N = 55.5k layer's matmuls one by one (bf16): are the odd sizes (d_h = m = 325, d_model
 # 2600, d_k 1500) what keeps XLA's layers at ~3x the floor? Padded twins say what alignment buys;
 # float32 twins (default precision: TF32) what the feature products cost before they took bf16
-# operands (session 3: 3–13 % of a bf16 forward's dot FLOPs, 8–42 % of a training step's, ran
+# operands (session 4: 3–13 % of a bf16 forward's dot FLOPs, 8–42 % of a training step's, ran
 # as float32 GEMMs; benchmarks/README.md).
 SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "x_w [55500,2600]@[2600,2600]": ((55500, 2600), (2600, 2600)),

@@ -29,7 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from flurka.results.models import Environment, SpeedMeasurement, Sweep, Trial
-from flurka.results.tables import EXECUTION, combine_repeats, stored_configs, stored_execution
+from flurka.results.tables import EXECUTION, add_execution, combine_repeats, stored_configs
 
 # Speed configuration columns, in caption order.
 SPEED_CONFIG = ["device", "mode", "scope", "dtype", "batch", "N", "d_model", "heads", "d_k", "m", "layers", "ffn",
@@ -62,9 +62,7 @@ def speed_rows(engine: Engine) -> pd.DataFrame:
     config = stored_configs(df.pop("config"))
     for name in ("layers", "ffn", "sweep"):
         df[name] = [c.get(name) for c in config]
-    execution = [stored_execution(c) for c in config]
-    for name in EXECUTION:
-        df[name] = [e[name] for e in execution]
+    add_execution(df, config)
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
     return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median
 

@@ -237,6 +237,13 @@ def stored_execution(config: dict) -> dict:
     return {"align": int(config.get("align") or 1), "fused": bool(config.get("fused", False))}
 
 
+def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
+    """The :data:`EXECUTION` columns of ``df`` from its rows' stored configs."""
+    execution = [stored_execution(c) for c in configs]
+    for name in EXECUTION:
+        df[name] = [e[name] for e in execution]
+
+
 def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
@@ -261,9 +268,7 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
             stmt = stmt.where(getattr(SpeedMeasurement, name) == value)
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
-    execution = [stored_execution(c) for c in stored_configs(df.pop("config"))]
-    for name in EXECUTION:
-        df[name] = [e[name] for e in execution]
+    add_execution(df, stored_configs(df.pop("config")))
     for name in EXECUTION:
         if filters.get(name) is not None:
             df = df[df[name] == filters[name]]

@@ -48,8 +48,6 @@ RANDOM_FEATURES = ("performer", "eva", "flurka-performer", "flurka-eva")
 MECHANISMS: tuple[str, ...] = tuple(_CLASSES)
 # Mechanisms that accept ``align`` (aligned execution, see flurka.attention.base).
 ALIGNABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if not c.align_unsupported)
-# Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.attention.fused).
-FUSABLE: tuple[str, ...] = ("performer", "rnn", "flurka-performer", "flurka-rnn")
 
 
 def _accepted_options(cls: type) -> list[str]:
@@ -60,6 +58,10 @@ def _accepted_options(cls: type) -> list[str]:
                 if p.kind is p.KEYWORD_ONLY and p.name not in names:
                     names.append(p.name)
     return names
+
+
+# Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.attention.fused).
+FUSABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if "fused" in _accepted_options(c))
 
 
 def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int,

@@ -50,7 +50,7 @@ from flax import nnx
 
 from flurka.attention.base import (
     F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, contract, pad_to,
-    zero_padding)
+    round_up, zero_padding)
 from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
@@ -93,7 +93,7 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
     b, n, h, d = q.shape
     scale = d ** -0.5
     unit = math.lcm(window_size, chunk_size)
-    n_pad = -(-n // unit) * unit
+    n_pad = round_up(n, unit)
     mask = jnp.ones((b, n), bool) if key_mask is None else key_mask
     mask = pad_to(mask, n_pad)
     q, k, v = (zero_padding(pad_to(t, n_pad), mask) for t in (q, k, v))

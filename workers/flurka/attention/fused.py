@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from flurka.attention.base import F32
+from flurka.attention.base import F32, pad_to, round_up
 from flurka.attention.feature_maps import (
     FAVOR_EPS, elu_features, favor_denominator, favor_features, query_side, rnn_denominator)
 
@@ -83,8 +83,8 @@ def _kernel(*refs, feature, head_dim, num_features):
 def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, *, interpret):
     b, n, h, d = q.shape
     f = kv.shape[2]
-    n_pad = -(-n // BLOCK_N) * BLOCK_N
-    q_in = jnp.pad(q, ((0, 0), (0, n_pad - n), (0, 0), (0, 0)))
+    n_pad = round_up(n, BLOCK_N)
+    q_in = pad_to(q, n_pad)
     rows = pl.BlockSpec((pl.squeezed, BLOCK_N, pl.squeezed, d), lambda i, j, k: (i, k, j, 0))
     per_head = pl.BlockSpec((pl.squeezed, pl.squeezed, f, d), lambda i, j, k: (i, j, 0, 0))
     sums = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, f), lambda i, j, k: (i, j, 0, 0))

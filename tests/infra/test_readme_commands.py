@@ -34,7 +34,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from testsupport import pids_naming, scratch_postgres_database
+from testsupport import free_ports, pids_naming, ray_node_ports, scratch_postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -146,14 +145,6 @@ COMMANDS = [c for doc in DOCS for c in extract(doc)]
 # ---------------------------------------------------------------------------------------------
 # Helpers: running in-process and in subprocesses, free ports, existing tests
 # ---------------------------------------------------------------------------------------------
-def free_ports(n: int) -> list[int]:
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-
-
 def flurka(argv: list[str], cwd: Path) -> tuple[int, str, str]:
     """``flurka ARGV`` in this process (the console script is ``flurka.cli:main``)."""
     from flurka.cli import main
@@ -1032,18 +1023,15 @@ def test_token_auth_cluster_path(tmp_path):
     token = gen.stdout.strip()
     assert len(token) >= 16 and (home / ".ray" / "auth_token").read_text().strip() == token
 
-    (gcs, dash, client, nm, om, agent, agent_grpc, metrics, rt_agent, wmin,
-     w_nm, w_om, w_agent, w_agent_grpc, w_metrics, w_rt, w_wmin) = free_ports(17)
+    head_ports, ports = ray_node_ports(head=True)
+    worker_ports, _ = ray_node_ports(head=False, avoid=(ports["min-worker-port"], ports["max-worker-port"]))
+    gcs, dash = ports["port"], ports["dashboard-port"]
     head_env, head_argv = env_prefix(tokens(by["head"]))
     head_argv = [a.replace("0.0.0.0", "127.0.0.1") for a in head_argv]  # never all interfaces in a test
     common = ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
     head = subprocess.Popen(
-        [str(BIN / "ray"), *head_argv[1:], *common, "--port", str(gcs), "--include-dashboard", "true",
-         "--dashboard-port", str(dash), "--ray-client-server-port", str(client), "--node-manager-port", str(nm),
-         "--object-manager-port", str(om), "--dashboard-agent-listen-port", str(agent),
-         "--dashboard-agent-grpc-port", str(agent_grpc), "--metrics-export-port", str(metrics),
-         "--runtime-env-agent-port", str(rt_agent), "--min-worker-port", str(wmin), "--max-worker-port",
-         str(wmin + 40), "--temp-dir", temp_dir],
+        [str(BIN / "ray"), *head_argv[1:], *common, *head_ports, "--include-dashboard", "true",
+         "--temp-dir", temp_dir],
         env={**base_env, **head_env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}, cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     worker = None
@@ -1057,11 +1045,7 @@ def test_token_auth_cluster_path(tmp_path):
         worker_env = {k: v.replace("<token>", token) for k, v in worker_env.items()}
         worker_argv = [a.replace("<head>:6379", f"127.0.0.1:{gcs}") for a in worker_argv]
         worker = subprocess.Popen(
-            [str(BIN / "ray"), *worker_argv[1:], *common, "--node-manager-port", str(w_nm),
-             "--object-manager-port", str(w_om), "--dashboard-agent-listen-port", str(w_agent),
-             "--dashboard-agent-grpc-port", str(w_agent_grpc), "--metrics-export-port", str(w_metrics),
-             "--runtime-env-agent-port", str(w_rt), "--min-worker-port", str(w_wmin), "--max-worker-port",
-             str(w_wmin + 40)],
+            [str(BIN / "ray"), *worker_argv[1:], *common, *worker_ports],
             env={**base_env, "HOME": str(tmp_path), **worker_env}, cwd=tmp_path,  # no token file: env only
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 

@@ -9,17 +9,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from testsupport import pids_naming
+from testsupport import pids_naming, ray_node_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -28,14 +26,6 @@ TINY = ["--benchmarks", "lra-listops-small", "--variants", "flurka-rnn", "--alph
         "--no-baselines", "--name", "job",
         *[a for k, v in dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1, d_model=16,
                              d_ff=32, num_layers=1).items() for a in ("--set", f"{k}={v}")]]
-
-
-def free_ports(n: int) -> list[int]:
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 def _wait_http(url: str, head: subprocess.Popen, timeout_s: float) -> None:
@@ -57,18 +47,15 @@ def _wait_http(url: str, head: subprocess.Popen, timeout_s: float) -> None:
 @pytest.mark.slow
 def test_ray_job_submit_runs_the_sweep(tmp_path):
     temp_dir = tempfile.mkdtemp(prefix="frk-", dir="/tmp")       # short: unix sockets live here
-    gcs, dash, client, nm, om, agent, agent_grpc, metrics, rt_agent, wmin = free_ports(10)
+    port_flags, ports = ray_node_ports(head=True)
+    dash = ports["dashboard-port"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_AUTH_MODE="disabled", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
                RAY_USAGE_STATS_ENABLED="0")
     head = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-         "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
-         "--ray-client-server-port", str(client), "--node-manager-port", str(nm),
-         "--object-manager-port", str(om), "--dashboard-agent-listen-port", str(agent),
-         "--dashboard-agent-grpc-port", str(agent_grpc), "--metrics-export-port", str(metrics),
-         "--runtime-env-agent-port", str(rt_agent), "--min-worker-port", str(wmin),
-         "--max-worker-port", str(wmin + 40), "--num-cpus", "2", "--temp-dir", temp_dir, "--disable-usage-stats"],
+        [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", *port_flags,
+         "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
+         "--num-cpus", "2", "--temp-dir", temp_dir, "--disable-usage-stats"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         address = f"http://127.0.0.1:{dash}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,18 +14,13 @@ from flurka.results import DatabaseUnreachable
 from flurka.sweeps.runner import preflight
 from flurka.sweeps.spec import SweepSpec
 from flurka.tracking import cli as ui_cli
+from testsupport import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unreachable_cluster_is_one_line():
-    port = _free_port()
+    port = free_ports(1)[0]
     with pytest.raises(ClusterError) as info:
         check_reachable(f"127.0.0.1:{port}", timeout_s=1)
     assert "unreachable" in str(info.value) and "\n" not in str(info.value)
@@ -63,7 +57,7 @@ def test_unreachable_results_db_fails_in_preflight(tmp_path):
     (["--benchmarks", "lra-listops-small", "--address", "127.0.0.1:{port}"], "unreachable"),
 ])
 def test_bad_sweeps_fail_before_any_trial(tmp_path, args, needle):
-    args = [a.replace("{port}", str(_free_port())) for a in args]
+    args = [a.replace("{port}", str(free_ports(1)[0])) for a in args]
     proc = _script(*args, "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,3 +40,52 @@ def scratch_postgres_database(admin_url: str, prefix: str) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports the OS hands out now (from its ephemeral range)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def worker_port_range(size: int = 41, avoid: tuple[int, int] | None = None) -> tuple[int, int]:
+    """(min, max) of ``size`` free ports *below* the OS's ephemeral range, so no port from
+    `free_ports` (nor any port the OS picks for Ray's own "random" components) can fall inside it:
+    Ray refuses to start when a component's port is in the worker range (seen in CI)."""
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    for _ in range(200):
+        low = random.randrange(10000, ephemeral_low - size)
+        high = low + size - 1
+        if avoid and not (high < avoid[0] or low > avoid[1]):
+            continue
+        if all(_bindable(p) for p in range(low, high + 1)):
+            return low, high
+    raise RuntimeError(f"no {size} consecutive free ports below {ephemeral_low}")
+
+
+def ray_node_ports(head: bool, avoid: tuple[int, int] | None = None) -> tuple[list[str], dict[str, int]]:
+    """`ray start` flags pinning every port of one node (head: also GCS, dashboard and client) to
+    distinct free ports, the worker range disjoint from all of them (and from ``avoid``, another
+    node's worker range on this machine). Returns the flags and the ports by flag name."""
+    names = ["node-manager-port", "object-manager-port", "dashboard-agent-listen-port",
+             "dashboard-agent-grpc-port", "metrics-export-port", "runtime-env-agent-port"]
+    if head:
+        names = ["port", "dashboard-port", "ray-client-server-port", *names]
+    ports = dict(zip(names, free_ports(len(names))))
+    ports["min-worker-port"], ports["max-worker-port"] = worker_port_range(avoid=avoid)
+    return [a for name, port in ports.items() for a in (f"--{name}", str(port))], ports

@@ -140,7 +140,9 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
     ``align`` > 1 the alignable mechanisms are also checked aligned (at d_model - 8, so every
     dimension is padded) against the unaligned layer on the CPU; with ``fused`` the kernel
     mechanisms run their Pallas query side (float32 and bf16; m = 64 so it tiles) against the
-    XLA layer on the CPU — on a GPU that compiles and runs the Triton kernel."""
+    XLA layer on the CPU — on a GPU that compiles and runs the Triton kernels. Aligned and fused
+    rows also hold ``grad_rel_err``: their parameter gradients (for fused: the backward kernel)
+    against the CPU layer's."""
     cpu = jax.devices("cpu")[0]
     x = jax.random.normal(jax.random.key(7), (2, seq_len, d_model), jnp.float32)
     mask = jnp.arange(seq_len)[None, :] < jnp.array([[seq_len], [seq_len - 100]])
@@ -181,11 +183,31 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
                          "reference": f"{ref_mech} cpu f32",
                          "implementation": getattr(layer, "implementation", None),
                          "rel_err": err, "finite": bool(np.isfinite(got).all())})
+            if extra and mech != "flash":  # the aligned / fused (backward kernel) gradients too
+                rows[-1]["grad_rel_err"] = _grad_error(layer, ref_layer, x[..., :width], mask,
+                                                       dtype, cpu)
         except Exception as exc:  # noqa: BLE001 - a failed check is a result
             rows.append({"mechanism": mech, "dtype": dtype, **extra,
                          "error": repr(exc)[:500]})
         print("check", rows[-1], flush=True)
     return rows
+
+
+def _grad_error(layer, ref_layer, x, mask, dtype, cpu) -> float:
+    """Largest relative error (norm) over the parameter gradients of Σ sin(out) on this device
+    against the reference layer's on the CPU in float32."""
+    def grads(module, x, mask):
+        def loss(m):
+            out = m(x, mask=mask).astype(jnp.float32)
+            return jnp.sum(jnp.sin(out) * mask[..., None])
+        graphdef, state = nnx.split(module)
+        return jax.tree.leaves(jax.jit(lambda s: nnx.grad(loss)(nnx.merge(graphdef, s)))(state))
+
+    got = grads(layer, x.astype(dtype), mask)
+    with jax.default_device(cpu):
+        ref = grads(jax.device_put(ref_layer, cpu), jax.device_put(x, cpu), jax.device_put(mask, cpu))
+    return max(float(np.linalg.norm(np.asarray(g, np.float64) - np.asarray(r, np.float64))
+                     / np.linalg.norm(np.asarray(r, np.float64))) for g, r in zip(got, ref))
 
 
 def main(argv: list[str] | None = None) -> int:

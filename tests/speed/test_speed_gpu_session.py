@@ -61,6 +61,11 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
     # the Pallas query side (interpreted here) against the XLA layer: float32 and bf16 rounding
     assert 0.0 < by[("rnn", "float32", True)]["rel_err"] < 1e-5
     assert 1e-4 < by[("rnn", "bfloat16", True)]["rel_err"] < 2e-2
+    # their gradients (aligned; fused: the backward kernel) against the CPU layer's
+    assert 0.0 < by[("rnn", "float32", 128)]["grad_rel_err"] < 1e-5
+    assert 0.0 < by[("rnn", "float32", True)]["grad_rel_err"] < 1e-5
+    assert 1e-4 < by[("rnn", "bfloat16", True)]["grad_rel_err"] < 5e-2
+    assert "grad_rel_err" not in by[("rnn", "float32", None)]
     assert ("flash", "float32", True) not in by
     for padding in ("any", "right"):
         assert 1e-4 < by[("flash", "bfloat16", padding)]["rel_err"] < 2e-2

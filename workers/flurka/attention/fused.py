@@ -9,8 +9,14 @@ rows in one pass, so the logits and features never reach memory: it reads q and 
 Same maths as the XLA path (``feature_maps.favor_features``/``elu_features`` and
 ``query_side``), same precision policy (products on compute-dtype operands,
 float32 accumulation, features rounded to the compute dtype), so that path is the reference the
-kernel is tested against — and the gradient: the backward pass is the reference's, recomputed by
-XLA (the fused kernel speeds the forward; training keeps XLA's backward).
+kernels are tested against, forward and gradient.
+
+The backward is a second kernel (flash attention's recipe: keep the output, recompute the rest):
+per block of query rows it recomputes φ(q) and the denominator, and with
+δ = Σ_d g·out it forms ∂num = g / D, ∂den = −δ / D, ∂φ = ∂num·KVᵀ + ∂den·Σφ(K)ᵀ, then
+dq through the feature map, and accumulates φᵀ·∂num (→ dKV) and φᵀ·∂den (→ dΣφ(K)) over its
+``BWD_ROWS`` rows; XLA sums those per-program partials. So training never materialises [N, f]
+either. ω is a fixed random draw (never trained): the fused query side treats it as a constant.
 
 Pallas's Triton backend on GPU; elsewhere (CPU tests) Pallas's interpreter runs the same kernel.
 Triton's blocks are powers of two, and its dots need sides ≥ 16: the (padded) head dim and the
@@ -34,7 +40,9 @@ from flurka.attention.feature_maps import (
 
 Array = jax.Array
 FEATURES = ("favor", "elu")
-BLOCK_N = 128  # query rows per program
+BLOCK_N = 128     # query rows per forward program
+BWD_BLOCK_N = 64  # backward step: smaller, as its [rows, f] tiles are three (φ, ∂φ, slope), not one
+BWD_ROWS = 1024   # query rows per backward program: fewer, larger programs, fewer partials to sum
 
 
 def check_fusable(mechanism: str, head_dim: int, num_features: int | None = None) -> None:
@@ -55,82 +63,186 @@ def reference_query_side(q, kv, k_sum, omega, *, feature: str, head_dim: int,
     return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, q.dtype)
 
 
-def _kernel(*refs, feature, head_dim, num_features):
-    if feature == "favor":
-        q_ref, omega_t_ref, kv_ref, k_sum_ref, o_ref = refs
-    else:
-        q_ref, kv_ref, k_sum_ref, o_ref = refs
-    q = q_ref[...]                                                       # [bn, d] compute dtype
+def _dot(a, b, contracting=((1,), (0,))):
+    """a·b (default), aᵀ·b (((0,), (0,))) or a·bᵀ (((1,), (1,))), float32 accumulation."""
+    return jax.lax.dot_general(a, b, (contracting, ((), ())), preferred_element_type=F32)
+
+
+def _features(q, omega_t, f, feature, head_dim, num_features):
+    """φ(q) [rows, f] float32 (padded features zero) and ∂φ/∂logit (favor: the features without
+    their eps, the stabiliser being a constant) or ∂φ/∂q (elu) — favor_features/elu_features'
+    maths on one block."""
     qf = q.astype(F32)
-    f = kv_ref.shape[0]
     real = jax.lax.broadcasted_iota(jnp.int32, (1, f), 1) < (num_features or head_dim)
     if feature == "favor":
-        dash = head_dim ** -0.25 * jnp.dot(q, omega_t_ref[...], preferred_element_type=F32)
+        dash = head_dim ** -0.25 * _dot(q, omega_t)
         logit = dash - 0.5 * head_dim ** -0.5 * jnp.sum(qf * qf, axis=1, keepdims=True)
         logit = jnp.where(real, logit, -jnp.inf)
-        feat = num_features ** -0.5 * (jnp.exp(logit - jnp.max(logit, axis=1, keepdims=True))
-                                       + FAVOR_EPS)
-        denominator = favor_denominator
+        slope = num_features ** -0.5 * jnp.exp(logit - jnp.max(logit, axis=1, keepdims=True))
+        feat = slope + num_features ** -0.5 * FAVOR_EPS
     else:
+        slope = jnp.where(qf > 0, 1.0, jnp.exp(qf))                      # elu'(q)
         feat = jnp.where(qf > 0, qf + 1.0, jnp.exp(qf))                  # elu(q) + 1
-        denominator = rnn_denominator
-    feat = jnp.where(real, feat, 0.0).astype(q.dtype)
-    num = jnp.dot(feat, kv_ref[...], preferred_element_type=F32)         # [bn, d]
+    return jnp.where(real, feat, 0.0), jnp.where(real, slope, 0.0)
+
+
+def _split_refs(refs, feature):
+    """(q_ref, omega_t_ref or None, *rest): the elu kernels take no ω."""
+    if feature == "favor":
+        return refs
+    return (refs[0], None, *refs[1:])
+
+
+def _kernel(*refs, feature, head_dim, num_features, denominator):
+    q_ref, omega_t_ref, kv_ref, k_sum_ref, o_ref = _split_refs(refs, feature)
+    q = q_ref[...]                                                       # [bn, d] compute dtype
+    omega_t = None if omega_t_ref is None else omega_t_ref[...]
+    feat, _ = _features(q, omega_t, kv_ref.shape[0], feature, head_dim, num_features)
+    feat = feat.astype(q.dtype)
+    num = _dot(feat, kv_ref[...])                                        # [bn, d]
     den = jnp.sum(feat.astype(F32) * k_sum_ref[...].astype(F32), axis=1, keepdims=True)
     o_ref[...] = num / denominator(den)
 
 
-def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, *, interpret):
-    b, n, h, d = q.shape
-    f = kv.shape[2]
-    n_pad = round_up(n, BLOCK_N)
-    q_in = pad_to(q, n_pad)
-    rows = pl.BlockSpec((pl.squeezed, BLOCK_N, pl.squeezed, d), lambda i, j, k: (i, k, j, 0))
-    per_head = pl.BlockSpec((pl.squeezed, pl.squeezed, f, d), lambda i, j, k: (i, j, 0, 0))
-    sums = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, f), lambda i, j, k: (i, j, 0, 0))
-    operands = [q_in, kv.astype(q.dtype), k_sum.astype(q.dtype)[:, :, None, :]]
-    specs = [rows, per_head, sums]
+def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n):
+    """One program: ``BWD_ROWS`` query rows in steps of ``block_n``; writes their dq and its
+    partial dKV [f, d] and dΣφ(K) [1, f]."""
+    q_ref, omega_t_ref, kv_ref, k_sum_ref, out_ref, g_ref, dq_ref, dkv_ref, dk_sum_ref = \
+        _split_refs(refs, feature)
+    f, d = kv_ref.shape
+    kv, k_sum = kv_ref[...], k_sum_ref[...]                              # compute dtype
+    omega_t = None if omega_t_ref is None else omega_t_ref[...]
+
+    def step(i, partials):
+        dkv, dk_sum = partials
+        rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
+        q = q_ref[rows, :]
+        feat, slope = _features(q, omega_t, f, feature, head_dim, num_features)
+        feat = feat.astype(q.dtype)                                      # as the forward used it
+        den = jnp.sum(feat.astype(F32) * k_sum.astype(F32), axis=1, keepdims=True)
+        inv = 1.0 / denominator(den)                                     # D' = 1 for both maps
+        g = g_ref[rows, :]
+        d_num = (g * inv).astype(q.dtype)                                # [bn, d]
+        d_den = -jnp.sum(g * out_ref[rows, :], axis=1, keepdims=True) * inv       # [bn, 1]
+        d_feat = _dot(d_num, kv, ((1,), (1,))) + d_den * k_sum.astype(F32)        # [bn, f]
+        dkv += _dot(feat, d_num, ((0,), (0,)))                                    # [f, d]
+        dk_sum += jnp.sum(feat.astype(F32) * d_den, axis=0, keepdims=True)        # [1, f]
+        d_logit = d_feat * slope
+        if feature == "favor":   # logit = d^-¼ qωᵀ − d^-½ |q|²/2
+            dq = (head_dim ** -0.25 * _dot(d_logit.astype(q.dtype), omega_t, ((1,), (1,)))
+                  - head_dim ** -0.5 * q.astype(F32) * jnp.sum(d_logit, axis=1, keepdims=True))
+        else:                    # φ is elementwise: f = d
+            dq = d_logit
+        dq_ref[rows, :] = dq.astype(dq_ref.dtype)
+        return dkv, dk_sum
+
+    dkv, dk_sum = jax.lax.fori_loop(0, q_ref.shape[0] // block_n, step,
+                                    (jnp.zeros((f, d), F32), jnp.zeros((1, f), F32)))
+    dkv_ref[...] = dkv
+    dk_sum_ref[...] = dk_sum
+
+
+def _denominator(feature):
+    return favor_denominator if feature == "favor" else rnn_denominator
+
+
+def _compiler_params(d, f):
+    # 8 warps once a [rows, 128] float32 tile is live (Triton flash attention's choice at head
+    # dim 128), else 4 — a starting point to tune on the card, not a measured optimum
+    return plgpu.CompilerParams(num_warps=8 if max(d, f) >= 128 else 4, num_stages=2)
+
+
+def _head_operands(q, kv, k_sum, omega, feature):
+    """ω [d, f] (favor), KV [b, h, f, d] and Σφ(K) [b, h, 1, f] in the compute dtype, with their
+    block specs (whole per head) for a (batch, head, row-block) grid."""
+    d, f = q.shape[-1], kv.shape[2]
+    operands = [kv.astype(q.dtype), k_sum.astype(q.dtype)[:, :, None, :]]
+    specs = [pl.BlockSpec((pl.squeezed, pl.squeezed, f, d), lambda i, j, k: (i, j, 0, 0)),
+             pl.BlockSpec((pl.squeezed, pl.squeezed, 1, f), lambda i, j, k: (i, j, 0, 0))]
     if feature == "favor":
-        operands.insert(1, omega.astype(q.dtype).T)                     # [d, f]
-        specs.insert(1, pl.BlockSpec((d, f), lambda i, j, k: (0, 0)))
+        operands.insert(0, omega.astype(q.dtype).T)
+        specs.insert(0, pl.BlockSpec((d, f), lambda i, j, k: (0, 0)))
+    return operands, specs
+
+
+def _row_spec(rows, d):
+    return pl.BlockSpec((pl.squeezed, rows, pl.squeezed, d), lambda i, j, k: (i, k, j, 0))
+
+
+def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, block_n, *,
+                       interpret):
+    b, n, h, d = q.shape
+    n_pad = round_up(n, block_n)
+    operands, specs = _head_operands(q, kv, k_sum, omega, feature)
     out = pl.pallas_call(
-        functools.partial(_kernel, feature=feature, head_dim=head_dim, num_features=num_features),
+        functools.partial(_kernel, feature=feature, head_dim=head_dim, num_features=num_features,
+                          denominator=_denominator(feature)),
         out_shape=jax.ShapeDtypeStruct((b, n_pad, h, d), F32),
-        grid=(b, h, n_pad // BLOCK_N), in_specs=specs, out_specs=rows,
-        # 8 warps once a [BLOCK_N, 128] float32 tile is live (Triton flash attention's choice at
-        # head dim 128), else 4 — a starting point to tune on the card, not a measured optimum
-        compiler_params=plgpu.CompilerParams(num_warps=8 if max(d, f) >= 128 else 4,
-                                             num_stages=2),
-        interpret=interpret, name=f"flurka_{feature}_query_side")(*operands)
+        grid=(b, h, n_pad // block_n), in_specs=[_row_spec(block_n, d), *specs],
+        out_specs=_row_spec(block_n, d), compiler_params=_compiler_params(d, kv.shape[2]),
+        interpret=interpret, name=f"flurka_{feature}_query_side")(pad_to(q, n_pad), *operands)
     return out[:, :n]
 
 
-def _query_side_kernel(q, kv, k_sum, omega, feature, head_dim, num_features, interpret):
-    """The Triton kernel when lowered for a GPU, Pallas's interpreter elsewhere (chosen at
-    lowering, so a CPU host can lower the GPU program); ``interpret=True`` forces the latter."""
-    args = (q, kv, k_sum, omega, feature, head_dim, num_features)
+def _pallas_query_side_bwd(q, kv, k_sum, omega, out, g, feature, head_dim, num_features,
+                           block_n, bwd_rows, *, interpret):
+    """(dq, dKV, dΣφ(K)) of the query side, given its output ``out`` and cotangent ``g``."""
+    b, n, h, d = q.shape
+    f = kv.shape[2]
+    rows = min(bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
+    n_pad = round_up(n, rows)
+    chunks = n_pad // rows
+    operands, specs = _head_operands(q, kv, k_sum, omega, feature)
+    row = _row_spec(rows, d)
+    partial_spec = lambda *shape: pl.BlockSpec((pl.squeezed,) * 3 + shape,  # noqa: E731
+                                               lambda i, j, k: (i, j, k, 0, 0))
+    dq, dkv, dk_sum = pl.pallas_call(
+        functools.partial(_bwd_kernel, feature=feature, head_dim=head_dim,
+                          num_features=num_features, denominator=_denominator(feature),
+                          block_n=block_n),
+        out_shape=(jax.ShapeDtypeStruct((b, n_pad, h, d), q.dtype),
+                   jax.ShapeDtypeStruct((b, h, chunks, f, d), F32),
+                   jax.ShapeDtypeStruct((b, h, chunks, 1, f), F32)),
+        grid=(b, h, chunks), in_specs=[row, *specs, row, row],
+        out_specs=(row, partial_spec(f, d), partial_spec(1, f)),
+        compiler_params=_compiler_params(d, f), interpret=interpret,
+        name=f"flurka_{feature}_query_side_bwd")(
+            pad_to(q, n_pad), *operands, pad_to(out, n_pad), pad_to(g.astype(F32), n_pad))
+    return dq[:, :n], dkv.sum(axis=2), dk_sum.sum(axis=(2, 3))
+
+
+def _on_gpu_or_interpreted(call, interpret):
+    """``call(interpret=False)`` (the Triton kernel) when lowered for a GPU, Pallas's interpreter
+    elsewhere — chosen at lowering, so a CPU host can lower the GPU program; ``interpret=True``
+    forces the interpreter."""
     if interpret:
-        return _pallas_query_side(*args, interpret=True)
-    return jax.lax.platform_dependent(
-        cuda=lambda: _pallas_query_side(*args, interpret=False),
-        default=lambda: _pallas_query_side(*args, interpret=True))
+        return call(interpret=True)
+    return jax.lax.platform_dependent(cuda=lambda: call(interpret=False),
+                                      default=lambda: call(interpret=True))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
-def _fused(q, kv, k_sum, omega, feature, head_dim, num_features, interpret):
-    return _query_side_kernel(q, kv, k_sum, omega, feature, head_dim, num_features, interpret)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9, 10))
+def _fused(q, kv, k_sum, omega, feature, head_dim, num_features, block_n, bwd_block_n, bwd_rows,
+           interpret):
+    return _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, block_n, bwd_block_n,
+                      bwd_rows, interpret)[0]
 
 
-def _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, interpret):
-    out = _query_side_kernel(q, kv, k_sum, omega, feature, head_dim, num_features, interpret)
-    return out, (q, kv, k_sum, omega)
+def _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, block_n, bwd_block_n,
+               bwd_rows, interpret):
+    out = _on_gpu_or_interpreted(functools.partial(
+        _pallas_query_side, q, kv, k_sum, omega, feature, head_dim, num_features, block_n),
+        interpret)
+    return out, (q, kv, k_sum, omega, out)
 
 
-def _fused_bwd(feature, head_dim, num_features, interpret, saved, g):
-    ref = functools.partial(reference_query_side, feature=feature, head_dim=head_dim,
-                            num_features=num_features)
-    _, vjp = jax.vjp(ref, *saved)
-    return vjp(g)
+def _fused_bwd(feature, head_dim, num_features, block_n, bwd_block_n, bwd_rows, interpret,
+               saved, g):
+    q, kv, k_sum, omega, out = saved
+    dq, dkv, dk_sum = _on_gpu_or_interpreted(functools.partial(
+        _pallas_query_side_bwd, q, kv, k_sum, omega, out, g, feature, head_dim, num_features,
+        bwd_block_n, bwd_rows), interpret)
+    return dq, dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega)
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
@@ -138,16 +250,20 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = None, *,
                      feature: str, head_dim: int, num_features: int | None = None,
-                     interpret: bool = False) -> Array:
-    """φ(q)·KV / denominator(φ(q)·Σφ(K)) in one kernel; float32 [b, n, h, d].
+                     interpret: bool = False, block_n: int = BLOCK_N,
+                     bwd_block_n: int = BWD_BLOCK_N, bwd_rows: int = BWD_ROWS) -> Array:
+    """φ(q)·KV / denominator(φ(q)·Σφ(K)) in one kernel; float32 [b, n, h, d]; differentiable in
+    q, kv and k_sum by the backward kernel (ω is held constant).
 
     q [b, n, h, d] (compute dtype; d may be zero-padded past ``head_dim``); kv [b, h, f, d] and
     k_sum [b, h, f] from the key side; omega [f, d] for ``feature="favor"`` (rows past
     ``num_features`` zero). Off the GPU (or with ``interpret=True``) Pallas's interpreter runs
-    the kernel.
+    the kernels. ``block_n``/``bwd_block_n``/``bwd_rows``: query rows per forward program, per
+    backward step and per backward program (powers of two; ≥ 16 for Triton's dots).
     """
     if feature not in FEATURES:
         raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
     if omega is None:
-        omega = jnp.zeros((0,), q.dtype)  # unused by the elu kernel; a leaf for the custom VJP
-    return _fused(q, kv, k_sum, omega, feature, head_dim, num_features, interpret)
+        omega = jnp.zeros((0,), q.dtype)  # unused by the elu kernels; a leaf for the custom VJP
+    return _fused(q, kv, k_sum, jax.lax.stop_gradient(omega), feature, head_dim, num_features,
+                  block_n, bwd_block_n, bwd_rows, interpret)

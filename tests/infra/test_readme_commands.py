@@ -339,6 +339,19 @@ def theory_json(ws) -> Path:
     return ws.root / "theory.json"
 
 
+@pytest.fixture(scope="module")
+def trained_run(ws) -> Path:
+    """The README's ``flurka train ... --workdir runs/listops-performer --checkpoint-every 200`` in
+    the workspace, with 6 steps of a 2-layer d_model 16 model (``--steps``, ``--checkpoint-every``
+    and ``--set`` appended)."""
+    cmd = next(c for c in COMMANDS if c.kind == "shell" and "--checkpoint-every" in c.text)
+    argv = tokens(cmd)[1:]
+    code, _, err = flurka([*argv, "--steps", "6", "--checkpoint-every", "6", *TINY_SET,
+                           "--set", "num_layers=2", "--no-progress"], ws.root)
+    assert code == 0, err[-3000:]
+    return ws.root / argv[argv.index("--workdir") + 1]
+
+
 # ---------------------------------------------------------------------------------------------
 # Checks, one per kind of command
 # ---------------------------------------------------------------------------------------------
@@ -475,6 +488,36 @@ def check_theory(cmd: Command, ctx: Ctx) -> None:
     assert {r["mechanism"] for r in errors} == {"full", "linformer", "performer", "flurka-performer"}
     assert {r["mechanism"] for r in ranks} == {"performer", "flurka-rnn"}
     covered_by("tests/speed/test_speed_theory_cli.py::test_theory_document_and_the_report_reading_it")
+
+
+def check_train_workdir(cmd: Command, ctx: Ctx) -> None:
+    from flurka.speed.trained import checkpoint_meta
+
+    argv = tokens(cmd)[1:]
+    config = _train_config(argv[1:])
+    assert (config.benchmark, config.attention, config.steps, config.checkpoint_every) == (
+        "lra-listops-small", "performer", 200, 200)
+    step, meta = checkpoint_meta(str(ctx.trained_run))
+    assert step == 6 and meta["attention"] == "performer"
+
+
+def check_theory_from_run(cmd: Command, ctx: Ctx) -> None:
+    """As written, on the README's trained run (tiny), with a small grid appended."""
+    from flurka.reports import sources
+
+    run = ctx.trained_run
+    proc = shell([*tokens(cmd), "--d-k", "8", "--features", "4", "--seeds", "0", "--batch", "2",
+                  "--mechanisms", "full,performer,flurka-performer", "--rank-mechanisms", "performer"],
+                 ctx.ws.root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = ctx.ws.root / tokens(cmd)[tokens(cmd).index("--out") + 1]
+    doc = json.loads(out.read_text())
+    assert doc["config"]["inputs"].startswith(f"captured: {run.name} (lra-listops-small, performer")
+    errors, ranks = sources.read_theory(out)
+    assert {(r["mechanism"], r["layer"]) for r in errors} == {
+        (m, layer) for m in ("full", "performer", "flurka-performer") for layer in (0, 1)}
+    assert {r["trained"] for r in ranks} == {True}
+    covered_by("tests/speed/test_speed_trained.py::test_cli_from_run_writes_per_layer_rows")
 
 
 def check_theory_gpu(cmd: Command, ctx: Ctx) -> None:
@@ -870,6 +913,12 @@ COVERAGE: list[Cover] = [
           "subprocess in the workspace on full + flurka-rnn, forward, layer scope; every mechanism: tests/speed"),
     Cover(SH, r"python -m flurka\.speed\.theory --out theory\.json", "run", check_theory,
           "subprocess in the workspace with tiny sizes appended; rows read by the report's loader"),
+    Cover(SH, r"flurka train --benchmark \S+ --attention \S+ --steps \d+ --workdir \S+ --checkpoint-every \d+",
+          "run", check_train_workdir, "README flags validated as written, then run with 6 steps of a 2-layer "
+          "d_model 16 model into the workspace (the next command's run)", slow=True),
+    Cover(SH, r"python -m flurka\.speed\.theory --from-run \S+ --out \S+\.json", "run", check_theory_from_run,
+          "subprocess in the workspace on that run, a small grid appended; per-layer rows read by the "
+          "report's loader", slow=True),
     Cover(SH, r"flurka ingest --db sqlite:///runs/uptrain-small/results\.db speed\.json", "run", check_ingest,
           "the README speed command's file, SQLite and PostgreSQL, twice (idempotent)"),
     Cover(IN, r"python -m flurka\.(speed(\.theory)?|training\.quality_table)", "run", check_subcommand,

@@ -8,8 +8,9 @@ row sum of |·|, Theorem 1's norm), per example then averaged over seeds. For FL
 objects are *shared with its constituents*: ``flurka-X`` gets linformer's E1/E2 and X's random
 features, so its error can be set against kernel-only error + low-rank-only error (Theorem 1's
 triangle inequality: ‖F − A‖ ≤ ‖F − L‖ + ‖L − A‖, with L the Linformer output).
-Inputs are random by default; pass ``x`` (e.g. a trained model's captured layer inputs) and the
-``full`` layer taken from that model to measure the same on real activations.
+Inputs are random by default; pass ``x`` and ``mask`` (a trained model's captured layer inputs,
+:mod:`flurka.speed.trained`) and the ``full`` layer carrying that model's projections to measure
+the same on real activations (errors then count real rows only).
 
 Rank. ``kernel_attention_ranks`` counts the singular values of φ(Q)φ(K)ᵀ, per example and head,
 above a tolerance (NumPy's ``matrix_rank`` rule by default), for the feature-map mechanisms
@@ -75,23 +76,23 @@ def _errors(out: np.ndarray, ref: np.ndarray) -> dict[str, float]:
 
 
 @jax.jit
-def _apply_jit(graphdef, state, x):
-    return nnx.merge(graphdef, state)(x)
+def _apply_jit(graphdef, state, x, mask):
+    return nnx.merge(graphdef, state)(x, mask)
 
 
-def apply(layer: nnx.Module, x: jax.Array) -> np.ndarray:
-    """layer(x) through one jit per layer structure (layers differing only in their draws share
-    the compiled code), as float64 NumPy."""
+def apply(layer: nnx.Module, x: jax.Array, mask: jax.Array | None = None) -> np.ndarray:
+    """layer(x, mask) through one jit per layer structure (layers differing only in their draws
+    share the compiled code), as float64 NumPy."""
     graphdef, state = nnx.split(layer)
-    return np.asarray(_apply_jit(graphdef, state, x), np.float64)
+    return np.asarray(_apply_jit(graphdef, state, x, mask), np.float64)
 
 
 def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
                          d_k_values: Sequence[int], m_values: Sequence[int],
                          mechanisms: Sequence[str] = tuple(flop_model.MECHANISMS),
                          seeds: Sequence[int] = (0, 1, 2), batch: int = 2,
-                         x: jax.Array | None = None, full: nnx.Module | None = None
-                         ) -> list[dict[str, Any]]:
+                         x: jax.Array | None = None, mask: jax.Array | None = None,
+                         full: nnx.Module | None = None) -> list[dict[str, Any]]:
     """Error of every mechanism vs full attention over a grid of d_k and m, per seed.
 
     Rows: {mechanism, d_k, m, seed, rel_error, inf_error}; mechanisms that use neither d_k nor m
@@ -99,8 +100,9 @@ def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
     Frobenius): ``kernel_term`` = ‖F − L‖/‖A‖ (kernel error on the compressed keys) and
     ``lowrank_term`` = ‖L − A‖/‖A‖, with F, L, A the FLuRKA, Linformer and full outputs; so
     rel_error ≤ kernel_term + lowrank_term. Per seed: one ``full`` layer (unless given) and one
-    input ``x`` (unless given, standard normal); for each (d_k, m) one linformer, one of each
-    kernel, and FLuRKA layers reusing those draws (see the module docstring).
+    input ``x`` (unless given, standard normal; ``mask`` [batch, seq] marks its real tokens); for
+    each (d_k, m) one linformer, one of each kernel, and FLuRKA layers reusing those draws (see
+    the module docstring).
     """
     rows = []
     for seed in seeds:
@@ -108,7 +110,8 @@ def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
                                            max_len=seq_len, rngs=nnx.Rngs(seed))
         xs = x if x is not None else jax.random.normal(jax.random.key(seed),
                                                        (batch, seq_len, d_model))
-        ref = apply(ref_layer, xs)
+        keep = 1.0 if mask is None else np.asarray(mask, np.float64)[..., None]
+        ref = apply(ref_layer, xs, mask) * keep  # padded rows count in no error
         built: dict[tuple, nnx.Module] = {}
         outputs: dict[tuple, np.ndarray] = {}
 
@@ -130,7 +133,7 @@ def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
 
         def output(mech: str, d_k: int | None, m: int | None) -> np.ndarray:
             if (mech, d_k, m) not in outputs:
-                outputs[(mech, d_k, m)] = apply(layer(mech, d_k, m), xs)
+                outputs[(mech, d_k, m)] = apply(layer(mech, d_k, m), xs, mask) * keep
             return outputs[(mech, d_k, m)]
 
         for mech in mechanisms:
@@ -171,31 +174,37 @@ def numerical_rank(matrix: np.ndarray, tol: float | None = None) -> int:
     return int((s > tol).sum())
 
 
-def kernel_features(layer: nnx.Module, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+def kernel_features(layer: nnx.Module, x: jax.Array, mask: jax.Array | None = None
+                    ) -> tuple[jax.Array, jax.Array]:
     """φ(Q) [b, n, h, f] and φ(K) [b, n_k, h, f] of a feature-map layer (keys compressed first
-    for FLuRKA, as the layer itself does)."""
+    for FLuRKA, as the layer itself does, padded rows zeroed before the compression)."""
     mech = getattr(layer, "mechanism", None)
     if mech not in FEATURE_MECHANISMS:
         raise ValueError(f"rank needs a feature-map mechanism ({', '.join(FEATURE_MECHANISMS)}), "
                          f"got {mech!r}")
     q = layer.heads(layer.query, x)
     if mech.startswith("flurka-"):
-        k, _ = layer.low_rank_kv(x, None)
+        (k, _), key_mask = layer.low_rank_kv(x, mask), None
     else:
-        k = layer.heads(layer.key, x)
+        k, key_mask = layer.heads(layer.key, x), mask
     if mech.endswith("performer"):
         omega = layer.features.value
-        return favor_features(q, omega, is_query=True), favor_features(k, omega, is_query=False)
-    return elu_features(q), elu_features(k)
+        return (favor_features(q, omega, is_query=True),
+                favor_features(k, omega, is_query=False, mask=key_mask))
+    return elu_features(q), elu_features(k, key_mask)
 
 
-def kernel_attention_ranks(layer: nnx.Module, x: jax.Array, tol: float | None = None
-                           ) -> np.ndarray:
-    """[batch, heads] numerical ranks of φ(Q)φ(K)ᵀ (unnormalised kernelized attention)."""
-    qf, kf = (np.asarray(t, np.float64) for t in kernel_features(layer, x))
-    b, _, h, _ = qf.shape
-    return np.array([[numerical_rank(qf[i, :, j] @ kf[i, :, j].T, tol) for j in range(h)]
-                     for i in range(b)])
+def kernel_attention_ranks(layer: nnx.Module, x: jax.Array, tol: float | None = None,
+                           mask: jax.Array | None = None) -> np.ndarray:
+    """[batch, heads] numerical ranks of φ(Q)φ(K)ᵀ (unnormalised kernelized attention); with a
+    ``mask``, over each example's real queries and keys only (FLuRKA: all d_k compressed keys)."""
+    qf, kf = (np.asarray(t, np.float64) for t in kernel_features(layer, x, mask))
+    b, n, h, _ = qf.shape
+    real = np.ones((b, n), bool) if mask is None else np.asarray(mask, bool)
+    compressed = kf.shape[1] != n or layer.mechanism.startswith("flurka-")
+    return np.array([[numerical_rank(qf[i, real[i], j]
+                                     @ (kf[i, :, j] if compressed else kf[i, real[i], j]).T, tol)
+                      for j in range(h)] for i in range(b)])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ the GPU machine as it is.
     python -m flurka.speed.theory --out theory.json
     python -m flurka.speed.theory --seq-len 1024 --d-model 256 --heads 4 --d-k 64,128,256 \\
         --features 16,32,64,128 --out benchmarks/h100_theory.json
+    python -m flurka.speed.theory --from-run runs/listops-performer --out theory_trained.json
 
 Writes ONE JSON document (the form :mod:`flurka.reports.sources` reads):
 
@@ -20,7 +21,12 @@ Writes ONE JSON document (the form :mod:`flurka.reports.sources` reads):
                           (``kernel_attention_ranks``), max_rank = min(N, N_k), d_k, m
 
 Inputs are standard normal (per seed, as ``approximation_errors`` draws them) and every layer shares
-the full layer's W_Q, W_K, W_V, W_O. Matmuls run at ``highest`` precision by default, so TF32 on a
+the full layer's W_Q, W_K, W_V, W_O. With ``--from-run DIR`` (a training work dir with checkpoints)
+they are instead what each attention layer of that trained model receives on ``--batch`` eval
+examples (:mod:`flurka.speed.trained`): N, d_model and heads are the run's, every row carries its
+``layer``, the full layer and all approximations carry that layer's trained projections, the seeds
+vary only the random draws (E, ω), and rank rows of the trained mechanism itself say
+``trained: true``; ``config.inputs`` names the run and ``config.source`` holds its dir and step. Matmuls run at ``highest`` precision by default, so TF32 on a
 GPU does not show up as approximation error. Bad input (unknown mechanism, d_k longer than the
 sequence, heads not dividing d_model) is one line on stderr and exit status 2, before anything is
 compiled.
@@ -87,12 +93,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=positive_int, default=2, help="examples per seed (default 2)")
     parser.add_argument("--matmul-precision", choices=PRECISIONS, default="highest",
                         help="JAX matmul precision (default highest: no TF32 error on GPUs)")
+    parser.add_argument("--from-run", default=None, metavar="DIR",
+                        help="measure on the attention inputs of this training run's model "
+                             "(a work dir with checkpoints); N, d_model and heads are the run's")
+    parser.add_argument("--step", type=positive_int, default=None,
+                        help="with --from-run: the checkpoint step (default: the latest)")
 
 
 def plan(args: argparse.Namespace) -> dict[str, Any]:
     """Validate everything before anything is compiled; ValueError (one line) on bad input."""
     from flurka.attention import flops as flop_model
     from flurka.speed.theory import FEATURE_MECHANISMS
+
+    shape = {"seq_len": args.seq_len, "d_model": args.d_model, "num_heads": args.heads}
+    if args.from_run is not None:
+        from flurka.speed.trained import checkpoint_meta, train_config
+        step, meta = checkpoint_meta(args.from_run, args.step)
+        run_config = train_config(meta)
+        shape = {"seq_len": run_config.max_len, "d_model": run_config.d_model,
+                 "num_heads": run_config.num_heads, "step": step}
+    elif args.step is not None:
+        raise ValueError("--step needs --from-run")
 
     mechanisms = list(args.mechanisms) if args.mechanisms is not None else list(flop_model.MECHANISMS)
     if not mechanisms:
@@ -118,14 +139,15 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     # The FLOP model's shape check gives the same messages as `flurka flops` (heads | d_model,
     # d_k <= N, positive sizes) ...
     for d_k in sorted({*d_ks, rank_d_k}):
-        flop_model.AttentionShape(batch=args.batch, seq_len=args.seq_len, d_model=args.d_model,
-                                  num_heads=args.heads, d_k=d_k, num_features=rank_m)
+        flop_model.AttentionShape(batch=args.batch, seq_len=shape["seq_len"], d_model=shape["d_model"],
+                                  num_heads=shape["num_heads"], d_k=d_k, num_features=rank_m)
     # ... and building every layer abstractly (no arrays, nothing compiled) catches whatever else a
     # layer rejects at this shape.
     for mech, d_k, m in _layer_configs(mechanisms, rank_mechanisms, d_ks, ms, rank_d_k, rank_m):
-        _check_layer(mech, d_model=args.d_model, num_heads=args.heads, seq_len=args.seq_len, d_k=d_k, m=m)
+        _check_layer(mech, d_model=shape["d_model"], num_heads=shape["num_heads"],
+                     seq_len=shape["seq_len"], d_k=d_k, m=m)
     return {"mechanisms": mechanisms, "rank_mechanisms": rank_mechanisms, "d_k": d_ks, "m": ms,
-            "rank_d_k": rank_d_k, "rank_m": rank_m}
+            "rank_d_k": rank_d_k, "rank_m": rank_m, **shape}
 
 
 def _uses(mech: str) -> tuple[bool, bool]:
@@ -196,12 +218,31 @@ def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any
     return rows
 
 
+def _trained_rows(args: argparse.Namespace, p: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+    """Error and rank rows on the captured inputs of ``--from-run``'s model (updates ``p`` with
+    what the document's config says about the inputs)."""
+    from flurka.speed import trained
+
+    run = trained.load_run(args.from_run, p["step"])
+    captured = trained.capture(run, args.batch)
+    p["inputs"] = f"captured: {run.describe()}"
+    p["source"] = {"workdir": os.path.abspath(args.from_run), "step": run.step,
+                   "benchmark": run.config.benchmark, "attention": run.attention,
+                   "layers": len(captured), "examples": int(captured[0].x.shape[0])}
+    errors = trained.error_rows(captured, d_k_values=p["d_k"], m_values=p["m"],
+                                mechanisms=p["mechanisms"], seeds=args.seeds)
+    ranks = trained.rank_rows(captured, p["rank_mechanisms"], d_k=p["rank_d_k"], m=p["rank_m"])
+    return errors, ranks
+
+
 def document(args: argparse.Namespace, p: dict[str, Any], errors: list[dict], ranks: list[dict]) -> dict[str, Any]:
     from flurka.speed.runner import device_info, versions
 
-    config = {"seq_len": args.seq_len, "d_model": args.d_model, "num_heads": args.heads,
+    config = {"seq_len": p["seq_len"], "d_model": p["d_model"], "num_heads": p["num_heads"],
               "batch": args.batch, "seeds": list(args.seeds), "d_k": p["d_k"], "m": p["m"],
-              "inputs": "standard normal", "matmul_precision": args.matmul_precision}
+              "inputs": p.get("inputs", "standard normal"), "matmul_precision": args.matmul_precision}
+    if "source" in p:
+        config["source"] = p["source"]
     if p["rank_mechanisms"]:
         config.update(rank_d_k=p["rank_d_k"], rank_m=p["rank_m"])
     return {"schema": "flurka.theory/1",
@@ -226,10 +267,14 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     with jax.default_matmul_precision(args.matmul_precision):
-        errors = approximation_errors(d_model=args.d_model, num_heads=args.heads, seq_len=args.seq_len,
-                                      d_k_values=p["d_k"], m_values=p["m"], mechanisms=p["mechanisms"],
-                                      seeds=args.seeds, batch=args.batch)
-        ranks = rank_rows(args, p)
+        if args.from_run is not None:
+            errors, ranks = _trained_rows(args, p)
+        else:
+            errors = approximation_errors(d_model=args.d_model, num_heads=args.heads,
+                                          seq_len=args.seq_len, d_k_values=p["d_k"], m_values=p["m"],
+                                          mechanisms=p["mechanisms"], seeds=args.seeds,
+                                          batch=args.batch)
+            ranks = rank_rows(args, p)
     doc = document(args, p, errors, ranks)
     _write(doc, args.out)
     print(f"wrote {args.out}: {len(errors)} approximation-error rows ({len(p['mechanisms'])} mechanisms), "

@@ -150,6 +150,12 @@ def populated(tmp_path_factory):
     return url, theory
 
 
+@pytest.fixture
+def synthetic_theory() -> dict:
+    """The synthetic theory file's content (rank rows per layer), fresh per test."""
+    return theory_document(np.random.default_rng(0))
+
+
 @pytest.fixture(scope="session")
 def device_name() -> str:
     return DEVICE

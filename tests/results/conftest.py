@@ -149,3 +149,55 @@ def seeded(engine, sweep_dict, speed_dicts):
     ingest_sweep(engine, sweep_dict)
     ingest_speed(engine, speed_dicts)
     return engine
+
+
+@pytest.fixture(scope="session")
+def theory_rows():
+    """Real rows of flurka.speed.theory at tiny sizes (computed once): every mechanism's error at
+    d_k=8, m=4, and the ranks of two feature-map layers (examples × heads)."""
+    import jax
+    from flax import nnx
+
+    from flurka.attention import make_attention
+    from flurka.speed import theory
+
+    errors = theory.approximation_errors(d_model=16, num_heads=2, seq_len=16, d_k_values=(8,), m_values=(4,),
+                                         seeds=(0,))
+    ranks = []
+    for mech, opts in (("performer", {"num_features": 4}), ("flurka-rnn", {"d_k": 8})):
+        layer = make_attention(mech, d_model=16, num_heads=2, max_len=16, rngs=nnx.Rngs(0), **opts)
+        got = theory.kernel_attention_ranks(layer, jax.random.normal(jax.random.key(0), (2, 16, 16)))
+        ranks += [{"mechanism": mech, "seed": 0, "example": b, "head": h, "rank": int(got[b, h]),
+                   "max_rank": opts.get("d_k", 16), "d_k": opts.get("d_k"), "m": opts.get("num_features")}
+                  for b in range(got.shape[0]) for h in range(got.shape[1])]
+    return errors, ranks
+
+
+def theory_document(rows, *, captured: bool = False, created: str = "2026-11-26T09:00:00+00:00") -> dict:
+    """A ``flurka.theory/1`` document around ``rows``; ``captured``: as if measured on a trained
+    model's captured inputs, each row repeated for layers 0 and 1 (``layer`` set)."""
+    errors, ranks = copy.deepcopy(rows)
+    config = {"seq_len": 16, "d_model": 16, "num_heads": 2, "batch": 2, "seeds": [0], "d_k": [8], "m": [4],
+              "inputs": "standard normal", "matmul_precision": "highest", "rank_d_k": 8, "rank_m": 4}
+    if captured:
+        config["inputs"] = "captured: listops-rnn (lra-listops-small, flurka-rnn, step 40)"
+        config["source"] = {"run_dir": "/runs/listops-rnn", "step": 40, "benchmark": "lra-listops-small",
+                            "attention": "flurka-rnn"}
+        errors = [{**r, "layer": layer, "rel_error": r["rel_error"] * (1 + layer)} for layer in (0, 1) for r in errors]
+        ranks = [{**r, "layer": layer, "rank": max(r["rank"] - layer, 0), "trained": r["mechanism"] == "flurka-rnn",
+                  "seed": None} for layer in (0, 1) for r in ranks]
+    return {"schema": "flurka.theory/1", "created": created,
+            "device": {"name": "cpu", "platform": "cpu", "count": 1, "host": "laptop", "visible_devices": None},
+            "versions": {"python": "3.11.9", "jax": "0.10.0", "cudnn": None}, "config": config,
+            "approximation_errors": errors, "ranks": ranks}
+
+
+@pytest.fixture
+def theory_doc(theory_rows):
+    """A fresh random-input theory document (real rows); ``theory_doc_of(captured=...)`` for others."""
+    return theory_document(theory_rows)
+
+
+@pytest.fixture
+def theory_doc_of(theory_rows):
+    return lambda **kw: theory_document(theory_rows, **kw)

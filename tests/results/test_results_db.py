@@ -13,6 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from flurka.results import db, models
 
 TABLES = {"environments", "sweeps", "trials", "metrics", "curve_points", "speed_measurements"}
+THEORY_TABLES = {"theory_runs", "approximation_errors", "kernel_ranks"}  # revision 0002
 
 
 def test_upgrade_creates_schema_and_downgrade_removes_it(db_url):
@@ -21,14 +22,42 @@ def test_upgrade_creates_schema_and_downgrade_removes_it(db_url):
     assert not TABLES & set(sa.inspect(engine).get_table_names())
     db.upgrade(engine)
     assert db.current_revision(engine) == db.head_revision()
-    assert TABLES <= set(sa.inspect(engine).get_table_names())
+    assert TABLES | THEORY_TABLES <= set(sa.inspect(engine).get_table_names())
     db.upgrade(engine)  # idempotent
     cfg = db._alembic_config()
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "base")
     sa.inspect(engine).clear_cache()
-    assert not TABLES & set(sa.inspect(engine).get_table_names())
+    assert not (TABLES | THEORY_TABLES) & set(sa.inspect(engine).get_table_names())
+    engine.dispose()
+
+
+def test_theory_migration_upgrades_a_0001_database_and_downgrades(db_url, speed_dicts, theory_doc):
+    """0002 adds the theory tables beside existing results and takes only them away again."""
+    from flurka.results import ingest_speed, ingest_theory
+
+    engine = db.upgrade(db_url, "0001")
+    assert not THEORY_TABLES & set(sa.inspect(engine).get_table_names())
+    ingest_speed(engine, speed_dicts)
+    db.upgrade(engine)
+    assert db.current_revision(engine) == db.head_revision() == "0002"
+    sa.inspect(engine).clear_cache()
+    assert THEORY_TABLES <= set(sa.inspect(engine).get_table_names())
+    added = ingest_theory(engine, theory_doc).added
+    assert added == len(theory_doc["approximation_errors"]) + len(theory_doc["ranks"])
+    cfg = db._alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0001")
+    sa.inspect(engine).clear_cache()
+    assert db.current_revision(engine) == "0001"
+    assert not THEORY_TABLES & set(sa.inspect(engine).get_table_names())
+    with engine.connect() as conn:
+        assert conn.scalar(sa.select(sa.func.count()).select_from(models.SpeedMeasurement)) == len(speed_dicts)
+    db.upgrade(engine)  # and back up, empty
+    with engine.connect() as conn:
+        assert conn.scalar(sa.select(sa.func.count()).select_from(models.TheoryRun)) == 0
     engine.dispose()
 
 

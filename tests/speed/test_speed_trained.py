@@ -135,6 +135,24 @@ def test_cli_from_run_writes_per_layer_rows(rnn_run, tmp_path):
         (m, layer) for m in ("full", "rnn", "flurka-rnn") for layer in (0, 1)}
     assert {(r["mechanism"], r["trained"]) for r in doc["ranks"]} == {("rnn", True), ("flurka-rnn", False)}
 
+    # ... and lands in the results DB as it is (layer and trained kept), read back by the report
+    import sqlalchemy as sa
+
+    from flurka.reports import sources
+    from flurka.results import ingest_file, models, open_results
+
+    engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
+    try:
+        assert ingest_file(engine, out).added == len(doc["approximation_errors"]) + len(doc["ranks"])
+        with engine.connect() as conn:
+            stored = set(conn.execute(sa.select(models.KernelRank.mechanism, models.KernelRank.layer,
+                                                models.KernelRank.trained)).all())
+        assert stored == {("rnn", 0, True), ("rnn", 1, True), ("flurka-rnn", 0, False), ("flurka-rnn", 1, False)}
+        theory = sources.stored_theory(engine)
+        assert set(theory.errors["layer"]) == {0, 1} and theory.ranks["trained"].any()
+    finally:
+        engine.dispose()
+
 
 @pytest.mark.parametrize("argv,message", [
     (["--from-run", "/nonexistent/run"], "is not a training work dir with checkpoints"),

@@ -16,8 +16,9 @@ TITLE = "FLuRKA: results report"
 
 def build_report(db_url_or_engine, out_dir: str | Path, *, theory: Sequence[str | Path] = (),
                  title: str = TITLE) -> Path:
-    """Build every section from the database (migrated to this code's schema) and the theory
-    files, write the report into ``out_dir`` and return the path of its ``index.html``."""
+    """Build every section from the database (migrated to this code's schema; its theory runs
+    included) and the theory files, write the report into ``out_dir`` and return the path of its
+    ``index.html``."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless, whatever the caller's backend

@@ -1,5 +1,6 @@
 """The report's content: one :class:`Section` per paper table or figure, built from the results
-database (through ``flurka.results.tables``) and the theory files.
+database (through ``flurka.results.tables``; theory runs through ``flurka.reports.sources``) and
+the theory files.
 
 A section with nothing to show carries ``missing`` ("no data yet: run ...") instead of an empty
 table or a blank figure. Every item's caption names the device(s) and the configuration that
@@ -16,7 +17,7 @@ from matplotlib.figure import Figure
 from sqlalchemy.engine import Engine
 
 from flurka.reports import figures as F
-from flurka.reports.sources import SPEED_CONFIG, Theory, describe, speed_rows, trial_provenance
+from flurka.reports.sources import SPEED_CONFIG, Theory, describe, speed_rows, trial_provenance, with_stored
 from flurka.results import tables as T
 from flurka.results.records import BENCHMARKS
 
@@ -312,21 +313,36 @@ def flops_section(rows: pd.DataFrame) -> Section:
 # ---------------------------------------------------------------------------------------------
 # Theory (Theorem 1, Fig. 2)
 # ---------------------------------------------------------------------------------------------
-def _theory_groups(df: pd.DataFrame):
-    return list(df.groupby(["device", "config"], sort=True)) if not df.empty else []
+THEORY = ("python -m flurka.speed.theory --out theory.json, then flurka ingest --db URL theory.json "
+          "(or pass the file as flurka report --theory theory.json)")
+
+
+def _theory_groups(df: pd.DataFrame, by=("device", "config")):
+    """One group per theory run configuration: captured inputs (their ``inputs`` and ``source``
+    are in the config) never share a figure with random inputs."""
+    return list(df.groupby(list(by), dropna=False, sort=True)) if not df.empty else []
+
+
+def _theory_caption(device: str, config: str, part: pd.DataFrame) -> str:
+    return (f"Device: {device}. Config: {config or 'not recorded'}. "
+            f"Source: {', '.join(sorted(part['source'].unique()))}.")
+
+
+def _layers(part: pd.DataFrame) -> list[int]:
+    return sorted(int(v) for v in part["layer"].dropna().unique())
 
 
 def error_section(theory: Theory) -> Section:
     section = Section("approximation-error", "Approximation error vs m and d_k (Theorem 1)",
                       "Relative Frobenius error of each mechanism against full attention with the same "
-                      "projections; FLuRKA's bound is its kernel term plus its low-rank term.")
-    for i, ((device, config), part) in enumerate(_theory_groups(theory.errors)):
-        part = part.copy()
-        for c in ("d_k", "m", "kernel_term", "lowrank_term", "inf_error"):
-            if c not in part:
-                part[c] = float("nan")
-        caption = f"Device: {device}. Config: {config or 'not recorded'}. Source: {', '.join(sorted(part['source'].unique()))}."
-        section.items.append(Plot(f"error-{i}", f"Approximation error ({device})", caption,
+                      "projections; FLuRKA's bound is its kernel term plus its low-rank term. Captured "
+                      "inputs of a trained model: one figure per layer.")
+    for i, ((device, config, layer), part) in enumerate(_theory_groups(theory.errors, ("device", "config", "layer"))):
+        where = f"{device}, layer {int(layer)}" if layer == layer else device
+        caption = _theory_caption(device, config, part)
+        if layer == layer:
+            caption += f" Inputs captured at layer {int(layer)}."
+        section.items.append(Plot(f"error-{i}", f"Approximation error ({where})", caption,
                                   F.approximation_error(part)))
         table = part.groupby(["mechanism", "d_k", "m"], dropna=False, sort=False).agg(
             seeds=("rel_error", "size"), rel_error=("rel_error", "mean"), inf_error=("inf_error", "mean"),
@@ -334,36 +350,47 @@ def error_section(theory: Theory) -> Section:
         table = table.reindex(sorted(table.index, key=lambda k: (F._ordered(part["mechanism"]).index(k[0]),
                                                                  -1 if k[1] != k[1] else k[1], -1 if k[2] != k[2] else k[2])))
         table.attrs["floatfmt"] = ".4g"
-        section.items.append(Table(f"error-{i}-table", f"Approximation error ({device})", caption, table))
+        section.items.append(Table(f"error-{i}-table", f"Approximation error ({where})", caption, table))
     if not section.items:
-        section.missing = ("no data yet: run flurka.speed.theory.approximation_errors(...) and pass its rows as "
-                           "`flurka report --theory FILE` (see flurka.reports.sources)")
+        section.missing = f"no data yet: run {THEORY}"
     return section
 
 
 def rank_section(theory: Theory) -> Section:
     section = Section("rank", "Rank of kernelized attention (Fig. 2)",
-                      "Numerical rank of φ(Q)φ(K)ᵀ per head: how far below full rank kernelized attention is.")
+                      "Numerical rank of φ(Q)φ(K)ᵀ per head: how far below full rank kernelized attention is "
+                      "(per layer where a trained model's captured inputs were used).")
     for i, ((device, config), part) in enumerate(_theory_groups(theory.ranks)):
-        caption = f"Device: {device}. Config: {config or 'not recorded'}. Source: {', '.join(sorted(part['source'].unique()))}."
-        section.items.append(Plot(f"rank-{i}", f"Rank per head ({device})", caption, F.ranks(part)))
+        layers = _layers(part)
+        caption = _theory_caption(device, config, part)
+        if layers:
+            caption += (f" Per layer (bars L<layer>H<head>, table rows per layer): inputs captured at layer(s) "
+                        f"{', '.join(map(str, layers))}.")
+        title = f"Rank per {'layer and ' if layers else ''}head ({device})"
+        section.items.append(Plot(f"rank-{i}", title, caption, F.ranks(part)))
         agg = dict(heads=("rank", "size"), mean_rank=("rank", "mean"), min_rank=("rank", "min"), max_rank=("rank", "max"))
-        if "max_rank" in part:
+        if part["max_rank"].notna().any():
             agg["full_rank"] = ("max_rank", "max")
-        table = part.groupby("mechanism", sort=False).agg(**agg)
-        table = table.reindex(F._ordered(table.index))
+        if layers:
+            table = part.groupby(["mechanism", "layer"], dropna=False, sort=False).agg(**agg)
+            order = F._ordered(part["mechanism"])
+            table = table.reindex(sorted(table.index, key=lambda k: (order.index(k[0]), -1 if k[1] != k[1] else k[1])))
+        else:
+            table = part.groupby("mechanism", sort=False).agg(**agg)
+            table = table.reindex(F._ordered(table.index))
         table.attrs["floatfmt"] = ".4g"
         section.items.append(Table(f"rank-{i}-table", f"Rank summary ({device})", caption, table))
     if not section.items:
-        section.missing = ("no data yet: run flurka.speed.theory.kernel_attention_ranks(...) and pass its ranks as "
-                           "`flurka report --theory FILE` (see flurka.reports.sources)")
+        section.missing = f"no data yet: run {THEORY}"
     return section
 
 
 # ---------------------------------------------------------------------------------------------
 def build_sections(engine: Engine, theory: Theory) -> list[Section]:
-    """Every section of the report, in the paper's order."""
+    """Every section of the report, in the paper's order; ``theory`` (the files' rows) is joined
+    by the database's theory runs."""
     prov = trial_provenance(engine)
+    theory = with_stored(engine, theory)
     rows = speed_rows(engine)
     speed, ups = speed_vs_n_section(engine, rows)
     return [

@@ -1,8 +1,11 @@
 """What the report reads besides ``flurka.results.tables``: where results came from (sweeps,
 devices, speed configurations) and the theory measurements of ``flurka.speed.theory``.
 
-The results database has no tables for approximation error or rank; those come from theory JSON
-files (``flurka report --theory FILE``). Accepted forms:
+Theory measurements come from the results database (``flurka ingest theory.json`` stores a
+``flurka.theory/1`` document as a theory run with its ``approximation_errors`` and
+``kernel_ranks`` rows) and from theory JSON files given to ``flurka report --theory FILE``; both
+load into the same frames, so either draws the same figures, and a file whose run is already in
+the database counts once. Accepted file forms:
 
 .. code-block:: json
 
@@ -13,12 +16,14 @@ files (``flurka report --theory FILE``). Accepted forms:
 
 (``approximation_errors`` rows are ``theory.approximation_errors``' rows; a rank row is one head's
 ``theory.kernel_attention_ranks`` entry, ``example`` optional, ``max_rank`` the full rank
-min(N, N_k).) A bare JSON list of such rows is accepted too (device and config then unknown).
+min(N, N_k); ``layer`` on either is the trained model's layer whose captured inputs were used.)
+A bare JSON list of such rows is accepted too (device and config then unknown).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +33,8 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from flurka.results.models import Environment, SpeedMeasurement, Sweep, Trial
+from flurka.results.models import ApproximationError, Environment, KernelRank, SpeedMeasurement, Sweep, TheoryRun, Trial
+from flurka.results.records import theory_key
 from flurka.results.tables import EXECUTION, add_execution, combine_repeats, stored_configs
 
 # Speed configuration columns, in caption order.
@@ -79,16 +85,37 @@ def describe(row: pd.Series | dict, columns: Sequence[str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Theory JSON
+# Theory: database rows and JSON files
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Theory:
-    errors: pd.DataFrame  # approximation_errors rows + device, config, source
-    ranks: pd.DataFrame  # rank rows + device, config, source
+    errors: pd.DataFrame  # ERROR_COLUMNS + TAGS (+ whatever else a file's rows carry)
+    ranks: pd.DataFrame  # RANK_COLUMNS + TAGS (+ ...)
 
 
 ERROR_REQUIRED = ("mechanism", "rel_error")
 RANK_REQUIRED = ("mechanism", "rank")
+ERROR_COLUMNS = ["mechanism", "d_k", "m", "seed", "layer", "rel_error", "inf_error", "kernel_term", "lowrank_term"]
+RANK_COLUMNS = ["mechanism", "seed", "example", "layer", "head", "rank", "max_rank", "d_k", "m", "trained"]
+TAGS = ["device", "config", "source", "run_key"]  # per theory run: device name, config caption, where from
+
+
+def theory_frame(rows: Sequence[dict], columns: Sequence[str]) -> pd.DataFrame:
+    """Rows with every standard column (absent ones empty) and numbers as numbers, so file rows
+    and database rows group, caption and draw alike."""
+    df = pd.DataFrame(list(rows))
+    extra = [c for c in df.columns if c not in columns and c not in TAGS]
+    df = df.reindex(columns=[*columns, *TAGS, *extra])
+    for c in columns[1:]:
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
+
+
+def _tag(device: Any, config: Any, source: str, key: str | None) -> dict:
+    device = (device.get("name") if isinstance(device, dict) else device) or "not recorded"
+    config = config or {}
+    return {"device": str(device), "config": describe(config, list(config)) if isinstance(config, dict) else str(config),
+            "source": source, "run_key": key}
 
 
 def _rows(path: str, kind: str, rows: Any, required: Sequence[str]) -> list[dict]:
@@ -102,8 +129,17 @@ def _rows(path: str, kind: str, rows: Any, required: Sequence[str]) -> list[dict
     return rows
 
 
+def _file_key(doc: dict) -> str | None:
+    """The database key of the file's theory run (None: no creation time, so never ingestible)."""
+    try:
+        return theory_key(doc)
+    except ValueError:
+        return None
+
+
 def read_theory(path: str | Path) -> tuple[list[dict], list[dict]]:
-    """(error rows, rank rows) of one theory file, each row tagged with device, config and source."""
+    """(error rows, rank rows) of one theory file, each row tagged with device, config, source and
+    the run's database key."""
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -114,11 +150,7 @@ def read_theory(path: str | Path) -> tuple[list[dict], list[dict]]:
     if not isinstance(doc, dict) or not ({"approximation_errors", "ranks"} & doc.keys()):
         raise ValueError(f"theory file {path}: expected an object with 'approximation_errors' and/or 'ranks' "
                          f"(or a list of such rows)")
-    device = doc.get("device")
-    device = (device.get("name") if isinstance(device, dict) else device) or "not recorded"
-    config = doc.get("config") or doc.get("settings") or {}
-    tag = {"device": str(device), "config": describe(config, list(config)) if isinstance(config, dict) else str(config),
-           "source": Path(path).name}
+    tag = _tag(doc.get("device"), doc.get("config") or doc.get("settings"), Path(path).name, _file_key(doc))
     errors = _rows(str(path), "approximation_errors", doc.get("approximation_errors", []), ERROR_REQUIRED)
     ranks = _rows(str(path), "ranks", doc.get("ranks", []), RANK_REQUIRED)
     if not errors and not ranks:
@@ -127,9 +159,46 @@ def read_theory(path: str | Path) -> tuple[list[dict], list[dict]]:
 
 
 def load_theory(paths: Sequence[str | Path] = ()) -> Theory:
+    """The rows of theory files (checked before any database work)."""
     errors, ranks = [], []
     for p in paths:
         e, r = read_theory(p)
         errors += e
         ranks += r
-    return Theory(pd.DataFrame(errors), pd.DataFrame(ranks))
+    return Theory(theory_frame(errors, ERROR_COLUMNS), theory_frame(ranks, RANK_COLUMNS))
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    """A stored time in UTC (PostgreSQL answers in its session's zone; SQLite stores UTC, naive)."""
+    return t.astimezone(dt.timezone.utc) if t.tzinfo else t
+
+
+def stored_theory(engine: Engine) -> Theory:
+    """Every theory run's rows from the results database, tagged like a file's, in ingestion order."""
+    runs = (sa.select(TheoryRun.id, TheoryRun.key, TheoryRun.created_at, TheoryRun.config, Environment.device)
+            .join(Environment, Environment.id == TheoryRun.environment_id))
+    frames = []
+    with engine.connect() as conn:
+        tags = {run.id: _tag(run.device, run.config if isinstance(run.config, dict) else json.loads(run.config),
+                             f"results DB (theory run of {_utc(run.created_at):%Y-%m-%d %H:%M} UTC)", run.key)
+                for run in conn.execute(runs)}
+        for model, columns in ((ApproximationError, ERROR_COLUMNS), (KernelRank, RANK_COLUMNS)):
+            stmt = (sa.select(model.theory_run_id, *(getattr(model, c) for c in columns))
+                    .order_by(model.theory_run_id, model.id))
+            rows = [{**{c: r[i + 1] for i, c in enumerate(columns)}, **tags[r[0]]} for r in conn.execute(stmt)]
+            frames.append(theory_frame(rows, columns))
+    return Theory(*frames)
+
+
+def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    full = [f for f in frames if not f.empty]
+    return pd.concat(full, ignore_index=True) if len(full) > 1 else full[0] if full else frames[0]
+
+
+def with_stored(engine: Engine, files: Theory) -> Theory:
+    """The database's theory rows plus the files' (rows of a file whose run is already in the
+    database are left out: one run counts once)."""
+    stored = stored_theory(engine)
+    keys = set(stored.errors["run_key"]) | set(stored.ranks["run_key"])
+    fresh = lambda df: df[~df["run_key"].isin(keys)]  # noqa: E731
+    return Theory(_concat([stored.errors, fresh(files.errors)]), _concat([stored.ranks, fresh(files.ranks)]))

@@ -1,7 +1,7 @@
 """Writing records into the results database: idempotent and all-or-nothing.
 
 Each call is one transaction. Rows are found by their natural keys first, so ingesting the same
-sweep (or speed file) twice adds nothing, and a growing sweep re-ingested adds only its new
+sweep (or speed or theory file) twice adds nothing, and a growing sweep re-ingested adds only its new
 trials; an existing trial is never rewritten (first write wins). Any failure rolls the whole
 call back, so no partial sweep is ever visible.
 """
@@ -18,14 +18,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from flurka.results.models import CurvePoint, Environment, Metric, SpeedMeasurement, Sweep, Trial
-from flurka.results.records import (EnvironmentRecord, SpeedRecord, SweepRecord, TrialRecord,
-                                     speed_records_from_document)
+from flurka.results.models import (ApproximationError, CurvePoint, Environment, KernelRank, Metric,
+                                    SpeedMeasurement, Sweep, TheoryRun, Trial)
+from flurka.results.records import (EnvironmentRecord, SpeedRecord, SweepRecord, TheoryRecord, TrialRecord,
+                                     is_theory_document, speed_records_from_document)
 
 
 @dataclasses.dataclass(frozen=True)
 class IngestReport:
-    added: int  # trials (or speed measurements) written by this call
+    added: int  # trials (speed measurements, theory rows) written by this call
     skipped: int  # already present, left as they were
 
 
@@ -96,8 +97,27 @@ def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, An
     return IngestReport(added, skipped)
 
 
+def ingest_theory(engine: Engine, record: TheoryRecord | Mapping[str, Any]) -> IngestReport:
+    """Add a ``flurka.speed.theory`` document as one theory run with its error and rank rows; the
+    counts are rows. A document already ingested (same time, device and config) adds nothing."""
+    if not isinstance(record, TheoryRecord):
+        record = TheoryRecord.from_dict(record)  # every row validated before touching the database
+    rows = len(record.errors) + len(record.ranks)
+    with Session(engine) as session, session.begin():
+        if session.scalar(sa.select(TheoryRun.id).where(TheoryRun.key == record.key)) is not None:
+            return IngestReport(0, rows)
+        session.add(TheoryRun(
+            key=record.key, environment=_environment(session, record.environment), created_at=record.created_at,
+            config=record.config,
+            errors=[ApproximationError(**dataclasses.asdict(r)) for r in record.errors],
+            ranks=[KernelRank(**dataclasses.asdict(r)) for r in record.ranks]))
+        session.flush()
+    return IngestReport(rows, 0)
+
+
 def load_json(path: str | Path) -> Any:
-    """A sweep record (object) or speed records (list) from a JSON file, with a one-line error."""
+    """A sweep record or document (object) or speed records (list) from a JSON file, with a
+    one-line error."""
     try:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -105,9 +125,12 @@ def load_json(path: str | Path) -> Any:
 
 
 def ingest_file(engine: Engine, path: str | Path) -> IngestReport:
-    """Ingest a JSON file: a list is speed records, an object with ``results`` is a ``flurka.speed``
-    document, any other object is a sweep record."""
+    """Ingest a JSON file: a list is speed records, a ``flurka.theory/1`` object (or one with
+    ``approximation_errors``/``ranks``) a ``flurka.speed.theory`` document, an object with
+    ``results`` a ``flurka.speed`` document, any other object a sweep record."""
     data = load_json(path)
+    if is_theory_document(data):
+        return ingest_theory(engine, data)
     if isinstance(data, list):
         return ingest_speed(engine, data)
     if isinstance(data, dict) and "results" in data:

@@ -1,7 +1,9 @@
-"""``flurka ingest``: load result JSON files (speed benchmark documents, sweep records) into the DB.
+"""``flurka ingest``: load result JSON files (speed benchmark and theory documents, sweep records)
+into the DB.
 
     python -m flurka.speed --sweep n-sweep --out benchmarks/h100_nsweep.json     # on the GPU box
-    flurka ingest --db postgresql://me@db-host/flurka benchmarks/h100_nsweep.json
+    python -m flurka.speed.theory --out benchmarks/h100_theory.json
+    flurka ingest --db postgresql://me@db-host/flurka benchmarks/h100_nsweep.json benchmarks/h100_theory.json
 
 Idempotent: ingesting a file twice adds nothing. Each file is one transaction.
 """
@@ -17,7 +19,7 @@ from flurka.results.ingest import ingest_file
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=db.DEFAULT_URL, help="SQLAlchemy URL (default %(default)s)")
-    parser.add_argument("files", nargs="+", help="JSON files written by flurka.speed or a sweep")
+    parser.add_argument("files", nargs="+", help="JSON files written by flurka.speed, flurka.speed.theory or a sweep")
 
 
 def run(args: argparse.Namespace) -> int:

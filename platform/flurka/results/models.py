@@ -1,8 +1,9 @@
 """The results schema: SQLAlchemy 2 declarative models.
 
 Every table has a natural unique key (sweep external id; trial per sweep; metric per trial;
-curve point per trial, metric and step; speed measurement per configuration hash; environment
-per fingerprint) so that ingesting the same record twice adds nothing. The schema is created
+curve point per trial, metric and step; speed measurement per configuration hash; theory run per
+hash of its document's time, device and config; environment per fingerprint) so that ingesting the
+same record twice adds nothing. The schema is created
 only by the Alembic migrations next to this module; a test checks both agree.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 # Deterministic constraint names, identical on SQLite and PostgreSQL, so migrations can name them.
@@ -125,3 +126,58 @@ class SpeedMeasurement(Base):
     config: Mapped[dict[str, Any] | None]
 
     environment: Mapped[Environment] = relationship()
+
+
+class TheoryRun(Base):
+    """One ``flurka.speed.theory`` document: when, where and with which configuration it measured.
+
+    ``config`` is the document's own (opaque JSON: sizes, seeds, ``inputs``, a captured-input
+    ``source``, ...); its rows are the approximation errors and kernel ranks below.
+    """
+
+    __tablename__ = "theory_runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    environment_id: Mapped[int] = mapped_column(ForeignKey("environments.id"), index=True)
+    created_at: Mapped[dt.datetime]
+    config: Mapped[dict[str, Any]]
+
+    environment: Mapped[Environment] = relationship()
+    errors: Mapped[list[ApproximationError]] = relationship(cascade="all, delete-orphan")
+    ranks: Mapped[list[KernelRank]] = relationship(cascade="all, delete-orphan")
+
+
+class ApproximationError(Base):
+    """A mechanism's error against full attention with the same projections (Theorem 1), one seed;
+    ``layer`` is the trained model's layer whose captured inputs were used (None: random inputs)."""
+
+    __tablename__ = "approximation_errors"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    theory_run_id: Mapped[int] = mapped_column(ForeignKey("theory_runs.id", ondelete="CASCADE"), index=True)
+    mechanism: Mapped[str] = mapped_column(String(32))
+    d_k: Mapped[int | None] = mapped_column(Integer)
+    m: Mapped[int | None] = mapped_column(Integer)
+    seed: Mapped[int]
+    layer: Mapped[int | None] = mapped_column(Integer)
+    rel_error: Mapped[float] = mapped_column(Float)
+    inf_error: Mapped[float] = mapped_column(Float)
+    kernel_term: Mapped[float | None] = mapped_column(Float)
+    lowrank_term: Mapped[float | None] = mapped_column(Float)
+
+
+class KernelRank(Base):
+    """Numerical rank of φ(Q)φ(K)ᵀ of one head (Fig. 2); ``max_rank`` is the full rank min(N, N_k)."""
+
+    __tablename__ = "kernel_ranks"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    theory_run_id: Mapped[int] = mapped_column(ForeignKey("theory_runs.id", ondelete="CASCADE"), index=True)
+    mechanism: Mapped[str] = mapped_column(String(32))
+    seed: Mapped[int | None] = mapped_column(Integer)
+    example: Mapped[int | None] = mapped_column(Integer)
+    head: Mapped[int]
+    layer: Mapped[int | None] = mapped_column(Integer)
+    rank: Mapped[int]
+    max_rank: Mapped[int]
+    d_k: Mapped[int | None] = mapped_column(Integer)
+    m: Mapped[int | None] = mapped_column(Integer)
+    trained: Mapped[bool | None] = mapped_column(Boolean)  # the trained model's own layer (--from-run)

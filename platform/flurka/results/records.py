@@ -31,6 +31,12 @@ A speed record (one measurement; the speed benchmarks write a JSON list of these
 ``status`` is ``"ok"`` (then ``median_s`` is required), ``"oom"`` or ``"error"``; ``scope`` is
 ``"layer"`` or ``"model"``. ``speed_records_from_document`` reads the JSON document that
 ``flurka.speed`` writes (``{"device": {...}, "versions": {...}, "results": [...]}``).
+
+A theory record is the document ``python -m flurka.speed.theory`` writes (schema
+``"flurka.theory/1"``): ``created``, ``device``, ``versions``, ``config`` (kept as opaque JSON)
+and its ``approximation_errors`` and ``ranks`` rows (:class:`ErrorRow`, :class:`RankRow`; ``layer``
+set where the inputs were a trained model's captured layer inputs). One document is one theory
+run, keyed by its time, device and config.
 """
 
 from __future__ import annotations
@@ -68,11 +74,24 @@ def _choice(where: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
     return value
 
 
+INT32 = 2**31 - 1  # PostgreSQL's INTEGER
+
+
 def _int(where: str, name: str, value: Any, *, optional: bool = False, minimum: int = 0) -> int | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         _fail(where, f"{name} must be an int >= {minimum}, got {value!r}")
+    if value > INT32:
+        _fail(where, f"{name} must be an int <= {INT32}, got {value!r}")
+    return value
+
+
+def _bool(where: str, name: str, value: Any, *, optional: bool = False) -> bool | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, bool):
+        _fail(where, f"{name} must be true or false, got {value!r}")
     return value
 
 
@@ -325,16 +344,25 @@ class SpeedRecord:
         return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _document_environment(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    """The environment fields of a ``flurka.speed`` or ``flurka.speed.theory`` document: device
+    name and host from ``device`` ({name, host, ...} or a bare name), versions as strings."""
+    device = doc.get("device") or {}
+    versions = doc.get("versions") or {}
+    if not isinstance(versions, dict):
+        _fail(where, f"versions must be an object, got {versions!r}")
+    return {"device": device.get("name") if isinstance(device, dict) else device,
+            "host": (device.get("host") if isinstance(device, dict) else None) or "unknown",
+            "versions": {k: str(v) for k, v in versions.items() if v is not None}}
+
+
 def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
     """Speed records from the document ``flurka.speed`` writes: its ``results`` entries (Point
     fields seq_len/num_heads/num_features + status/median_s/p10_s/p90_s/flops), its ``device``
     and ``versions``. ``spread_s`` is p90 - p10; every other result field is kept in ``config``."""
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError("speed document: expected an object with a 'results' list")
-    device = doc.get("device") or {}
-    env = {"device": device.get("name") if isinstance(device, dict) else device,
-           "host": (device.get("host") if isinstance(device, dict) else None) or "unknown",
-           "versions": {k: str(v) for k, v in (doc.get("versions") or {}).items() if v is not None}}
+    env = _document_environment(doc, "speed document")
     own = {"mechanism", "mode", "scope", "seq_len", "d_model", "num_heads", "d_k", "num_features", "batch",
            "dtype", "status", "median_s", "flops"}
     records = []
@@ -350,3 +378,146 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
             "flops": r.get("flops"), "config": {k: v for k, v in r.items() if k not in own} or None,
         }, f"speed document results[{i}]"))
     return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Theory documents (python -m flurka.speed.theory)
+# ---------------------------------------------------------------------------------------------
+THEORY_SCHEMA = "flurka.theory/1"
+
+
+def _nonnegative(where: str, name: str, value: Any, *, optional: bool = False) -> float | None:
+    value = _float(where, name, value, optional=optional)
+    if value is not None and value < 0:
+        _fail(where, f"{name} must be >= 0, got {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorRow:
+    """One ``approximation_errors`` row: a mechanism's error vs full attention at one seed."""
+
+    mechanism: str
+    seed: int
+    rel_error: float
+    inf_error: float
+    d_k: int | None = None
+    m: int | None = None
+    layer: int | None = None
+    kernel_term: float | None = None
+    lowrank_term: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "approximation error") -> ErrorRow:
+        required = {"mechanism", "seed", "rel_error", "inf_error"}
+        _keys(where, d, required, {f.name for f in dataclasses.fields(cls)} - required)
+        return cls(
+            mechanism=_choice(where, "mechanism", d["mechanism"], MECHANISMS),
+            seed=_int(where, "seed", d["seed"], minimum=-INT32),
+            rel_error=_nonnegative(where, "rel_error", d["rel_error"]),
+            inf_error=_nonnegative(where, "inf_error", d["inf_error"]),
+            d_k=_int(where, "d_k", d.get("d_k"), optional=True, minimum=1),
+            m=_int(where, "m", d.get("m"), optional=True, minimum=1),
+            layer=_int(where, "layer", d.get("layer"), optional=True),
+            kernel_term=_nonnegative(where, "kernel_term", d.get("kernel_term"), optional=True),
+            lowrank_term=_nonnegative(where, "lowrank_term", d.get("lowrank_term"), optional=True),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RankRow:
+    """One ``ranks`` row: the numerical rank of φ(Q)φ(K)ᵀ of one head (of one example, seed, layer)."""
+
+    mechanism: str
+    head: int
+    rank: int
+    max_rank: int
+    seed: int | None = None
+    example: int | None = None
+    layer: int | None = None
+    d_k: int | None = None
+    m: int | None = None
+    trained: bool | None = None   # the trained model's own layer (``--from-run``)
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "rank") -> RankRow:
+        required = {"mechanism", "head", "rank", "max_rank"}
+        _keys(where, d, required, {f.name for f in dataclasses.fields(cls)} - required)
+        rank, max_rank = _int(where, "rank", d["rank"]), _int(where, "max_rank", d["max_rank"], minimum=1)
+        if rank > max_rank:
+            _fail(where, f"rank {rank} exceeds max_rank {max_rank}")
+        return cls(
+            mechanism=_choice(where, "mechanism", d["mechanism"], MECHANISMS),
+            head=_int(where, "head", d["head"]),
+            rank=rank,
+            max_rank=max_rank,
+            seed=_int(where, "seed", d.get("seed"), optional=True, minimum=-INT32),
+            example=_int(where, "example", d.get("example"), optional=True),
+            layer=_int(where, "layer", d.get("layer"), optional=True),
+            d_k=_int(where, "d_k", d.get("d_k"), optional=True, minimum=1),
+            m=_int(where, "m", d.get("m"), optional=True, minimum=1),
+            trained=_bool(where, "trained", d.get("trained"), optional=True),
+        )
+
+
+def _time(where: str, name: str, value: Any) -> dt.datetime:
+    """An ISO 8601 time, in UTC (naive means UTC), so SQLite and PostgreSQL store the same instant."""
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+    if not isinstance(value, dt.datetime):
+        _fail(where, f"{name} must be an ISO 8601 time, got {value!r}")
+    return value.astimezone(dt.timezone.utc) if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def theory_key(doc: dict[str, Any], where: str = "theory document") -> str:
+    """Natural key of a theory run: its document's time, device and config (canonical JSON), so
+    the same document ingested twice (or also passed to the report as a file) counts once."""
+    created = _time(where, "created", doc.get("created")).isoformat()
+    blob = json.dumps([created, doc.get("device"), doc.get("config")], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def is_theory_document(data: Any) -> bool:
+    """A ``flurka.theory/*`` schema, or (older or hand-written files) theory rows without one."""
+    if not isinstance(data, dict):
+        return False
+    schema = data.get("schema")
+    if isinstance(schema, str) and schema.startswith("flurka.theory/"):
+        return True
+    return schema is None and bool({"approximation_errors", "ranks"} & data.keys())
+
+
+@dataclasses.dataclass(frozen=True)
+class TheoryRecord:
+    key: str
+    created_at: dt.datetime
+    environment: EnvironmentRecord
+    config: dict[str, Any]
+    errors: list[ErrorRow]
+    ranks: list[RankRow]
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str = "theory document") -> TheoryRecord:
+        """Validate a whole document (every row) into one record; ValueError (one line) naming the
+        first bad field."""
+        if isinstance(doc, dict) and doc.get("schema", THEORY_SCHEMA) != THEORY_SCHEMA:
+            _fail(where, f"schema {doc['schema']!r} is not {THEORY_SCHEMA!r}")
+        _keys(where, doc, {"created", "device", "config"}, {"schema", "versions", "approximation_errors", "ranks"})
+        created = _time(where, "created", doc["created"])
+        if not isinstance(doc["config"], dict):
+            _fail(where, f"config must be a JSON object, got {type(doc['config']).__name__}")
+        env = EnvironmentRecord.from_dict(_document_environment(doc, where), where)
+        lists = {}
+        for name in ("approximation_errors", "ranks"):
+            lists[name] = doc.get(name) or []
+            if not isinstance(lists[name], list):
+                _fail(where, f"{name} must be a list, got {type(lists[name]).__name__}")
+        errors = [ErrorRow.from_dict(r, f"{where} approximation_errors[{i}]")
+                  for i, r in enumerate(lists["approximation_errors"])]
+        ranks = [RankRow.from_dict(r, f"{where} ranks[{i}]") for i, r in enumerate(lists["ranks"])]
+        if not errors and not ranks:
+            _fail(where, "holds no approximation_errors or ranks rows")
+        return cls(theory_key(doc, where), created, env, doc["config"], errors, ranks)

@@ -112,6 +112,15 @@ def _contract_bwd(spec, dtype, operands, g):
 _contract.defvjp(_contract_fwd, _contract_bwd)
 
 
+def cast_floating(tree: Any, dtype: Any) -> Any:
+    """The floating leaves of a pytree cast to ``dtype`` (integer, bool and key leaves untouched):
+    the bf16 compute copies of float32 master parameters (speed harness, mixed-precision training)."""
+    def cast(x):
+        floating = hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
+        return x.astype(dtype) if floating else x
+    return jax.tree_util.tree_map(cast, tree)
+
+
 def check_positive_int(name: str, value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")

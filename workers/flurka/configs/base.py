@@ -15,6 +15,7 @@ from typing import Any
 TASKS = ("classification", "regression", "mlm", "translation", "image")
 MODELS = ("classifier", "mlm", "seq2seq", "vit")
 SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
+COMPUTE_DTYPES = ("float32", "bfloat16")
 BLEU_TOKENIZERS = ("13a", "intl", "char", "none", "zh")  # sacrebleu's, without extra dependencies
 METRICS = ("accuracy", "top5", "perplexity", "bleu", "matthews", "f1", "pearson", "spearman")
 BASES = ("low-rank", "kernel")
@@ -44,6 +45,10 @@ class TrainConfig:
     t2t: bool = False                  # vit only: Tokens-to-Token stem
     attention: str = "full"
     attention_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Mixed precision: "bfloat16" runs every forward/backward product on bf16 copies of the
+    # float32 parameters (gradients, AdamW state and checkpoints stay float32); "float32" (TF32 on
+    # GPUs at JAX's default matmul precision) is the paper's setting and the default.
+    compute_dtype: str = "float32"
     # optimizer (optax AdamW)
     learning_rate: float = 1e-4
     schedule: str = "linear"
@@ -176,6 +181,7 @@ def validate(config: TrainConfig) -> TrainConfig:
     _choice("up-training base", c.base, BASES)
     _choice("handover_shape", c.handover_shape, HANDOVER_SHAPES)
     _choice("bleu_tokenize", c.bleu_tokenize, BLEU_TOKENIZERS)
+    _choice("compute_dtype", c.compute_dtype, COMPUTE_DTYPES)
     for m in c.metrics:
         _choice("metric", m, METRICS)
     for name in ("d_model", "num_heads", "num_layers", "d_ff", "max_len", "batch_size", "steps",

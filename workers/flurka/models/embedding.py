@@ -51,20 +51,29 @@ class Embedding(nnx.Module):
     def __call__(self, ids: jax.Array, segments: jax.Array | None = None) -> jax.Array:
         check_tokens("inputs", ids, self.max_len)
         n = ids.shape[1]
-        x = self.token(ids)
+        x = _lookup(self.token, ids)
         if self.positions == "learned":
             x = x + self.position[...][:n]
         else:
-            x = x + jnp.asarray(sinusoidal_positions(n, self.d_model))
+            x = x + jnp.asarray(sinusoidal_positions(n, self.d_model), x.dtype)
         if self.segment is not None:
             if segments is None:
                 raise ValueError("segments [batch, seq] are required for sequence pairs (pair='concat')")
             if getattr(segments, "shape", None) != ids.shape:
                 raise ValueError(f"segments must have the shape of inputs {ids.shape}, "
                                  f"got {getattr(segments, 'shape', None)}")
-            x = x + self.segment(segments)
+            x = x + _lookup(self.segment, segments)
         return x
 
     def attend(self, x: jax.Array) -> jax.Array:
-        """Logits against the token table (tied output projection)."""
-        return self.token.attend(x)
+        """Logits against the token table (tied output projection), in the dtype of x and the
+        table (nnx.Embed.attend would promote to the float32 it was built with)."""
+        table = self.token.embedding[...]
+        return jnp.dot(x, table.T.astype(jnp.promote_types(x.dtype, table.dtype)))
+
+
+def _lookup(embed: nnx.Embed, ids: jax.Array) -> jax.Array:
+    """Rows of ``embed``'s table in the table's own dtype — bf16 when the training step computes
+    on bf16 copies of the parameters (nnx.Embed's call would cast them back to the float32 it was
+    built with, and every product downstream would follow)."""
+    return jnp.take(embed.embedding[...], ids, axis=0)

@@ -49,21 +49,13 @@ from flax import nnx
 
 from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
+from flurka.attention.base import cast_floating
 from flurka.speed import ceilings as ceil
 from flurka.speed.configs import Point
 from flurka.speed.timing import failure, random_normal, time_fn
 
 LOW_RANK = ("linformer",) + flop_model.FLURKA
 DATA_KEY = 0  # inputs come from a fixed key: every mechanism sees the same numbers
-
-
-def _floating(x) -> bool:
-    return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating)
-
-
-def cast_floating(tree: Any, dtype: Any) -> Any:
-    """Cast the floating leaves of a pytree (integer/key leaves such as RNG state untouched)."""
-    return jax.tree_util.tree_map(lambda x: x.astype(dtype) if _floating(x) else x, tree)
 
 
 def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:

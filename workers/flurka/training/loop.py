@@ -28,9 +28,12 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+
+from flurka.attention.base import cast_floating
 
 from flurka.configs.base import TrainConfig, validate
 from flurka.training import flops as flops_lib
@@ -84,6 +87,8 @@ def build_model(config: TrainConfig, info, attention: str,
     options = dict(config.attention_options)
     if handover_from is not None:
         options["handover_from"] = handover_from
+    if config.compute_dtype != "float32":  # the attention's projections and products in it too
+        options["dtype"] = jnp.dtype(config.compute_dtype)
     model_config = dict(
         attention=attention, attention_options=options,
         d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
@@ -136,7 +141,7 @@ class Phase:
 # Fields the compiled step depends on besides the model graph (the rest — seed, logging,
 # checkpointing, workdir — only changes values, not the program).
 _OPT_FIELDS = ("learning_rate", "schedule", "warmup_steps", "steps", "d_model", "weight_decay",
-               "grad_clip", "b1", "b2", "eps")
+               "grad_clip", "b1", "b2", "eps", "compute_dtype")
 _COMPILED: dict[tuple, tuple] = {}
 _COMPILED_MAX = 32
 
@@ -163,8 +168,24 @@ def make_phase(config: TrainConfig, info, attention: str, task: Task, tx, mesh=N
     return phase
 
 
+def _compute(config: TrainConfig):
+    """(params, batch) -> their compute copies: identity in float32; with ``compute_dtype``
+    bfloat16, bf16 copies of the float32 parameters and of floating inputs (images), so every
+    product runs in bf16 while gradients arrive in float32 (the cast's transpose) for AdamW.
+    ``other`` (random features, β) stays float32: the layers round it where they use it."""
+    if config.compute_dtype == "float32":
+        return lambda params, batch: (params, batch)
+    dtype = jnp.dtype(config.compute_dtype)
+    return lambda params, batch: (cast_floating(params, dtype),
+                                  {k: cast_floating(v, dtype) if k in ("inputs", "inputs2") else v
+                                   for k, v in batch.items()})
+
+
 def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task, tx):
+    compute = _compute(config)
+
     def loss_fn(params, other, batch, key):
+        params, batch = compute(params, batch)
         model = parts.merge(params, other, key)
         loss, aux = task.loss(model, batch, deterministic=False)
         return loss, (aux, parts.other_of(model))
@@ -178,6 +199,7 @@ def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task,
 
     @jax.jit
     def eval_step(params, other, batch):
+        params, batch = compute(params, batch)
         return task.eval_stats(parts.merge(params, other), batch)
 
     decode = None
@@ -186,7 +208,7 @@ def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task,
 
         @jax.jit
         def decode(params, other, inputs, mask):
-            model = parts.merge(params, other)
+            model = parts.merge(compute(params, {})[0], other)
             ids = dict(bos_id=info.bos_id, eos_id=info.eos_id, pad_id=info.pad_id)
             if config.beam_size > 1:
                 return model.beam_search(inputs, mask, beam_size=config.beam_size, max_len=max_len, **ids)

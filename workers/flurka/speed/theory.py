@@ -40,6 +40,17 @@ SHARED = PROJECTIONS + ("seq_proj", "features", "noise", "adaptive_mu_q", "adapt
 FEATURE_MECHANISMS = ("performer", "rnn", "flurka-performer", "flurka-rnn")
 
 
+def uses(mech: str) -> tuple[bool, bool]:
+    """(uses d_k, uses m) of a mechanism: the grid axes its error and rank rows vary over."""
+    return mech == "linformer" or mech in flop_model.FLURKA, mech.removeprefix("flurka-") == "performer"
+
+
+def layer_options(d_k: int | None, m: int | None) -> dict[str, int]:
+    """make_attention's options for a grid point (None: the mechanism does not use it)."""
+    return {**({"d_k": d_k} if d_k is not None else {}),
+            **({"num_features": m} if m is not None else {})}
+
+
 # ---------------------------------------------------------------------------------------------
 # Copying parameters by attribute name
 # ---------------------------------------------------------------------------------------------
@@ -117,11 +128,9 @@ def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
 
         def layer(mech: str, d_k: int | None, m: int | None) -> nnx.Module:
             if (mech, d_k, m) not in built:
-                opts = {"d_k": d_k} if d_k is not None else {}
-                if m is not None:
-                    opts["num_features"] = m
                 new = make_attention(mech, d_model=d_model, num_heads=num_heads, max_len=seq_len,
-                                     rngs=nnx.Rngs(1000 * seed + len(built) + 1), **opts)
+                                     rngs=nnx.Rngs(1000 * seed + len(built) + 1),
+                                     **layer_options(d_k, m))
                 copy_shared(ref_layer, new, PROJECTIONS)
                 if mech in flop_model.FLURKA:  # share E1/E2 and the kernel's random features
                     kernel = mech.removeprefix("flurka-")
@@ -137,8 +146,7 @@ def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
             return outputs[(mech, d_k, m)]
 
         for mech in mechanisms:
-            uses_dk = mech == "linformer" or mech in flop_model.FLURKA
-            uses_m = mech.removeprefix("flurka-") == "performer"
+            uses_dk, uses_m = uses(mech)
             grid = itertools.product(d_k_values if uses_dk else [None],
                                      m_values if uses_m else [None])
             for d_k, m in grid:
@@ -205,6 +213,21 @@ def kernel_attention_ranks(layer: nnx.Module, x: jax.Array, tol: float | None = 
     return np.array([[numerical_rank(qf[i, real[i], j]
                                      @ (kf[i, :, j] if compressed else kf[i, real[i], j]).T, tol)
                       for j in range(h)] for i in range(b)])
+
+
+def rank_rows(layer: nnx.Module, x: jax.Array, mask: jax.Array | None = None,
+              tol: float | None = None) -> list[dict[str, Any]]:
+    """One row per example and head: {mechanism, example, head, rank, max_rank, d_k, m}, with
+    ``max_rank`` = min(real queries, keys) (FLuRKA's keys: its d_k compressed rows)."""
+    ranks = kernel_attention_ranks(layer, x, tol, mask=mask)
+    mech = layer.mechanism
+    uses_dk, uses_m = uses(mech)
+    d_k = layer.d_k if uses_dk else None
+    real = (np.full(x.shape[0], x.shape[1]) if mask is None else np.asarray(mask).sum(axis=1))
+    return [{"mechanism": mech, "example": example, "head": head, "rank": int(ranks[example, head]),
+             "max_rank": int(min(real[example], d_k or real[example])), "d_k": d_k,
+             "m": layer.num_features if uses_m else None}
+            for example in range(ranks.shape[0]) for head in range(ranks.shape[1])]
 
 
 # ---------------------------------------------------------------------------------------------

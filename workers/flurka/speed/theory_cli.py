@@ -26,8 +26,9 @@ they are instead what each attention layer of that trained model receives on ``-
 examples (:mod:`flurka.speed.trained`): N, d_model and heads are the run's, every row carries its
 ``layer``, the full layer and all approximations carry that layer's trained projections, the seeds
 vary only the random draws (E, ω), and rank rows of the trained mechanism itself say
-``trained: true``; ``config.inputs`` names the run and ``config.source`` holds its dir and step. Matmuls run at ``highest`` precision by default, so TF32 on a
-GPU does not show up as approximation error. Bad input (unknown mechanism, d_k longer than the
+``trained: true``; ``config.inputs`` names the run and ``config.source`` holds its dir and step.
+Matmuls run at ``highest`` precision by default, so TF32 on a GPU does not show up as
+approximation error. Bad input (unknown mechanism, d_k longer than the
 sequence, heads not dividing d_model) is one line on stderr and exit status 2, before anything is
 compiled.
 """
@@ -150,14 +151,9 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
             "rank_d_k": rank_d_k, "rank_m": rank_m, **shape}
 
 
-def _uses(mech: str) -> tuple[bool, bool]:
-    """(uses d_k, uses m) of a mechanism, as ``approximation_errors`` grids them."""
-    from flurka.attention import flops as flop_model
-
-    return mech == "linformer" or mech in flop_model.FLURKA, mech.removeprefix("flurka-") == "performer"
-
-
 def _layer_configs(mechanisms, rank_mechanisms, d_ks, ms, rank_d_k, rank_m):
+    from flurka.speed.theory import uses as _uses
+
     seen = set()
     for mech in mechanisms:
         uses_dk, uses_m = _uses(mech)
@@ -174,14 +170,10 @@ def _build(mech: str, *, d_model: int, num_heads: int, seq_len: int, d_k: int | 
     from flax import nnx
 
     from flurka.attention import make_attention
+    from flurka.speed.theory import layer_options
 
-    opts: dict[str, int] = {}
-    if d_k is not None:
-        opts["d_k"] = d_k
-    if m is not None:
-        opts["num_features"] = m
     return make_attention(mech, d_model=d_model, num_heads=num_heads, max_len=seq_len,
-                          rngs=nnx.Rngs(seed), **opts)
+                          rngs=nnx.Rngs(seed), **layer_options(d_k, m))
 
 
 def _check_layer(mech: str, **kw) -> None:
@@ -197,24 +189,17 @@ def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any
     """Numerical rank of φ(Q)φ(K)ᵀ for every rank mechanism, seed, example and head."""
     import jax
 
-    from flurka.speed.theory import kernel_attention_ranks
+    from flurka.speed import theory
 
     rows = []
     for seed in args.seeds:
         x = jax.random.normal(jax.random.key(seed), (args.batch, args.seq_len, args.d_model))
         for mech in p["rank_mechanisms"]:
-            uses_dk, uses_m = _uses(mech)
-            d_k = p["rank_d_k"] if uses_dk else None
-            m = p["rank_m"] if uses_m else None
+            uses_dk, uses_m = theory.uses(mech)
             layer = _build(mech, d_model=args.d_model, num_heads=args.heads, seq_len=args.seq_len,
-                           d_k=d_k, m=m, seed=seed)
-            ranks = kernel_attention_ranks(layer, x)
-            keys = d_k if d_k is not None else args.seq_len
-            for example in range(ranks.shape[0]):
-                for head in range(ranks.shape[1]):
-                    rows.append({"mechanism": mech, "seed": seed, "example": example, "head": head,
-                                 "rank": int(ranks[example, head]), "max_rank": min(args.seq_len, keys),
-                                 "d_k": d_k, "m": m})
+                           d_k=p["rank_d_k"] if uses_dk else None,
+                           m=p["rank_m"] if uses_m else None, seed=seed)
+            rows += [{**row, "seed": seed} for row in theory.rank_rows(layer, x)]
     return rows
 
 

@@ -166,24 +166,14 @@ def rank_rows(captured: Sequence[Captured], mechanisms: Sequence[str], *, d_k: i
     its projections (d_k / m as given)."""
     rows = []
     for c in captured:
-        trained = c.attention.mechanism
         for mech in mechanisms:
-            if mech == trained:
-                layer, own = c.attention, True
+            own = mech == c.attention.mechanism
+            if own:
+                layer = c.attention
             else:
-                uses_dk, uses_m = mech.startswith("flurka-"), mech.endswith("performer")
-                options = {**({"d_k": d_k} if uses_dk else {}), **({"num_features": m} if uses_m else {})}
-                layer, own = with_projections(c.attention, mech, **options), False
-            ranks = theory.kernel_attention_ranks(layer, c.x, tol, mask=c.mask)
-            real = (np.full(c.x.shape[0], c.x.shape[1]) if c.mask is None
-                    else np.asarray(c.mask).sum(axis=1))
-            keys = getattr(layer, "d_k", None)
-            for example in range(ranks.shape[0]):
-                for head in range(ranks.shape[1]):
-                    rows.append({"mechanism": mech, "layer": c.layer, "example": example,
-                                 "head": head, "rank": int(ranks[example, head]),
-                                 "max_rank": int(min(real[example], keys or real[example])),
-                                 "d_k": keys if mech.startswith("flurka-") else None,
-                                 "m": getattr(layer, "num_features", None), "trained": own,
-                                 "seed": None})
+                uses_dk, uses_m = theory.uses(mech)
+                layer = with_projections(c.attention, mech, **theory.layer_options(
+                    d_k if uses_dk else None, m if uses_m else None))
+            rows += [{**row, "layer": c.layer, "trained": own, "seed": None}
+                     for row in theory.rank_rows(layer, c.x, c.mask, tol)]
     return rows

@@ -80,6 +80,12 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                      "mechanism": FIVE}),
         ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},
                      "mechanism": FIVE}),
+        # What bf16 buys a training step (the 6-layer model, mixed precision's reason to exist):
+        # the same points with float32 operands (TF32 GEMMs), the bf16 twin on the same card.
+        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "dtype": {"bfloat16"},
+                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "dtype": {"float32"},
+                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
     ],
 }
 
@@ -124,11 +130,12 @@ def shape_probes(repeats: int = 20) -> list[dict]:
 
 def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
     """(index in the sweep's full point list, point) of one block, in :data:`ORDER`. A block
-    whose ``align`` is {a} (``fused`` {True}) takes the points of ``points(sweep, align=a)``
-    (``fused=True``) that really run aligned (fused)."""
+    whose ``align`` is {a} (``fused`` {True}, ``dtype`` {t}) takes the points of
+    ``points(sweep, align=a)`` (``fused=True``, ``dtype=t``) that really run aligned (fused)."""
     align = max(where.get("align", {1}))
     fused = True in where.get("fused", {False})
-    chosen = [(i, p) for i, p in enumerate(points(sweep, align=align, fused=fused))
+    (dtype,) = where.get("dtype", {None})
+    chosen = [(i, p) for i, p in enumerate(points(sweep, align=align, fused=fused, dtype=dtype))
               if all(getattr(p, k) in v for k, v in where.items())]
     return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
 

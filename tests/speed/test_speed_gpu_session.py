@@ -33,6 +33,11 @@ def test_plans_name_real_points_in_priority_order():
     assert {p.align for _, p in aligned} == {128} and len(aligned) == 5
     fused = [p for block in g.PLANS["third"] if "fused" in block[1] for _, p in g.planned(*block)]
     assert fused and all(p.fused and p.mechanism in ("flurka-performer", "flurka-rnn") for p in fused)
+    by_dtype = {where["dtype"].copy().pop(): g.planned(sweep, where)
+                for sweep, where in g.PLANS["third"] if "dtype" in where}
+    assert {p.dtype for _, p in by_dtype["float32"]} == {"float32"}      # twins: same points,
+    assert [(i, p.mechanism) for i, p in by_dtype["float32"]] == \
+        [(i, p.mechanism) for i, p in by_dtype["bfloat16"]]              # the other dtype
 
 
 def test_theory_arguments_are_a_valid_plan():

@@ -108,13 +108,16 @@ def test_captured_inputs_apart_from_random_inputs_and_per_layer(real_rows, tmp_p
     engine.dispose()
     err, rank = sections.error_section(theory), sections.rank_section(theory)
     plots = [i for i in err.items if isinstance(i, sections.Plot)]
-    assert sorted(p.title for p in plots) == ["Approximation error (cpu)", "Approximation error (cpu, layer 0)",
-                                              "Approximation error (cpu, layer 1)"]
+    from_run = "inputs captured from listops-rnn (lra-listops-small, flurka-rnn, step 40)"
+    assert sorted(p.title for p in plots) == [f"Approximation error (cpu; {from_run}, layer 0)",
+                                              f"Approximation error (cpu; {from_run}, layer 1)",
+                                              "Approximation error (cpu; standard normal inputs, N 16)"]
     for p in plots:
         random = "layer" not in p.title
         assert ("inputs=standard normal" in p.caption) == random and (CAPTURED in p.caption) == (not random)
     tables = {i.title: i.df.reset_index() for i in err.items if isinstance(i, sections.Table)}
-    for title, factor in (("Approximation error (cpu)", 1), ("Approximation error (cpu, layer 1)", 2)):
+    for title, factor in (("Approximation error (cpu; standard normal inputs, N 16)", 1),
+                          (f"Approximation error (cpu; {from_run}, layer 1)", 2)):
         got = tables[title].set_index("mechanism").loc["linformer"]
         want = np.mean([r["rel_error"] for r in real_rows[0] if r["mechanism"] == "linformer"]) * factor
         assert got["rel_error"] == pytest.approx(want) and got["seeds"] == 2  # layers never pooled
@@ -125,7 +128,7 @@ def test_captured_inputs_apart_from_random_inputs_and_per_layer(real_rows, tmp_p
     plain = next(t for t in rank_tables if "layer" not in t.index.names)
     assert list(plain.index) == ["flurka-performer"] and plain.loc["flurka-performer", "heads"] == 2
     captured = next(i for i in rank.items if isinstance(i, sections.Plot) and CAPTURED in i.caption)
-    assert captured.title == "Rank per layer and head (cpu)" and "layer(s) 0, 1" in captured.caption
+    assert captured.title == f"Rank per layer and head (cpu; {from_run})" and "layer(s) 0, 1" in captured.caption
     labels = [t.get_text() for t in captured.fig.axes[0].get_xticklabels()]
     assert labels == ["L0H0", "L0H1", "L1H0", "L1H1"]
 

@@ -328,6 +328,13 @@ def _theory_caption(device: str, config: str, part: pd.DataFrame) -> str:
             f"Source: {', '.join(sorted(part['source'].unique()))}.")
 
 
+def _where(device: str, part: pd.DataFrame, layer: float | None = None) -> str:
+    """A theory title's parenthesis: device; inputs[, layer k]."""
+    inputs = part["inputs"].dropna().iloc[0] if part["inputs"].notna().any() else ""
+    where = "; ".join(w for w in (device, inputs) if w)
+    return where + (f", layer {int(layer)}" if layer is not None and layer == layer else "")
+
+
 def _layers(part: pd.DataFrame) -> list[int]:
     return sorted(int(v) for v in part["layer"].dropna().unique())
 
@@ -338,7 +345,7 @@ def error_section(theory: Theory) -> Section:
                       "projections; FLuRKA's bound is its kernel term plus its low-rank term. Captured "
                       "inputs of a trained model: one figure per layer.")
     for i, ((device, config, layer), part) in enumerate(_theory_groups(theory.errors, ("device", "config", "layer"))):
-        where = f"{device}, layer {int(layer)}" if layer == layer else device
+        where = _where(device, part, layer)
         caption = _theory_caption(device, config, part)
         if layer == layer:
             caption += f" Inputs captured at layer {int(layer)}."
@@ -366,7 +373,7 @@ def rank_section(theory: Theory) -> Section:
         if layers:
             caption += (f" Per layer (bars L<layer>H<head>, table rows per layer): inputs captured at layer(s) "
                         f"{', '.join(map(str, layers))}.")
-        title = f"Rank per {'layer and ' if layers else ''}head ({device})"
+        title = f"Rank per {'layer and ' if layers else ''}head ({_where(device, part)})"
         section.items.append(Plot(f"rank-{i}", title, caption, F.ranks(part)))
         agg = dict(heads=("rank", "size"), mean_rank=("rank", "mean"), min_rank=("rank", "min"), max_rank=("rank", "max"))
         if part["max_rank"].notna().any():
@@ -379,7 +386,8 @@ def rank_section(theory: Theory) -> Section:
             table = part.groupby("mechanism", sort=False).agg(**agg)
             table = table.reindex(F._ordered(table.index))
         table.attrs["floatfmt"] = ".4g"
-        section.items.append(Table(f"rank-{i}-table", f"Rank summary ({device})", caption, table))
+        section.items.append(Table(f"rank-{i}-table", f"Rank summary ({_where(device, part)})", caption,
+                                   table))
     if not section.items:
         section.missing = f"no data yet: run {THEORY}"
     return section

@@ -97,7 +97,8 @@ ERROR_REQUIRED = ("mechanism", "rel_error")
 RANK_REQUIRED = ("mechanism", "rank")
 ERROR_COLUMNS = ["mechanism", "d_k", "m", "seed", "layer", "rel_error", "inf_error", "kernel_term", "lowrank_term"]
 RANK_COLUMNS = ["mechanism", "seed", "example", "layer", "head", "rank", "max_rank", "d_k", "m", "trained"]
-TAGS = ["device", "config", "source", "run_key"]  # per theory run: device name, config caption, where from
+# Per theory run: device name, config caption, which inputs (for titles), where from.
+TAGS = ["device", "config", "inputs", "source", "run_key"]
 
 
 def theory_frame(rows: Sequence[dict], columns: Sequence[str]) -> pd.DataFrame:
@@ -111,11 +112,22 @@ def theory_frame(rows: Sequence[dict], columns: Sequence[str]) -> pd.DataFrame:
     return df
 
 
+def inputs_label(config: Any) -> str:
+    """What the mechanisms were fed, for a title: "standard normal inputs, N 2048" or "inputs
+    captured from <run>" ("" when the config does not say)."""
+    if not isinstance(config, dict) or not config.get("inputs"):
+        return ""
+    inputs = str(config["inputs"])
+    if inputs.startswith("captured: "):
+        return f"inputs captured from {inputs.removeprefix('captured: ')}"
+    return f"{inputs} inputs" + (f", N {config['seq_len']}" if config.get("seq_len") else "")
+
+
 def _tag(device: Any, config: Any, source: str, key: str | None) -> dict:
     device = (device.get("name") if isinstance(device, dict) else device) or "not recorded"
     config = config or {}
     return {"device": str(device), "config": describe(config, list(config)) if isinstance(config, dict) else str(config),
-            "source": source, "run_key": key}
+            "inputs": inputs_label(config), "source": source, "run_key": key}
 
 
 def _rows(path: str, kind: str, rows: Any, required: Sequence[str]) -> list[dict]:

@@ -25,6 +25,7 @@ from flax import nnx
 
 from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, make_attention
 from flurka.speed.configs import Point, points
+from flurka.speed.profile import brief
 from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
                                  write_json)
 
@@ -235,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--theory-s", type=float, default=0,
                         help="keep this many seconds of the budget for the theory run at the end "
                              "(theory.json; 0 = no theory run)")
+    parser.add_argument("--profile-steps", type=int, default=0,
+                        help="trace this many steps of every point after timing it: where the "
+                             "device time went, per XLA op and kind (the row's 'profile')")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: two tiny points")
     args = parser.parse_args(argv)
     start = time.monotonic()
@@ -269,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         t0 = time.monotonic()
         row = run_one(point, index=index, sweep=sweep, warmup=args.warmup,
-                      repeats=args.repeats, memory_budget_bytes=budget)
+                      repeats=args.repeats, memory_budget_bytes=budget,
+                      profile_steps=args.profile_steps)
         results.setdefault(sweep, []).append(row)
         write_json(document(sweep=sweep, results=results[sweep], ceilings=ceilings,
                             settings=settings, device=device, versions_=vers),
@@ -280,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
               f"d_model={point.d_model} d_k={point.d_k}: {row['status']} "
               + (f"{t * 1e3:.3f} ms, {row.get('ratio_to_floor', float('nan')):.2f}x floor "
                  f"({row.get('bound')}), compile {row.get('compile_s', 0):.1f}s"
-                 if t is not None else row.get("error", "")[:200]), flush=True)
+                 if t is not None else row.get("error", "")[:200])
+              + (f" [{brief(row['profile'])}]" if row.get("profile") else ""), flush=True)
     else:
         print(f"plan done in {time.monotonic() - start:.0f} s", flush=True)
     if args.theory_s and not args.tiny:

@@ -28,12 +28,13 @@ from flurka.speed.runner import document, write_json
 # into the next point (costs one JAX start-up per point).
 @ray.remote(num_gpus=1, max_calls=1)
 def _measure(point, index: int, sweep: str, warmup: int, repeats: int,
-             memory_budget_bytes: int | None, with_ceilings: bool) -> dict:
+             memory_budget_bytes: int | None, with_ceilings: bool, profile_steps: int = 0) -> dict:
     """One point on the task's device: its row, this device's ceilings, device and versions."""
     from flurka.speed import runner  # imported in the worker: JAX starts on its GPU
 
     row = runner.run_one(point, index=index, sweep=sweep, warmup=warmup, repeats=repeats,
-                         memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings)
+                         memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings,
+                         profile_steps=profile_steps)
     ceilings = runner.measured_ceilings(point.dtype) if with_ceilings else None
     return {"row": row, "ceilings": ceilings, "device": runner.device_info(),
             "versions": runner.versions()}
@@ -54,7 +55,8 @@ def run(args: argparse.Namespace, indices: list[int], points: list) -> dict:
     try:
         task = _measure.options(num_gpus=0 if args.cpu else 1, num_cpus=1)
         refs = [task.remote(p, i, args.sweep, args.warmup, args.repeats, budget,
-                            not args.no_ceilings) for i, p in zip(indices, points)]
+                            not args.no_ceilings, args.profile_steps)
+                for i, p in zip(indices, points)]
         outs = ray.get(refs)
     finally:
         if started:

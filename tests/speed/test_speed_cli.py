@@ -44,7 +44,8 @@ def test_points_selection_and_bad_input(tmp_path, capsys):
     assert len(rows) == 1 and rows[0]["mechanism"] == "rnn" and "floor_s" not in rows[0]
     for argv, message in ((["--mechanisms", "softmax"], "valid: full, flash"),
                           (["--points", "99"], "out of range"),
-                          (["--modes", "backward"], "valid: forward, train")):
+                          (["--modes", "backward"], "valid: forward, train"),
+                          (["--profile-steps", "-1"], "--profile-steps >= 0")):
         assert main(["--sweep", "tiny", "--out", str(out), *argv]) == 2
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and err.startswith("python -m flurka.speed: error: ")

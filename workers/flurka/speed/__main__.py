@@ -79,12 +79,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the matmul/bandwidth probes (no floor_s / ratio_to_floor)")
     parser.add_argument("--time-budget-min", type=float, default=None,
                         help="start no new point after this many minutes (the file stays whole)")
+    parser.add_argument("--profile-steps", type=int, default=0,
+                        help="after timing a point, trace this many steps and record where the "
+                             "device time went (per XLA op and kind: gemm, elementwise, ...)")
     parser.add_argument("--out", default="speed_results.json")
     parser.add_argument("--list", action="store_true", help="print the points and exit")
 
 
 def selected(args: argparse.Namespace):
     """(indices, points) after the filters and --points; ValueError on bad input."""
+    if args.repeats < 1 or args.warmup < 0 or args.profile_steps < 0:
+        raise ValueError("--repeats must be >= 1, --warmup and --profile-steps >= 0")
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
                  scopes=None if args.scope is None else [args.scope], dtype=args.dtype,
                  align=args.align, fused=args.fused)
@@ -93,14 +98,13 @@ def selected(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.repeats < 1 or args.warmup < 0:
-        raise ValueError("--repeats must be >= 1 and --warmup >= 0")
     indices, pts = selected(args)
     if args.list:
         for i, p in zip(indices, pts):
             print(i, p)
         return 0
-    from flurka.speed.runner import run_sweep  # imports JAX; --list stays instant
+    from flurka.speed.profile import brief  # imports JAX; --list stays instant
+    from flurka.speed.runner import run_sweep
 
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
     deadline = (None if args.time_budget_min is None
@@ -111,12 +115,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{row['index']}] {row['mechanism']:>16} {row['mode']:>7} {row['scope']:>5} "
               f"N={row['seq_len']} d_model={row['d_model']} d_k={row['d_k']}: {row['status']}"
               + (f" {t * 1e3:.3f} ms" if t is not None else f" {row.get('error', '')[:120]}")
-              + (f" ({row['ratio_to_floor']:.2f}x floor)" if row.get("ratio_to_floor") else ""),
-              flush=True)
+              + (f" ({row['ratio_to_floor']:.2f}x floor)" if row.get("ratio_to_floor") else "")
+              + (f" [{brief(row['profile'])}]" if row.get("profile") else ""), flush=True)
 
     doc = run_sweep(pts, indices, sweep=args.sweep, out=args.out, warmup=args.warmup,
                     repeats=args.repeats, memory_budget_bytes=budget,
-                    with_ceilings=not args.no_ceilings, progress=progress, deadline=deadline)
+                    with_ceilings=not args.no_ceilings, progress=progress, deadline=deadline,
+                    profile_steps=args.profile_steps)
     statuses = [r["status"] for r in doc["results"]]
     print(f"wrote {args.out}: {len(statuses)} points, "
           + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))

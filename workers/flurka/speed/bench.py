@@ -51,6 +51,7 @@ from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
 from flurka.attention.base import cast_floating
 from flurka.speed import ceilings as ceil
+from flurka.speed import profile
 from flurka.speed.configs import Point
 from flurka.speed.timing import failure, random_normal, time_fn
 
@@ -182,10 +183,14 @@ def _xla_counts(lowered, compiled) -> dict[str, Any]:
 
 
 def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: int = 2,
-              repeats: int = 10, memory_budget_bytes: int | None = None) -> dict[str, Any]:
+              repeats: int = 10, memory_budget_bytes: int | None = None,
+              profile_steps: int = 0) -> dict[str, Any]:
     """Measure one point. Never raises for a failed measurement: out-of-memory (XLA
     RESOURCE_EXHAUSTED, MemoryError, or XLA's compiled memory need above
-    ``memory_budget_bytes``) gives ``status="oom"``, any other failure ``status="error"``."""
+    ``memory_budget_bytes``) gives ``status="oom"``, any other failure ``status="error"``.
+    ``profile_steps``: after timing, trace that many steps of the same executable and add
+    where their time went (``profile``, :mod:`flurka.speed.profile`; a failed trace is
+    ``{"error": ...}``, never a lost timing)."""
     result: dict[str, Any] = {**point.as_dict(), "status": None}
     try:
         module = build(point)
@@ -220,6 +225,11 @@ def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: i
         timing = time_fn(compiled, args, warmup=warmup, repeats=repeats)
         timing.pop("compile_s")
         result.update(timing, status="ok")
+        if profile_steps:
+            try:
+                result["profile"] = profile.profile_compiled(compiled, args, steps=profile_steps)
+            except Exception as exc:  # noqa: BLE001 - the timing stands without its profile
+                result["profile"] = {"error": failure(exc)["error"]}
     except Exception as exc:  # noqa: BLE001 - OOM and errors are results
         result.update(failure(exc))
         if result["status"] == "oom":

@@ -94,11 +94,12 @@ def write_json(doc: dict[str, Any], path: str) -> None:
 
 
 def run_one(point: Point, *, index: int, sweep: str, warmup: int, repeats: int,
-            memory_budget_bytes: int | None = None, with_ceilings: bool = True) -> dict:
+            memory_budget_bytes: int | None = None, with_ceilings: bool = True,
+            profile_steps: int = 0) -> dict:
     """One result row (with ``index``, ``sweep`` and the device it ran on)."""
     ceilings = measured_ceilings(point.dtype) if with_ceilings else None
     row = run_point(point, ceilings, warmup=warmup, repeats=repeats,
-                    memory_budget_bytes=memory_budget_bytes)
+                    memory_budget_bytes=memory_budget_bytes, profile_steps=profile_steps)
     return {"index": index, "sweep": sweep, "device_name": device_info()["name"], **row}
 
 
@@ -106,7 +107,7 @@ def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, ou
               warmup: int = 2, repeats: int = 10, memory_budget_bytes: int | None = None,
               with_ceilings: bool = True,
               progress: Callable[[dict], None] | None = None,
-              deadline: float | None = None) -> dict[str, Any]:
+              deadline: float | None = None, profile_steps: int = 0) -> dict[str, Any]:
     """Time each point in this process; rewrite ``out`` after every point so an interrupted
     run keeps what it measured. ``deadline`` (a ``time.monotonic()`` value) stops before the
     next point once passed: a lease of fixed length ends with a complete file, not a kill."""
@@ -120,7 +121,8 @@ def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, ou
             settings["stopped_at_deadline"] = True
             break
         row = run_one(point, index=i, sweep=sweep, warmup=warmup, repeats=repeats,
-                      memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings)
+                      memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings,
+                      profile_steps=profile_steps)
         results.append(row)
         if progress is not None:
             progress(row)

@@ -35,7 +35,7 @@ def built(populated, tmp_path_factory):
 def test_every_table_in_markdown_latex_and_csv(built):
     csvs = sorted(p.stem for p in (built / "tables").glob("*.csv"))
     assert {"glue", "lra", "lra-small", "collective", "isoflops-nmt-wmt14-ende", "uptraining-nmt-wmt14-ende",
-            "error-0-table", "rank-0-table", "flops-0-summary"} <= set(csvs)
+            "error-0-table", "rank-0-table", "flops-0-summary", "flops-0-claims"} <= set(csvs)
     assert any(k.startswith("speedups-") for k in csvs) and any(k.startswith("speed-dk-") for k in csvs)
     for key in csvs:
         assert (built / "tables" / f"{key}.md").read_text().count("\n|") >= 2
@@ -75,6 +75,27 @@ def test_flop_model_speedups_against_the_speed_document(populated):
     assert row["predicted_speedup"].iloc[0] == pytest.approx(b["flops"] / f["flops"])
     assert row["measured_speedup"].iloc[0] == pytest.approx(b["median_s"] / f["median_s"])
     assert not ((pairs["mechanism"] == "flurka-eva") & (pairs["baseline"] == "performer")).any()
+
+
+def test_claims_against_their_regime_boundaries():
+    """The N-sweep's shape (d_m 2600, 8 heads: d_h 325, d_k 1500): claims 1 and 3 need
+    N > d_k(H+2) = 15000, claim 2 N − 1 > 1500. At N = 7050 flurka-rnn beats Linformer but not
+    rnn (as the H200 measured), at 55500 both; at 1400 (claim 2 not met) it beats neither."""
+    cfg = dict(device="gpu", mode="forward", scope="layer", dtype="bfloat16", batch=1, d_model=2600,
+               heads=8, d_k=1500, m=None, layers=None, ffn=None, align=1, fused=False)
+    measured = {(1400, "linformer"): 0.9, (1400, "rnn"): 0.7, (7050, "linformer"): 1.2,
+                (7050, "rnn"): 0.88, (55500, "linformer"): 1.6, (55500, "rnn"): 1.15}
+    pairs = pd.DataFrame([{**cfg, "N": n, "mechanism": "flurka-rnn", "baseline": base,
+                           "predicted_speedup": 1.3, "measured_speedup": v}
+                          for (n, base), v in measured.items()])
+    table = sections.claims_table(pairs).reset_index()
+    got = {(r["claim"][:7], r["condition"]): (r["points"], r["measured faster"], r["FLOP model: faster"],
+                                              r["N from"], r["N to"]) for _, r in table.iterrows()}
+    assert got == {("claim 1", "met"): (1, 1, 1, 55500, 55500), ("claim 1", "not met"): (2, 0, 2, 1400, 7050),
+                   ("claim 2", "met"): (2, 2, 2, 7050, 55500), ("claim 2", "not met"): (1, 0, 1, 1400, 1400),
+                   ("claim 3", "met"): (1, 1, 1, 55500, 55500), ("claim 3", "not met"): (2, 0, 2, 1400, 7050)}
+    assert sections.claims_table(pairs[pairs["baseline"] == "rnn"]).reset_index()["claim"].str[:7].tolist() \
+        == ["claim 3", "claim 3"]                      # without Linformer rows: only the kernel claim
 
 
 def test_empty_database_says_what_to_run(tmp_path):

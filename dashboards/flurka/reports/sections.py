@@ -278,6 +278,52 @@ def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
         columns=[*cfg, "mechanism", "baseline", "predicted_speedup", "measured_speedup"])
 
 
+# The paper's regime claims (flurka.attention.flops.claim1..3): (label, predicate, the baselines
+# FLuRKA must beat where the predicate holds).
+CLAIMS = (("claim 1: N > d_k(H+2) > d_m > d_k > d_h", "claim1", ("low-rank", "kernel")),
+          ("claim 2: N − 1 > d_k > d_h", "claim2", ("low-rank",)),
+          ("claim 3: N > d_k(H+2), d_m > d_k", "claim3", ("kernel",)))
+
+
+def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Each claim's regime boundary against measurement: per claim, variant, mode and scope, the
+    configurations where its condition holds and where it does not, and at how many of them
+    FLuRKA was measured (and the FLOP model predicts it) faster than every baseline the claim
+    names. A claim is a sufficient condition: only the "met" rows can refute it."""
+    from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
+
+    cfg = [c for c in SPEED_CONFIG if c in pairs]
+    rows = []
+    for variant, kernel in T.KERNEL_OF.items():
+        sides = {role: pairs[(pairs["mechanism"] == variant) & (pairs["baseline"] == base)]
+                 for role, base in (("low-rank", T.LOW_RANK), ("kernel", kernel))}
+        both = sides["low-rank"].merge(sides["kernel"], on=cfg, how="outer", suffixes=("_low-rank", "_kernel"))
+        for _, r in both[both["d_k"].notna()].iterrows():
+            N, d_m, d_k, H = r["N"], r["d_model"], r["d_k"], r["heads"]
+            met = {"claim1": flop_model.claim1(N, d_m, d_k, d_m // H, H), "claim2": flop_model.claim2(N, d_k, d_m // H),
+                   "claim3": flop_model.claim3(N, d_m, d_k, H)}
+            for label, name, roles in CLAIMS:
+                measured = [r.get(f"measured_speedup_{role}") for role in roles]
+                if any(v is None or v != v for v in measured):
+                    continue
+                predicted = [r[f"predicted_speedup_{role}"] for role in roles]
+                rows.append({"claim": label, "mechanism": variant, "mode": r["mode"], "scope": r["scope"],
+                             "condition": "met" if met[name] else "not met", "N": N,
+                             "faster": all(v > 1 for v in measured), "predicted": all(v > 1 for v in predicted)})
+    if not rows:
+        return pd.DataFrame()
+    order = {v: i for i, v in enumerate([c[0] for c in CLAIMS] + list(T.KERNEL_OF) + ["met", "not met"])}
+    table = (pd.DataFrame(rows).sort_values(["claim", "mechanism", "mode", "scope", "condition"],
+                                            key=lambda col: col.map(lambda v: order.get(v, v)))
+             .groupby(["claim", "mechanism", "mode", "scope", "condition"], sort=False)
+             .agg(points=("faster", "size"), N_min=("N", "min"), N_max=("N", "max"),
+                  measured_faster=("faster", "sum"), FLOP_model_faster=("predicted", "sum")))
+    table = table.rename(columns={"N_min": "N from", "N_max": "N to", "measured_faster": "measured faster",
+                                  "FLOP_model_faster": "FLOP model: faster"})
+    table.attrs["floatfmt"] = ".0f"
+    return table
+
+
 def flops_section(rows: pd.DataFrame) -> Section:
     section = Section("flops", "FLOP model vs measured",
                       "Does the FLOP model (flurka.attention.flops, stored with each measurement) predict "
@@ -305,6 +351,15 @@ def flops_section(rows: pd.DataFrame) -> Section:
             summary.attrs["floatfmt"] = ".3g"
             section.items.append(Table(f"flops-{i}-summary", f"Predicted vs measured speedups ({device})",
                                        caption + " Agree: both say the same side is faster.", summary))
+            claims = claims_table(p)
+            if not claims.empty:
+                section.items.append(Table(
+                    f"flops-{i}-claims", f"The paper's regime claims vs measured ({device})",
+                    caption + " Per claim: configurations where its condition is met (where it predicts "
+                    "FLuRKA faster than the baselines it names: low-rank, kernel or both) and where it is "
+                    "not, and at how many FLuRKA was measured faster than all of them (and the FLOP "
+                    "model says so). A claim is refuted only by a met row with fewer measured than points.",
+                    claims))
     if not section.items:
         section.missing = f"no data yet: run python -m flurka.speed --sweep n-sweep --out FILE.json, {INGEST}"
     return section

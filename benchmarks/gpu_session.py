@@ -14,6 +14,7 @@ run on the host CPU in float32 (true float32 matmuls, not TF32; and cuDNN flash 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -24,10 +25,12 @@ import numpy as np
 from flax import nnx
 
 from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, make_attention
+from flurka.attention.fused import Tiling, use_tiling
 from flurka.speed.configs import Point, points
 from flurka.speed.profile import brief
 from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
                                  write_json)
+from flurka.speed.tuning import tune_fused
 
 # Within a block: the paper's subjects first, the quadratic baselines (slow, memory-hungry) last.
 ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flurka-eva", "eva",
@@ -239,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-steps", type=int, default=0,
                         help="trace this many steps of every point after timing it: where the "
                              "device time went, per XLA op and kind (the row's 'profile')")
+    parser.add_argument("--tune-fused", action="store_true",
+                        help="before the plan, time a grid of launch shapes of the fused kernels "
+                             "at the flash comparison's size and build the plan's fused layers "
+                             "with the fastest (fused_tuning.json)")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: two tiny points")
     args = parser.parse_args(argv)
     start = time.monotonic()
@@ -256,6 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     write_json({"device": device, "versions": vers, "check": check, "shape_probes": probes},
                os.path.join(args.out, "check.json"))
 
+    tiling = Tiling()
+    if args.tune_fused:
+        t0 = time.monotonic()
+        tuning = tune_fused(**(TINY_TUNING if args.tiny else {}))
+        tiling = Tiling(**tuning["best"])
+        write_json({"device": device, "versions": vers, **tuning},
+                   os.path.join(args.out, "fused_tuning.json"))
+        print(f"fused tiling in {time.monotonic() - t0:.0f} s: {tiling}", flush=True)
+
     plan = ([("tiny", {"mechanism": {"rnn", "flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"}})]
             if args.tiny else PLANS[args.plan])
     ceilings = {"bfloat16" if not args.tiny else "float32":
@@ -264,9 +280,20 @@ def main(argv: list[str] | None = None) -> int:
                        for d, c in ceilings.items()}, flush=True)
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
     settings = {"warmup": args.warmup, "repeats": args.repeats, "memory_budget_bytes": budget,
-                "runner": "local", "driver": "benchmarks/gpu_session.py"}
-    results: dict[str, list[dict]] = {}
+                "runner": "local", "driver": "benchmarks/gpu_session.py",
+                "fused_tiling": dataclasses.asdict(tiling)}
     steps = [(sweep, index, point) for sweep, where in plan for index, point in planned(sweep, where)]
+    with use_tiling(tiling):  # the fused layers the plan builds take it
+        run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers)
+    if args.theory_s and not args.tiny:
+        theory(os.path.join(args.out, "theory.json"))
+    return 0
+
+
+def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers) -> None:
+    """Time the plan's points in order until the deadline, each sweep's JSON rewritten after
+    every point."""
+    results: dict[str, list[dict]] = {}
     for sweep, index, point in steps:
         if time.monotonic() > deadline - args.theory_s:
             print(f"budget spent after {time.monotonic() - start:.0f} s; stopping", flush=True)
@@ -289,9 +316,12 @@ def main(argv: list[str] | None = None) -> int:
               + (f" [{brief(row['profile'])}]" if row.get("profile") else ""), flush=True)
     else:
         print(f"plan done in {time.monotonic() - start:.0f} s", flush=True)
-    if args.theory_s and not args.tiny:
-        theory(os.path.join(args.out, "theory.json"))
-    return 0
+
+
+# --tune-fused --tiny: a CPU-sized grid (Pallas's interpreter), to dry-run the path.
+TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dtype=jnp.float32,
+                   forward_grid=[(16, None), (32, None)], backward_grid=[(16, 32, None)],
+                   warmup=0, repeats=1)
 
 
 # Theorem 1's approximation errors and Fig. 1's ranks at sizes a GPU makes cheap: N = 2048,

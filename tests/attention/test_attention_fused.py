@@ -19,7 +19,7 @@ from flax import nnx
 
 from flurka.attention import make_attention
 from flurka.attention.feature_maps import elu_features, favor_features, gaussian_orthogonal_matrix, key_side
-from flurka.attention.fused import fused_query_side, reference_query_side
+from flurka.attention.fused import Tiling, fused_query_side, reference_query_side, use_tiling
 from flurka.attention.performer import favor_attention
 from flurka.attention.rnn import elu_attention
 
@@ -131,8 +131,8 @@ def test_fused_backward_over_several_programs_matches_the_xla_vjp(feature, rng_s
         k_feat = elu_features(k, head_dim=head_dim)
     kv, k_sum = key_side(k_feat, v)
     sizes = dict(feature=feature, head_dim=head_dim, num_features=m)
-    fused = functools.partial(fused_query_side, omega=omega, block_n=16, bwd_block_n=16,
-                              bwd_rows=32, **sizes)
+    fused = functools.partial(fused_query_side, omega=omega, **sizes,
+                              tiling=Tiling(block_n=16, bwd_block_n=16, bwd_rows=32))
     reference = functools.partial(reference_query_side, omega=omega, **sizes)
     cot = jnp.asarray(np.random.default_rng(rng_seed).standard_normal(q.shape), jnp.float32)
     for dtype in (jnp.float32, jnp.bfloat16):
@@ -177,3 +177,66 @@ def test_fused_layer_lowers_to_a_triton_kernel_for_the_gpu(mechanism):
     lowered = jax.jit(jax.grad(loss)).trace(state, x).lower(lowering_platforms=("cuda",))
     calls = re.findall(r"custom_call @([\w$.]+)", lowered.as_text())
     assert calls.count("__gpu$xla.gpu.triton") == 2, calls
+
+
+def _triton_launches(lowered_text: str) -> list[tuple[int, int, int]]:
+    """(grid_z, num_warps, num_stages) of every Triton custom call in a lowered module."""
+    calls = re.findall(r"__gpu\$xla\.gpu\.triton.*?grid_z = (\d+).*?num_stages = (\d+).*?num_warps = (\d+)",
+                       lowered_text, flags=re.S)
+    return [(int(z), int(w), int(s)) for z, s, w in calls]
+
+
+def test_tiling_is_the_layers_and_shapes_its_launch():
+    """A layer takes the tiling current at its construction (or the one it is given) and keeps
+    it: its lowered kernels' grids, warps and stages follow it, and a layer built afterwards
+    with another tiling is not served the first one's trace."""
+    def lowered(**kw):
+        layer = nnx.eval_shape(lambda: make_attention(
+            "flurka-rnn", d_model=512, num_heads=4, max_len=1024, d_k=128, dtype=jnp.bfloat16,
+            rngs=nnx.Rngs(0), **kw))
+        graphdef, state = nnx.split(layer)
+
+        def loss(s, x):
+            return jnp.sum(nnx.merge(graphdef, s)(x).astype(jnp.float32) ** 2)
+        x = jax.ShapeDtypeStruct((1, 1024, 512), jnp.bfloat16)
+        return layer.fused, jax.jit(jax.grad(loss)).trace(state, x).lower(
+            lowering_platforms=("cuda",)).as_text()
+
+    tuned = Tiling(block_n=64, num_warps=4, bwd_block_n=32, bwd_rows=256, bwd_num_warps=2,
+                   num_stages=3)
+    with use_tiling(tuned):
+        kept, text = lowered(fused=True)
+    assert kept == tuned
+    assert _triton_launches(text) == [(1024 // 64, 4, 3), (1024 // 256, 2, 3)]   # forward, backward
+    kept, text = lowered(fused=True)                                              # the default again
+    assert kept == Tiling() and _triton_launches(text) == [(1024 // 128, 8, 2), (1, 8, 2)]
+    kept, text = lowered(fused=Tiling(block_n=256))
+    assert _triton_launches(text)[0] == (1024 // 256, 8, 2)
+    assert lowered()[0] is None                                                   # the XLA path
+
+
+@pytest.mark.parametrize("mechanism", ["flurka-performer", "flurka-rnn"])
+def test_every_tiling_computes_the_same_function(mechanism, rng_seed):
+    """Launch shape never changes the result: one program per row block or several, one backward
+    program or many (Pallas's interpreter; N = 20 padded to 32)."""
+    x, mask = inputs(rng_seed)
+
+    def run(tiling):
+        layer = build(mechanism, 5, align=16, fused=tiling)
+        out, grads = nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(x, mask)) * mask[..., None]))(layer)
+        return np.asarray(out), [np.asarray(g) for g in jax.tree.leaves(grads)]
+
+    (a, ga), (b, gb) = (run(Tiling(block_n=n, bwd_block_n=16, bwd_rows=r)) for n, r in ((16, 16), (32, 32)))
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * abs(a).max())
+    for x1, x2 in zip(ga, gb):
+        np.testing.assert_allclose(x1, x2, rtol=0, atol=1e-6 * abs(x2).max())
+
+
+def test_tiling_rejects_untileable_launches():
+    for kw, message in (({"block_n": 96}, "block_n must be a power of two >= 16"),
+                        ({"bwd_block_n": 8}, "bwd_block_n must be a power of two >= 16"),
+                        ({"bwd_rows": 16, "bwd_block_n": 32}, "bwd_rows .16. must be >= bwd_block_n"),
+                        ({"num_warps": 3}, "num_warps must be None or 1, 2, 4, 8, 16"),
+                        ({"num_stages": 0}, "num_stages must be an int >= 1")):
+        with pytest.raises(ValueError, match=message):
+            Tiling(**kw)

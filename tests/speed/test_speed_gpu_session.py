@@ -55,7 +55,7 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
     g = _driver()
     assert g.main(["--out", str(tmp_path), "--tiny", "--check", "rnn,flash", "--budget-s", "600",
                    "--repeats", "1", "--warmup", "0", "--check-align", "128", "--check-fused",
-                   "--profile-steps", "1"]) == 0
+                   "--profile-steps", "1", "--tune-fused"]) == 0
     check = json.loads((tmp_path / "check.json").read_text())["check"]
     # CPU vs CPU: the same layer, so exactly equal; flash bf16 within bf16 rounding of full f32;
     # the aligned layer (other shapes, same function) within float32 rounding of the plain one.
@@ -80,6 +80,12 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
     assert [r["mechanism"] for r in tiny["results"]] == ["flurka-rnn", "rnn"]  # ORDER: FLuRKA first
     assert all(r["status"] == "ok" and r["ratio_to_floor"] > 0 for r in tiny["results"])
     assert all(r["profile"]["steps"] == 1 and r["profile"]["by_kind"] for r in tiny["results"])
+    tuning = json.loads((tmp_path / "fused_tuning.json").read_text())   # --tune-fused
+    ran = [r for r in tuning["rows"] if r["status"] == "ok"]
+    assert [r["stage"] for r in ran] == ["forward"] * 3 + ["gradient"] * 2 and tuning["device"]
+    best = min((r for r in ran if r["stage"] == "gradient"), key=lambda r: r["total_s"])
+    assert tuning["best"] == best["tiling"] == tiny["settings"]["fused_tiling"]
+    assert set(best["median_s"]) == {"favor", "elu"}
 
 
 def test_run_sweep_stops_at_the_deadline(tmp_path):

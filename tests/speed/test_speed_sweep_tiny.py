@@ -75,13 +75,15 @@ def test_fused_points_run_and_match_sizes():
     it; at the tiny sizes it needs align=16 to tile (d_h 8 → 16, m 8 → 16), and without it the
     point is an error result saying why, not a crash."""
     from flurka.attention import FUSABLE
+    from flurka.attention.fused import Tiling, use_tiling
     pts = configs.points("tiny", scopes=["layer"], modes=["forward", "train"], align=16, fused=True)
     assert {p.mechanism for p in pts if p.fused} == set(FUSABLE)
     chosen = [i for i, p in enumerate(pts) if p.mechanism == "flurka-rnn"]
-    rows = run_sweep([pts[i] for i in chosen], chosen, sweep="tiny", out=None, warmup=0,
-                     repeats=1)["results"]
-    assert [(r["mode"], r["status"], r["fused"]) for r in rows] == [
-        ("forward", "ok", True), ("train", "ok", True)]
+    with use_tiling(Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)):   # recorded in each row
+        rows = run_sweep([pts[i] for i in chosen], chosen, sweep="tiny", out=None, warmup=0,
+                         repeats=1)["results"]
+    assert [(r["mode"], r["status"], r["fused"], r["tiling"]["block_n"], r["tiling"]["bwd_rows"])
+            for r in rows] == [("forward", "ok", True, 16, 32), ("train", "ok", True, 16, 32)]
     unaligned = [p for p in configs.points("tiny", scopes=["layer"], modes=["forward"], fused=True)
                  if p.mechanism == "rnn"]
     row = run_sweep(unaligned, [0], sweep="tiny", out=None, warmup=0, repeats=1)["results"][0]

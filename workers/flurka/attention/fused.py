@@ -15,7 +15,7 @@ The backward is a second kernel (flash attention's recipe: keep the output, reco
 per block of query rows it recomputes φ(q) and the denominator, and with
 δ = Σ_d g·out it forms ∂num = g / D, ∂den = −δ / D, ∂φ = ∂num·KVᵀ + ∂den·Σφ(K)ᵀ, then
 dq through the feature map, and accumulates φᵀ·∂num (→ dKV) and φᵀ·∂den (→ dΣφ(K)) over its
-``BWD_ROWS`` rows; XLA sums those per-program partials. So training never materialises [N, f]
+``bwd_rows`` rows; XLA sums those per-program partials. So training never materialises [N, f]
 either. ω is a fixed random draw (never trained): the fused query side treats it as a constant.
 
 Pallas's Triton backend on GPU; elsewhere (CPU tests) Pallas's interpreter runs the same kernel.
@@ -27,6 +27,8 @@ d_h = m = 325 does not (aligned execution is its fix).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 
 import jax
@@ -40,9 +42,65 @@ from flurka.attention.feature_maps import (
 
 Array = jax.Array
 FEATURES = ("favor", "elu")
-BLOCK_N = 128     # query rows per forward program
-BWD_BLOCK_N = 64  # backward step: smaller, as its [rows, f] tiles are three (φ, ∂φ, slope), not one
-BWD_ROWS = 1024   # query rows per backward program: fewer, larger programs, fewer partials to sum
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """How the two kernels are launched — the knobs a GPU tunes (``benchmarks/gpu_session.py
+    --tune-fused``), none of which changes the result. Rows are powers of two ≥ 16 (Triton's dots);
+    warps None: 8 once a [rows, 128] float32 tile is live (Triton flash attention's choice at head
+    dim 128), else 4."""
+
+    block_n: int = 128      # query rows per forward program
+    num_warps: int | None = None
+    bwd_block_n: int = 64   # backward step: smaller, its [rows, f] tiles are three (φ, ∂φ, slope)
+    bwd_rows: int = 1024    # query rows per backward program: fewer programs, fewer partials
+    bwd_num_warps: int | None = None
+    num_stages: int = 2
+
+    def __post_init__(self):
+        for name in ("block_n", "bwd_block_n", "bwd_rows"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 16 or value & (value - 1):
+                raise ValueError(f"Tiling.{name} must be a power of two >= 16, got {value!r}")
+        if self.bwd_rows < self.bwd_block_n:
+            raise ValueError(f"Tiling.bwd_rows ({self.bwd_rows}) must be >= bwd_block_n "
+                             f"({self.bwd_block_n})")
+        for name in ("num_warps", "bwd_num_warps"):
+            if getattr(self, name) not in (None, 1, 2, 4, 8, 16):
+                raise ValueError(f"Tiling.{name} must be None or 1, 2, 4, 8, 16, "
+                                 f"got {getattr(self, name)!r}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"Tiling.num_stages must be an int >= 1, got {self.num_stages!r}")
+
+
+_TILINGS = [Tiling()]
+
+
+@contextlib.contextmanager
+def use_tiling(tiling: Tiling):
+    """Launch the fused kernels traced inside this block with ``tiling`` (read when a function is
+    traced: a jitted function already traced keeps the tiling it was traced with)."""
+    _TILINGS.append(tiling)
+    try:
+        yield tiling
+    finally:
+        _TILINGS.pop()
+
+
+def current_tiling() -> Tiling:
+    return _TILINGS[-1]
+
+
+def layer_tiling(mechanism: str, fused: bool | Tiling, head_dim: int,
+                 num_features: int | None = None) -> Tiling | None:
+    """A layer's ``fused`` option, resolved at construction: None (the XLA path), the given
+    :class:`Tiling`, or for ``True`` the one :func:`use_tiling` sets now. The layer keeps it as a
+    static attribute, so a jitted step traced for one tiling is never reused for another."""
+    if not fused:
+        return None
+    check_fusable(mechanism, head_dim, num_features)
+    return fused if isinstance(fused, Tiling) else current_tiling()
 
 
 def check_fusable(mechanism: str, head_dim: int, num_features: int | None = None) -> None:
@@ -105,7 +163,7 @@ def _kernel(*refs, feature, head_dim, num_features, denominator):
 
 
 def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n):
-    """One program: ``BWD_ROWS`` query rows in steps of ``block_n``; writes their dq and its
+    """One program: ``bwd_rows`` query rows in steps of ``block_n``; writes their dq and its
     partial dKV [f, d] and dΣφ(K) [1, f]."""
     q_ref, omega_t_ref, kv_ref, k_sum_ref, out_ref, g_ref, dq_ref, dkv_ref, dk_sum_ref = \
         _split_refs(refs, feature)
@@ -146,10 +204,9 @@ def _denominator(feature):
     return favor_denominator if feature == "favor" else rnn_denominator
 
 
-def _compiler_params(d, f):
-    # 8 warps once a [rows, 128] float32 tile is live (Triton flash attention's choice at head
-    # dim 128), else 4 — a starting point to tune on the card, not a measured optimum
-    return plgpu.CompilerParams(num_warps=8 if max(d, f) >= 128 else 4, num_stages=2)
+def _compiler_params(d, f, num_warps, num_stages):
+    return plgpu.CompilerParams(num_warps=num_warps or (8 if max(d, f) >= 128 else 4),
+                                num_stages=num_stages)
 
 
 def _head_operands(q, kv, k_sum, omega, feature):
@@ -169,9 +226,10 @@ def _row_spec(rows, d):
     return pl.BlockSpec((pl.squeezed, rows, pl.squeezed, d), lambda i, j, k: (i, k, j, 0))
 
 
-def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, block_n, *,
+def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, *,
                        interpret):
     b, n, h, d = q.shape
+    block_n = tiling.block_n
     n_pad = round_up(n, block_n)
     operands, specs = _head_operands(q, kv, k_sum, omega, feature)
     out = pl.pallas_call(
@@ -179,17 +237,19 @@ def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, blo
                           denominator=_denominator(feature)),
         out_shape=jax.ShapeDtypeStruct((b, n_pad, h, d), F32),
         grid=(b, h, n_pad // block_n), in_specs=[_row_spec(block_n, d), *specs],
-        out_specs=_row_spec(block_n, d), compiler_params=_compiler_params(d, kv.shape[2]),
+        out_specs=_row_spec(block_n, d),
+        compiler_params=_compiler_params(d, kv.shape[2], tiling.num_warps, tiling.num_stages),
         interpret=interpret, name=f"flurka_{feature}_query_side")(pad_to(q, n_pad), *operands)
     return out[:, :n]
 
 
 def _pallas_query_side_bwd(q, kv, k_sum, omega, out, g, feature, head_dim, num_features,
-                           block_n, bwd_rows, *, interpret):
+                           tiling, *, interpret):
     """(dq, dKV, dΣφ(K)) of the query side, given its output ``out`` and cotangent ``g``."""
     b, n, h, d = q.shape
     f = kv.shape[2]
-    rows = min(bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
+    block_n = tiling.bwd_block_n
+    rows = min(tiling.bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
     n_pad = round_up(n, rows)
     chunks = n_pad // rows
     operands, specs = _head_operands(q, kv, k_sum, omega, feature)
@@ -205,7 +265,8 @@ def _pallas_query_side_bwd(q, kv, k_sum, omega, out, g, feature, head_dim, num_f
                    jax.ShapeDtypeStruct((b, h, chunks, 1, f), F32)),
         grid=(b, h, chunks), in_specs=[row, *specs, row, row],
         out_specs=(row, partial_spec(f, d), partial_spec(1, f)),
-        compiler_params=_compiler_params(d, f), interpret=interpret,
+        compiler_params=_compiler_params(d, f, tiling.bwd_num_warps, tiling.num_stages),
+        interpret=interpret,
         name=f"flurka_{feature}_query_side_bwd")(
             pad_to(q, n_pad), *operands, pad_to(out, n_pad), pad_to(g.astype(F32), n_pad))
     return dq[:, :n], dkv.sum(axis=2), dk_sum.sum(axis=(2, 3))
@@ -221,27 +282,23 @@ def _on_gpu_or_interpreted(call, interpret):
                                       default=lambda: call(interpret=True))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9, 10))
-def _fused(q, kv, k_sum, omega, feature, head_dim, num_features, block_n, bwd_block_n, bwd_rows,
-           interpret):
-    return _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, block_n, bwd_block_n,
-                      bwd_rows, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
+def _fused(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, interpret):
+    return _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, interpret)[0]
 
 
-def _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, block_n, bwd_block_n,
-               bwd_rows, interpret):
+def _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, interpret):
     out = _on_gpu_or_interpreted(functools.partial(
-        _pallas_query_side, q, kv, k_sum, omega, feature, head_dim, num_features, block_n),
+        _pallas_query_side, q, kv, k_sum, omega, feature, head_dim, num_features, tiling),
         interpret)
     return out, (q, kv, k_sum, omega, out)
 
 
-def _fused_bwd(feature, head_dim, num_features, block_n, bwd_block_n, bwd_rows, interpret,
-               saved, g):
+def _fused_bwd(feature, head_dim, num_features, tiling, interpret, saved, g):
     q, kv, k_sum, omega, out = saved
     dq, dkv, dk_sum = _on_gpu_or_interpreted(functools.partial(
         _pallas_query_side_bwd, q, kv, k_sum, omega, out, g, feature, head_dim, num_features,
-        bwd_block_n, bwd_rows), interpret)
+        tiling), interpret)
     return dq, dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega)
 
 
@@ -250,20 +307,18 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = None, *,
                      feature: str, head_dim: int, num_features: int | None = None,
-                     interpret: bool = False, block_n: int = BLOCK_N,
-                     bwd_block_n: int = BWD_BLOCK_N, bwd_rows: int = BWD_ROWS) -> Array:
+                     interpret: bool = False, tiling: Tiling | None = None) -> Array:
     """φ(q)·KV / denominator(φ(q)·Σφ(K)) in one kernel; float32 [b, n, h, d]; differentiable in
     q, kv and k_sum by the backward kernel (ω is held constant).
 
     q [b, n, h, d] (compute dtype; d may be zero-padded past ``head_dim``); kv [b, h, f, d] and
     k_sum [b, h, f] from the key side; omega [f, d] for ``feature="favor"`` (rows past
     ``num_features`` zero). Off the GPU (or with ``interpret=True``) Pallas's interpreter runs
-    the kernels. ``block_n``/``bwd_block_n``/``bwd_rows``: query rows per forward program, per
-    backward step and per backward program (powers of two; ≥ 16 for Triton's dots).
+    the kernels. ``tiling``: their launch shape (default: :func:`current_tiling`).
     """
     if feature not in FEATURES:
         raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
     if omega is None:
         omega = jnp.zeros((0,), q.dtype)  # unused by the elu kernels; a leaf for the custom VJP
     return _fused(q, kv, k_sum, jax.lax.stop_gradient(omega), feature, head_dim, num_features,
-                  block_n, bwd_block_n, bwd_rows, interpret)
+                  tiling or current_tiling(), interpret)

@@ -26,22 +26,24 @@ from flurka.attention.base import (
     AttentionLayer, RandomFeatures, check_positive_int, pad_to, round_up, zero_padding)
 from flurka.attention.feature_maps import (
     favor_denominator, favor_features, gaussian_orthogonal_matrix, key_side, query_side)
-from flurka.attention.fused import check_fusable, fused_query_side
+from flurka.attention.fused import Tiling, fused_query_side, layer_tiling
 
 DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
 
 
 def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=None, fused=False):
     """FAVOR+ on projected heads; float32 [b, n, h, d_h]. ``head_dim``/``num_features``: the true
-    sizes when the head dim and ω are zero-padded (aligned layers); ``fused``: the query side as
-    one Pallas kernel (:mod:`flurka.attention.fused`)."""
+    sizes when the head dim and ω are zero-padded (aligned layers); ``fused`` (a
+    :class:`~flurka.attention.fused.Tiling`, or True for the current one): the query side as one
+    Pallas kernel (:mod:`flurka.attention.fused`)."""
     k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
     sizes = dict(head_dim=head_dim, num_features=num_features)
     kv, k_sum = key_side(favor_features(k, omega, is_query=False, mask=key_mask, **sizes), v)
     if fused:
         return fused_query_side(q, kv, k_sum, omega, feature="favor",
                                 head_dim=head_dim or q.shape[-1],
-                                num_features=num_features or omega.shape[0])
+                                num_features=num_features or omega.shape[0],
+                                tiling=fused if isinstance(fused, Tiling) else None)
     return query_side(favor_features(q, omega, is_query=True, **sizes), kv, k_sum,
                       favor_denominator, v.dtype)
 
@@ -65,15 +67,13 @@ class PerformerAttention(RandomFeatureMixin, AttentionLayer):
     mechanism = "performer"
 
     def __init__(self, *, num_features: int = DEFAULT_NUM_FEATURES, orthogonal: bool = True,
-                 redraw: bool = False, fused: bool = False, **kwargs):
+                 redraw: bool = False, fused: bool | Tiling = False, **kwargs):
         super().__init__(**kwargs)
         self.num_features = check_positive_int("num_features", num_features)
         self.orthogonal = bool(orthogonal)
         self.redraw = bool(redraw)
-        self.fused = bool(fused)
-        if self.fused:
-            check_fusable(self.mechanism, self.padded_head_dim,
-                          round_up(self.num_features, self.align))
+        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim,
+                                  round_up(self.num_features, self.align))
         self.features = RandomFeatures(self.draw_features(kwargs["rngs"].params()))
 
     def draw_features(self, key: jax.Array) -> jax.Array:

@@ -18,17 +18,19 @@ from __future__ import annotations
 
 from flurka.attention.base import AttentionLayer, zero_padding
 from flurka.attention.feature_maps import elu_features, key_side, query_side, rnn_denominator
-from flurka.attention.fused import check_fusable, fused_query_side
+from flurka.attention.fused import Tiling, fused_query_side, layer_tiling
 
 
 def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
     """Linear attention with φ = elu+1 on projected heads; float32 [b, n, h, d_h]. ``head_dim``:
     the true d_h when the last axis is zero-padded (those features, elu(0)+1 = 1, are zeroed);
-    ``fused``: the query side as one Pallas kernel (:mod:`flurka.attention.fused`)."""
+    ``fused`` (a :class:`~flurka.attention.fused.Tiling`, or True for the current one): the query
+    side as one Pallas kernel (:mod:`flurka.attention.fused`)."""
     k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
     kv, k_sum = key_side(elu_features(k, key_mask, head_dim=head_dim), v)
     if fused:
-        return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1])
+        return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1],
+                                tiling=fused if isinstance(fused, Tiling) else None)
     return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, v.dtype)
 
 
@@ -37,11 +39,9 @@ class RNNAttention(AttentionLayer):
 
     mechanism = "rnn"
 
-    def __init__(self, *, fused: bool = False, **kwargs):
+    def __init__(self, *, fused: bool | Tiling = False, **kwargs):
         super().__init__(**kwargs)
-        self.fused = bool(fused)
-        if self.fused:
-            check_fusable(self.mechanism, self.padded_head_dim)
+        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
 
     def core(self, q, k, v, key_mask, rng):
         return elu_attention(q, k, v, key_mask, head_dim=self.head_dim, fused=self.fused)

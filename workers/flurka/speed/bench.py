@@ -38,6 +38,7 @@ elementwise work is omitted, < 1%); train is 3 × forward (``training_flops``' c
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import time
 from typing import Any
@@ -200,6 +201,8 @@ def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: i
         result["d_k_used"] = getattr(layer, "d_k", None)
         if hasattr(layer, "implementation"):
             result["implementation"] = layer.implementation
+        if getattr(layer, "fused", None):
+            result["tiling"] = dataclasses.asdict(layer.fused)
         try:
             result["flops"] = model_flops(point, layer)
         except (NotImplementedError, ValueError) as exc:  # FLOP model lacks this case

@@ -1,0 +1,111 @@
+"""Tune the fused query-side kernels' launch shape (:class:`flurka.attention.fused.Tiling`) on the
+device at hand, before the kernels are timed against XLA.
+
+Rows per program, warps and stages do not change what the kernels compute (tested), only how
+fast they run — and the defaults are Triton flash attention's choices at head dim 128, not
+measurements. So a GPU session first times a small grid at the size it will measure (appendix C:
+N = 52.5k, 4 heads, d_h = m = 128, bf16): forward candidates on the forward kernel, then backward
+candidates (with the best forward) on a gradient step; the best by total time over both feature
+maps (FAVOR+, elu+1) is what the session's fused layers are built with (``use_tiling``). A
+candidate that fails to compile (e.g. shared memory) is a row with its error, not a crash.
+JAX alone, like the rest of :mod:`flurka.speed`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from flurka.attention.feature_maps import (
+    elu_features, favor_features, gaussian_orthogonal_matrix, key_side)
+from flurka.attention.fused import FEATURES, Tiling, fused_query_side
+from flurka.speed.timing import guarded, random_normal, time_fn
+
+# (block_n, num_warps) and (bwd_block_n, bwd_rows, bwd_num_warps) to try on a GPU.
+FORWARD_GRID = tuple((n, w) for n in (64, 128, 256) for w in (4, 8))
+BACKWARD_GRID = tuple((n, r, w) for n in (32, 64) for r in (1024, 4096) for w in (4, 8))
+
+
+def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_dim: int,
+                  num_features: int, d_k: int, dtype: Any) -> tuple[tuple, dict]:
+    """(q, kv, k_sum, ω) as a FLuRKA layer hands them to the query side (the key side from
+    ``d_k`` random compressed keys), and the kernel's static options."""
+    kq, kk, kv_, ko = jax.random.split(jax.random.key(0), 4)
+    q = random_normal(kq, (batch, seq_len, heads, head_dim), dtype)
+    k = random_normal(kk, (batch, d_k, heads, head_dim), dtype)
+    v = random_normal(kv_, (batch, d_k, heads, head_dim), dtype)
+    if feature == "favor":
+        omega = gaussian_orthogonal_matrix(ko, num_features, head_dim)
+        k_feat = favor_features(k, omega, is_query=False)
+        options = dict(feature=feature, head_dim=head_dim, num_features=num_features)
+    else:
+        omega, k_feat = None, elu_features(k)
+        options = dict(feature=feature, head_dim=head_dim)
+    kv, k_sum = key_side(k_feat, v)
+    return (q, kv, k_sum, omega), options
+
+
+def _forward(tiling: Tiling, options: dict):
+    return jax.jit(lambda q, kv, k_sum, omega: fused_query_side(
+        q, kv, k_sum, omega, tiling=tiling, **options))
+
+
+def _gradient(tiling: Tiling, options: dict):
+    def loss(q, kv, k_sum, omega):
+        return jnp.sum(fused_query_side(q, kv, k_sum, omega, tiling=tiling, **options))
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+
+def _time_candidates(stage: str, tilings: Sequence[Tiling], inputs: dict, *, warmup: int,
+                     repeats: int) -> list[dict]:
+    make = _forward if stage == "forward" else _gradient
+    rows = []
+    for tiling in tilings:
+        row = {"stage": stage, "tiling": dataclasses.asdict(tiling), "median_s": {}}
+        for feature, (args, options) in inputs.items():
+            timing = guarded(lambda: time_fn(make(tiling, options), args, warmup=warmup,
+                                             repeats=repeats))
+            if timing["status"] != "ok":
+                row.update(status=timing["status"], error=timing.get("error"))
+                break
+            row["median_s"][feature] = timing["median_s"]
+        else:
+            row.update(status="ok", total_s=sum(row["median_s"].values()))
+        rows.append(row)
+    return rows
+
+
+def _best(rows: list[dict], stage: str) -> Tiling:
+    ok = [r for r in rows if r["status"] == "ok"]
+    if not ok:
+        raise RuntimeError(f"no {stage} tiling ran: {rows[0].get('error') if rows else 'none tried'}")
+    return Tiling(**min(ok, key=lambda r: r["total_s"])["tiling"])
+
+
+def tune_fused(*, batch: int = 1, seq_len: int = 52_500, heads: int = 4, head_dim: int = 128,
+               num_features: int = 128, d_k: int = 1024, dtype: Any = jnp.bfloat16,
+               forward_grid: Sequence[tuple] = FORWARD_GRID,
+               backward_grid: Sequence[tuple] = BACKWARD_GRID,
+               warmup: int = 2, repeats: int = 10) -> dict[str, Any]:
+    """Time the grids at one size; ``{"rows": [...], "best": Tiling as dict, "default": ...}``
+    with each row's per-feature median and total (the default tiling is timed too)."""
+    inputs = {f: kernel_inputs(f, batch=batch, seq_len=seq_len, heads=heads, head_dim=head_dim,
+                               num_features=num_features, d_k=d_k, dtype=dtype) for f in FEATURES}
+    timing = dict(warmup=warmup, repeats=repeats)
+    default = Tiling()
+    forward = [Tiling(block_n=n, num_warps=w) for n, w in forward_grid]
+    rows = _time_candidates("forward", [default, *forward], inputs, **timing)
+    best_forward = _best(rows, "forward")
+    backward = [best_forward]  # with the default backward launch: the gradient stage's baseline
+    backward += [t for t in (dataclasses.replace(best_forward, bwd_block_n=n, bwd_rows=r,
+                                                 bwd_num_warps=w) for n, r, w in backward_grid)
+                 if t not in backward]
+    rows += _time_candidates("gradient", backward, inputs, **timing)
+    best = _best([r for r in rows if r["stage"] == "gradient"], "gradient")
+    size = dict(batch=batch, seq_len=seq_len, heads=heads, head_dim=head_dim,
+                num_features=num_features, d_k=d_k, dtype=jnp.dtype(dtype).name)
+    return {"size": size, "rows": rows, "best": dataclasses.asdict(best),
+            "default": dataclasses.asdict(default)}

@@ -3,6 +3,8 @@ text, a real trace of a compiled step on this CPU, and the profile riding along 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -91,6 +93,32 @@ def test_summary_arithmetic():
     assert [(o["op"], o["events_per_step"], o["kernels"]) for o in s["top_ops"]] == \
         [("a", 2.0, ["k1", "k2"]), ("b", 1.0, ["b"])]
     assert profile.brief(s) == "gemm 60%, elementwise 30%, other 10%"
+
+
+def _event(name, ns, **stats):
+    return SimpleNamespace(name=name, duration_ns=ns, stats=list(stats.items()))
+
+
+def test_gpu_trace_reading():
+    """The shape of a GPU XSpace: kernels on the device plane's stream lines (with their hlo_op),
+    lines the profiler derives from them (counted once, not twice), host threads (ignored when a
+    device plane exists), and a kernel without an annotation (kept under its own name)."""
+    device = SimpleNamespace(name="/device:GPU:0", lines=[
+        SimpleNamespace(name="Stream #13(compute)", events=[
+            _event("sm90_xmma_gemm_bf16bf16_bf16f32", 400, hlo_op="cublas-gemm.1.0"),
+            _event("cutlass_splitk_reduce", 100, hlo_op="cublas-gemm.1.0"),
+            _event("loop_multiply_fusion", 250, hlo_op="loop_multiply_fusion"),
+            _event("flurka_favor_query_side", 300)]),
+        SimpleNamespace(name="XLA Ops", events=[_event("cublas-gemm.1.0", 500, hlo_op="cublas-gemm.1.0")])])
+    host = SimpleNamespace(name="/host:CPU", lines=[
+        SimpleNamespace(name="tf_XLAPjRt", events=[_event("loop_multiply_fusion", 9999, hlo_op="x")])])
+    times = profile.op_times(SimpleNamespace(planes=[host, device]))
+    assert {op: (r["ns"], r["events"]) for op, r in times.items()} == {
+        "cublas-gemm.1.0": (500, 2), "loop_multiply_fusion": (250, 1), "kernel:flurka_favor_query_side": (300, 1)}
+    s = profile.summarize(times, profile.op_kinds(GPU_HLO), steps=1)
+    assert {k: v["s_per_step"] * 1e9 for k, v in s["by_kind"].items()} == pytest.approx(
+        {"gemm": 500, "elementwise": 250, "pallas": 300})
+    assert s["top_ops"][0]["kernels"] == ["cutlass_splitk_reduce", "sm90_xmma_gemm_bf16bf16_bf16f32"]
 
 
 def test_trace_of_a_compiled_step_on_cpu():

@@ -102,6 +102,12 @@ def speed_document(sweep: str, rng: np.random.Generator, *, scopes=None) -> dict
         else:
             t = (flops / rate + 2e-4) * float(np.exp(rng.normal(0, 0.03)))
             row.update(status="ok", median_s=t, p10_s=t * 0.98, p90_s=t * 1.03, repeats=10)
+            if sweep == "n-sweep" and p.scope == "layer" and p.mode == "forward" and p.seq_len == 52050:
+                gemm = float(rng.uniform(0.5, 0.9))   # --profile-steps: where the time went
+                row["profile"] = {"steps": 3, "traced_s_per_step": 0.97 * t, "ops": 40, "by_kind": {
+                    "gemm": {"s_per_step": 0.97 * t * gemm, "share": gemm},
+                    "elementwise": {"s_per_step": 0.97 * t * (1 - gemm), "share": 1 - gemm}},
+                    "top_ops": [{"op": "cublas-gemm.1", "kind": "gemm", "share": gemm}]}
         results.append(row)
     return {"schema": "flurka.speed/1", "sweep": sweep, "created": "2025-01-02T03:04:05+00:00",
             "device": {"name": DEVICE, "platform": "gpu", "count": 1, "host": "gpu-7"},

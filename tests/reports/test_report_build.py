@@ -35,7 +35,7 @@ def built(populated, tmp_path_factory):
 def test_every_table_in_markdown_latex_and_csv(built):
     csvs = sorted(p.stem for p in (built / "tables").glob("*.csv"))
     assert {"glue", "lra", "lra-small", "collective", "isoflops-nmt-wmt14-ende", "uptraining-nmt-wmt14-ende",
-            "error-0-table", "rank-0-table", "flops-0-summary", "flops-0-claims"} <= set(csvs)
+            "error-0-table", "rank-0-table", "flops-0-summary", "flops-0-claims", "profiles-0-table"} <= set(csvs)
     assert any(k.startswith("speedups-") for k in csvs) and any(k.startswith("speed-dk-") for k in csvs)
     for key in csvs:
         assert (built / "tables" / f"{key}.md").read_text().count("\n|") >= 2
@@ -77,6 +77,22 @@ def test_flop_model_speedups_against_the_speed_document(populated):
     assert not ((pairs["mechanism"] == "flurka-eva") & (pairs["baseline"] == "performer")).any()
 
 
+def test_profiles_table_against_the_speed_document(built, populated):
+    """The time split of every profiled row: step time and shares as the document gave them."""
+    url, _ = populated
+    doc = json.loads((Path(url.removeprefix("sqlite:///")).parent / "n-sweep.json").read_text())
+    profiled = {r["mechanism"]: r for r in doc["results"] if "profile" in r}
+    table = pd.read_csv(built / "tables" / "profiles-0-table.csv").set_index("mechanism")
+    assert sorted(table.index) == sorted(profiled) and len(profiled) == 8   # full: OOM there
+    for mech, r in profiled.items():
+        got = table.loc[mech]
+        assert got["step ms"] == pytest.approx(r["median_s"] * 1e3)
+        assert got["traced ms"] == pytest.approx(r["profile"]["traced_s_per_step"] * 1e3)
+        assert got["gemm %"] == pytest.approx(100 * r["profile"]["by_kind"]["gemm"]["share"])
+        assert got["elementwise %"] + got["gemm %"] == pytest.approx(100)
+        assert got["top op"] == "cublas-gemm.1" and got["N"] == 52050
+
+
 def test_claims_against_their_regime_boundaries():
     """The N-sweep's shape (d_m 2600, 8 heads: d_h 325, d_k 1500): claims 1 and 3 need
     N > d_k(H+2) = 15000, claim 2 N − 1 > 1500. At N = 7050 flurka-rnn beats Linformer but not
@@ -103,7 +119,7 @@ def test_empty_database_says_what_to_run(tmp_path):
     open_results(url).dispose()
     index = build_report(url, tmp_path / "out")
     html = index.read_text()
-    assert html.count('class="missing"') == 13 and html.count("no data yet: run ") == 13
+    assert html.count('class="missing"') == 14 and html.count("no data yet: run ") == 14
     assert "python -m flurka.speed --sweep n-sweep" in html and "experiments/uptrain_sweep.py" in html
     assert "<img" not in html and "<table" not in html
     assert not list((tmp_path / "out" / "figures").iterdir())

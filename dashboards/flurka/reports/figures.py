@@ -251,3 +251,27 @@ def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
     ax_s.grid(True, which="both", alpha=0.25)
     _legend(fig, fig.axes)
     return fig
+
+
+KIND_COLOURS = {"gemm": "#1f5fbf", "attention": "#8c8c8c", "pallas": "#1a9850", "reduction": "#d95f02",
+                "elementwise": "#ff8c00", "copy": "#b8860b", "other": "#cccccc"}
+
+
+def time_split(rows: pd.DataFrame, kinds) -> Figure:
+    """Where each profiled step's time goes: one horizontal bar per measurement (its median step
+    time), split by the share of traced device time of each kind."""
+    labels = rows["label"].tolist()
+    fig = Figure(figsize=(8.6, 1.2 + 0.28 * len(rows)), layout="constrained")
+    ax = fig.subplots()
+    left = np.zeros(len(rows))
+    for kind in kinds:
+        ms = rows["median_s"].to_numpy(float) * 1e3 * rows[f"share_{kind}"].to_numpy(float)
+        if ms.any():
+            ax.barh(np.arange(len(rows)), ms, left=left, color=KIND_COLOURS.get(kind, "#555"), label=kind)
+            left += ms
+    ax.set_yticks(np.arange(len(rows)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("median step time (ms), split by traced device time per kind")
+    ax.grid(True, axis="x", alpha=0.25)
+    _legend(fig, [ax])
+    return fig

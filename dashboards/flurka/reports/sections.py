@@ -17,7 +17,8 @@ from matplotlib.figure import Figure
 from sqlalchemy.engine import Engine
 
 from flurka.reports import figures as F
-from flurka.reports.sources import SPEED_CONFIG, Theory, describe, speed_rows, trial_provenance, with_stored
+from flurka.reports.sources import (PROFILE_KINDS, SPEED_CONFIG, Theory, describe, profile_rows, speed_rows,
+                                    trial_provenance, with_stored)
 from flurka.results import tables as T
 from flurka.results.records import BENCHMARKS
 
@@ -448,6 +449,39 @@ def rank_section(theory: Theory) -> Section:
     return section
 
 
+def profile_section(rows: pd.DataFrame) -> Section:
+    """Profiled measurements: how much of each step is GEMMs, elementwise and reduction passes,
+    copies, cuDNN or our Pallas kernels — why a point sits where it does against its floor."""
+    section = Section("profiles", "Where the step time goes (profiles)",
+                      "Device time of each profiled step by kind of XLA op (kernels traced with "
+                      "jax.profiler, kinds read from the optimised HLO: flurka.speed.profile). GEMM-bound "
+                      "steps gain from better GEMM shapes (alignment); elementwise/reduction/copy time is "
+                      "memory traffic the FLOP floor does not count (fusion's target).")
+    for i, (device, part) in enumerate(rows.groupby("device", sort=True)):
+        part = part.sort_values(["mode", "scope", "N", "mechanism", "align", "fused"]).copy()
+        part["label"] = [f"{r.mechanism} {r.mode} {r.scope} N={r.N}" + (f" align {r.align}" if r.align > 1 else "")
+                         + (" fused" if r.fused else "") for r in part.itertuples()]
+        kinds = [k for k in PROFILE_KINDS if part[f"share_{k}"].any()]
+        fixed = [c for c in _fixed(part, SPEED_CONFIG) if c != "device"]
+        caption = (f"Device: {device}. Config: {describe(part.iloc[0], fixed) or 'various'}; "
+                   f"{len(part)} profiled measurements; shares are of the traced device time, bars scale "
+                   "them to the measured median step time.")
+        section.items.append(Plot(f"profiles-{i}", f"Where the step time goes ({device})", caption,
+                                  F.time_split(part, kinds)))
+        table = part.set_index(["mechanism", "mode", "scope", "N", "align", "fused"])[
+            ["median_s", "traced_s", *[f"share_{k}" for k in kinds], "top_op"]].copy()
+        table[["median_s", "traced_s"]] *= 1e3
+        table[[f"share_{k}" for k in kinds]] *= 100
+        table = table.rename(columns={"median_s": "step ms", "traced_s": "traced ms",
+                                      **{f"share_{k}": f"{k} %" for k in kinds}, "top_op": "top op"})
+        table.attrs["floatfmt"] = ".3g"
+        section.items.append(Table(f"profiles-{i}-table", f"Time by kind ({device})", caption, table))
+    if not section.items:
+        section.missing = ("no data yet: run python -m flurka.speed --sweep ... --profile-steps 3 --out FILE.json, "
+                           + INGEST)
+    return section
+
+
 # ---------------------------------------------------------------------------------------------
 def build_sections(engine: Engine, theory: Theory) -> list[Section]:
     """Every section of the report, in the paper's order; ``theory`` (the files' rows) is joined
@@ -467,4 +501,5 @@ def build_sections(engine: Engine, theory: Theory) -> list[Section]:
         error_section(theory),
         rank_section(theory),
         flops_section(rows),
+        profile_section(profile_rows(engine)),
     ]

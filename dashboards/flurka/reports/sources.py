@@ -36,6 +36,7 @@ from sqlalchemy.engine import Engine
 from flurka.results.models import ApproximationError, Environment, KernelRank, SpeedMeasurement, Sweep, TheoryRun, Trial
 from flurka.results.records import theory_key
 from flurka.results.tables import EXECUTION, add_execution, combine_repeats, stored_configs
+from flurka.speed.profile import KINDS
 
 # Speed configuration columns, in caption order.
 SPEED_CONFIG = ["device", "mode", "scope", "dtype", "batch", "N", "d_model", "heads", "d_k", "m", "layers", "ffn",
@@ -71,6 +72,33 @@ def speed_rows(engine: Engine) -> pd.DataFrame:
     add_execution(df, config)
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
     return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median
+
+
+PROFILE_KINDS = KINDS  # the kinds flurka.speed.profile splits a traced step into
+
+
+def profile_rows(engine: Engine) -> pd.DataFrame:
+    """Every ok speed measurement that carries a ``profile`` (``--profile-steps``): its
+    configuration, median step time, traced device time per step and the share of each kind
+    (``share_<kind>``, :data:`PROFILE_KINDS`)."""
+    stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode, SpeedMeasurement.scope,
+                      SpeedMeasurement.dtype, SpeedMeasurement.seq_len.label("N"), SpeedMeasurement.d_model,
+                      SpeedMeasurement.d_k, SpeedMeasurement.median_s, SpeedMeasurement.config)
+            .join(Environment, Environment.id == SpeedMeasurement.environment_id)
+            .where(SpeedMeasurement.status == "ok"))
+    with engine.connect() as conn:
+        df = pd.read_sql(stmt, conn)
+    config = stored_configs(df.pop("config"))
+    add_execution(df, config)
+    profiles = [c.get("profile") if isinstance(c.get("profile"), dict) else {} for c in config]
+    keep = [bool(p.get("by_kind")) for p in profiles]
+    df = df.loc[pd.Series(keep, index=df.index, dtype=bool)].reset_index(drop=True)
+    profiles = [p for p, k in zip(profiles, keep) if k]
+    df["traced_s"] = [p.get("traced_s_per_step") for p in profiles]
+    for kind in PROFILE_KINDS:
+        df[f"share_{kind}"] = [float(p["by_kind"].get(kind, {}).get("share", 0.0)) for p in profiles]
+    df["top_op"] = [(p.get("top_ops") or [{}])[0].get("op") for p in profiles]
+    return df
 
 
 def describe(row: pd.Series | dict, columns: Sequence[str]) -> str:

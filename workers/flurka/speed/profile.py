@@ -34,7 +34,6 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _OPCODE = re.compile(r"\s([a-z][a-z0-9\-]*)\(")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
-_NO_MATCH = re.match(r"(.*)", "")
 _ELEMENTWISE_OPS = {"add", "multiply", "subtract", "divide", "exponential", "select", "convert",
                     "maximum", "minimum", "negate", "tanh", "sine", "cosine", "rsqrt", "sqrt", "log",
                     "compare", "power", "abs", "and", "or", "clamp", "erf", "logistic"}
@@ -81,7 +80,8 @@ def classify(line: str, bodies: dict[str, list[str]]) -> str:
     match = _OPCODE.search(rest)
     opcode = match.group(1) if match else ""
     if opcode == "custom-call":
-        target = (_TARGET.search(rest) or _NO_MATCH).group(1).lower()
+        found = _TARGET.search(rest)
+        target = found.group(1).lower() if found else ""
         if "cudnn" in target and any(w in target for w in ("fmha", "attention", "sdpa")):
             return "attention"
         if any(w in target for w in ("triton", "mosaic", "pallas")):

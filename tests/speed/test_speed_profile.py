@@ -93,6 +93,7 @@ def test_summary_arithmetic():
     assert [(o["op"], o["events_per_step"], o["kernels"]) for o in s["top_ops"]] == \
         [("a", 2.0, ["k1", "k2"]), ("b", 1.0, ["b"])]
     assert profile.brief(s) == "gemm 60%, elementwise 30%, other 10%"
+    assert profile.brief({**s, "source": "host"}).endswith("other 10% (host-side trace)")
 
 
 def _event(name, ns, **stats):
@@ -112,7 +113,9 @@ def test_gpu_trace_reading():
         SimpleNamespace(name="XLA Ops", events=[_event("cublas-gemm.1.0", 500, hlo_op="cublas-gemm.1.0")])])
     host = SimpleNamespace(name="/host:CPU", lines=[
         SimpleNamespace(name="tf_XLAPjRt", events=[_event("loop_multiply_fusion", 9999, hlo_op="x")])])
-    times = profile.op_times(SimpleNamespace(planes=[host, device]))
+    times, source = profile.op_times(SimpleNamespace(planes=[host, device]))
+    assert source == "device"
+    assert profile.op_times(SimpleNamespace(planes=[host]))[1] == "host"   # no device traced
     assert {op: (r["ns"], r["events"]) for op, r in times.items()} == {
         "cublas-gemm.1.0": (500, 2), "loop_multiply_fusion": (250, 1), "kernel:flurka_favor_query_side": (300, 1)}
     s = profile.summarize(times, profile.op_kinds(GPU_HLO), steps=1)
@@ -130,7 +133,7 @@ def test_trace_of_a_compiled_step_on_cpu():
     compiled = jax.jit(step).lower(a, b).compile()
     s = profile.profile_compiled(compiled, (a, b), steps=3)
     kinds = profile.op_kinds(compiled.as_text())
-    assert s["steps"] == 3 and s["ops"] >= 2 and s["traced_s_per_step"] > 0
+    assert s["steps"] == 3 and s["ops"] >= 2 and s["traced_s_per_step"] > 0 and s["source"] == "host"
     assert sum(v["share"] for v in s["by_kind"].values()) == pytest.approx(1.0)
     assert s["by_kind"]["gemm"]["s_per_step"] > 0
     assert all(o["op"] in kinds for o in s["top_ops"])   # the trace's ops are the executable's

@@ -120,10 +120,11 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
-def op_times(profile: Any) -> dict[str, dict[str, Any]]:
-    """hlo_op -> {"ns": total duration, "events": count, "kernels": names} over the trace; GPU
-    device planes when there are any (their stream lines), else the host's thread lines. A device
-    event without an ``hlo_op`` stat counts under ``kernel:<its name>``."""
+def op_times(profile: Any) -> tuple[dict[str, dict[str, Any]], str]:
+    """(hlo_op -> {"ns": total duration, "events": count, "kernels": names}, "device" or "host"):
+    GPU device planes when there are any (their stream lines), else the host's thread lines — on a
+    GPU that means the device was not traced (no CUPTI) and the times are launches, hence the
+    source. A device event without an ``hlo_op`` stat counts under ``kernel:<its name>``."""
     devices = [p for p in profile.planes if p.name.startswith("/device:")]
     planes = devices or [p for p in profile.planes if p.name.startswith("/host:")]
     out: dict[str, dict[str, Any]] = {}
@@ -141,12 +142,13 @@ def op_times(profile: Any) -> dict[str, dict[str, Any]]:
                 row["ns"] += float(event.duration_ns)
                 row["events"] += 1
                 row["kernels"].add(event.name)
-    return out
+    return out, "device" if devices else "host"
 
 
 def summarize(times: dict[str, dict[str, Any]], kinds: dict[str, str], *, steps: int,
-              top: int = 12) -> dict[str, Any]:
-    """Per step: total traced time, time and share by kind, and the ``top`` ops."""
+              top: int = 12, source: str = "device") -> dict[str, Any]:
+    """Per step: total traced time, time and share by kind, and the ``top`` ops; ``source``: what
+    was traced (device kernels, or host-side thunks)."""
     total = sum(r["ns"] for r in times.values())
     kinds = {op: kinds.get(op) or kernel_kind(op.removeprefix("kernel:")) for op in times}
     by_kind = collections.Counter()
@@ -156,6 +158,7 @@ def summarize(times: dict[str, dict[str, Any]], kinds: dict[str, str], *, steps:
     share = (lambda ns: ns / total) if total else (lambda ns: 0.0)
     return {
         "steps": steps,
+        "source": source,
         "traced_s_per_step": total / steps * 1e-9,
         "ops": len(times),
         "by_kind": {k: {"s_per_step": by_kind[k] / steps * 1e-9, "share": share(by_kind[k])}
@@ -179,10 +182,10 @@ def profile_compiled(compiled: Callable, args: Sequence[Any], *, steps: int = 3,
             for _ in range(steps):
                 jax.block_until_ready(compiled(*args))
         (path,) = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
-        times = op_times(jax.profiler.ProfileData.from_file(path))
+        times, source = op_times(jax.profiler.ProfileData.from_file(path))
     finally:
         shutil.rmtree(trace_dir, ignore_errors=True)
-    return summarize(times, op_kinds(compiled.as_text()), steps=steps, top=top)
+    return summarize(times, op_kinds(compiled.as_text()), steps=steps, top=top, source=source)
 
 
 def brief(summary: dict[str, Any] | None) -> str:
@@ -192,4 +195,5 @@ def brief(summary: dict[str, Any] | None) -> str:
     if "error" in summary:
         return f"profile failed: {summary['error'][:120]}"
     kinds = sorted(summary["by_kind"].items(), key=lambda kv: -kv[1]["share"])
-    return ", ".join(f"{k} {v['share']:.0%}" for k, v in kinds)
+    host = " (host-side trace)" if summary.get("source") == "host" else ""
+    return ", ".join(f"{k} {v['share']:.0%}" for k, v in kinds) + host

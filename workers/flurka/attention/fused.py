@@ -79,8 +79,9 @@ _TILINGS = [Tiling()]
 
 @contextlib.contextmanager
 def use_tiling(tiling: Tiling):
-    """Launch the fused kernels traced inside this block with ``tiling`` (read when a function is
-    traced: a jitted function already traced keeps the tiling it was traced with)."""
+    """Fused layers built inside this block launch their kernels with ``tiling`` (they keep it:
+    :func:`layer_tiling`); a bare :func:`fused_query_side` without one reads it when traced, so
+    a jitted function already traced keeps the tiling it was traced with."""
     _TILINGS.append(tiling)
     try:
         yield tiling

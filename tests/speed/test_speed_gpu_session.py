@@ -97,3 +97,25 @@ def test_run_sweep_stops_at_the_deadline(tmp_path):
     doc = run_sweep(pts, range(len(pts)), sweep="tiny", out=str(out), repeats=1, warmup=0,
                     with_ceilings=False, deadline=time.monotonic() + 600)
     assert len(doc["results"]) == len(pts) and "stopped_at_deadline" not in doc["settings"]
+
+
+def test_lease_script_runs_the_driver_with_flags_it_knows(tmp_path):
+    """benchmarks/gpu_lease.sh (one lease, one call): it starts the driver from the repository
+    root with JAX alone on the path, and every flag it passes is one the driver's parser has."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script = (ROOT / "benchmarks" / "gpu_lease.sh").read_text()
+    start = script.index('"$PYTHON" benchmarks/gpu_session.py')
+    call = script[start:script.index("2>&1", start)]
+    flags = set(re.findall(r"(--[a-z][a-z-]+)", call))
+    assert {"--plan", "--tune-fused", "--profile-steps", "--check-fused", "--budget-s"} <= flags
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "lease")}
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_lease.sh"), "--help"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "jax" in done.stdout and "usage:" in done.stdout
+    assert [f for f in flags if f not in done.stdout] == []
+    assert "usage:" in (tmp_path / "lease" / "log.txt").read_text()

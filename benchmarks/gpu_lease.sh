@@ -1,0 +1,37 @@
+#!/bin/bash
+# One GPU lease in one call, with JAX alone (no install step, no Ray/MLflow/SQL): the card's facts,
+# then benchmarks/gpu_session.py with the next lease's plan (benchmarks/README.md). Run from the
+# repository root; extra arguments go to gpu_session.py and override the defaults below.
+#
+#   OUT=DIR bash benchmarks/gpu_lease.sh                 # results (JSON, log.txt) under DIR
+#   PLAN=second BUDGET=300 bash benchmarks/gpu_lease.sh --repeats 20
+#
+# PYTHON: the interpreter with JAX (default python3). FLAX_WHEEL: a flax >= 0.12 wheel to use
+# where the machine's flax is older (installed under /tmp, nothing else touched).
+set -o pipefail
+PYTHON=${PYTHON:-python3}
+OUT=${OUT:-benchmarks/results/lease-$(date -u +%Y%m%d-%H%M)}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/workers${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.94}
+
+GPU_QUERY=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,driver_version,temperature.gpu,power.draw
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=$GPU_QUERY --format=csv | tee "$OUT/card.csv"
+if [ -n "$FLAX_WHEEL" ] && ! "$PYTHON" -c "import flax, sys; sys.exit(tuple(map(int, flax.__version__.split('.')[:2])) < (0, 12))"; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --target /tmp/flurka-site "$FLAX_WHEEL" &&
+    export PYTHONPATH=/tmp/flurka-site:$PYTHONPATH
+fi
+"$PYTHON" -c "import flax, jax, optax; print('flax', flax.__version__, 'jax', jax.__version__, 'optax', optax.__version__, jax.devices())"
+
+# Points whose compiled step needs more than 92 % of the card's memory are reported OOM unrun.
+MEMORY=()
+if command -v nvidia-smi >/dev/null; then
+  MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  MEMORY=(--memory-budget-gb "$(awk -v m="$MIB" 'BEGIN { printf "%d", m * 0.92 / 1024 }')")
+fi
+"$PYTHON" benchmarks/gpu_session.py --out "$OUT" --plan "${PLAN:-third}" --budget-s "${BUDGET:-480}" \
+  --check-align 128 --check-fused --tune-fused --probes --profile-steps 2 "${MEMORY[@]}" "$@" \
+  2>&1 | tee "$OUT/log.txt"
+status=$?
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv
+exit $status

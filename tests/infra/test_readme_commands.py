@@ -816,6 +816,13 @@ def check_gpu_session(cmd: Command, ctx: Ctx) -> None:
                '"--tiny"')
 
 
+def check_gpu_lease(cmd: Command, ctx: Ctx) -> None:
+    """The one-call lease script: tests/speed starts it (driver --help through it, flags checked)."""
+    assert (ROOT / "benchmarks" / "gpu_lease.sh").is_file()
+    covered_by("tests/speed/test_speed_gpu_session.py::test_lease_script_runs_the_driver_with_flags_it_knows",
+               "gpu_lease.sh")
+
+
 def check_speed_ray_cpu(cmd: Command, ctx: Ctx) -> None:
     """The Ray speed sweep's CPU check: its points listed here (``--list``, no Ray started)."""
     out = io.StringIO()
@@ -936,6 +943,8 @@ COVERAGE: list[Cover] = [
           check_speed_ray_cpu, "tests/speed/test_speed_ray.py [slow] runs it (two mechanisms); --list here"),
     Cover(IN, r"python benchmarks/gpu_session\.py --out DIR( --[a-z-]+( [\w.]+)?)+", "covered", check_gpu_session,
           "GPU lease script: its --help knows the flags; tests/speed/test_speed_gpu_session.py runs it (--tiny)"),
+    Cover(IN, r"OUT=DIR bash benchmarks/gpu_lease\.sh", "covered", check_gpu_lease,
+          "the lease script: tests/speed/test_speed_gpu_session.py starts it (--help) and checks its flags"),
     Cover(SH, r"python -m flurka\.speed\.theory --seq-len \d+ .* --out benchmarks/\S+\.json", "parse",
           check_theory_gpu, "GPU size: parsed and validated (layers built abstractly), not computed"),
 ]

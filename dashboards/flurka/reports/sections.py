@@ -300,9 +300,8 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
                  for role, base in (("low-rank", T.LOW_RANK), ("kernel", kernel))}
         both = sides["low-rank"].merge(sides["kernel"], on=cfg, how="outer", suffixes=("_low-rank", "_kernel"))
         for _, r in both[both["d_k"].notna()].iterrows():
-            N, d_m, d_k, H = r["N"], r["d_model"], r["d_k"], r["heads"]
-            met = {"claim1": flop_model.claim1(N, d_m, d_k, d_m // H, H), "claim2": flop_model.claim2(N, d_k, d_m // H),
-                   "claim3": flop_model.claim3(N, d_m, d_k, H)}
+            N = r["N"]
+            met = flop_model.claims_at(N, r["d_model"], r["d_k"], r["heads"])
             for label, name, roles in CLAIMS:
                 measured = [r.get(f"measured_speedup_{role}") for role in roles]
                 if any(v is None or v != v for v in measured):

@@ -54,9 +54,9 @@ def trial_provenance(engine: Engine) -> pd.DataFrame:
         return pd.read_sql(stmt, conn)
 
 
-def speed_rows(engine: Engine) -> pd.DataFrame:
-    """Every ok or OOM speed measurement with its full configuration (``layers``, ``ffn`` and the
-    speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document)."""
+def _measurements(engine: Engine) -> tuple[pd.DataFrame, list[dict]]:
+    """Every ok or OOM speed measurement (device, configuration columns, status, median, spread,
+    FLOPs) with its stored ``config`` (the JSON row's other fields), execution columns added."""
     stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode, SpeedMeasurement.scope,
                       SpeedMeasurement.dtype, SpeedMeasurement.batch, SpeedMeasurement.seq_len.label("N"),
                       SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
@@ -67,9 +67,16 @@ def speed_rows(engine: Engine) -> pd.DataFrame:
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
     config = stored_configs(df.pop("config"))
+    add_execution(df, config)
+    return df, config
+
+
+def speed_rows(engine: Engine) -> pd.DataFrame:
+    """Every ok or OOM speed measurement with its full configuration (``layers``, ``ffn`` and the
+    speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document)."""
+    df, config = _measurements(engine)
     for name in ("layers", "ffn", "sweep"):
         df[name] = [c.get(name) for c in config]
-    add_execution(df, config)
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
     return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median
 
@@ -81,17 +88,9 @@ def profile_rows(engine: Engine) -> pd.DataFrame:
     """Every ok speed measurement that carries a ``profile`` (``--profile-steps``): its
     configuration, median step time, traced device time per step and the share of each kind
     (``share_<kind>``, :data:`PROFILE_KINDS`)."""
-    stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode, SpeedMeasurement.scope,
-                      SpeedMeasurement.dtype, SpeedMeasurement.seq_len.label("N"), SpeedMeasurement.d_model,
-                      SpeedMeasurement.d_k, SpeedMeasurement.median_s, SpeedMeasurement.config)
-            .join(Environment, Environment.id == SpeedMeasurement.environment_id)
-            .where(SpeedMeasurement.status == "ok"))
-    with engine.connect() as conn:
-        df = pd.read_sql(stmt, conn)
-    config = stored_configs(df.pop("config"))
-    add_execution(df, config)
+    df, config = _measurements(engine)
     profiles = [c.get("profile") if isinstance(c.get("profile"), dict) else {} for c in config]
-    keep = [bool(p.get("by_kind")) for p in profiles]
+    keep = [status == "ok" and bool(p.get("by_kind")) for status, p in zip(df["status"], profiles)]
     df = df.loc[pd.Series(keep, index=df.index, dtype=bool)].reset_index(drop=True)
     profiles = [p for p, k in zip(profiles, keep) if k]
     df["traced_s"] = [p.get("traced_s_per_step") for p in profiles]

@@ -372,7 +372,12 @@ def claims(shape: AttentionShape) -> dict[str, bool]:
     """The three claims at a layer shape (paper's d_h = our head size d_model / heads)."""
     if shape.d_k is None:
         raise ValueError("the paper's claims need d_k (the low-rank projected length)")
-    N, d_m, d_k, d_h, H = shape.seq_len, shape.d_model, shape.d_k, shape.d_head, shape.num_heads
+    return claims_at(shape.seq_len, shape.d_model, shape.d_k, shape.num_heads)
+
+
+def claims_at(N: float, d_m: float, d_k: float, H: float) -> dict[str, bool]:
+    """The three claims at raw sizes (measured rows: no shape validation), d_h = d_m // H."""
+    d_h = d_m // H
     return {"claim1": claim1(N, d_m, d_k, d_h, H), "claim2": claim2(N, d_k, d_h),
             "claim3": claim3(N, d_m, d_k, H)}
 
@@ -570,6 +575,6 @@ __all__ = [
     "EVA_WINDOW", "EVA_CHUNK", "PERFORMER_FEATURES", "AttentionShape", "eva_sizes",
     "flurka_eva_sizes",
     "flop_breakdown", "forward_flops", "dot_flops", "training_flops", "constituents",
-    "fewer_than_constituents", "paper_cost", "claim1", "claim2", "claim3", "claims",
+    "fewer_than_constituents", "paper_cost", "claim1", "claim2", "claim3", "claims", "claims_at",
     "hlo_dot_flops", "hlo_dot_flops_by_type", "compiled_dot_flops",
 ]

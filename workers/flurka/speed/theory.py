@@ -255,9 +255,7 @@ def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
         config = dict(zip(CONFIG_KEYS, cfg))
         N, d_m, d_k, H = config["seq_len"], config["d_model"], config["d_k"], config["num_heads"]
         d_h = d_m // H
-        claims = ({"claim1": flop_model.claim1(N, d_m, d_k, d_h, H),
-                   "claim2": flop_model.claim2(N, d_k, d_h),
-                   "claim3": flop_model.claim3(N, d_m, d_k, H)} if d_k else {})
+        claims = flop_model.claims_at(N, d_m, d_k, H) if d_k else {}
         for mech in flop_model.FLURKA:
             if mech not in by_mech:
                 continue

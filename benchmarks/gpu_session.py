@@ -90,6 +90,10 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "dtype": {"float32"},
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
+        # Where FLuRKA overtakes its constituents below the N-sweep's 7050: the FLOP model says
+        # from N ≈ 3.1k–4.1k, claims 1 and 3 promise it from d_k(H+2) = 15000.
+        ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
+                             "mode": {"forward"}, "mechanism": FIVE}),
     ],
 }
 

@@ -935,7 +935,7 @@ COVERAGE: list[Cover] = [
           "tfds's own build parser (needs TensorFlow + data to run); reading TFDS data: tests/data"),
     Cover(IN, r"pip install -e \S+( --no-deps)?", "parse", check_pip, "pip's parser; the extra exists"),
     # -- benchmarks/README.md: GPU commands -----------------------------------------------------
-    Cover(SH, r"python -m flurka\.speed --sweep (n-sweep|dk-sweep|dmodel-sweep|flash-compare) --dtype bfloat16 "
+    Cover(SH, r"python -m flurka\.speed --sweep (n-sweep|dk-sweep|dmodel-sweep|flash-compare|claims-boundary) --dtype bfloat16 "
               r"--out benchmarks/\S+\.json", "parse", check_speed_gpu, "GPU: --list (its points), nothing measured"),
     Cover(SH, r"python experiments/speed_sweep\.py --sweep n-sweep --dtype bfloat16 --out benchmarks/\S+\.json",
           "parse", check_speed_gpu, "GPU via Ray: --list through the script's parser"),

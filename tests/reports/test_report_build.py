@@ -114,6 +114,36 @@ def test_claims_against_their_regime_boundaries():
         == ["claim 3", "claim 3"]                      # without Linformer rows: only the kernel claim
 
 
+def test_crossings_against_the_cost_models():
+    """Onsets on the N-sweep's shape (d_m 2600, 8 heads: d_h 325, d_k 1500). The paper's
+    appendix-B costs, kernel − FLuRKA = N(2d_m² + d_m + d_m·d_h − 2d_k·d_m) − d_k·d_m(2d_m + 1 + d_h),
+    turn positive at N ≈ 3281; low-rank − FLuRKA = N(2d_m·d_k + H·d_k − d_m − d_h·d_m) − d_m·d_k(1 + d_h)
+    at N ≈ 183. A measured dip after the first win (0.88 at 7050) moves the onset past it."""
+    d_m, d_k, d_h, H = 2600, 1500, 325, 8
+    kernel_onset = d_k * d_m * (2 * d_m + 1 + d_h) / (2 * d_m**2 + d_m + d_m * d_h - 2 * d_k * d_m)
+    assert 3000 < kernel_onset < 5000
+    assert d_m * d_k * (1 + d_h) / (2 * d_m * d_k + H * d_k - d_m - d_h * d_m) < 1560
+    cfg = dict(device="gpu", mode="forward", scope="layer", dtype="bfloat16", batch=1, d_model=d_m,
+               heads=H, d_k=d_k, m=None, layers=None, ffn=None, align=1, fused=False)
+    ns = (1560, 3000, 5000, 7050, 55500)
+    series = {"rnn": ((0.8, 0.9, 1.05, 0.88, 1.15), (0.9, 0.95, 1.1, 1.2, 1.3)),
+              "linformer": ((1.1, 1.2, 1.3, 1.2, 1.6), (1.2,) * 5)}
+    pairs = pd.DataFrame([{**cfg, "N": n, "mechanism": "flurka-rnn", "baseline": base,
+                           "measured_speedup": meas[i], "predicted_speedup": pred[i]}
+                          for base, (meas, pred) in series.items() for i, n in enumerate(ns)]
+                         + [{**cfg, "d_k": 1000, "N": n, "mechanism": "flurka-rnn", "baseline": "rnn",
+                             "measured_speedup": 2.0, "predicted_speedup": 2.0} for n in ns[:2]])
+    table = sections.crossings_table(pairs).reset_index().set_index("baseline")
+    assert list(table.index) == ["linformer", "rnn"]          # the two-length d_k 1000 run: no onset
+    assert table.loc["rnn", ["measured", "FLOP model", "paper's cost model", "claim's bound"]].tolist() \
+        == ["7050–55500", "3000–5000", "3000–5000", "> 15000"]
+    assert table.loc["linformer", ["measured", "FLOP model", "paper's cost model", "claim's bound"]].tolist() \
+        == ["≤ 1560", "≤ 1560", "≤ 1560", "> 1501"]
+    assert table.loc["rnn", "N measured"] == "1560–55500 (5)"
+    slower = pairs.assign(measured_speedup=0.9)
+    assert sections.crossings_table(slower).xs("rnn", level="baseline")["measured"].tolist() == ["> 55500"]
+
+
 def test_empty_database_says_what_to_run(tmp_path):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     open_results(url).dispose()

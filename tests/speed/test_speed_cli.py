@@ -65,3 +65,28 @@ def test_paper_sweeps_as_specified():
     assert {p.seq_len for p in fc} == {7500, 16500, 25500, 34500, 43500, 52500}
     assert {(p.layers, p.ffn, p.num_heads, p.scope) for p in fc} == {(6, 512, 4, "model")}
     assert "flash" in {p.mechanism for p in fc}
+    boundary = configs.points("claims-boundary", modes=["forward"])
+    assert {(p.d_model, p.num_heads, p.d_k, p.num_features, p.scope) for p in boundary} == {(2600, 8, 1500, 325, "layer")}
+    ns = sorted({p.seq_len for p in boundary})
+    assert ns[0] < 3100 and 4100 < ns[1 + ns.index(4000)] and 15000 in ns and ns[-1] > 15000  # both sides of each
+    assert {p.mechanism for p in boundary} == {"linformer", "performer", "rnn", "eva", "flurka-performer",
+                                               "flurka-rnn", "flurka-eva"}
+    small = configs.points("claims-boundary-small", modes=["forward"])
+    assert {(p.d_model, p.num_heads, p.d_k, p.num_features, p.dtype) for p in small} == {(512, 8, 128, 64, "float32")}
+    assert min(p.seq_len for p in small) < 160 and max(p.seq_len for p in small) > 8 * 128 * (8 + 2) // 8
+
+
+def test_interleaved_cli_run(tmp_path):
+    """--interleave: the same document, rows timed side by side per configuration."""
+    out = tmp_path / "side.json"
+    assert main(["--sweep", "tiny", "--mechanisms", "rnn,flurka-rnn", "--scope", "layer", "--repeats", "3",
+                 "--warmup", "1", "--interleave", "--no-ceilings", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["interleaved"] is True
+    rows = doc["results"]
+    assert [(r["index"], r["mechanism"], r["mode"]) for r in rows] == [
+        (0, "rnn", "forward"), (2, "flurka-rnn", "forward"), (1, "rnn", "train"), (3, "flurka-rnn", "train")]
+    for r in rows:
+        assert r["status"] == "ok" and r["interleaved"] and r["repeats"] == 3 and r["warmup"] == 1
+        assert 0 < r["min_s"] <= r["median_s"] <= r["p90_s"] and r["device_name"] and r["flops"]
+

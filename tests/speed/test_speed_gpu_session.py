@@ -38,6 +38,8 @@ def test_plans_name_real_points_in_priority_order():
     assert {p.dtype for _, p in by_dtype["float32"]} == {"float32"}      # twins: same points,
     assert [(i, p.mechanism) for i, p in by_dtype["float32"]] == \
         [(i, p.mechanism) for i, p in by_dtype["bfloat16"]]              # the other dtype
+    boundary = g.planned(*g.PLANS["third"][-1])                          # both sides of 15000
+    assert len(boundary) == 30 and {p.seq_len for _, p in boundary} == {2000, 3000, 4000, 5000, 7050, 15000}
 
 
 def test_theory_arguments_are_a_valid_plan():

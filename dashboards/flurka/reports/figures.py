@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from flurka.results.records import MECHANISMS
@@ -54,6 +55,17 @@ def _legend(fig: Figure, axes) -> None:
         fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7, frameon=False)
 
 
+def _log(ax, which: str = "xy") -> None:
+    """Log axes labelled in plain numbers at 1, 1.5, 2, 3, 5 per decade (matplotlib's default
+    labels minor ticks as powers of ten, which collide over a decade or two)."""
+    for name in which:
+        getattr(ax, f"set_{name}scale")("log")
+        axis = getattr(ax, f"{name}axis")
+        axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0)))
+        axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(ticker.NullFormatter())
+
+
 def png(fig: Figure, dpi: int = 110) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
@@ -91,9 +103,10 @@ def speed_vs_axis(df: pd.DataFrame, axis: str, *, speedup_over: str | None = Non
     return fig
 
 
-def speedups(panels: dict[str, pd.DataFrame]) -> Figure:
+def speedups(panels: dict[str, pd.DataFrame], claim_bound: float | None = None) -> Figure:
     """One panel per title: each FLuRKA variant's speedup over its constituents / flash / full vs N
-    (``flurka.results.tables.speedup_table`` frames); the line at 1 is break-even."""
+    (``flurka.results.tables.speedup_table`` frames); the line at 1 is break-even, the dotted
+    vertical one the paper's claims 1 and 3 bound N = d_k(H+2) when given and in range."""
     fig, axes = _panels(len(panels))
     for ax, (title, table) in zip(axes, panels.items()):
         for variant, part in table.groupby(level="variant", sort=False):
@@ -105,8 +118,10 @@ def speedups(panels: dict[str, pd.DataFrame]) -> Figure:
                             **{**_style(variant), "markersize": 3})
         ax.axhline(1.0, color="#999999", linewidth=0.8)
         ns = table.index.get_level_values("N")
-        ax.set_xscale("log" if ns.max() / max(ns.min(), 1) >= 8 else "linear")
-        ax.set_yscale("log")
+        if claim_bound is not None and ns.min() <= claim_bound <= ns.max():
+            ax.axvline(claim_bound, color="#555555", linestyle=":", linewidth=1.0,
+                       label="claims 1, 3: N = d_k(H+2)")
+        _log(ax, "xy" if ns.max() / max(ns.min(), 1) >= 8 else "y")
         ax.set_xlabel("N")
         ax.set_ylabel("speedup (baseline time / FLuRKA time)")
         ax.set_title(title, fontsize=10)

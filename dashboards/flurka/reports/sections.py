@@ -199,6 +199,14 @@ def _panels(g: pd.DataFrame):
     return list(g.groupby(["mode", "scope"], dropna=False, sort=True))
 
 
+def _claim_bound(g: pd.DataFrame) -> float | None:
+    """Claims 1 and 3's N = d_k(H+2) where the group fixes d_k, heads and d_model and d_model > d_k."""
+    if any(g[c].nunique(dropna=False) != 1 for c in ("d_k", "heads", "d_model")) or pd.isna(g["d_k"].iloc[0]):
+        return None
+    d_k, heads, d_model = (float(g[c].iloc[0]) for c in ("d_k", "heads", "d_model"))
+    return d_k * (heads + 2) if d_model > d_k else None
+
+
 def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Section]:
     speed = Section("speed-n", "Step time vs sequence length (Fig. 3)",
                     "Median step time of every mechanism as N grows, all at equal parameter count.")
@@ -230,7 +238,7 @@ def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Sec
             ups.items.append(Table(f"speedups-{i}-{mode}-{scope}", f"Speedups, {title}", caption, table))
         if panels:
             ups.items.append(Plot(f"speedups-{i}", f"Speedups vs N ({g.iloc[0]['device']})", caption,
-                                  F.speedups(panels)))
+                                  F.speedups(panels, claim_bound=_claim_bound(g))))
     run = "python -m flurka.speed --sweep {} --out FILE.json"
     if not speed.items:
         speed.missing = f"no data yet: run {run.format('n-sweep')}, {INGEST}"
@@ -324,6 +332,56 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def _onset(ns: list, faster: list) -> str:
+    """Where on the grid ``ns`` (ascending) the baseline is overtaken for good: "a–b" (slower at a,
+    faster at b and every larger N), "≤ a" (faster throughout), "> b" (slower at the largest)."""
+    if not faster[-1]:
+        return f"> {ns[-1]:.0f}"
+    first = len(faster)
+    while first and faster[first - 1]:
+        first -= 1
+    return f"≤ {ns[0]:.0f}" if first == 0 else f"{ns[first - 1]:.0f}–{ns[first]:.0f}"
+
+
+def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Where FLuRKA overtakes each constituent as N grows, for every configuration measured at
+    ≥ 3 lengths: measured, by the FLOP model and by the paper's appendix-B cost model, next to
+    the length from which the paper's claim promises it (claim 2 for low-rank, claim 3 for the
+    kernel). A claim's bound far above the measured onset is loose, not wrong; an onset above a
+    bound refutes the claim on this device."""
+    from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
+
+    cfg = [c for c in SPEED_CONFIG if c in pairs and c != "N"]
+    rows = []
+    for variant, kernel in T.KERNEL_OF.items():
+        for role, base in (("low-rank", T.LOW_RANK), ("kernel", kernel)):
+            part = pairs[(pairs["mechanism"] == variant) & (pairs["baseline"] == base) & pairs["d_k"].notna()]
+            for _, g in part.groupby(cfg, dropna=False, sort=True):
+                g = g.sort_values("N")
+                if g["N"].nunique() < 3 or g["N"].duplicated().any():
+                    continue
+                r = g.iloc[0]
+                d_m, d_k, H = r["d_model"], r["d_k"], r["heads"]
+                d_h = d_m // H
+                ns = list(g["N"])
+                paper = [flop_model.paper_cost(role, n, d_m, d_k, d_h, H) > flop_model.paper_cost("flurka", n, d_m, d_k, d_h, H)
+                         for n in ns]
+                if role == "low-rank":
+                    bound = f"> {d_k + 1:.0f}" if d_k > d_h else "none (d_k ≤ d_h)"
+                else:
+                    bound = f"> {d_k * (H + 2):.0f}" if d_m > d_k else "none (d_m ≤ d_k)"
+                rows.append({"mechanism": variant, "baseline": base, "mode": r["mode"], "scope": r["scope"],
+                             "d_model": d_m, "heads": H, "d_k": d_k, "N measured": f"{ns[0]:.0f}–{ns[-1]:.0f} ({len(ns)})",
+                             "measured": _onset(ns, list(g["measured_speedup"] > 1)),
+                             "FLOP model": _onset(ns, list(g["predicted_speedup"] > 1)),
+                             "paper's cost model": _onset(ns, paper), "claim's bound": bound})
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows).set_index(["mechanism", "baseline", "mode", "scope"])
+    table.attrs["floatfmt"] = ".0f"
+    return table
+
+
 def flops_section(rows: pd.DataFrame) -> Section:
     section = Section("flops", "FLOP model vs measured",
                       "Does the FLOP model (flurka.attention.flops, stored with each measurement) predict "
@@ -360,6 +418,16 @@ def flops_section(rows: pd.DataFrame) -> Section:
                     "not, and at how many FLuRKA was measured faster than all of them (and the FLOP "
                     "model says so). A claim is refuted only by a met row with fewer measured than points.",
                     claims))
+            crossings = crossings_table(p)
+            if not crossings.empty:
+                section.items.append(Table(
+                    f"flops-{i}-crossings", f"Where FLuRKA overtakes its constituents as N grows ({device})",
+                    caption + " For every configuration measured at 3 or more lengths N: the interval of N in "
+                    "which FLuRKA becomes faster than the baseline for good (slower at its left end, faster at "
+                    "its right end and at every larger N measured; ≤ N: faster throughout, > N: still slower at "
+                    "the largest), measured and as the FLOP model and the paper's appendix-B cost model "
+                    "predict on the same lengths, next to the N from which the paper's claim promises it "
+                    "(claim 2 for low-rank, claim 3 for the kernel).", crossings))
     if not section.items:
         section.missing = f"no data yet: run python -m flurka.speed --sweep n-sweep --out FILE.json, {INGEST}"
     return section

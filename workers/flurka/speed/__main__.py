@@ -13,7 +13,8 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
 ``versions``    {python, jax, jaxlib, flax, optax, numpy, and where present jax-cuda12-plugin,
                 cuda_runtime, cudnn, cuda_driver}
 ``settings``    {warmup, repeats, memory_budget_bytes, runner ("local" or "ray"),
-                stopped_at_deadline (present and true when --time-budget-min cut the list)}
+                stopped_at_deadline (present and true when --time-budget-min cut the list),
+                interleaved (present and true with --interleave; each row then has it too)}
 ``ceilings``    {dtype: {matmul_flops_per_s, copy_bytes_per_s, matmul: {n, flops, median_s, …},
                 copy: {array_bytes, bytes, median_s, …}}} — measured on this card
 ``results``     one row per point:
@@ -82,6 +83,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-steps", type=int, default=0,
                         help="after timing a point, trace this many steps and record where the "
                              "device time went (per XLA op and kind: gemm, elementwise, ...)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="time the mechanisms of each configuration side by side: compile "
+                             "them all, then run them in turn, one call each per round, so a "
+                             "machine whose speed drifts slows them alike (holds their steps in "
+                             "memory together)")
     parser.add_argument("--out", default="speed_results.json")
     parser.add_argument("--list", action="store_true", help="print the points and exit")
 
@@ -121,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     doc = run_sweep(pts, indices, sweep=args.sweep, out=args.out, warmup=args.warmup,
                     repeats=args.repeats, memory_budget_bytes=budget,
                     with_ceilings=not args.no_ceilings, progress=progress, deadline=deadline,
-                    profile_steps=args.profile_steps)
+                    profile_steps=args.profile_steps, interleave=args.interleave)
     statuses = [r["status"] for r in doc["results"]]
     print(f"wrote {args.out}: {len(statuses)} points, "
           + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))

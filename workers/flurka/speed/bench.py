@@ -54,7 +54,7 @@ from flurka.attention.base import cast_floating
 from flurka.speed import ceilings as ceil
 from flurka.speed import profile
 from flurka.speed.configs import Point
-from flurka.speed.timing import failure, random_normal, time_fn
+from flurka.speed.timing import failure, random_normal, round_robin, summary, time_fn, timed_call
 
 LOW_RANK = ("linformer",) + flop_model.FLURKA
 DATA_KEY = 0  # inputs come from a fixed key: every mechanism sees the same numbers
@@ -183,15 +183,21 @@ def _xla_counts(lowered, compiled) -> dict[str, Any]:
     return out
 
 
-def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: int = 2,
-              repeats: int = 10, memory_budget_bytes: int | None = None,
-              profile_steps: int = 0) -> dict[str, Any]:
-    """Measure one point. Never raises for a failed measurement: out-of-memory (XLA
-    RESOURCE_EXHAUSTED, MemoryError, or XLA's compiled memory need above
-    ``memory_budget_bytes``) gives ``status="oom"``, any other failure ``status="error"``.
-    ``profile_steps``: after timing, trace that many steps of the same executable and add
-    where their time went (``profile``, :mod:`flurka.speed.profile`; a failed trace is
-    ``{"error": ...}``, never a lost timing)."""
+@dataclasses.dataclass
+class Prepared:
+    """A point built and compiled, ready to time: its result row so far (``status`` set when it
+    already failed or exceeds the memory budget; then ``compiled`` is None)."""
+
+    result: dict[str, Any]
+    compiled: Any = None
+    args: tuple = ()
+
+
+def prepare(point: Point, *, memory_budget_bytes: int | None = None) -> Prepared:
+    """Build and compile one point and count what it does (FLOP model, HLO dots, bytes).
+    Never raises for a failed point: out-of-memory (XLA RESOURCE_EXHAUSTED, MemoryError, or XLA's
+    compiled memory need above ``memory_budget_bytes``) is ``status="oom"``, any other failure
+    ``status="error"``."""
     result: dict[str, Any] = {**point.as_dict(), "status": None}
     try:
         module = build(point)
@@ -224,23 +230,91 @@ def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: i
             result.update(status="oom", oom_source="budget",
                           error=f"compiled step needs {need} bytes > memory budget "
                                 f"{memory_budget_bytes} bytes")
-            return result
-        timing = time_fn(compiled, args, warmup=warmup, repeats=repeats)
-        timing.pop("compile_s")
-        result.update(timing, status="ok")
-        if profile_steps:
-            try:
-                result["profile"] = profile.profile_compiled(compiled, args, steps=profile_steps)
-            except Exception as exc:  # noqa: BLE001 - the timing stands without its profile
-                result["profile"] = {"error": failure(exc)["error"]}
+            return Prepared(result)
+        return Prepared(result, compiled, args)
     except Exception as exc:  # noqa: BLE001 - OOM and errors are results
-        result.update(failure(exc))
-        if result["status"] == "oom":
-            result["oom_source"] = "xla"
-        return result
+        return Prepared(_failed(result, exc))
     finally:
         gc.collect()
+
+
+def _failed(result: dict[str, Any], exc: BaseException) -> dict[str, Any]:
+    result.update(failure(exc))
+    if result["status"] == "oom":
+        result["oom_source"] = "xla"
+    return result
+
+
+def finish(prep: Prepared, ceilings: dict[str, Any] | None = None, *,
+           profile_steps: int = 0) -> dict[str, Any]:
+    """A timed point's row: its profile (``profile_steps`` more steps traced, :mod:`flurka.speed.profile`;
+    a failed trace is ``{"error": ...}``, never a lost timing) and its floor."""
+    result = prep.result
+    if result["status"] != "ok":
+        return result
+    if profile_steps:
+        try:
+            result["profile"] = profile.profile_compiled(prep.compiled, prep.args, steps=profile_steps)
+        except Exception as exc:  # noqa: BLE001 - the timing stands without its profile
+            result["profile"] = {"error": failure(exc)["error"]}
     if ceilings is not None and result.get("flops") is not None:
         fl = ceil.floor(result["flops"], result["min_bytes"], ceilings)
         result.update(fl, ratio_to_floor=result["median_s"] / fl["floor_s"])
     return result
+
+
+def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: int = 2,
+              repeats: int = 10, memory_budget_bytes: int | None = None,
+              profile_steps: int = 0) -> dict[str, Any]:
+    """Measure one point (:func:`prepare`, time, :func:`finish`); never raises for a failed
+    measurement: failures and out-of-memory are the row's ``status``."""
+    prep = prepare(point, memory_budget_bytes=memory_budget_bytes)
+    if prep.compiled is not None:
+        try:
+            timing = time_fn(prep.compiled, prep.args, warmup=warmup, repeats=repeats)
+            timing.pop("compile_s")
+            prep.result.update(timing, status="ok")
+        except Exception as exc:  # noqa: BLE001
+            _failed(prep.result, exc)
+    try:
+        return finish(prep, ceilings, profile_steps=profile_steps)
+    finally:
+        prep.compiled = prep.args = None
+        gc.collect()
+
+
+def run_interleaved(points: list[Point], ceilings: dict[str, Any] | None = None, *,
+                    warmup: int = 2, repeats: int = 10, memory_budget_bytes: int | None = None,
+                    profile_steps: int = 0) -> list[dict[str, Any]]:
+    """Measure points side by side: all compiled first, then ``repeats`` rounds in which each
+    runs once (:func:`~flurka.speed.timing.round_robin` order). On a machine whose speed drifts
+    (a shared host, a GPU's clock under heat) back-to-back repeats of one point share one
+    moment's speed and points timed minutes apart do not; here every point samples every
+    round, so their ratios are measured under the same conditions. Holds all the points'
+    executables and inputs at once. Rows as :func:`run_point`'s, with ``interleaved: true``."""
+    preps = [prepare(p, memory_budget_bytes=memory_budget_bytes) for p in points]
+    live = [p for p in preps if p.compiled is not None]
+    times: dict[int, list[float]] = {id(p): [] for p in live}
+
+    def attempt(prep: Prepared, record: bool) -> None:
+        try:
+            t = timed_call(prep.compiled, prep.args)
+        except Exception as exc:  # noqa: BLE001 - a failing point leaves the others running
+            _failed(prep.result, exc)
+            prep.compiled = prep.args = None
+            return
+        if record:
+            times[id(prep)].append(t)
+
+    for rnd, order in enumerate(round_robin(live, warmup + repeats)):
+        for prep in order:
+            if prep.compiled is not None:
+                attempt(prep, record=rnd >= warmup)
+    for prep in live:
+        if prep.result["status"] is None:
+            prep.result.update(summary(times[id(prep)], warmup=warmup), status="ok", interleaved=True)
+    rows = [finish(p, ceilings, profile_steps=profile_steps) for p in preps]
+    for p in preps:
+        p.compiled = p.args = None
+    gc.collect()
+    return rows

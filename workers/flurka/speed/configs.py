@@ -13,6 +13,13 @@ where the paper leaves a size unstated the choice is written next to it.
 * ``flash-compare`` (app. C): 6 layers, FFN 512, 4 heads, N 7500 → 52500 in steps of 9000;
   d_model 512 (head dim 128, the largest cuDNN flash supports on every GPU) and d_k 1024
   (unstated in the paper).
+* ``claims-boundary`` (claims 1 and 3, app. B): the N-sweep's shape (d_model 2600, 8 heads,
+  d_k 1500, m 325) at N = 1560 → 16500, one layer, the low-rank and kernel mechanisms and
+  FLuRKA: across both the FLOP model's crossing (FLuRKA needs fewer FLOPs than its kernel
+  constituent from N ≈ 3.1k–4.1k) and the claims' boundary N > d_k(H+2) = 15000, which the
+  paper calls tight; the N-sweep starts above the first at 7050.
+* ``claims-boundary-small``: the same question at CPU sizes, float32 (d_model 512, 8 heads,
+  d_k 128, m 64 = d_h: crossing ≈ 160–180, claims' boundary 1280).
 * ``tiny``: CPU sizes for CI (every mechanism, both modes, both scopes, float32).
 
 Model scope (``scope="model"``) is the paper's inference model: ``layers`` encoder blocks with an
@@ -112,6 +119,11 @@ class Sweep:
     description: str = ""
 
 
+# The mechanisms the claims compare: low-rank, the kernels and FLuRKA (no softmax over all N).
+BOUNDARY_MECHANISMS = ("linformer", "performer", "rnn", "eva", "flurka-performer", "flurka-rnn",
+                       "flurka-eva")
+
+
 def _choice(name: str, value, choices: Sequence) -> None:
     if value not in choices:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, choices))}")
@@ -141,6 +153,18 @@ SWEEPS: dict[str, Sweep] = {
         mechanisms=("flash", "full", "flurka-performer", "flurka-rnn", "flurka-eva"),
         scopes=("model",),
         description="Appendix C: 6-layer model, FFN 512, 4 heads vs flash attention"),
+    "claims-boundary": Sweep(
+        "claims-boundary",
+        tuple(Shape(n, 2600, 8, 1500, 325) for n in (1560, 2000, 2500, 3000, 3500, 4000, 5000,
+                                                     6000, 7050, 9000, 12000, 15000, 16500)),
+        mechanisms=BOUNDARY_MECHANISMS, scopes=("layer",),
+        description="Claims 1 and 3: N across the FLOP model's crossing and N = d_k(H+2)"),
+    "claims-boundary-small": Sweep(
+        "claims-boundary-small",
+        tuple(Shape(n, 512, 8, 128, 64) for n in (128, 160, 192, 256, 384, 512, 768, 1024,
+                                                  1280, 1536, 2048, 3072, 4096)),
+        mechanisms=BOUNDARY_MECHANISMS, scopes=("layer",), dtype="float32",
+        description="claims-boundary at CPU sizes (d_model 512, 8 heads, d_k 128; bound 1280)"),
     "tiny": Sweep(
         "tiny",
         (Shape(64, 32, 4, 16, num_features=8, layers=2, ffn=32, batch=2),),

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Sequence
 import jax
 
 from flurka.speed import ceilings as ceil
-from flurka.speed.bench import run_point
+from flurka.speed.bench import run_interleaved, run_point
 from flurka.speed.configs import Point
 
 SCHEMA = "flurka.speed/1"
@@ -103,29 +103,48 @@ def run_one(point: Point, *, index: int, sweep: str, warmup: int, repeats: int,
     return {"index": index, "sweep": sweep, "device_name": device_info()["name"], **row}
 
 
+def side_by_side(points: Sequence[Point], indices: Iterable[int]) -> list[list[tuple[int, Point]]]:
+    """(index, point) groups that differ only in mechanism, in order of first appearance: what
+    ``--interleave`` times together."""
+    groups: dict[tuple, list[tuple[int, Point]]] = {}
+    for i, p in zip(indices, points):
+        key = tuple(v for k, v in p.as_dict().items() if k != "mechanism")
+        groups.setdefault(key, []).append((i, p))
+    return list(groups.values())
+
+
 def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, out: str | None,
               warmup: int = 2, repeats: int = 10, memory_budget_bytes: int | None = None,
               with_ceilings: bool = True,
               progress: Callable[[dict], None] | None = None,
-              deadline: float | None = None, profile_steps: int = 0) -> dict[str, Any]:
-    """Time each point in this process; rewrite ``out`` after every point so an interrupted
-    run keeps what it measured. ``deadline`` (a ``time.monotonic()`` value) stops before the
-    next point once passed: a lease of fixed length ends with a complete file, not a kill."""
+              deadline: float | None = None, profile_steps: int = 0,
+              interleave: bool = False) -> dict[str, Any]:
+    """Time each point in this process; rewrite ``out`` after every point (``interleave``:
+    every group of :func:`side_by_side` points, timed by :func:`~flurka.speed.bench.run_interleaved`)
+    so an interrupted run keeps what it measured. ``deadline`` (a ``time.monotonic()`` value)
+    stops before the next point or group once passed: a lease of fixed length ends with a
+    complete file, not a kill."""
     dtypes = sorted({p.dtype for p in points})
     ceilings = ({d: measured_ceilings(d) for d in dtypes} if with_ceilings else None)
     settings = {"warmup": warmup, "repeats": repeats, "memory_budget_bytes": memory_budget_bytes,
-                "runner": "local"}
+                "runner": "local", **({"interleaved": True} if interleave else {})}
+    groups = side_by_side(points, indices) if interleave else [[ip] for ip in zip(indices, points)]
+    device = device_info()["name"]
     results: list[dict] = []
-    for i, point in zip(indices, points):
+    for group in groups:
         if deadline is not None and time.monotonic() > deadline:
             settings["stopped_at_deadline"] = True
             break
-        row = run_one(point, index=i, sweep=sweep, warmup=warmup, repeats=repeats,
-                      memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings,
-                      profile_steps=profile_steps)
-        results.append(row)
-        if progress is not None:
-            progress(row)
+        card = ceilings and ceilings[group[0][1].dtype]  # a group shares its dtype
+        options = dict(warmup=warmup, repeats=repeats, memory_budget_bytes=memory_budget_bytes,
+                       profile_steps=profile_steps)
+        rows = (run_interleaved([p for _, p in group], card, **options) if interleave
+                else [run_point(p, card, **options) for _, p in group])
+        for (i, _), row in zip(group, rows):
+            row = {"index": i, "sweep": sweep, "device_name": device, **row}
+            results.append(row)
+            if progress is not None:
+                progress(row)
         if out:
             write_json(document(sweep=sweep, results=results, ceilings=ceilings,
                                 settings=settings), out)

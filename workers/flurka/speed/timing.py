@@ -75,20 +75,30 @@ def time_fn(fn: Callable, args: Sequence[Any], *, warmup: int = 2, repeats: int 
     fn, compile_s = compile_fn(fn, args)
     for _ in range(warmup):
         jax.block_until_ready(fn(*args))
-    times = np.empty(repeats)
-    for i in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times[i] = time.perf_counter() - start
-    return {
-        "median_s": float(np.median(times)),
-        "p10_s": float(np.percentile(times, 10)),
-        "p90_s": float(np.percentile(times, 90)),
-        "min_s": float(times.min()),
-        "repeats": repeats,
-        "warmup": warmup,
-        "compile_s": compile_s,
-    }
+    times = [timed_call(fn, args) for _ in range(repeats)]
+    return {**summary(times, warmup=warmup), "compile_s": compile_s}
+
+
+def timed_call(fn: Callable, args: Sequence[Any]) -> float:
+    """Seconds of one call, blocked until its outputs exist."""
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - start
+
+
+def summary(times: Sequence[float], *, warmup: int) -> dict[str, Any]:
+    """The reported statistics of a list of call times."""
+    t = np.asarray(times, dtype=float)
+    return {"median_s": float(np.median(t)), "p10_s": float(np.percentile(t, 10)),
+            "p90_s": float(np.percentile(t, 90)), "min_s": float(t.min()), "repeats": len(t),
+            "warmup": warmup}
+
+
+def round_robin(items: Sequence[Any], rounds: int) -> list[list[Any]]:
+    """``rounds`` passes over ``items``, each starting one place later than the last, so no item
+    is always first after a pause (a cold cache, a clock ramp) or always after the same one."""
+    n = len(items)
+    return [[items[(r + k) % n] for k in range(n)] for r in range(rounds)] if n else []
 
 
 def guarded(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:

@@ -409,25 +409,22 @@ def flops_section(rows: pd.DataFrame) -> Section:
             summary.attrs["floatfmt"] = ".3g"
             section.items.append(Table(f"flops-{i}-summary", f"Predicted vs measured speedups ({device})",
                                        caption + " Agree: both say the same side is faster.", summary))
-            claims = claims_table(p)
-            if not claims.empty:
-                section.items.append(Table(
-                    f"flops-{i}-claims", f"The paper's regime claims vs measured ({device})",
-                    caption + " Per claim: configurations where its condition is met (where it predicts "
-                    "FLuRKA faster than the baselines it names: low-rank, kernel or both) and where it is "
-                    "not, and at how many FLuRKA was measured faster than all of them (and the FLOP "
-                    "model says so). A claim is refuted only by a met row with fewer measured than points.",
-                    claims))
-            crossings = crossings_table(p)
-            if not crossings.empty:
-                section.items.append(Table(
-                    f"flops-{i}-crossings", f"Where FLuRKA overtakes its constituents as N grows ({device})",
-                    caption + " For every configuration measured at 3 or more lengths N: the interval of N in "
-                    "which FLuRKA becomes faster than the baseline for good (slower at its left end, faster at "
-                    "its right end and at every larger N measured; ≤ N: faster throughout, > N: still slower at "
-                    "the largest), measured and as the FLOP model and the paper's appendix-B cost model "
-                    "predict on the same lengths, next to the N from which the paper's claim promises it "
-                    "(claim 2 for low-rank, claim 3 for the kernel).", crossings))
+            for key, title, about, table in (
+                    ("claims", "The paper's regime claims vs measured",
+                     "Per claim: configurations where its condition is met (where it predicts FLuRKA faster "
+                     "than the baselines it names: low-rank, kernel or both) and where it is not, and at how "
+                     "many FLuRKA was measured faster than all of them (and the FLOP model says so). A claim "
+                     "is refuted only by a met row with fewer measured than points.", claims_table(p)),
+                    ("crossings", "Where FLuRKA overtakes its constituents as N grows",
+                     "For every configuration measured at 3 or more lengths N: the interval of N in which "
+                     "FLuRKA becomes faster than the baseline for good (slower at its left end, faster at its "
+                     "right end and at every larger N measured; ≤ N: faster throughout, > N: still slower at "
+                     "the largest), measured and as the FLOP model and the paper's appendix-B cost model "
+                     "predict on the same lengths, next to the N from which the paper's claim promises it "
+                     "(claim 2 for low-rank, claim 3 for the kernel).", crossings_table(p))):
+                if not table.empty:
+                    section.items.append(Table(f"flops-{i}-{key}", f"{title} ({device})", f"{caption} {about}",
+                                               table))
     if not section.items:
         section.missing = f"no data yet: run python -m flurka.speed --sweep n-sweep --out FILE.json, {INGEST}"
     return section

@@ -1,4 +1,5 @@
-"""The speed sweeps as Ray tasks: one task per point, one GPU each, gathered into ONE JSON file.
+"""The speed sweeps as Ray tasks: one task per point (``--interleave``: per configuration, its
+mechanisms timed side by side on one GPU), one GPU each, gathered into ONE JSON file.
 
     python experiments/speed_sweep.py --sweep n-sweep --out benchmarks/nsweep_ray.json
     python experiments/speed_sweep.py --sweep tiny --cpu --num-cpus 2 --out /tmp/tiny.json
@@ -8,6 +9,8 @@
 Each task calls the same worker code as ``python -m flurka.speed`` (``flurka.speed.runner``), so
 the JSON schema is identical (``settings.runner`` = "ray"); every row carries the device it ran
 on, and ``ceilings`` holds each device's probes (measured inside the tasks, on their own GPU).
+Without ``--interleave`` two mechanisms of one configuration may run on different GPUs (or
+nodes); with it each configuration is one task, so its speedups are ratios measured on one card.
 Ray is imported here only; the workers never import it. Without ``--address`` a private local
 Ray starts (``address="local"``, its own temp dir) and is shut down at the end.
 """
@@ -21,22 +24,24 @@ import tempfile
 import ray
 
 from flurka.speed import __main__ as speed_cli
+from flurka.speed import runner
 from flurka.speed.runner import document, write_json
 
 
-# max_calls=1: a fresh worker process per point, so an OOM'd or wedged GPU context never leaks
-# into the next point (costs one JAX start-up per point).
+# max_calls=1: a fresh worker process per task, so an OOM'd or wedged GPU context never leaks
+# into the next one (costs one JAX start-up per task).
 @ray.remote(num_gpus=1, max_calls=1)
-def _measure(point, index: int, sweep: str, warmup: int, repeats: int,
+def _measure(group, sweep: str, interleave: bool, warmup: int, repeats: int,
              memory_budget_bytes: int | None, with_ceilings: bool, profile_steps: int = 0) -> dict:
-    """One point on the task's device: its row, this device's ceilings, device and versions."""
+    """One point, or with ``interleave`` one configuration's points side by side, on the task's
+    device: the rows, this device's ceilings, device and versions."""
     from flurka.speed import runner  # imported in the worker: JAX starts on its GPU
 
-    row = runner.run_one(point, index=index, sweep=sweep, warmup=warmup, repeats=repeats,
-                         memory_budget_bytes=memory_budget_bytes, with_ceilings=with_ceilings,
-                         profile_steps=profile_steps)
-    ceilings = runner.measured_ceilings(point.dtype) if with_ceilings else None
-    return {"row": row, "ceilings": ceilings, "device": runner.device_info(),
+    ceilings = runner.measured_ceilings(group[0][1].dtype) if with_ceilings else None
+    rows = runner.measure(group, sweep=sweep, ceilings=ceilings, interleave=interleave,
+                          warmup=warmup, repeats=repeats, memory_budget_bytes=memory_budget_bytes,
+                          profile_steps=profile_steps)
+    return {"rows": rows, "ceilings": ceilings, "device": runner.device_info(),
             "versions": runner.versions()}
 
 
@@ -54,24 +59,26 @@ def run(args: argparse.Namespace, indices: list[int], points: list) -> dict:
         started = True
     try:
         task = _measure.options(num_gpus=0 if args.cpu else 1, num_cpus=1)
-        refs = [task.remote(p, i, args.sweep, args.warmup, args.repeats, budget,
-                            not args.no_ceilings, args.profile_steps)
-                for i, p in zip(indices, points)]
+        groups = (runner.side_by_side(points, indices) if args.interleave
+                  else [[ip] for ip in zip(indices, points)])
+        refs = [task.remote(g, args.sweep, args.interleave, args.warmup, args.repeats, budget,
+                            not args.no_ceilings, args.profile_steps) for g in groups]
         outs = ray.get(refs)
     finally:
         if started:
             ray.shutdown()
-    rows = sorted((o["row"] for o in outs), key=lambda r: r["index"])
+    rows = sorted((r for o in outs for r in o["rows"]), key=lambda r: r["index"])
     ceilings: dict = {}
     for o in outs:
         if o["ceilings"] is not None:
-            ceilings.setdefault(o["device"]["name"], {})[o["row"]["dtype"]] = o["ceilings"]
+            ceilings.setdefault(o["device"]["name"], {})[o["rows"][0]["dtype"]] = o["ceilings"]
     devices = {o["device"]["name"] for o in outs}
     device = dict(outs[0]["device"]) if outs else {}
     device["names"] = sorted(devices)
     doc = document(sweep=args.sweep, results=rows, ceilings=ceilings or None,
                    settings={"warmup": args.warmup, "repeats": args.repeats,
-                             "memory_budget_bytes": budget, "runner": "ray"},
+                             "memory_budget_bytes": budget, "runner": "ray",
+                             **({"interleaved": True} if args.interleave else {})},
                    device=device, versions_=outs[0]["versions"] if outs else None)
     if args.out:
         write_json(doc, args.out)

@@ -98,9 +98,26 @@ def run_one(point: Point, *, index: int, sweep: str, warmup: int, repeats: int,
             profile_steps: int = 0) -> dict:
     """One result row (with ``index``, ``sweep`` and the device it ran on)."""
     ceilings = measured_ceilings(point.dtype) if with_ceilings else None
-    row = run_point(point, ceilings, warmup=warmup, repeats=repeats,
-                    memory_budget_bytes=memory_budget_bytes, profile_steps=profile_steps)
-    return {"index": index, "sweep": sweep, "device_name": device_info()["name"], **row}
+    (row,) = measure([(index, point)], sweep=sweep, ceilings=ceilings, warmup=warmup,
+                     repeats=repeats, memory_budget_bytes=memory_budget_bytes,
+                     profile_steps=profile_steps)
+    return row
+
+
+def measure(group: Sequence[tuple[int, Point]], *, sweep: str, ceilings: dict | None,
+            interleave: bool = False, warmup: int = 2, repeats: int = 10,
+            memory_budget_bytes: int | None = None, profile_steps: int = 0) -> list[dict]:
+    """Rows of (index, point)s measured one after another, or side by side with ``interleave``
+    (:func:`~flurka.speed.bench.run_interleaved`), each with ``index``, ``sweep`` and the device.
+    ``ceilings``: this device's probes for the group's dtype, or None."""
+    options = dict(warmup=warmup, repeats=repeats, memory_budget_bytes=memory_budget_bytes,
+                   profile_steps=profile_steps)
+    pts = [p for _, p in group]
+    rows = (run_interleaved(pts, ceilings, **options) if interleave
+            else [run_point(p, ceilings, **options) for p in pts])
+    device = device_info()["name"]
+    return [{"index": i, "sweep": sweep, "device_name": device, **row}
+            for (i, _), row in zip(group, rows)]
 
 
 def side_by_side(points: Sequence[Point], indices: Iterable[int]) -> list[list[tuple[int, Point]]]:
@@ -129,19 +146,14 @@ def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, ou
     settings = {"warmup": warmup, "repeats": repeats, "memory_budget_bytes": memory_budget_bytes,
                 "runner": "local", **({"interleaved": True} if interleave else {})}
     groups = side_by_side(points, indices) if interleave else [[ip] for ip in zip(indices, points)]
-    device = device_info()["name"]
     results: list[dict] = []
     for group in groups:
         if deadline is not None and time.monotonic() > deadline:
             settings["stopped_at_deadline"] = True
             break
-        card = ceilings and ceilings[group[0][1].dtype]  # a group shares its dtype
-        options = dict(warmup=warmup, repeats=repeats, memory_budget_bytes=memory_budget_bytes,
-                       profile_steps=profile_steps)
-        rows = (run_interleaved([p for _, p in group], card, **options) if interleave
-                else [run_point(p, card, **options) for _, p in group])
-        for (i, _), row in zip(group, rows):
-            row = {"index": i, "sweep": sweep, "device_name": device, **row}
+        for row in measure(group, sweep=sweep, ceilings=ceilings and ceilings[group[0][1].dtype],
+                           interleave=interleave, warmup=warmup, repeats=repeats,
+                           memory_budget_bytes=memory_budget_bytes, profile_steps=profile_steps):
             results.append(row)
             if progress is not None:
                 progress(row)

@@ -4,6 +4,7 @@ and a failing or out-of-memory point leaving the others timed."""
 from __future__ import annotations
 
 import jax.numpy as jnp
+import pytest
 
 from flurka.speed import bench, configs, runner, timing
 
@@ -68,3 +69,12 @@ def test_real_points_side_by_side():
     assert [r["status"] for r in rows] == ["ok", "oom", "ok"] and rows[1]["oom_source"] == "xla"
     for r in (rows[0], rows[2]):
         assert 0 < r["min_s"] <= r["median_s"] <= r["p90_s"] and r["repeats"] == 2 and r["flops"] > 0
+
+
+def test_bad_counts_fail_before_anything_compiles(monkeypatch):
+    monkeypatch.setattr(bench, "prepare", lambda *a, **k: pytest.fail("compiled before checking"))
+    point = configs.Point(mechanism="rnn", mode="forward", scope="layer", **TINY)
+    with pytest.raises(ValueError, match="repeats"):
+        bench.run_interleaved([point], repeats=0)
+    with pytest.raises(ValueError, match="warmup"):
+        bench.run_interleaved([point], warmup=-1)

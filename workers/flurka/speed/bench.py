@@ -54,7 +54,8 @@ from flurka.attention.base import cast_floating
 from flurka.speed import ceilings as ceil
 from flurka.speed import profile
 from flurka.speed.configs import Point
-from flurka.speed.timing import failure, random_normal, round_robin, summary, time_fn, timed_call
+from flurka.speed.timing import (check_counts, failure, random_normal, round_robin, summary, time_fn,
+                                 timed_call)
 
 LOW_RANK = ("linformer",) + flop_model.FLURKA
 DATA_KEY = 0  # inputs come from a fixed key: every mechanism sees the same numbers
@@ -292,6 +293,7 @@ def run_interleaved(points: list[Point], ceilings: dict[str, Any] | None = None,
     moment's speed and points timed minutes apart do not; here every point samples every
     round, so their ratios are measured under the same conditions. Holds all the points'
     executables and inputs at once. Rows as :func:`run_point`'s, with ``interleaved: true``."""
+    check_counts(warmup, repeats)
     preps = [prepare(p, memory_budget_bytes=memory_budget_bytes) for p in points]
     live = [p for p in preps if p.compiled is not None]
     times: dict[int, list[float]] = {id(p): [] for p in live}

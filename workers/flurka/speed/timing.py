@@ -68,15 +68,19 @@ def time_fn(fn: Callable, args: Sequence[Any], *, warmup: int = 2, repeats: int 
     A ``jax.jit`` function is compiled first (``compile_s``); ``warmup`` calls run untimed.
     Exceptions propagate (callers turn them into results with :func:`failure`).
     """
-    if not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
-    if not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    check_counts(warmup, repeats)
     fn, compile_s = compile_fn(fn, args)
     for _ in range(warmup):
         jax.block_until_ready(fn(*args))
     times = [timed_call(fn, args) for _ in range(repeats)]
     return {**summary(times, warmup=warmup), "compile_s": compile_s}
+
+
+def check_counts(warmup: int, repeats: int) -> None:
+    if not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
 
 
 def timed_call(fn: Callable, args: Sequence[Any]) -> float:

@@ -308,18 +308,19 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = None, *,
                      feature: str, head_dim: int, num_features: int | None = None,
-                     interpret: bool = False, tiling: Tiling | None = None) -> Array:
+                     interpret: bool = False, tiling: Tiling | bool | None = None) -> Array:
     """φ(q)·KV / denominator(φ(q)·Σφ(K)) in one kernel; float32 [b, n, h, d]; differentiable in
     q, kv and k_sum by the backward kernel (ω is held constant).
 
     q [b, n, h, d] (compute dtype; d may be zero-padded past ``head_dim``); kv [b, h, f, d] and
     k_sum [b, h, f] from the key side; omega [f, d] for ``feature="favor"`` (rows past
     ``num_features`` zero). Off the GPU (or with ``interpret=True``) Pallas's interpreter runs
-    the kernels. ``tiling``: their launch shape (default: :func:`current_tiling`).
+    the kernels. ``tiling``: their launch shape (anything but a :class:`Tiling`, e.g. a layer's
+    ``fused=True``: :func:`current_tiling`).
     """
     if feature not in FEATURES:
         raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
     if omega is None:
         omega = jnp.zeros((0,), q.dtype)  # unused by the elu kernels; a leaf for the custom VJP
     return _fused(q, kv, k_sum, jax.lax.stop_gradient(omega), feature, head_dim, num_features,
-                  tiling or current_tiling(), interpret)
+                  tiling if isinstance(tiling, Tiling) else current_tiling(), interpret)

@@ -43,7 +43,7 @@ def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=Non
         return fused_query_side(q, kv, k_sum, omega, feature="favor",
                                 head_dim=head_dim or q.shape[-1],
                                 num_features=num_features or omega.shape[0],
-                                tiling=fused if isinstance(fused, Tiling) else None)
+                                tiling=fused)
     return query_side(favor_features(q, omega, is_query=True, **sizes), kv, k_sum,
                       favor_denominator, v.dtype)
 

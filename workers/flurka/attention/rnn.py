@@ -30,7 +30,7 @@ def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
     kv, k_sum = key_side(elu_features(k, key_mask, head_dim=head_dim), v)
     if fused:
         return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1],
-                                tiling=fused if isinstance(fused, Tiling) else None)
+                                tiling=fused)
     return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, v.dtype)
 
 

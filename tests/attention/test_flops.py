@@ -146,6 +146,14 @@ def test_claims_at_the_papers_configurations():
     assert not F.claim3(7050, PAPER["d_m"], PAPER["d_k"], PAPER["H"])
     s = F.AttentionShape(1, 55500, 2600, 8, d_k=1500, num_features=325)
     assert F.claims(s) == {"claim1": True, "claim2": True, "claim3": True}
+    # the N thresholds: the claims' predicates switch exactly there (strict inequalities)
+    assert F.claim_bounds(2600, 1500, 8) == {"low-rank": 1501, "kernel": 15000}
+    for n, expected in ((1501, False), (1502, True)):
+        assert F.claims_at(n, 2600, 1500, 8)["claim2"] is expected
+    for n, expected in ((15000, False), (15001, True)):
+        assert F.claims_at(n, 2600, 1500, 8)["claim3"] is expected
+    assert F.claim_bounds(512, 1024, 8) == {"low-rank": 1025, "kernel": None}    # d_m ≤ d_k
+    assert F.claim_bounds(2600, 300, 8) == {"low-rank": None, "kernel": 3000}    # d_k ≤ d_h = 325
 
 
 def test_claims_imply_the_cost_inequalities_they_state():

@@ -201,10 +201,12 @@ def _panels(g: pd.DataFrame):
 
 def _claim_bound(g: pd.DataFrame) -> float | None:
     """Claims 1 and 3's N = d_k(H+2) where the group fixes d_k, heads and d_model and d_model > d_k."""
+    from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
+
     if any(g[c].nunique(dropna=False) != 1 for c in ("d_k", "heads", "d_model")) or pd.isna(g["d_k"].iloc[0]):
         return None
-    d_k, heads, d_model = (float(g[c].iloc[0]) for c in ("d_k", "heads", "d_model"))
-    return d_k * (heads + 2) if d_model > d_k else None
+    first = g.iloc[0]
+    return flop_model.claim_bounds(float(first["d_model"]), float(first["d_k"]), float(first["heads"]))["kernel"]
 
 
 def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Section]:
@@ -343,6 +345,9 @@ def _onset(ns: list, faster: list) -> str:
     return f"≤ {ns[0]:.0f}" if first == 0 else f"{ns[first - 1]:.0f}–{ns[first]:.0f}"
 
 
+NO_BOUND = {"low-rank": "none (d_k ≤ d_h)", "kernel": "none (d_m ≤ d_k)"}  # why a claim says nothing
+
+
 def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """Where FLuRKA overtakes each constituent as N grows, for every configuration measured at
     ≥ 3 lengths: measured, by the FLOP model and by the paper's appendix-B cost model, next to
@@ -366,10 +371,8 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
                 ns = list(g["N"])
                 paper = [flop_model.paper_cost(role, n, d_m, d_k, d_h, H) > flop_model.paper_cost("flurka", n, d_m, d_k, d_h, H)
                          for n in ns]
-                if role == "low-rank":
-                    bound = f"> {d_k + 1:.0f}" if d_k > d_h else "none (d_k ≤ d_h)"
-                else:
-                    bound = f"> {d_k * (H + 2):.0f}" if d_m > d_k else "none (d_m ≤ d_k)"
+                bound = flop_model.claim_bounds(d_m, d_k, H)[role]
+                bound = f"> {bound:.0f}" if bound is not None else NO_BOUND[role]
                 rows.append({"mechanism": variant, "baseline": base, "mode": r["mode"], "scope": r["scope"],
                              "d_model": d_m, "heads": H, "d_k": d_k, "N measured": f"{ns[0]:.0f}–{ns[-1]:.0f} ({len(ns)})",
                              "measured": _onset(ns, list(g["measured_speedup"] > 1)),

@@ -382,6 +382,15 @@ def claims_at(N: float, d_m: float, d_k: float, H: float) -> dict[str, bool]:
             "claim3": claim3(N, d_m, d_k, H)}
 
 
+def claim_bounds(d_m: float, d_k: float, H: float) -> dict[str, float | None]:
+    """The N above which the claims promise FLuRKA beats each constituent, at raw sizes: low-rank
+    by claim 2 (N > d_k + 1, given d_k > d_h), the kernel by claim 3 (N > d_k(H+2), given
+    d_m > d_k; claim 1's N bound too); None where the size condition fails."""
+    d_h = d_m // H
+    return {"low-rank": d_k + 1 if d_k > d_h else None,
+            "kernel": d_k * (H + 2) if d_m > d_k else None}
+
+
 # ---------------------------------------------------------------------------------------------
 # FLOPs of the dot products in compiled HLO
 # ---------------------------------------------------------------------------------------------
@@ -575,6 +584,6 @@ __all__ = [
     "EVA_WINDOW", "EVA_CHUNK", "PERFORMER_FEATURES", "AttentionShape", "eva_sizes",
     "flurka_eva_sizes",
     "flop_breakdown", "forward_flops", "dot_flops", "training_flops", "constituents",
-    "fewer_than_constituents", "paper_cost", "claim1", "claim2", "claim3", "claims", "claims_at",
+    "fewer_than_constituents", "paper_cost", "claim1", "claim2", "claim3", "claims", "claims_at", "claim_bounds",
     "hlo_dot_flops", "hlo_dot_flops_by_type", "compiled_dot_flops",
 ]

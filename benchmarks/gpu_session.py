@@ -80,6 +80,10 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
+        # The N-sweep's query side fused too (d_h = m = 384 aligned: 3 × 3 blocks of 128,
+        # forward only) next to the aligned XLA rows above: what fusion adds to alignment.
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},
+                     "fused": {True}, "mechanism": {"flurka-performer", "flurka-rnn"}}),
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, "align": {128},
                      "mechanism": FIVE}),
         ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},
@@ -154,12 +158,14 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
     (flash in bf16 with both padding modes; the mask is right-padded so both are exact). With
     ``align`` > 1 the alignable mechanisms are also checked aligned (at d_model - 8, so every
     dimension is padded) against the unaligned layer on the CPU; with ``fused`` the kernel
-    mechanisms run their Pallas query side (float32 and bf16; m = 64 so it tiles) against the
-    XLA layer on the CPU — on a GPU that compiles and runs the Triton kernels. Aligned and fused
-    rows also hold ``grad_rel_err``: their parameter gradients (for fused: the backward kernel)
-    against the CPU layer's."""
+    mechanisms run their Pallas query side (float32 and bf16; m = 64) against the
+    XLA layer on the CPU — on a GPU that compiles and runs the Triton kernels — and once more in
+    bf16 at the N-sweep's width (one head, d_h = m = 325: the forward kernel in 128-wide blocks).
+    Aligned and fused rows also hold ``grad_rel_err``: their parameter gradients (for fused: the
+    backward kernel) against the CPU layer's."""
     cpu = jax.devices("cpu")[0]
-    x = jax.random.normal(jax.random.key(7), (2, seq_len, d_model), jnp.float32)
+    x = jax.random.normal(jax.random.key(7), (2, seq_len, max(d_model, WIDE["d_model"])),
+                          jnp.float32)
     mask = jnp.arange(seq_len)[None, :] < jnp.array([[seq_len], [seq_len - 100]])
     rows = []
     cases = [(m, "float32", {}) for m in mechanisms]
@@ -170,13 +176,18 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
     if fused:
         cases += [(m, d, {"fused": True}) for m in mechanisms if m in FUSABLE
                   for d in ("float32", "bfloat16")]
+        cases += [(m, "bfloat16", {"fused": True, **WIDE}) for m in mechanisms if m in FUSABLE]
     for mech, dtype, extra in cases:
         try:
-            width = d_model - 8 if "align" in extra else d_model
-            sizes = dict(d_model=width, num_heads=num_heads, max_len=seq_len)
-            kernel = dict(d_k=min(128, seq_len // 2) - 4, num_features=64 if fused else 60)
+            shape = {k: v for k, v in extra.items() if k in WIDE}
+            options = {k: v for k, v in extra.items() if k not in WIDE}
+            width = shape.get("d_model", d_model - 8 if "align" in extra else d_model)
+            sizes = dict(d_model=width, num_heads=shape.get("num_heads", num_heads),
+                         max_len=seq_len)
+            kernel = dict(d_k=min(128, seq_len // 2) - 4,
+                          num_features=shape.get("num_features", 64 if fused else 60))
             layer = make_attention(mech, **sizes, **kernel, rngs=nnx.Rngs(0),
-                                   dtype=jnp.dtype(dtype), **extra)
+                                   dtype=jnp.dtype(dtype), **options)
             graphdef, state = nnx.split(layer)
 
             def apply(state, x, mask, graphdef=graphdef):
@@ -206,6 +217,10 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
                          "error": repr(exc)[:500]})
         print("check", rows[-1], flush=True)
     return rows
+
+
+# The fused check's wide case: the N-sweep's head dim and feature count on one head.
+WIDE = {"d_model": 325, "num_heads": 1, "num_features": 325}
 
 
 def _grad_error(layer, ref_layer, x, mask, dtype, cpu) -> float:

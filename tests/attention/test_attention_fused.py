@@ -1,8 +1,9 @@
 """The fused query side (Pallas kernels, forward and backward; Pallas's interpreter on CPU)
 against the float64 formulas and the XLA path.
 
-align=16 makes the layer test sizes tile (d_h 8 → 16, m 64, N 20 → 32, d_k 8 → 16): the kernels
-need power-of-two head dims and feature counts of at least 16.
+Most layer tests run aligned (align=16: d_h 8 → 16, m 64, N 20 → 32, d_k 8 → 16); the kernels pad
+other sizes themselves (a power of two ≥ 16 up to 128, 128-wide blocks above), tested here from
+d_h = 8 to the N-sweep's d_h = m = 325.
 """
 
 from __future__ import annotations
@@ -85,30 +86,42 @@ def _kernel_inputs(feature, seed, *, n=40, d=16, f=32):
     return q, k, v, omega
 
 
+# (head dim, feature count): one block each; 2 head-dim blocks (200 → 256) and one padded feature
+# block (100 → 128; elu: 2 × 2); the N-sweep's 325 → 3 × 3 blocks of 128. Past 128 the forward
+# is the blocked kernel and the gradient the XLA path's.
+KERNEL_SIZES = [(16, 32), (200, 100), (325, 325)]
+
+
+@pytest.mark.parametrize("d,f", KERNEL_SIZES)
 @pytest.mark.parametrize("feature", ["favor", "elu"])
-def test_fused_gradient_matches_float64_finite_differences(feature, rng_seed):
-    """d/dt Σ G·core(x + tU) at t = 0, by central differences of the float64 formulas
-    (attention_reference's favor_core / rnn_core), against ⟨∂, U⟩ from the backward kernel
-    — for q, k and v one at a time (k and v reach the kernel through KV and Σφ(K))."""
-    q, k, v, omega = _kernel_inputs(feature, rng_seed)
+def test_fused_core_matches_float64_formulas_and_finite_differences(feature, d, f, rng_seed):
+    """The fused core's output against the float64 formulas (attention_reference's favor_core /
+    rnn_core, per batch element and head), and its gradient: d/dt Σ G·core(x + tU) at t = 0 by
+    central differences of those formulas against ⟨∂, U⟩ — for q, k and v one at a time (k and v
+    reach the kernel through KV and Σφ(K))."""
+    q, k, v, omega = _kernel_inputs(feature, rng_seed, d=d, f=f)
     attend = (functools.partial(favor_attention, omega=omega, fused=True) if feature == "favor"
               else functools.partial(elu_attention, fused=True))
     out, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, None), q, k, v)
     rng = np.random.default_rng(rng_seed + 1)
     cot = rng.standard_normal(out.shape)
     grads = vjp(jnp.asarray(cot, jnp.float32))
+    core = (functools.partial(favor_core, omega=np.asarray(omega, np.float64))
+            if feature == "favor" else rnn_core)
 
-    def objective(q, k, v):
-        core = (functools.partial(favor_core, omega=np.asarray(omega, np.float64))
-                if feature == "favor" else rnn_core)
-        return sum(np.sum(cot[b, :, h] * core(q[b, :, h], k[b, :, h], v[b, :, h]))
-                   for b in range(q.shape[0]) for h in range(q.shape[2]))
+    def per_head(q, k, v):
+        return np.stack([np.stack([core(q[b, :, h], k[b, :, h], v[b, :, h])
+                                   for h in range(q.shape[2])], axis=1)
+                         for b in range(q.shape[0])])
 
     base = [np.asarray(a, np.float64) for a in (q, k, v)]
+    exact = per_head(*base)
+    np.testing.assert_allclose(np.asarray(out, np.float64), exact, rtol=0,
+                               atol=1e-5 * np.abs(exact).max())
     for i, grad in enumerate(grads):
         u = rng.standard_normal(base[i].shape)
         shifted = [[a + t * u if j == i else a for j, a in enumerate(base)] for t in (1e-4, -1e-4)]
-        finite = (objective(*shifted[0]) - objective(*shifted[1])) / 2e-4
+        finite = (np.sum(cot * per_head(*shifted[0])) - np.sum(cot * per_head(*shifted[1]))) / 2e-4
         analytic = float(np.sum(np.asarray(grad, np.float64) * u))
         bound = np.linalg.norm(np.asarray(grad, np.float64)) * np.linalg.norm(u)
         assert abs(analytic - finite) < 1e-5 * bound, ("qkv"[i], analytic, finite)
@@ -146,11 +159,24 @@ def test_fused_backward_over_several_programs_matches_the_xla_vjp(feature, rng_s
                 assert np.linalg.norm(a - b) < 2e-2 * np.linalg.norm(b)
 
 
-def test_fused_needs_tileable_sizes_and_a_kernel_mechanism():
-    with pytest.raises(ValueError, match="power of two >= 16"):
-        build("rnn", fused=True)                       # d_h = 8
-    with pytest.raises(ValueError, match="power of two >= 16"):
-        build("performer", align=16, fused=True, num_features=100)
+@pytest.mark.parametrize("mechanism,options", [("rnn", {}),                 # d_h 8 → 16
+                                               ("flurka-performer", {"num_features": 100})])
+def test_fused_layer_pads_unaligned_sizes_itself(mechanism, options, rng_seed):
+    """Without align the kernel pads the head dim and feature count itself: same function."""
+    layer = build(mechanism, 5, fused=True, **options)
+    x, mask = inputs(rng_seed)
+    got, ref = np.asarray(layer(x, mask)), reference(build(mechanism, 5, **options), x, mask)
+    real = np.asarray(mask)
+    np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_fused_takes_widths_up_to_512_and_a_kernel_mechanism():
+    with pytest.raises(ValueError, match="up to 512 .* got 513; use the XLA path"):
+        build("performer", fused=True, num_features=513)
+    with pytest.raises(ValueError, match="head dim .*up to 512 .* got 640"):
+        make_attention("rnn", d_model=1280, num_heads=2, max_len=64, fused=True,
+                       rngs=nnx.Rngs(0))
+    assert build("performer", fused=True, num_features=512).fused == Tiling()
     with pytest.raises(ValueError, match="unknown option"):
         build("linformer", fused=True)
 
@@ -177,6 +203,28 @@ def test_fused_layer_lowers_to_a_triton_kernel_for_the_gpu(mechanism):
     lowered = jax.jit(jax.grad(loss)).trace(state, x).lower(lowering_platforms=("cuda",))
     calls = re.findall(r"custom_call @([\w$.]+)", lowered.as_text())
     assert calls.count("__gpu$xla.gpu.triton") == 2, calls
+
+
+@pytest.mark.parametrize("mechanism", ["flurka-performer", "flurka-rnn"])
+def test_wide_fused_layer_lowers_to_triton_blocks_of_128(mechanism):
+    """The N-sweep's d_h = m = 325 (padded to 3 blocks of 128): Pallas's Triton lowering accepts
+    every load and store (power-of-two blocks; a whole [rows, 384] block would be refused), the
+    forward runs 128 // 3 → 32 rows per program, and the gradient is the forward kernel plus the
+    XLA path's backward."""
+    layer = nnx.eval_shape(lambda: make_attention(
+        mechanism, d_model=1300, num_heads=4, max_len=1024, d_k=128, num_features=325,
+        dtype=jnp.bfloat16, fused=True, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(layer)
+    x = jax.ShapeDtypeStruct((1, 1024, 1300), jnp.bfloat16)
+
+    def loss(s, x):
+        return jnp.sum(nnx.merge(graphdef, s)(x).astype(jnp.float32) ** 2)
+
+    forward = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).trace(state, x).lower(
+        lowering_platforms=("cuda",)).as_text()
+    train = jax.jit(jax.grad(loss)).trace(state, x).lower(lowering_platforms=("cuda",)).as_text()
+    assert _triton_launches(forward) == [(1024 // 32, 8, 2)]
+    assert _triton_launches(train) == [(1024 // 32, 8, 2)]
 
 
 def _triton_launches(lowered_text: str) -> list[tuple[int, int, int]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from flurka.attention import MECHANISMS
@@ -72,8 +74,8 @@ def test_aligned_points_run_on_padded_shapes_and_count_true_flops():
 
 def test_fused_points_run_and_match_sizes():
     """--fused runs the kernel mechanisms' Pallas query side (interpreted on the CPU) and records
-    it; at the tiny sizes it needs align=16 to tile (d_h 8 → 16, m 8 → 16), and without it the
-    point is an error result saying why, not a crash."""
+    it, aligned (align=16: d_h 8 → 16, m 8 → 16) or not (the kernel pads d_h 8 → 16 itself); a
+    fused layer it cannot build is an error result saying why, not a crash."""
     from flurka.attention import FUSABLE
     from flurka.attention.fused import Tiling, use_tiling
     pts = configs.points("tiny", scopes=["layer"], modes=["forward", "train"], align=16, fused=True)
@@ -87,7 +89,10 @@ def test_fused_points_run_and_match_sizes():
     unaligned = [p for p in configs.points("tiny", scopes=["layer"], modes=["forward"], fused=True)
                  if p.mechanism == "rnn"]
     row = run_sweep(unaligned, [0], sweep="tiny", out=None, warmup=0, repeats=1)["results"][0]
-    assert row["status"] == "error" and "power of two >= 16" in row["error"]
+    assert (row["status"], row["fused"]) == ("ok", True)
+    too_wide = dataclasses.replace(unaligned[0], d_model=2048, num_heads=2)     # d_h 1024
+    row = run_sweep([too_wide], [0], sweep="tiny", out=None, warmup=0, repeats=1)["results"][0]
+    assert row["status"] == "error" and "up to 512" in row["error"]
     with pytest.raises(ValueError, match="linformer has no fused kernel"):
         configs.Point(mechanism="linformer", mode="forward", scope="layer", seq_len=64, d_model=32,
                       num_heads=4, fused=True)

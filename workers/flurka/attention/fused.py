@@ -19,10 +19,13 @@ dq through the feature map, and accumulates φᵀ·∂num (→ dKV) and φᵀ·�
 either. ω is a fixed random draw (never trained): the fused query side treats it as a constant.
 
 Pallas's Triton backend on GPU; elsewhere (CPU tests) Pallas's interpreter runs the same kernel.
-Triton's blocks are powers of two, and its dots need sides ≥ 16: the (padded) head dim and the
-(padded) feature count must be powers of two ≥ 16 — checked at layer construction
-(:func:`check_fusable`). The appendix-C flash comparison (d_h = m = 128) qualifies; the N-sweep's
-d_h = m = 325 does not (aligned execution is its fix).
+Triton loads power-of-two blocks and its dots need sides ≥ 16, so the head dim and the feature
+count are zero-padded (:func:`tile_size`; exact — the padded features are masked) to a power of two
+≥ 16 up to 128, and above that to a multiple of 128 that the kernels walk in 128-wide blocks: the
+appendix-C flash comparison (d_h = m = 128) runs as one block, the N-sweep's d_h = m = 325 as
+3 × 3 blocks of 128 (384, what ``align=128`` pads to anyway). Wide query sides (past 128) have
+the forward kernel only: the backward kernel keeps a program's dKV [f, d] in float32, which past
+128 × 128 no longer fits a GPU's registers, so their gradient is the XLA path's.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +46,8 @@ from flurka.attention.feature_maps import (
 
 Array = jax.Array
 FEATURES = ("favor", "elu")
+BLOCK = 128        # widest kernel block on the head-dim and feature sides (Triton flash's d_h)
+MAX_WIDTH = 512    # widest fused head dim / feature count: 4 blocks, [f, d] = 16 KV blocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +55,11 @@ class Tiling:
     """How the two kernels are launched — the knobs a GPU tunes (``benchmarks/gpu_session.py
     --tune-fused``), none of which changes the result. Rows are powers of two ≥ 16 (Triton's dots);
     warps None: 8 once a [rows, 128] float32 tile is live (Triton flash attention's choice at head
-    dim 128), else 4."""
+    dim 128), else 4. Wide query sides (head dim or features past 128, k blocks of 128) run
+    ``block_n / k`` rows per forward program (a power of two ≥ 16), so the live float32 tiles
+    keep the size the tiling was chosen at."""
 
-    block_n: int = 128      # query rows per forward program
+    block_n: int = 128      # query rows per forward program (at widths ≤ 128)
     num_warps: int | None = None
     bwd_block_n: int = 64   # backward step: smaller, its [rows, f] tiles are three (φ, ∂φ, slope)
     bwd_rows: int = 1024    # query rows per backward program: fewer programs, fewer partials
@@ -105,11 +113,35 @@ def layer_tiling(mechanism: str, fused: bool | Tiling, head_dim: int,
 
 
 def check_fusable(mechanism: str, head_dim: int, num_features: int | None = None) -> None:
-    """Clear error (at construction, before any compute) when the kernel's sizes cannot tile."""
+    """Clear error (at construction, before any compute) for sizes the kernel does not take."""
     for name, size in (("head dim", head_dim), ("num_features", num_features)):
-        if size is not None and (size < 16 or size & (size - 1)):
-            raise ValueError(f"{mechanism}: fused=True needs the {name} (after any align padding) "
-                             f"to be a power of two >= 16 (Triton blocks), got {size}")
+        if size is not None and size > MAX_WIDTH:
+            raise ValueError(f"{mechanism}: fused=True takes a {name} (after any align padding) "
+                             f"up to {MAX_WIDTH} (a program holds its rows' logits and all of "
+                             f"KV), got {size}; use the XLA path (fused=False)")
+
+
+def tile_size(size: int) -> int:
+    """What a head dim or feature count is zero-padded to in the kernels: a power of two ≥ 16
+    (Triton's blocks and dots) up to :data:`BLOCK`, a multiple of it above."""
+    return max(16, pl.next_power_of_2(size)) if size <= BLOCK else round_up(size, BLOCK)
+
+
+def _blocks(size: int) -> list:
+    """Static column blocks of a tiled side: one up to :data:`BLOCK`, else BLOCK-wide ones."""
+    width = min(size, BLOCK)
+    return [pl.ds(i * width, width) for i in range(size // width)]
+
+
+def _rows(block_n: int, width: int) -> int:
+    """Rows per program for a query side ``width`` wide: ``block_n`` scaled down past BLOCK."""
+    if width <= BLOCK:
+        return block_n
+    return max(16, 1 << ((block_n * BLOCK // width).bit_length() - 1))
+
+
+def _total(terms):
+    return functools.reduce(operator.add, terms)
 
 
 def reference_query_side(q, kv, k_sum, omega, *, feature: str, head_dim: int,
@@ -127,22 +159,29 @@ def _dot(a, b, contracting=((1,), (0,))):
     return jax.lax.dot_general(a, b, (contracting, ((), ())), preferred_element_type=F32)
 
 
-def _features(q, omega_t, f, feature, head_dim, num_features):
-    """φ(q) [rows, f] float32 (padded features zero) and ∂φ/∂logit (favor: the features without
-    their eps, the stabiliser being a constant) or ∂φ/∂q (elu) — favor_features/elu_features'
-    maths on one block."""
-    qf = q.astype(F32)
-    real = jax.lax.broadcasted_iota(jnp.int32, (1, f), 1) < (num_features or head_dim)
+def _features(q, omega_t, feature_blocks, feature, head_dim, num_features):
+    """φ(q) per feature block, float32 [rows, block] (padded features zero), and ∂φ/∂logit (favor:
+    the features without their eps, the stabiliser being a constant) or ∂φ/∂q (elu) —
+    favor_features/elu_features' maths on one row block. ``q``: the rows' head-dim blocks;
+    ``omega_t(c, j)``: ωᵀ's block (head-dim block c, feature block j). The favor stabiliser is
+    the row's max over all feature blocks; elu's features are elementwise (block j is q's)."""
+    real = [jax.lax.broadcasted_iota(jnp.int32, (1, j.size), 1) + j.start
+            < (num_features or head_dim) for j in feature_blocks]
     if feature == "favor":
-        dash = head_dim ** -0.25 * _dot(q, omega_t)
-        logit = dash - 0.5 * head_dim ** -0.5 * jnp.sum(qf * qf, axis=1, keepdims=True)
-        logit = jnp.where(real, logit, -jnp.inf)
-        slope = num_features ** -0.5 * jnp.exp(logit - jnp.max(logit, axis=1, keepdims=True))
-        feat = slope + num_features ** -0.5 * FAVOR_EPS
+        sq = _total(jnp.sum(jnp.square(qc.astype(F32)), axis=1, keepdims=True) for qc in q)
+        logits = [jnp.where(r, head_dim ** -0.25 * _total(_dot(qc, omega_t(c, j))
+                                                          for c, qc in enumerate(q))
+                            - 0.5 * head_dim ** -0.5 * sq, -jnp.inf)
+                  for j, r in enumerate(real)]
+        top = functools.reduce(jnp.maximum, [jnp.max(x, axis=1, keepdims=True) for x in logits])
+        slopes = [num_features ** -0.5 * jnp.exp(x - top) for x in logits]
+        feats = [x + num_features ** -0.5 * FAVOR_EPS for x in slopes]
     else:
-        slope = jnp.where(qf > 0, 1.0, jnp.exp(qf))                      # elu'(q)
-        feat = jnp.where(qf > 0, qf + 1.0, jnp.exp(qf))                  # elu(q) + 1
-    return jnp.where(real, feat, 0.0), jnp.where(real, slope, 0.0)
+        qf = [qc.astype(F32) for qc in q]
+        slopes = [jnp.where(x > 0, 1.0, jnp.exp(x)) for x in qf]                # elu'(q)
+        feats = [jnp.where(x > 0, x + 1.0, jnp.exp(x)) for x in qf]             # elu(q) + 1
+    return ([jnp.where(r, x, 0.0) for r, x in zip(real, feats)],
+            [jnp.where(r, x, 0.0) for r, x in zip(real, slopes)])
 
 
 def _split_refs(refs, feature):
@@ -153,19 +192,22 @@ def _split_refs(refs, feature):
 
 
 def _kernel(*refs, feature, head_dim, num_features, denominator):
+    """One program: a block of query rows, over the head-dim and feature blocks of its width."""
     q_ref, omega_t_ref, kv_ref, k_sum_ref, o_ref = _split_refs(refs, feature)
-    q = q_ref[...]                                                       # [bn, d] compute dtype
-    omega_t = None if omega_t_ref is None else omega_t_ref[...]
-    feat, _ = _features(q, omega_t, kv_ref.shape[0], feature, head_dim, num_features)
-    feat = feat.astype(q.dtype)
-    num = _dot(feat, kv_ref[...])                                        # [bn, d]
-    den = jnp.sum(feat.astype(F32) * k_sum_ref[...].astype(F32), axis=1, keepdims=True)
-    o_ref[...] = num / denominator(den)
+    fb, db = _blocks(kv_ref.shape[0]), _blocks(kv_ref.shape[1])
+    q = [q_ref[:, c] for c in db]                                        # [bn, ≤128] compute dtype
+    feats, _ = _features(q, lambda c, j: omega_t_ref[db[c], fb[j]], fb, feature, head_dim,
+                         num_features)
+    feats = [x.astype(q[0].dtype) for x in feats]
+    den = denominator(_total(jnp.sum(x.astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
+                                     keepdims=True) for x, j in zip(feats, fb)))
+    for c in db:
+        o_ref[:, c] = _total(_dot(x, kv_ref[j, c]) for x, j in zip(feats, fb)) / den
 
 
 def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n):
     """One program: ``bwd_rows`` query rows in steps of ``block_n``; writes their dq and its
-    partial dKV [f, d] and dΣφ(K) [1, f]."""
+    partial dKV [f, d] and dΣφ(K) [1, f]. Query sides up to one block wide (see :func:`_fused_bwd`)."""
     q_ref, omega_t_ref, kv_ref, k_sum_ref, out_ref, g_ref, dq_ref, dkv_ref, dk_sum_ref = \
         _split_refs(refs, feature)
     f, d = kv_ref.shape
@@ -176,7 +218,8 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n):
         dkv, dk_sum = partials
         rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
         q = q_ref[rows, :]
-        feat, slope = _features(q, omega_t, f, feature, head_dim, num_features)
+        (feat,), (slope,) = _features([q], lambda c, j: omega_t, _blocks(f), feature, head_dim,
+                                      num_features)
         feat = feat.astype(q.dtype)                                      # as the forward used it
         den = jnp.sum(feat.astype(F32) * k_sum.astype(F32), axis=1, keepdims=True)
         inv = 1.0 / denominator(den)                                     # D' = 1 for both maps
@@ -230,7 +273,7 @@ def _row_spec(rows, d):
 def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, *,
                        interpret):
     b, n, h, d = q.shape
-    block_n = tiling.block_n
+    block_n = _rows(tiling.block_n, max(d, kv.shape[2]))
     n_pad = round_up(n, block_n)
     operands, specs = _head_operands(q, kv, k_sum, omega, feature)
     out = pl.pallas_call(
@@ -297,6 +340,11 @@ def _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, int
 
 def _fused_bwd(feature, head_dim, num_features, tiling, interpret, saved, g):
     q, kv, k_sum, omega, out = saved
+    if max(q.shape[-1], kv.shape[2]) > BLOCK:   # wide: the XLA path's gradient (module docstring)
+        _, vjp = jax.vjp(functools.partial(reference_query_side, omega=omega, feature=feature,
+                                           head_dim=head_dim, num_features=num_features),
+                         q, kv, k_sum)
+        return (*vjp(g), jnp.zeros_like(omega))
     dq, dkv, dk_sum = _on_gpu_or_interpreted(functools.partial(
         _pallas_query_side_bwd, q, kv, k_sum, omega, out, g, feature, head_dim, num_features,
         tiling), interpret)
@@ -314,13 +362,23 @@ def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = No
 
     q [b, n, h, d] (compute dtype; d may be zero-padded past ``head_dim``); kv [b, h, f, d] and
     k_sum [b, h, f] from the key side; omega [f, d] for ``feature="favor"`` (rows past
-    ``num_features`` zero). Off the GPU (or with ``interpret=True``) Pallas's interpreter runs
+    ``num_features`` zero). d and f are zero-padded here to :func:`tile_size`. Off the GPU (or with ``interpret=True``) Pallas's interpreter runs
     the kernels. ``tiling``: their launch shape (anything but a :class:`Tiling`, e.g. a layer's
     ``fused=True``: :func:`current_tiling`).
     """
     if feature not in FEATURES:
         raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")
+    d, f = q.shape[-1], kv.shape[2]
+    td, tf = tile_size(d), tile_size(f)
     if omega is None:
         omega = jnp.zeros((0,), q.dtype)  # unused by the elu kernels; a leaf for the custom VJP
-    return _fused(q, kv, k_sum, jax.lax.stop_gradient(omega), feature, head_dim, num_features,
-                  tiling if isinstance(tiling, Tiling) else current_tiling(), interpret)
+    elif (f, d) != (tf, td):
+        omega = _pad(_pad(omega, tf, 0), td, 1)
+    out = _fused(_pad(q, td, 3), _pad(_pad(kv, tf, 2), td, 3), _pad(k_sum, tf, 2),
+                 jax.lax.stop_gradient(omega), feature, head_dim, num_features,
+                 tiling if isinstance(tiling, Tiling) else current_tiling(), interpret)
+    return out if td == d else out[..., :d]
+
+
+def _pad(x, n, axis):
+    return x if x.shape[axis] == n else pad_to(x, n, axis=axis)

@@ -34,7 +34,7 @@ zero-padded to multiples of ``align``, same function; :mod:`flurka.attention.bas
 align=128)`` aligns the mechanisms that support it and leaves the others (EVA, flash) at 1; each
 result records the value it ran with, and the FLOPs stay the FLOP model's (true shapes).
 ``fused`` runs the kernel mechanisms' query side as one Pallas kernel (:mod:`flurka.attention.fused`;
-head dim and m must be powers of two ≥ 16 after alignment: the flash comparison's sizes are).
+head dim and m up to 512, padded by the kernel to the blocks Triton takes).
 """
 
 from __future__ import annotations

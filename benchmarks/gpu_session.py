@@ -1,6 +1,7 @@
 """One GPU lease, one call: correctness on the card first, then the issue's speed targets in
-priority order, each sweep's JSON rewritten after every point (``flurka.speed/1`` schema, so
-``flurka ingest`` takes the files as they are).
+priority order (``--tune-fused`` tunes the fused kernels' launch shape just before the first
+fused point, not ahead of the XLA ones), each sweep's JSON rewritten after every point
+(``flurka.speed/1`` schema, so ``flurka ingest`` takes the files as they are).
 
     python benchmarks/gpu_session.py --out DIR --budget-s 420
 
@@ -14,6 +15,7 @@ run on the host CPU in float32 (true float32 matmuls, not TF32; and cuDNN flash 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -262,9 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="trace this many steps of every point after timing it: where the "
                              "device time went, per XLA op and kind (the row's 'profile')")
     parser.add_argument("--tune-fused", action="store_true",
-                        help="before the plan, time a grid of launch shapes of the fused kernels "
-                             "at the flash comparison's size and build the plan's fused layers "
-                             "with the fastest (fused_tuning.json)")
+                        help="before the plan's first fused point, time a grid of launch shapes "
+                             "of the fused kernels at the flash comparison's size and build the "
+                             "fused layers with the fastest (fused_tuning.json)")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: two tiny points")
     args = parser.parse_args(argv)
     start = time.monotonic()
@@ -282,17 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json({"device": device, "versions": vers, "check": check, "shape_probes": probes},
                os.path.join(args.out, "check.json"))
 
-    tiling = Tiling()
-    if args.tune_fused:
-        t0 = time.monotonic()
-        tuning = tune_fused(**(TINY_TUNING if args.tiny else {}))
-        tiling = Tiling(**tuning["best"])
-        write_json({"device": device, "versions": vers, **tuning},
-                   os.path.join(args.out, "fused_tuning.json"))
-        print(f"fused tiling in {time.monotonic() - t0:.0f} s: {tiling}", flush=True)
-
-    plan = ([("tiny", {"mechanism": {"rnn", "flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"}})]
-            if args.tiny else PLANS[args.plan])
+    plan = TINY_PLAN if args.tiny else PLANS[args.plan]
     ceilings = {"bfloat16" if not args.tiny else "float32":
                 measured_ceilings("bfloat16" if not args.tiny else "float32")}
     print("ceilings", {d: (c["matmul_flops_per_s"], c["copy_bytes_per_s"])
@@ -300,23 +292,46 @@ def main(argv: list[str] | None = None) -> int:
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
     settings = {"warmup": args.warmup, "repeats": args.repeats, "memory_budget_bytes": budget,
                 "runner": "local", "driver": "benchmarks/gpu_session.py",
-                "fused_tiling": dataclasses.asdict(tiling)}
+                "fused_tiling": dataclasses.asdict(Tiling())}
     steps = [(sweep, index, point) for sweep, where in plan for index, point in planned(sweep, where)]
-    with use_tiling(tiling):  # the fused layers the plan builds take it
-        run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers)
+    with contextlib.ExitStack() as fused_tiling:
+        def tune() -> None:
+            """The fused layers built from here on take the tuned tiling (and say so); if no
+            candidate runs, they keep the default and the file says why."""
+            t0 = time.monotonic()
+            try:
+                tuning = tune_fused(**(TINY_TUNING if args.tiny else {}))
+            except Exception as exc:  # noqa: BLE001 - the plan goes on with the default
+                tuning = {"error": repr(exc)[:2000]}
+            write_json({"device": device, "versions": vers, **tuning},
+                       os.path.join(args.out, "fused_tuning.json"))
+            if "best" in tuning:
+                tiling = fused_tiling.enter_context(use_tiling(Tiling(**tuning["best"])))
+                settings["fused_tiling"] = dataclasses.asdict(tiling)
+            print(f"fused tiling in {time.monotonic() - t0:.0f} s: {settings['fused_tiling']}"
+                  + (f" (tuning failed: {tuning['error'][:200]})" if "error" in tuning else ""),
+                  flush=True)
+
+        run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers,
+                 tune if args.tune_fused else None)
     if args.theory_s and not args.tiny:
         theory(os.path.join(args.out, "theory.json"))
     return 0
 
 
-def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers) -> None:
+def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers,
+             tune=None) -> None:
     """Time the plan's points in order until the deadline, each sweep's JSON rewritten after
-    every point."""
+    every point. ``tune`` runs before the first fused point (minutes of compiling launch shapes:
+    the XLA points ahead of it do not wait, nor pay for it when the budget ends first)."""
     results: dict[str, list[dict]] = {}
     for sweep, index, point in steps:
         if time.monotonic() > deadline - args.theory_s:
             print(f"budget spent after {time.monotonic() - start:.0f} s; stopping", flush=True)
             break
+        if point.fused and tune is not None:
+            tune()
+            tune = None
         t0 = time.monotonic()
         row = run_one(point, index=index, sweep=sweep, warmup=args.warmup,
                       repeats=args.repeats, memory_budget_bytes=budget,
@@ -336,6 +351,11 @@ def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, v
     else:
         print(f"plan done in {time.monotonic() - start:.0f} s", flush=True)
 
+
+# --tiny: the XLA points, then a fused one (Pallas's interpreter), to dry-run the path.
+TINY_PLAN = [("tiny", {"mechanism": {"rnn", "flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"}}),
+             ("tiny", {"mechanism": {"flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"},
+                       "fused": {True}})]
 
 # --tune-fused --tiny: a CPU-sized grid (Pallas's interpreter), to dry-run the path.
 TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dtype=jnp.float32,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import time
@@ -53,7 +54,7 @@ def test_theory_arguments_are_a_valid_plan():
     assert max(plan["d_k"]) <= 2048 // 2 and plan["m"]
 
 
-def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
+def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     g = _driver()
     assert g.main(["--out", str(tmp_path), "--tiny", "--check", "rnn,flash", "--budget-s", "600",
                    "--repeats", "1", "--warmup", "0", "--check-align", "128", "--check-fused",
@@ -83,7 +84,8 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
         assert 1e-4 < by[("flash", "bfloat16", padding)]["rel_err"] < 2e-2
     tiny = json.loads((tmp_path / "tiny.json").read_text())
     assert tiny["schema"] == "flurka.speed/1"
-    assert [r["mechanism"] for r in tiny["results"]] == ["flurka-rnn", "rnn"]  # ORDER: FLuRKA first
+    assert [(r["mechanism"], r["fused"]) for r in tiny["results"]] == [     # ORDER: FLuRKA first
+        ("flurka-rnn", False), ("rnn", False), ("flurka-rnn", True)]
     assert all(r["status"] == "ok" and r["ratio_to_floor"] > 0 for r in tiny["results"])
     assert all(r["profile"]["steps"] == 1 and r["profile"]["by_kind"] for r in tiny["results"])
     tuning = json.loads((tmp_path / "fused_tuning.json").read_text())   # --tune-fused
@@ -91,7 +93,28 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path):
     assert [r["stage"] for r in ran] == ["forward"] * 3 + ["gradient"] * 2 and tuning["device"]
     best = min((r for r in ran if r["stage"] == "gradient"), key=lambda r: r["total_s"])
     assert tuning["best"] == best["tiling"] == tiny["settings"]["fused_tiling"]
+    assert tiny["results"][-1]["tiling"] == tuning["best"] and "tiling" not in tiny["results"][0]
     assert set(best["median_s"]) == {"favor", "elu"}
+    # the tuning ran when the plan reached its fused point, after the XLA points
+    log = capsys.readouterr().out
+    tuned = log.index("fused tiling in")
+    assert log.index(" rnn forward") < tuned < log.index("flurka-rnn forward", tuned)
+
+
+def test_failed_tuning_keeps_the_default_tiling_and_the_plan_going(tmp_path, monkeypatch):
+    g = _driver()
+
+    def no_candidate_runs(**_):
+        raise RuntimeError("no forward tiling ran: out of shared memory")
+    monkeypatch.setattr(g, "tune_fused", no_candidate_runs)
+    assert g.main(["--out", str(tmp_path), "--tiny", "--check", "", "--repeats", "1",
+                   "--warmup", "0", "--tune-fused"]) == 0
+    tuning = json.loads((tmp_path / "fused_tuning.json").read_text())
+    assert "out of shared memory" in tuning["error"] and "best" not in tuning
+    tiny = json.loads((tmp_path / "tiny.json").read_text())
+    assert [r["status"] for r in tiny["results"]] == ["ok"] * 3
+    assert tiny["results"][-1]["tiling"] == tiny["settings"]["fused_tiling"] == \
+        dataclasses.asdict(g.Tiling())
 
 
 def test_run_sweep_stops_at_the_deadline(tmp_path):

@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="before the plan's first fused point, time a grid of launch shapes "
                              "of the fused kernels at the flash comparison's size and build the "
                              "fused layers with the fastest (fused_tuning.json)")
-    parser.add_argument("--tiny", action="store_true", help="CPU dry run: two tiny points")
+    parser.add_argument("--tiny", action="store_true", help="CPU dry run: three tiny points (one fused)")
     args = parser.parse_args(argv)
     start = time.monotonic()
     deadline = start + args.budget_s
@@ -294,29 +294,34 @@ def main(argv: list[str] | None = None) -> int:
                 "runner": "local", "driver": "benchmarks/gpu_session.py",
                 "fused_tiling": dataclasses.asdict(Tiling())}
     steps = [(sweep, index, point) for sweep, where in plan for index, point in planned(sweep, where)]
-    with contextlib.ExitStack() as fused_tiling:
-        def tune() -> None:
-            """The fused layers built from here on take the tuned tiling (and say so); if no
-            candidate runs, they keep the default and the file says why."""
-            t0 = time.monotonic()
-            try:
-                tuning = tune_fused(**(TINY_TUNING if args.tiny else {}))
-            except Exception as exc:  # noqa: BLE001 - the plan goes on with the default
-                tuning = {"error": repr(exc)[:2000]}
-            write_json({"device": device, "versions": vers, **tuning},
-                       os.path.join(args.out, "fused_tuning.json"))
-            if "best" in tuning:
-                tiling = fused_tiling.enter_context(use_tiling(Tiling(**tuning["best"])))
-                settings["fused_tiling"] = dataclasses.asdict(tiling)
-            print(f"fused tiling in {time.monotonic() - t0:.0f} s: {settings['fused_tiling']}"
-                  + (f" (tuning failed: {tuning['error'][:200]})" if "error" in tuning else ""),
-                  flush=True)
-
-        run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers,
-                 tune if args.tune_fused else None)
+    with contextlib.ExitStack() as stack:
+        tune = fused_tuner(args, settings, stack, device, vers) if args.tune_fused else None
+        run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers, tune)
     if args.theory_s and not args.tiny:
         theory(os.path.join(args.out, "theory.json"))
     return 0
+
+
+def fused_tuner(args, settings: dict, stack: contextlib.ExitStack, device, vers):
+    """What ``run_plan`` calls before its first fused point: time the launch shapes
+    (``fused_tuning.json``); the fused layers built from then on (inside ``stack``) take the
+    fastest, and ``settings`` says so. If no candidate runs, the file holds the error and the
+    default tiling stays."""
+    def tune() -> None:
+        t0 = time.monotonic()
+        try:
+            tuning = tune_fused(**(TINY_TUNING if args.tiny else {}))
+        except Exception as exc:  # noqa: BLE001 - the plan goes on with the default
+            tuning = {"error": repr(exc)[:2000]}
+        write_json({"device": device, "versions": vers, **tuning},
+                   os.path.join(args.out, "fused_tuning.json"))
+        if "best" in tuning:
+            tiling = stack.enter_context(use_tiling(Tiling(**tuning["best"])))
+            settings["fused_tiling"] = dataclasses.asdict(tiling)
+        print(f"fused tiling in {time.monotonic() - t0:.0f} s: {settings['fused_tiling']}"
+              + (f" (tuning failed: {tuning['error'][:200]})" if "error" in tuning else ""),
+              flush=True)
+    return tune
 
 
 def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers,

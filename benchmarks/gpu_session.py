@@ -120,15 +120,22 @@ SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "q_omega f32 [8,55500,325]@[8,325,325]": ((8, 55500, 325), (8, 325, 325)),
     "phi_kv [4,52500,128]@[4,128,128]": ((4, 52500, 128), (4, 128, 128)),
     "phi_kv f32 [4,52500,128]@[4,128,128]": ((4, 52500, 128), (4, 128, 128)),
+    # The flash comparison's (appendix C; FLuRKA at 3.2–3.5x its floor on the H200) largest
+    # products, E1·X and E2·X, 47–48 % of its FLOPs: a 52.5k-long contraction onto 1024 × 512
+    # outputs — 32 tiles of 128², a quarter of the SMs unless the GEMM splits K; the batched twin
+    # splits K 7 ways by hand (summing the partials: 7 MB more traffic). x_w: its neighbour.
+    "E_x flash [1024,52500]@[52500,512]": ((1024, 52500), (52500, 512)),
+    "E_x flash split-7 [7,1024,7500]@[7,7500,512]": ((7, 1024, 7500), (7, 7500, 512)),
+    "x_w flash [52500,512]@[512,512]": ((52500, 512), (512, 512)),
 }
 
 
-def shape_probes(repeats: int = 20) -> list[dict]:
-    """Achieved FLOP/s of each product in :data:`SHAPE_PROBES` (one kernel per call; bf16
-    operands unless the name says f32)."""
+def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 20) -> list[dict]:
+    """Achieved FLOP/s of each product in ``probes`` (one kernel per call; bf16 operands unless
+    the name says f32)."""
     from flurka.speed.timing import time_fn
     rows = []
-    for name, (sa, sb) in SHAPE_PROBES.items():
+    for name, (sa, sb) in probes.items():
         ka, kb = jax.random.split(jax.random.key(3))
         dtype = jnp.float32 if " f32 " in name else jnp.bfloat16
         a = jax.random.normal(ka, sa, dtype)

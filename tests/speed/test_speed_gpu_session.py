@@ -101,6 +101,23 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert log.index(" rnn forward") < tuned < log.index("flurka-rnn forward", tuned)
 
 
+def test_shape_probes_count_each_products_flops():
+    """2·M·K·N per product, batched ones once per batch: a K split by hand does the same work."""
+    g = _driver()
+    rows = g.shape_probes({"E_x [64,96]@[96,32]": ((64, 96), (96, 32)),
+                           "E_x split-3 [3,64,32]@[3,32,32]": ((3, 64, 32), (3, 32, 32)),
+                           "q f32 [2,16,8]@[2,8,4]": ((2, 16, 8), (2, 8, 4))}, repeats=2)
+    assert [r["flops"] for r in rows] == [2 * 64 * 96 * 32] * 2 + [2 * 2 * 16 * 8 * 4]
+    assert all(r["median_s"] > 0 and r["flops_per_s"] == r["flops"] / r["median_s"] for r in rows)
+    split = {name: shapes for name, shapes in g.SHAPE_PROBES.items() if "split" in name}
+    assert split
+    for name, (sa, sb) in split.items():      # the GPU probe: the same product as its unsplit twin
+        (whole_a, whole_b), = [v for k, v in g.SHAPE_PROBES.items()
+                               if k.startswith(name.split(" split")[0] + " [")]
+        assert sa[0] * sa[2] == whole_a[1] == sb[0] * sb[1]                  # K, split
+        assert (sa[1], sb[2]) == (whole_a[0], whole_b[1])                   # M, N
+
+
 def test_failed_tuning_keeps_the_default_tiling_and_the_plan_going(tmp_path, monkeypatch):
     g = _driver()
 

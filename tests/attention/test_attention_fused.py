@@ -181,28 +181,35 @@ def test_fused_takes_widths_up_to_512_and_a_kernel_mechanism():
         build("linformer", fused=True)
 
 
+def _lowered_for_gpu(mechanism, *, grad, d_model=512, **options):
+    """(layer, StableHLO text) of a bf16 layer's forward (``grad``: its parameter gradient) on a
+    [1, 1024, d_model] input, lowered for CUDA here without a GPU (Pallas's Triton lowering runs;
+    compiling to PTX needs the card)."""
+    layer = nnx.eval_shape(lambda: make_attention(
+        mechanism, d_model=d_model, num_heads=4, max_len=1024, d_k=128, dtype=jnp.bfloat16,
+        rngs=nnx.Rngs(0), **options))
+    graphdef, state = nnx.split(layer)
+    x = jax.ShapeDtypeStruct((1, 1024, d_model), jnp.bfloat16)
+
+    def forward(s, x):
+        return nnx.merge(graphdef, s)(x)
+
+    def loss(s, x):
+        return jnp.sum(forward(s, x).astype(jnp.float32) ** 2)
+    fn = jax.grad(loss) if grad else forward
+    return layer, jax.jit(fn).trace(state, x).lower(lowering_platforms=("cuda",)).as_text()
+
+
 @pytest.mark.parametrize("mechanism", ["flurka-performer", "flurka-rnn"])
 def test_fused_layer_lowers_to_a_triton_kernel_for_the_gpu(mechanism):
     """Pallas's Triton lowering runs here, without a GPU: block shapes, dots, the backward's loop
     and the feature maths of the appendix-C size (d_h = m = 128, bf16) are accepted; the layer's
     query side is one Triton custom call, two in its gradient. (Compiling them to PTX and timing
     them need the card.)"""
-    layer = nnx.eval_shape(lambda: make_attention(
-        mechanism, d_model=512, num_heads=4, max_len=1024, d_k=128, num_features=128,
-        dtype=jnp.bfloat16, fused=True, rngs=nnx.Rngs(0)))
-    graphdef, state = nnx.split(layer)
-    x = jax.ShapeDtypeStruct((1, 1024, 512), jnp.bfloat16)
-    lowered = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).trace(state, x).lower(
-        lowering_platforms=("cuda",))
-    calls = re.findall(r"custom_call @([\w$.]+)", lowered.as_text())
-    assert calls.count("__gpu$xla.gpu.triton") == 1, calls
-
-    def loss(s, x):  # training: the forward kernel and the backward kernel
-        return jnp.sum(nnx.merge(graphdef, s)(x).astype(jnp.float32) ** 2)
-
-    lowered = jax.jit(jax.grad(loss)).trace(state, x).lower(lowering_platforms=("cuda",))
-    calls = re.findall(r"custom_call @([\w$.]+)", lowered.as_text())
-    assert calls.count("__gpu$xla.gpu.triton") == 2, calls
+    for grad, kernels in ((False, 1), (True, 2)):   # training: the forward and backward kernels
+        _, text = _lowered_for_gpu(mechanism, grad=grad, num_features=128, fused=True)
+        calls = re.findall(r"custom_call @([\w$.]+)", text)
+        assert calls.count("__gpu$xla.gpu.triton") == kernels, calls
 
 
 @pytest.mark.parametrize("mechanism", ["flurka-performer", "flurka-rnn"])
@@ -211,20 +218,10 @@ def test_wide_fused_layer_lowers_to_triton_blocks_of_128(mechanism):
     every load and store (power-of-two blocks; a whole [rows, 384] block would be refused), the
     forward runs 128 // 3 → 32 rows per program, and the gradient is the forward kernel plus the
     XLA path's backward."""
-    layer = nnx.eval_shape(lambda: make_attention(
-        mechanism, d_model=1300, num_heads=4, max_len=1024, d_k=128, num_features=325,
-        dtype=jnp.bfloat16, fused=True, rngs=nnx.Rngs(0)))
-    graphdef, state = nnx.split(layer)
-    x = jax.ShapeDtypeStruct((1, 1024, 1300), jnp.bfloat16)
-
-    def loss(s, x):
-        return jnp.sum(nnx.merge(graphdef, s)(x).astype(jnp.float32) ** 2)
-
-    forward = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).trace(state, x).lower(
-        lowering_platforms=("cuda",)).as_text()
-    train = jax.jit(jax.grad(loss)).trace(state, x).lower(lowering_platforms=("cuda",)).as_text()
-    assert _triton_launches(forward) == [(1024 // 32, 8, 2)]
-    assert _triton_launches(train) == [(1024 // 32, 8, 2)]
+    for grad in (False, True):
+        _, text = _lowered_for_gpu(mechanism, grad=grad, d_model=1300, num_features=325,
+                                   fused=True)
+        assert _triton_launches(text) == [(1024 // 32, 8, 2)]
 
 
 def _triton_launches(lowered_text: str) -> list[tuple[int, int, int]]:
@@ -239,16 +236,8 @@ def test_tiling_is_the_layers_and_shapes_its_launch():
     it: its lowered kernels' grids, warps and stages follow it, and a layer built afterwards
     with another tiling is not served the first one's trace."""
     def lowered(**kw):
-        layer = nnx.eval_shape(lambda: make_attention(
-            "flurka-rnn", d_model=512, num_heads=4, max_len=1024, d_k=128, dtype=jnp.bfloat16,
-            rngs=nnx.Rngs(0), **kw))
-        graphdef, state = nnx.split(layer)
-
-        def loss(s, x):
-            return jnp.sum(nnx.merge(graphdef, s)(x).astype(jnp.float32) ** 2)
-        x = jax.ShapeDtypeStruct((1, 1024, 512), jnp.bfloat16)
-        return layer.fused, jax.jit(jax.grad(loss)).trace(state, x).lower(
-            lowering_platforms=("cuda",)).as_text()
+        layer, text = _lowered_for_gpu("flurka-rnn", grad=True, **kw)
+        return layer.fused, text
 
     tuned = Tiling(block_n=64, num_warps=4, bwd_block_n=32, bwd_rows=256, bwd_num_warps=2,
                    num_stages=3)

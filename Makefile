@@ -5,7 +5,10 @@ PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 EXTRAS ?= test
 
-.PHONY: install sweep test test-fast clean
+CUDA_AOT   = .cuda-aot
+CUDA_STAMP = $(CUDA_AOT)/.installed
+
+.PHONY: install sweep test test-fast aot clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,18 +18,32 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# XLA's CUDA compiler for this jaxlib (and ptxas), beside .venv rather than in it: what
+# flurka.speed.aot compiles for a GPU target with, on a host without one (in .venv the plugin
+# would try to start a CUDA backend in every process).
+$(CUDA_STAMP): $(STAMP)
+	JAXLIB=$$($(PY) -c 'import jaxlib; print(jaxlib.__version__)') && \
+	$(PY) -m pip install -q --no-deps --upgrade --target $(CUDA_AOT) "jax-cuda12-plugin==$$JAXLIB" \
+	    "jax-cuda12-pjrt==$$JAXLIB" "nvidia-cuda-nvcc-cu12>=12.8,<13"
+	touch $(CUDA_STAMP)
+
+# Compile speed points or the fused kernels' launch shapes for a GPU that is not here
+# (python -m flurka.speed.aot --help): memory, kernels, registers and spills.
+aot: $(CUDA_STAMP)
+	PYTHONPATH=$(CUDA_AOT) $(PY) -m flurka.speed.aot $(ARGS)
+
 # The main job: the up-training sweep on the small CPU benchmarks (embedded local Ray, SQLite
 # MLflow and results DB under runs/uptrain-small), then the up-training table.
 sweep: $(STAMP)
 	$(PY) experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml $(ARGS)
 
 # The whole suite, slow end-to-end tests included (CI runs exactly this).
-test: $(STAMP)
+test: $(STAMP) $(CUDA_STAMP)
 	$(PY) -m pytest -q -n 2 --durations=15
 
 # Everything but the slow end-to-end tests.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(CUDA_STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(CUDA_AOT) .pytest_cache

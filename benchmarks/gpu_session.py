@@ -275,7 +275,13 @@ def main(argv: list[str] | None = None) -> int:
                              "of the fused kernels at the flash comparison's size and build the "
                              "fused layers with the fastest (fused_tuning.json)")
     parser.add_argument("--tiny", action="store_true", help="CPU dry run: three tiny points (one fused)")
+    parser.add_argument("--aot", choices=("h100", "h200"), default=None,
+                        help="no card: compile the plan's points for this one instead of timing "
+                             "them (aot.json: memory, fit, kernels; flurka.speed.aot, needs "
+                             "PYTHONPATH=.cuda-aot)")
     args = parser.parse_args(argv)
+    if args.aot:
+        return compile_plan(args)
     start = time.monotonic()
     deadline = start + args.budget_s
     os.makedirs(args.out, exist_ok=True)
@@ -306,6 +312,28 @@ def main(argv: list[str] | None = None) -> int:
         run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers, tune)
     if args.theory_s and not args.tiny:
         theory(os.path.join(args.out, "theory.json"))
+    return 0
+
+
+def compile_plan(args) -> int:
+    """``--aot``: every point of the plan compiled for the target card on this host, in plan
+    order (``aot.json``, rewritten after each): what the lease's points will need and launch."""
+    from flurka.speed import aot
+    jax.config.update("jax_platforms", "cpu")
+    os.makedirs(args.out, exist_ok=True)
+    config = aot.TARGETS[args.aot]
+    card, device = aot.target_facts(config), aot.target_device(config)
+    doc = {"schema": "flurka.aot/1", "target": card, "versions": versions(), "ptxas": aot.ptxas(),
+           "settings": {"plan": "tiny" if args.tiny else args.plan,
+                        "driver": "benchmarks/gpu_session.py"}, "results": []}
+    plan = TINY_PLAN if args.tiny else PLANS[args.plan]
+    for sweep, where in plan:
+        for index, point in planned(sweep, where):
+            row = {"index": index, "sweep": sweep,
+                   **aot.compile_point(point, device, card["memory_bytes"])}
+            doc["results"].append(row)
+            print(f"{sweep} {aot.brief(row)}", flush=True)
+            write_json(doc, os.path.join(args.out, "aot.json"))
     return 0
 
 

@@ -216,12 +216,12 @@ def test_fused_layer_lowers_to_a_triton_kernel_for_the_gpu(mechanism):
 def test_wide_fused_layer_lowers_to_triton_blocks_of_128(mechanism):
     """The N-sweep's d_h = m = 325 (padded to 3 blocks of 128): Pallas's Triton lowering accepts
     every load and store (power-of-two blocks; a whole [rows, 384] block would be refused), the
-    forward runs 128 // 3 → 32 rows per program, and the gradient is the forward kernel plus the
+    forward runs 128 · (128 / 384)² → 16 rows per program, and the gradient is the forward kernel plus the
     XLA path's backward."""
     for grad in (False, True):
         _, text = _lowered_for_gpu(mechanism, grad=grad, d_model=1300, num_features=325,
                                    fused=True)
-        assert _triton_launches(text) == [(1024 // 32, 8, 2)]
+        assert _triton_launches(text) == [(1024 // 16, 8, 2)]
 
 
 def _triton_launches(lowered_text: str) -> list[tuple[int, int, int]]:

@@ -384,12 +384,29 @@ def check_make(cmd: Command, ctx: Ctx) -> None:
     elif target == "test":
         assert "-m pytest" in recipe and "not slow" not in recipe
         check_ci(cmd, ctx)
+    elif target == "aot":
+        check_aot(cmd, recipe)
     elif target == "test-fast":
         assert "-m pytest" in recipe and "not slow" in recipe
         pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
         assert any(m.startswith("slow:") for m in pytest_ini["markers"])
     else:
         raise AssertionError(f"no check for make {target}")
+
+
+def check_aot(cmd: Command, recipe: str) -> None:
+    """``make aot``: the module under XLA's CUDA compiler's path; its flags listed by its own
+    parser (``--list``: nothing compiled); tests/speed compiles for an H100 through it."""
+    from flurka.speed import aot
+    assert "PYTHONPATH=.cuda-aot" in recipe and "-m flurka.speed.aot" in recipe
+    given = re.search(r'ARGS="([^"]*)"', cmd.text)
+    if given:
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert aot.main([*shlex.split(given.group(1)), "--list"]) == 0
+    covered_by("tests/speed/test_speed_aot.py::test_points_compile_for_an_h100_with_the_memory_they_need",
+               '"flurka.speed.aot"', '"--target", "h100"')
+    covered_by("tests/speed/test_speed_aot.py::test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill",
+               "compile_tilings")
 
 
 def check_sweep_args(args: list[str]):
@@ -862,6 +879,9 @@ COVERAGE: list[Cover] = [
           "the same script, test_job_submit.py [slow]"),
     Cover(ANY, r"make test", "covered", check_make, "CI: .ci/run ends with `make test`; make -n runs pytest"),
     Cover(IN, r"make test-fast", "parse", check_make, "make -n: pytest -m 'not slow'; marker registered"),
+    Cover(ANY, r'make aot( ARGS="[^"]*")?', "covered", check_make,
+          "make -n (PYTHONPATH=.cuda-aot, python -m flurka.speed.aot), ARGS parsed with --list; "
+          "tests/speed/test_speed_aot.py compiles points and kernels for an H100 through it [slow]"),
     Cover(IN, r"\.ci/run", "covered", check_ci, "CI itself (PostgreSQL + Chromium, then make test)"),
     Cover(IN, r"experiments/uptrain_sweep\.py --config experiments/uptrain_small\.yaml", "parse",
           check_sweep_script, "the sweep's parser + SweepSpec.validate + plan (what make sweep runs)"),

@@ -61,7 +61,10 @@ class Tiling:
 
     block_n: int = 128      # query rows per forward program (at widths ≤ 128)
     num_warps: int | None = None
-    bwd_block_n: int = 64   # backward step: smaller, its [rows, f] tiles are three (φ, ∂φ, slope)
+    # Backward step: smaller, its [rows, f] float32 tiles are several (φ, ∂φ, slope) beside the
+    # [f, d] dKV accumulator. At 64 rows ptxas spills 1.4 KB (FAVOR+) at d_h = m = 128 on sm_90;
+    # at 32, none (``python -m flurka.speed.aot --tilings``).
+    bwd_block_n: int = 32
     bwd_rows: int = 1024    # query rows per backward program: fewer programs, fewer partials
     bwd_num_warps: int | None = None
     num_stages: int = 2
@@ -134,10 +137,13 @@ def _blocks(size: int) -> list:
 
 
 def _rows(block_n: int, width: int) -> int:
-    """Rows per program for a query side ``width`` wide: ``block_n`` scaled down past BLOCK."""
+    """Rows per program for a query side ``width`` wide: past BLOCK, ``block_n`` scaled by
+    (BLOCK / width)² — a program's live float32 state grows with its rows times both of its
+    sides (its features and its output blocks), and by ptxas on sm_90 only this keeps the
+    wide kernels from spilling (at 384 wide: 16 rows, none; 32 rows, 0.35–0.56 KB per thread)."""
     if width <= BLOCK:
         return block_n
-    return max(16, 1 << ((block_n * BLOCK // width).bit_length() - 1))
+    return max(16, 1 << ((block_n * BLOCK * BLOCK // (width * width)).bit_length() - 1))
 
 
 def _total(terms):

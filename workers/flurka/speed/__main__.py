@@ -54,8 +54,9 @@ def _indices(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--points takes comma-separated integers, got {text!r}")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sweep", required=True, choices=SWEEP_NAMES)
+def add_selection_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """Which points: the sweep and its filters (shared with ``flurka.speed.aot``)."""
+    parser.add_argument("--sweep", required=required, choices=SWEEP_NAMES)
     parser.add_argument("--mechanisms", type=_csv, default=None,
                         help="comma-separated subset (default: the sweep's)")
     parser.add_argument("--modes", type=_csv, default=None,
@@ -70,10 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fused", action="store_true",
                         help="run the kernel mechanisms' query side as one Pallas kernel "
                              "(performer, rnn, flurka-performer, flurka-rnn)")
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--points", type=_indices, default=None,
                         help="comma-separated indices into the (filtered) point list; see --list")
+    parser.add_argument("--list", action="store_true", help="print the points and exit")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_selection_arguments(parser)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--memory-budget-gb", type=float, default=None,
                         help="report points whose compiled step needs more as oom, unrun")
     parser.add_argument("--no-ceilings", action="store_true",
@@ -89,12 +95,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "machine whose speed drifts slows them alike (holds their steps in "
                              "memory together)")
     parser.add_argument("--out", default="speed_results.json")
-    parser.add_argument("--list", action="store_true", help="print the points and exit")
 
 
 def selected(args: argparse.Namespace):
     """(indices, points) after the filters and --points; ValueError on bad input."""
-    if args.repeats < 1 or args.warmup < 0 or args.profile_steps < 0:
+    if (getattr(args, "repeats", 1) < 1 or getattr(args, "warmup", 0) < 0
+            or getattr(args, "profile_steps", 0) < 0):
         raise ValueError("--repeats must be >= 1, --warmup and --profile-steps >= 0")
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
                  scopes=None if args.scope is None else [args.scope], dtype=args.dtype,

@@ -157,18 +157,20 @@ def make_step(point: Point, module: nnx.Module):
             ceil.tree_bytes(rest))
 
 
-def _xla_counts(lowered, compiled) -> dict[str, Any]:
-    """XLA's view of the step: dot FLOPs of the *unoptimised* HLO (on GPU the optimised HLO
-    turns dots into cuBLAS/cuDNN custom calls our counter cannot see), XLA's cost analysis and
-    memory analysis of the executable. Best effort: None where this jaxlib lacks a field."""
-    out: dict[str, Any] = {"xla_dot_flops": None, "xla_dot_flops_by_type": None,
-                           "xla_flops": None, "xla_memory_bytes": None}
+def hlo_dots(lowered) -> dict[str, Any]:
+    """Dot FLOPs of the *unoptimised* HLO (on GPU the optimised HLO turns dots into cuBLAS/cuDNN
+    custom calls our counter cannot see), in all and by operand type; None where unreadable."""
     try:
         by_type = flop_model.hlo_dot_flops_by_type(lowered.as_text(dialect="hlo"))
-        out["xla_dot_flops"] = sum(by_type.values())
-        out["xla_dot_flops_by_type"] = by_type
+        return {"xla_dot_flops": sum(by_type.values()), "xla_dot_flops_by_type": by_type}
     except Exception:  # noqa: BLE001
-        pass
+        return {"xla_dot_flops": None, "xla_dot_flops_by_type": None}
+
+
+def _xla_counts(lowered, compiled) -> dict[str, Any]:
+    """XLA's view of the step: :func:`hlo_dots`, XLA's cost analysis and memory analysis of the
+    executable. Best effort: None where this jaxlib lacks a field."""
+    out: dict[str, Any] = {**hlo_dots(lowered), "xla_flops": None, "xla_memory_bytes": None}
     try:
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, (list, tuple)) else cost
@@ -182,6 +184,32 @@ def _xla_counts(lowered, compiled) -> dict[str, Any]:
     except Exception:  # noqa: BLE001
         pass
     return out
+
+
+def describe(point: Point, result: dict[str, Any]) -> tuple[Any, tuple]:
+    """Build ``point``'s step and count what it does before it runs: ``result`` gains its
+    parameters, the sizes its layer uses, the FLOP model's FLOPs and the fewest bytes it moves.
+    Returns (jitted step, its arguments on the default device)."""
+    module = build(point)
+    layer = attention_layer(module)
+    result.update(count_params(module))
+    result["num_features_used"] = getattr(layer, "num_features", None)
+    result["d_k_used"] = getattr(layer, "d_k", None)
+    if hasattr(layer, "implementation"):
+        result["implementation"] = layer.implementation
+    if getattr(layer, "fused", None):
+        result["tiling"] = dataclasses.asdict(layer.fused)
+    try:
+        result["flops"] = model_flops(point, layer)
+    except (NotImplementedError, ValueError) as exc:  # FLOP model lacks this case
+        result["flops"], result["flops_note"] = None, str(exc)
+    fn, args, param_bytes, other_bytes = make_step(point, module)
+    x_bytes = point.batch * point.seq_len * point.d_model * jnp.dtype(point.dtype).itemsize
+    forward = point.mode == "forward"  # forward: read x, write y; train: read x and target
+    result["min_bytes"] = ceil.min_bytes(
+        mode=point.mode, param_bytes=param_bytes, other_bytes=other_bytes,
+        input_bytes=x_bytes if forward else 2 * x_bytes, output_bytes=x_bytes if forward else 0)
+    return fn, args
 
 
 @dataclasses.dataclass
@@ -201,26 +229,7 @@ def prepare(point: Point, *, memory_budget_bytes: int | None = None) -> Prepared
     ``status="error"``."""
     result: dict[str, Any] = {**point.as_dict(), "status": None}
     try:
-        module = build(point)
-        layer = attention_layer(module)
-        result.update(count_params(module))
-        result["num_features_used"] = getattr(layer, "num_features", None)
-        result["d_k_used"] = getattr(layer, "d_k", None)
-        if hasattr(layer, "implementation"):
-            result["implementation"] = layer.implementation
-        if getattr(layer, "fused", None):
-            result["tiling"] = dataclasses.asdict(layer.fused)
-        try:
-            result["flops"] = model_flops(point, layer)
-        except (NotImplementedError, ValueError) as exc:  # FLOP model lacks this case
-            result["flops"], result["flops_note"] = None, str(exc)
-        fn, args, param_bytes, other_bytes = make_step(point, module)
-        del module, layer
-        x_bytes = point.batch * point.seq_len * point.d_model * jnp.dtype(point.dtype).itemsize
-        forward = point.mode == "forward"  # forward: read x, write y; train: read x and target
-        result["min_bytes"] = ceil.min_bytes(
-            mode=point.mode, param_bytes=param_bytes, other_bytes=other_bytes,
-            input_bytes=x_bytes if forward else 2 * x_bytes, output_bytes=x_bytes if forward else 0)
+        fn, args = describe(point, result)
         start = time.perf_counter()
         lowered = fn.lower(*args)
         compiled = lowered.compile()

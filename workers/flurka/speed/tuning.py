@@ -24,9 +24,16 @@ from flurka.attention.feature_maps import (
 from flurka.attention.fused import FEATURES, Tiling, fused_query_side
 from flurka.speed.timing import guarded, random_normal, time_fn
 
-# (block_n, num_warps) and (bwd_block_n, bwd_rows, bwd_num_warps) to try on a GPU.
-FORWARD_GRID = tuple((n, w) for n in (64, 128, 256) for w in (4, 8))
-BACKWARD_GRID = tuple((n, r, w) for n in (32, 64) for r in (1024, 4096) for w in (4, 8))
+# (block_n, num_warps) and (bwd_block_n, bwd_rows, bwd_num_warps) to try on a GPU: those that
+# ptxas compiles for sm_90 without spilling registers, for both feature maps at SIZE
+# (``python -m flurka.speed.aot --tilings``). Left out because they spill: 128 or 256 rows on 4
+# warps (0.1–6 KB per thread), backward steps of 64 rows (0.1–5 KB) and backward programs of 2
+# or 4 warps (0.05–18 KB); rows per backward program (bwd_rows) only sets the loop's length.
+FORWARD_GRID = ((64, 4), (64, 8), (128, 8), (128, 16), (256, 16))
+BACKWARD_GRID = tuple((n, r, w) for n, w in ((16, 8), (32, 8), (32, 16)) for r in (1024, 4096))
+# Where they are timed: the flash comparison's query side (appendix C, one sequence).
+SIZE = dict(batch=1, seq_len=52_500, heads=4, head_dim=128, num_features=128, d_k=1024,
+            dtype=jnp.bfloat16)
 
 
 def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_dim: int,
@@ -85,15 +92,14 @@ def _best(rows: list[dict], stage: str) -> Tiling:
     return Tiling(**min(ok, key=lambda r: r["total_s"])["tiling"])
 
 
-def tune_fused(*, batch: int = 1, seq_len: int = 52_500, heads: int = 4, head_dim: int = 128,
-               num_features: int = 128, d_k: int = 1024, dtype: Any = jnp.bfloat16,
-               forward_grid: Sequence[tuple] = FORWARD_GRID,
+def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
                backward_grid: Sequence[tuple] = BACKWARD_GRID,
-               warmup: int = 2, repeats: int = 10) -> dict[str, Any]:
-    """Time the grids at one size; ``{"rows": [...], "best": Tiling as dict, "default": ...}``
-    with each row's per-feature median and total (the default tiling is timed too)."""
-    inputs = {f: kernel_inputs(f, batch=batch, seq_len=seq_len, heads=heads, head_dim=head_dim,
-                               num_features=num_features, d_k=d_k, dtype=dtype) for f in FEATURES}
+               warmup: int = 2, repeats: int = 10, **size) -> dict[str, Any]:
+    """Time the grids at one size (:data:`SIZE`, or the keys of it given);
+    ``{"rows": [...], "best": Tiling as dict, "default": ...}`` with each row's per-feature
+    median and total (the default tiling is timed too)."""
+    size = {**SIZE, **size}
+    inputs = {f: kernel_inputs(f, **size) for f in FEATURES}
     timing = dict(warmup=warmup, repeats=repeats)
     default = Tiling()
     forward = [Tiling(block_n=n, num_warps=w) for n, w in forward_grid]
@@ -105,7 +111,5 @@ def tune_fused(*, batch: int = 1, seq_len: int = 52_500, heads: int = 4, head_di
                  if t not in backward]
     rows += _time_candidates("gradient", backward, inputs, **timing)
     best = _best([r for r in rows if r["stage"] == "gradient"], "gradient")
-    size = dict(batch=batch, seq_len=seq_len, heads=heads, head_dim=head_dim,
-                num_features=num_features, d_k=d_k, dtype=jnp.dtype(dtype).name)
-    return {"size": size, "rows": rows, "best": dataclasses.asdict(best),
-            "default": dataclasses.asdict(default)}
+    return {"size": {**size, "dtype": jnp.dtype(size["dtype"]).name}, "rows": rows,
+            "best": dataclasses.asdict(best), "default": dataclasses.asdict(default)}

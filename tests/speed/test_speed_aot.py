@@ -1,0 +1,142 @@
+"""Compiling for an H100 that is not here (``flurka.speed.aot``): XLA's deviceless compile with
+JAX's own CUDA compiler (``make test`` installs it under ``.cuda-aot``), in a subprocess, since it
+must be importable before JAX starts and this process's JAX has started without it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from flurka.attention.fused import Tiling
+
+REPO = Path(__file__).resolve().parents[2]
+CUDA_AOT = REPO / ".cuda-aot"
+H100_MEMORY = 84_929_347_584
+
+
+def _run(args: list[str], *, with_compiler: bool = True, timeout: int = 600):
+    if with_compiler and not (CUDA_AOT / ".installed").exists():
+        pytest.fail(f"{CUDA_AOT} is missing: `make test` installs XLA's CUDA compiler there")
+    env = {**os.environ, "PYTHONPATH": str(CUDA_AOT) if with_compiler else ""}
+    env.pop("JAX_PLATFORMS", None)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=timeout)
+
+
+def _script(body: str, tmp_path: Path) -> dict:
+    out = tmp_path / "out.json"
+    proc = _run(["-c", textwrap.dedent(body), str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill(tmp_path):
+    """The Pallas kernels of the flash comparison's query side (d_h = m = 128, bf16) compiled to
+    sm_90a by XLA, with ptxas's report: the default launch and every candidate of the tuner's
+    grids compile without spilling, on Hopper's warpgroup MMA, in the card's shared memory (the
+    default forward: 8 warps over 128 rows); backward steps of 64 rows spill (why the default
+    is 32); a launch past the card's shared memory is a row with XLA's error, not a crash."""
+    rows = _script("""
+        import json, sys, jax
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.attention.fused import Tiling
+        from flurka.speed import aot, tuning
+        device, t = aot.target_device(aot.TARGETS["h100"]), Tiling()
+        forward = [(t.block_n, t.num_warps), *tuning.FORWARD_GRID]
+        backward = [(t.bwd_block_n, t.bwd_rows, t.bwd_num_warps),
+                    *((n, r, w) for n, r, w in tuning.BACKWARD_GRID if r == 1024),
+                    (64, 1024, None), (256, 1024, None)]
+        rows = aot.compile_tilings(device, forward_grid=forward, backward_grid=backward,
+                                   seq_len=4096, d_k=256)
+        json.dump(rows, open(sys.argv[1], "w"))
+    """, tmp_path)
+    default = Tiling()
+    spills, too_big = (dataclasses.asdict(dataclasses.replace(default, bwd_block_n=n))
+                       for n in (64, 256))
+
+    def row(stage, feature, tiling):
+        (found,) = [r for r in rows
+                    if (r["stage"], r["feature"], r["tiling"]) == (stage, feature, tiling)]
+        return found
+
+    for r in rows:   # the default and every candidate the tuner would time on the card
+        if r["tiling"] not in (spills, too_big):
+            assert r["status"] == "ok", r
+            for kernel in r["kernels"]:
+                assert kernel["spill_store_bytes"] == 0 and kernel["registers"] <= 255, r
+                assert 0 < kernel["shared_memory_bytes"] <= 232_448 and kernel["mma"] == "wgmma", r
+    for feature in ("favor", "elu"):
+        (forward,) = row("forward", feature, dataclasses.asdict(default))["kernels"]
+        assert forward["kernel"] == f"flurka_{feature}_query_side"
+        assert forward["grid"] == [1, 4, 4096 // 128] and forward["threads"] == 8 * 32
+        gradient = row("gradient", feature, dataclasses.asdict(default))
+        kernels = {k["kernel"] for k in gradient["kernels"]}
+        assert kernels == {f"flurka_{feature}_query_side", f"flurka_{feature}_query_side_bwd"}
+        failed = row("gradient", feature, too_big)
+        assert failed["status"] == "error" and "hared memory" in failed["error"], failed
+    (bwd_64,) = [k for k in row("gradient", "favor", spills)["kernels"]
+                 if k["kernel"].endswith("_bwd")]
+    assert bwd_64["spill_store_bytes"] > 0
+
+
+@pytest.mark.slow
+def test_points_compile_for_an_h100_with_the_memory_they_need(tmp_path):
+    """N-sweep layers at N = 55.5k, bf16, compiled for the card: full attention's step needs at
+    least its [H, N, N] bf16 scores (49 GB; with the float32 softmax more than the card's 79 GiB:
+    an "oom" row, unrun); FLuRKA-RNN fits, its arguments at least the input and the bf16
+    parameters. The wide fused forward (d_h = m = 325 in 128-wide blocks) compiles spill-free."""
+    out = tmp_path / "aot.json"
+    listing = _run(["-m", "flurka.speed.aot", "--sweep", "n-sweep", "--modes", "forward",
+                    "--scope", "layer", "--align", "128", "--fused", "--mechanisms",
+                    "full,flurka-rnn", "--list"], with_compiler=False)
+    indices = [line.split()[0] for line in listing.stdout.splitlines() if "seq_len=55500" in line]
+    assert len(indices) == 2, listing.stdout + listing.stderr
+    proc = _run(["-m", "flurka.speed.aot", "--target", "h100", "--sweep", "n-sweep", "--modes",
+                 "forward", "--scope", "layer", "--align", "128", "--fused", "--mechanisms",
+                 "full,flurka-rnn", "--points", ",".join(indices), "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "flurka.aot/1" and doc["target"]["memory_bytes"] == H100_MEMORY
+    rows = {r["mechanism"]: r for r in doc["results"]}
+    n, d, heads = 55_500, 2600, 8
+    full, flurka = rows["full"], rows["flurka-rnn"]
+    assert full["memory"]["peak_bytes"] >= heads * n * n * 2
+    assert full["status"] == "oom" and full["memory"]["peak_bytes"] > H100_MEMORY
+    assert flurka["status"] == "ok" and flurka["memory"]["peak_bytes"] < H100_MEMORY
+    assert flurka["memory"]["argument"] >= n * d * 2 + 2 * flurka["params"]
+    (kernel,) = flurka["kernels"]
+    assert kernel["kernel"] == "flurka_elu_query_side" and kernel["spill_store_bytes"] == 0
+    assert kernel["grid"] == [1, heads, 55_552 // 16]   # N aligned to 128; 16 rows at 384 wide
+
+
+def test_without_the_cuda_compiler_the_error_says_how_to_get_it(tmp_path):
+    proc = _run(["-m", "flurka.speed.aot", "--sweep", "tiny", "--out", str(tmp_path / "x.json")],
+                with_compiler=False)
+    assert proc.returncode == 2
+    assert "XLA's CUDA compiler" in proc.stderr and "make aot" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_the_lease_plan_compiles_for_the_card_before_the_lease(tmp_path):
+    """``gpu_session.py --aot h100``: the plan's points (here the dry run's three) compiled for
+    the card in plan order, not timed: the XLA points launch none of our kernels, the fused one
+    exactly its query-side kernel, spill-free."""
+    proc = _run(["benchmarks/gpu_session.py", "--out", str(tmp_path), "--tiny", "--aot", "h100"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "aot.json").read_text())
+    assert doc["target"]["name"] == "NVIDIA H100 80GB HBM3" and doc["settings"]["plan"] == "tiny"
+    assert [(r["mechanism"], r["fused"]) for r in doc["results"]] == \
+        [("flurka-rnn", False), ("rnn", False), ("flurka-rnn", True)]
+    assert all(r["status"] == "ok" and r["memory"]["peak_bytes"] > 0 for r in doc["results"])
+    assert [len(r["kernels"]) for r in doc["results"]] == [0, 0, 1]
+    (kernel,) = doc["results"][-1]["kernels"]
+    assert kernel["kernel"] == "flurka_elu_query_side" and kernel["spill_store_bytes"] == 0
+    assert not (tmp_path / "check.json").exists()      # nothing ran on a device

@@ -1,0 +1,316 @@
+"""Compile the speed points and the fused kernels for a GPU that is not here: XLA's ahead-of-time
+(deviceless) compile for a CUDA target, on any host, with JAX's own CUDA compiler.
+
+    make aot ARGS="--target h100 --sweep flash-compare --modes forward --fused --out aot.json"
+    make aot ARGS="--target h100 --tilings --out tilings.json"
+
+What it answers before a GPU is lent, per point: does the step compile for the card, how much
+memory does XLA's buffer assignment give it (``peak_bytes``; over the card's memory it is an
+out-of-memory point, whatever a lease would spend finding that out), and which kernels it launches
+— for our Pallas kernels (``flurka_*``) their grid, threads and shared memory, and from ``ptxas
+-v`` their registers and spills (a kernel that spills to local memory is slow however it is
+tiled). ``--tilings`` does that for every launch shape the GPU session's tuner would time.
+
+What it cannot answer: times. XLA tunes its GEMMs on the card (block sizes, split-K, cuBLAS or
+Triton); without one it takes default configurations, so the XLA kernels listed here, and
+buffers that depend on them (split-K partials), may differ from the card's. Pallas kernels are
+not autotuned — their launch shape is ours — so theirs is what the card will compile.
+
+Needs XLA's CUDA compiler outside the project's virtualenv (``make cuda-aot`` installs
+``jax-cuda12-plugin``/``-pjrt`` of the same jaxlib version and ``ptxas`` under ``.cuda-aot``;
+``make aot`` runs this with it on ``PYTHONPATH``). Installed into ``.venv`` the plugin would try
+to start a CUDA backend in every process of a host without a GPU. Targets are XLA's
+``GpuTargetConfig`` text protos (:data:`TARGETS`, or ``--target-config FILE``: any GPU run with
+``XLA_FLAGS=--xla_dump_to=DIR`` writes its card's as ``*.gpu_target_config.pbtxt``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import jax
+
+# XLA's GpuTargetConfig of an H100 SXM (80 GB HBM3) — the card the issue names — and of the
+# H200 (141 GB HBM3e) the first lease ran on: same chip (sm_90, 132 SMs, 227 KB shared memory per
+# block), more and faster memory.
+_HOPPER = """gpu_device_info {{
+  threads_per_block_limit: 1024
+  threads_per_warp: 32
+  shared_memory_per_block: 49152
+  shared_memory_per_core: 233472
+  threads_per_core_limit: 2048
+  core_count: 132
+  fpus_per_core: 128
+  block_dim_limit_x: 2147483647
+  block_dim_limit_y: 65535
+  block_dim_limit_z: 65535
+  memory_bandwidth: {bandwidth}
+  l2_cache_size: 52428800
+  clock_rate_ghz: 1.98
+  device_memory_size: {memory}
+  shared_memory_per_block_optin: 232448
+  cuda_compute_capability {{ major: 9 }}
+  registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}}
+runtime_version {{ major: 12 minor: 8 }}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 7 }}
+device_description_str: "{name}"
+"""
+TARGETS: dict[str, str] = {
+    "h100": _HOPPER.format(name="NVIDIA H100 80GB HBM3", memory=84_929_347_584,
+                           bandwidth=3_352_320_000_000),
+    "h200": _HOPPER.format(name="NVIDIA H200", memory=150_754_820_096,
+                           bandwidth=4_800_000_000_000),
+}
+PLUGIN_DIR = os.environ.get("FLURKA_CUDA_AOT", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 3, ".cuda-aot"))
+
+
+def target_facts(config: str) -> dict[str, Any]:
+    """The card's name and memory as the target config states them."""
+    name = re.search(r'device_description_str:\s*"([^"]*)"', config)
+    memory = re.search(r"device_memory_size:\s*(\d+)", config)
+    return {"name": name.group(1) if name else None,
+            "memory_bytes": int(memory.group(1)) if memory else None}
+
+
+def target_device(config: str):
+    """A compile-only CUDA device for ``config`` (a GpuTargetConfig text proto); a clear error
+    when XLA's CUDA compiler is not importable."""
+    try:
+        importlib.import_module("jax_plugins.xla_cuda12")
+    except ImportError:
+        raise RuntimeError(
+            "compiling for a GPU target needs XLA's CUDA compiler (jax-cuda12-plugin and "
+            "jax-cuda12-pjrt of this jaxlib's version) importable before JAX starts: run "
+            "`make aot ARGS=...` (it installs them under .cuda-aot), or put that directory on "
+            "PYTHONPATH") from None
+    from jax.experimental.topologies import get_topology_desc
+    return get_topology_desc("flurka-aot", "cuda", target_config=config,
+                             topology="1x1x1").devices[0]
+
+
+def ptxas() -> str | None:
+    """The ptxas that ``make cuda-aot`` installs, else one on PATH (None: no register report)."""
+    local = os.path.join(PLUGIN_DIR, "nvidia", "cuda_nvcc", "bin", "ptxas")
+    return local if os.access(local, os.X_OK) else shutil.which("ptxas")
+
+
+def compile_for(fn, args, device, dump_dir: str):
+    """(lowered, compiled) of jitted ``fn`` on ``args``' shapes for ``device``; XLA's dumps
+    (optimised HLO, launch sequence, PTX) go to ``dump_dir``."""
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
+    lowered = fn.trace(*specs).lower(lowering_platforms=("cuda",))
+    return lowered, lowered.compile(compiler_options={"xla_dump_to": dump_dir})
+
+
+_LAUNCH = re.compile(r"kCustomKernel.*?\]\s+(\S+) grid: \[(\d+), (\d+), (\d+)\] "
+                     r"threads: \[(\d+), (\d+), (\d+)\]\s+shared_memory: (\d+) bytes")
+
+
+def launches(dump_dir: str, prefix: str = "flurka_") -> list[dict[str, Any]]:
+    """Our Pallas kernels in the compiled step (XLA's launch sequence): each distinct launch
+    once, with how many times the step makes it (``launches``: one per layer, say)."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for path in sorted(glob.glob(os.path.join(dump_dir, "*.thunk_sequence.txt"))):
+        with open(path) as f:
+            for m in _LAUNCH.finditer(f.read()):
+                if m.group(1).startswith(prefix):
+                    g = [int(x) for x in m.groups()[1:]]
+                    row = rows.setdefault((m.group(1), *g), {
+                        "kernel": m.group(1), "grid": g[:3], "threads": g[3] * g[4] * g[5],
+                        "shared_memory_bytes": g[6], "launches": 0})
+                    row["launches"] += 1
+    return list(rows.values())
+
+
+_PTXAS = re.compile(r"Compiling entry function '(\S+)'.*?(\d+) bytes stack frame, "
+                    r"(\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\d+) registers",
+                    re.S)
+
+
+def _entries(ptx: str, prefix: str) -> dict[str, str]:
+    """Each of our kernels' PTX body in a module, by name."""
+    parts = re.split(r"\.visible \.entry (\w+)\(", ptx)
+    return {name: body for name, body in zip(parts[1::2], parts[2::2]) if name.startswith(prefix)}
+
+
+def resources(dump_dir: str, prefix: str = "flurka_", arch: str = "sm_90a") -> dict[str, dict]:
+    """Per kernel of ours in the dumped PTX: its tensor-core instructions (``wgmma``, Hopper's
+    warpgroup MMA; ``mma.sync``, the older per-warp path; or none) and, from ``ptxas -v``,
+    registers per thread, stack frame and spill bytes (those need ptxas)."""
+    tool = ptxas()
+    out: dict[str, dict] = {}
+    for path in sorted(glob.glob(os.path.join(dump_dir, "*.ptx"))):
+        with open(path) as f:
+            entries = _entries(f.read(), prefix)
+        for name, body in entries.items():
+            out[name] = {"mma": ("wgmma" if "wgmma.mma_async" in body
+                                 else "mma.sync" if "mma.sync" in body else None)}
+        if not entries or tool is None:
+            continue
+        report = subprocess.run([tool, f"-arch={arch}", "-v", path, "-o", os.devnull],
+                                capture_output=True, text=True, check=True).stderr
+        for m in _PTXAS.finditer(report):
+            if m.group(1) in out:
+                out[m.group(1)].update(
+                    registers=int(m.group(5)), stack_bytes=int(m.group(2)),
+                    spill_store_bytes=int(m.group(3)), spill_load_bytes=int(m.group(4)))
+    return out
+
+
+def kernel_report(dump_dir: str) -> list[dict[str, Any]]:
+    """Each Pallas launch with its ptxas resources."""
+    regs = resources(dump_dir)
+    return [{**launch, **regs.get(launch["kernel"], {})} for launch in launches(dump_dir)]
+
+
+def memory(compiled) -> dict[str, int]:
+    """XLA's buffer assignment: arguments, outputs, temporaries, and what the step holds at
+    once (``peak_bytes``, the figure a lease's --memory-budget-gb is checked against)."""
+    mem = compiled.memory_analysis()
+    out = {k: int(getattr(mem, f"{k}_size_in_bytes")) for k in ("argument", "output", "temp",
+                                                                "alias")}
+    out["peak_bytes"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return out
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    """:func:`flurka.speed.timing.failure`, but a kernel past the card's shared memory (XLA says
+    RESOURCE_EXHAUSTED for it too) is an error of its launch shape, not out-of-memory."""
+    from flurka.speed.timing import failure
+    row = failure(exc)
+    if "hared memory" in row.get("error", ""):
+        row["status"] = "error"
+    return row
+
+
+def compile_point(point, device, card_memory: int | None) -> dict[str, Any]:
+    """One speed point compiled for the target: the row :func:`flurka.speed.bench.describe`
+    gives (configuration, parameters, FLOP model, bytes, HLO dots) with ``status`` "ok" (it fits),
+    "oom" (XLA refused, or ``peak_bytes`` over the card's memory) or "error", its memory and
+    its Pallas kernels."""
+    from flurka.speed import bench
+    result: dict[str, Any] = {**point.as_dict(), "status": None}
+    with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
+        try:
+            fn, args = bench.describe(point, result)
+            start = time.perf_counter()
+            lowered, compiled = compile_for(fn, args, device, dump)
+            result["compile_s"] = time.perf_counter() - start
+            del args
+            result.update(memory=memory(compiled), kernels=kernel_report(dump))
+            result.update(bench.hlo_dots(lowered))
+            if result.get("implementation") == "xla" and point.mechanism == "flash":
+                result["note"] = ("flash built here takes the XLA path; on a CUDA card with a "
+                                  "head dim cuDNN takes (≤ 128, ≤ 256 on Hopper) cuDNN runs")
+            peak = result["memory"]["peak_bytes"]
+            result["status"] = "oom" if card_memory is not None and peak > card_memory else "ok"
+            if result["status"] == "oom":
+                result.update(oom_source="aot", error=f"compiled step needs {peak} bytes > the "
+                              f"card's {card_memory}")
+        except Exception as exc:  # noqa: BLE001 - a point that does not compile is a result
+            result.update(_failure(exc))
+    return result
+
+
+def compile_tilings(device, *, forward_grid=None, backward_grid=None, **size) -> list[dict]:
+    """The tuner's candidates (:mod:`flurka.speed.tuning`'s grids, at its size unless given)
+    compiled for the target: per candidate and feature map, its kernels' launch and resources
+    (forward candidates: the forward kernel; backward ones: the gradient's two kernels)."""
+    from flurka.attention.fused import FEATURES, Tiling
+    from flurka.speed import tuning
+    size = {**tuning.SIZE, **size}
+    inputs = {f: tuning.kernel_inputs(f, **size) for f in FEATURES}
+    forward_grid = tuning.FORWARD_GRID if forward_grid is None else forward_grid
+    backward_grid = tuning.BACKWARD_GRID if backward_grid is None else backward_grid
+    candidates = ([("forward", Tiling(block_n=n, num_warps=w)) for n, w in forward_grid]
+                  + [("gradient", Tiling(bwd_block_n=n, bwd_rows=r, bwd_num_warps=w))
+                     for n, r, w in backward_grid])
+    rows = []
+    for stage, tiling in candidates:
+        for feature, (args, options) in inputs.items():
+            make = tuning._forward if stage == "forward" else tuning._gradient
+            row = {"stage": stage, "feature": feature, "tiling": dataclasses.asdict(tiling)}
+            with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
+                try:
+                    compile_for(make(tiling, options), args, device, dump)
+                    row.update(status="ok", kernels=kernel_report(dump))
+                except Exception as exc:  # noqa: BLE001 - e.g. shared memory: a result
+                    row.update(_failure(exc))
+            rows.append(row)
+            print(brief(row), flush=True)
+    return rows
+
+
+def brief(row: dict) -> str:
+    keys = ("index", "stage", "feature", "mechanism", "mode", "seq_len", "align", "fused", "tiling")
+    head = " ".join(f"{k}={v}" for k, v in row.items() if k in keys)
+    if row["status"] == "error":
+        return f"{head}: error {row.get('error', '')[:200]}"
+    kernels = "; ".join(f"{k['kernel']} {k.get('mma')}, {k.get('registers', '?')} regs, "
+                        f"{k.get('spill_store_bytes', '?')} B spilled, "
+                        f"{k['shared_memory_bytes']} B smem" for k in row.get("kernels", []))
+    peak = row.get("memory", {}).get("peak_bytes")
+    return (f"{head}: {row['status']}" + (f", {peak / 2**30:.2f} GiB" if peak else "")
+            + (f" [{kernels}]" if kernels else ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flurka.speed.__main__ import add_selection_arguments, selected
+    from flurka.speed.runner import versions, write_json
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=tuple(TARGETS), default="h100")
+    parser.add_argument("--target-config", default=None,
+                        help="a GpuTargetConfig text proto (overrides --target)")
+    parser.add_argument("--tilings", action="store_true",
+                        help="compile the fused kernels' tuning grid instead of sweep points")
+    add_selection_arguments(parser, required=False)
+    parser.add_argument("--out", default="aot.json")
+    args = parser.parse_args(argv)
+    if not args.tilings and args.sweep is None:
+        parser.error("--sweep is required (or --tilings)")
+    try:
+        indices, pts = ([], []) if args.tilings else selected(args)
+        config = (open(args.target_config).read() if args.target_config
+                  else TARGETS[args.target])
+        card = target_facts(config)
+        if args.list:
+            for i, p in zip(indices, pts):
+                print(i, p)
+            return 0
+        jax.config.update("jax_platforms", "cpu")  # this host's arrays; the card is a target
+        device = target_device(config)
+    except (ValueError, OSError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    doc: dict[str, Any] = {"schema": "flurka.aot/1", "target": card, "versions": versions(),
+                           "ptxas": ptxas(), "results": []}
+    if args.tilings:
+        doc["results"] = compile_tilings(device)
+    for index, point in zip(indices, pts):
+        row = {"index": index, "sweep": args.sweep, **compile_point(point, device,
+                                                                    card["memory_bytes"])}
+        doc["results"].append(row)
+        print(brief(row), flush=True)
+        write_json(doc, args.out)
+    write_json(doc, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

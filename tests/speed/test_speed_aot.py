@@ -140,3 +140,45 @@ def test_the_lease_plan_compiles_for_the_card_before_the_lease(tmp_path):
     (kernel,) = doc["results"][-1]["kernels"]
     assert kernel["kernel"] == "flurka_elu_query_side" and kernel["spill_store_bytes"] == 0
     assert not (tmp_path / "check.json").exists()      # nothing ran on a device
+
+
+def test_planned_traffic_counts_each_kernels_operands_and_results(tmp_path):
+    """A row sum over a [4096, 4096] float32 array compiles for the card to one kernel that
+    reads the array once and writes the sums: 64 MiB + 16 KiB, one launch."""
+    out = _script("""
+        import json, sys, tempfile, jax, jax.numpy as jnp
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.speed import aot
+        device = aot.target_device(aot.TARGETS["h100"])
+        x = jax.ShapeDtypeStruct((4096, 4096), jnp.float32)
+        with tempfile.TemporaryDirectory() as dump:
+            _, compiled = aot.compile_for(jax.jit(lambda x: jnp.sum(2 * x, axis=1)), (x,),
+                                          device, dump)
+            json.dump({**aot.planned_traffic(compiled.as_text()),
+                       "launches": aot.launch_count(dump)}, open(sys.argv[1], "w"))
+    """, tmp_path)
+    assert out["bytes"] == 4096 * 4096 * 4 + 4096 * 4 and out["launches"] == 1
+    assert out["by_kind"] == {"reduction": out["bytes"]} and len(out["largest"]) == 1
+
+
+def test_a_recorded_run_is_compiled_beside_its_times(tmp_path):
+    """``--from DOC``: the timed rows of a speed document compiled for the card they ran on,
+    their measured fields kept, the plan's traffic over that card's measured bandwidth beside
+    them; rows that did not run (oom) are not compiled."""
+    point = {"mechanism": "rnn", "mode": "forward", "scope": "layer", "seq_len": 256,
+             "d_model": 128, "num_heads": 2, "d_k": None, "num_features": None, "layers": 6,
+             "ffn": 512, "dtype": "bfloat16", "batch": 1, "align": 1, "fused": False}
+    doc = {"schema": "flurka.speed/1", "device": {"name": "NVIDIA H200"}, "versions": {},
+           "ceilings": {"bfloat16": {"copy_bytes_per_s": 2e12, "matmul_flops_per_s": 6e14}},
+           "results": [{**point, "index": 3, "sweep": "tiny", "status": "ok", "median_s": 1e-4,
+                        "floor_s": 2e-5, "ratio_to_floor": 5.0},
+                       {**point, "seq_len": 512, "index": 4, "sweep": "tiny", "status": "oom"}]}
+    (tmp_path / "doc.json").write_text(json.dumps(doc))
+    out = tmp_path / "aot.json"
+    proc = _run(["-m", "flurka.speed.aot", "--target", "h200", "--from", str(tmp_path / "doc.json"),
+                 "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["results"]
+    assert (row["index"], row["median_s"], row["ratio_to_floor"], row["status"]) == (3, 1e-4, 5.0, "ok")
+    assert row["traffic"]["bytes"] >= 256 * 128 * 2 * 2      # reads x, writes y (bf16) at least
+    assert row["traffic_s"] == row["traffic"]["bytes"] / 2e12 and row["launches"] > 0

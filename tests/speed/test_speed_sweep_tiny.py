@@ -28,6 +28,9 @@ def test_every_mechanism_runs_forward_and_train(layer_doc):
         assert r["status"] == "ok", (r["mechanism"], r["mode"], r.get("error"))
         assert 0 < r["p10_s"] <= r["median_s"] <= r["p90_s"]
         assert r["flops"] > 0 and r["xla_dot_flops"] > 0 and r["min_bytes"] > 0
+        # the compiled plan moves at least the bytes no plan can avoid, by kinds that sum up
+        assert r["xla_traffic_bytes"] >= r["min_bytes"], (r["mechanism"], r["mode"])
+        assert sum(r["xla_traffic_by_kind"].values()) == r["xla_traffic_bytes"]
         assert r["floor_s"] > 0 and r["ratio_to_floor"] == pytest.approx(
             r["median_s"] / r["floor_s"])
         # the training step does the forward dots and (at least) as many again for backward

@@ -28,7 +28,9 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
   model         params, params_lowrank (E1/E2), implementation (flash: cudnn|xla), device_name
   flops         FLOP model (flurka.attention.flops; train = 3 × forward); xla_dot_flops (dots in
                 the compiled HLO), xla_dot_flops_by_type (the same by operand type: a bf16 point
-                should be all "bf16"), xla_flops (XLA cost analysis), xla_memory_bytes
+                should be all "bf16"), xla_flops (XLA cost analysis), xla_memory_bytes,
+                xla_traffic_bytes and xla_traffic_by_kind (the compiled plan's memory traffic:
+                each kernel reading its operands and writing its results once)
   floor         min_bytes, floor_s = max(flops / matmul rate, min_bytes / copy bandwidth),
                 compute_floor_s, memory_floor_s, bound (compute|memory), ratio_to_floor
                 = median_s / floor_s

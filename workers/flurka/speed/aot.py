@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import glob
 import importlib
+import math
 import os
 import re
 import shutil
@@ -179,6 +180,71 @@ def kernel_report(dump_dir: str) -> list[dict[str, Any]]:
     return [{**launch, **regs.get(launch["kernel"], {})} for launch in launches(dump_dir)]
 
 
+_ARRAY = re.compile(r"\b(pred|bf16|f8e\w+|[fsuc]\d+)\[([\d,]*)\]")
+_FREE = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "after-all",
+         "opt-barrier"}   # no kernel, no traffic
+
+
+def _nbytes(type_text: str) -> int:
+    """Bytes of the arrays in an HLO type (an array or a tuple of them)."""
+    total = 0
+    for dtype, dims in _ARRAY.findall(type_text):
+        bits = 8 if dtype == "pred" or dtype.startswith("f8") else int(dtype.lstrip("bfsuc"))
+        total += -(-math.prod(int(d) for d in dims.split(",") if d) * bits // 8)
+    return total
+
+
+def _closing(text: str, start: int) -> int:
+    """Index of the parenthesis closing the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError(f"unbalanced HLO: {text[:200]}")
+
+
+def planned_traffic(hlo_text: str, top: int = 10) -> dict[str, Any]:
+    """The memory traffic of XLA's plan for a step (its optimised HLO's entry computation): each
+    kernel reading its operands and writing its results once — no cache reuse, whole operands
+    even where a kernel reads a slice — in all and by kind (:func:`flurka.speed.profile.op_kinds`).
+    Over the card's bandwidth, the time the plan's traffic alone takes; ``largest``: the ``top``
+    kernels by traffic, with the JAX operation each came from."""
+    from flurka.speed import profile
+    bodies, _ = profile._computations(hlo_text)
+    entry = re.search(r"^ENTRY %?([\w.\-]+)", hlo_text, re.M).group(1)
+    kinds = profile.op_kinds(hlo_text)
+    sizes: dict[str, int] = {}
+    by_kind: dict[str, int] = {}
+    kernels: list[dict[str, Any]] = []
+    for line in bodies[entry]:
+        name, rest = profile._INSTRUCTION.match(line).groups()
+        end = _closing(rest, 0) + 1 if rest.startswith("(") else rest.index(" ")
+        type_text, call = rest[:end], rest[end:].lstrip()
+        opcode, open_paren = call[:call.index("(")], call.index("(")
+        operands = call[open_paren:_closing(call, open_paren) + 1]
+        sizes[name] = _nbytes(type_text)
+        if opcode in _FREE:
+            continue
+        moved = sizes[name] + sum(sizes.get(o, 0) for o in re.findall(r"%([\w.\-]+)", operands))
+        kind = kinds.get(name, "other")
+        by_kind[kind] = by_kind.get(kind, 0) + moved
+        source = re.search(r'op_name="([^"]*)"', line)
+        kernels.append({"op": name, "kind": kind, "bytes": moved,
+                        "source": source.group(1) if source else None})
+    kernels.sort(key=lambda k: -k["bytes"])
+    return {"bytes": sum(by_kind.values()), "by_kind": by_kind, "largest": kernels[:top]}
+
+
+def launch_count(dump_dir: str) -> int:
+    """Kernels (and copies, memsets) a step launches: XLA's launch sequence, all of it."""
+    count = 0
+    for path in glob.glob(os.path.join(dump_dir, "*.thunk_sequence.txt")):
+        with open(path) as f:
+            count += sum(1 for line in f if re.match(r"\d+: k", line))
+    return count
+
+
 def memory(compiled) -> dict[str, int]:
     """XLA's buffer assignment: arguments, outputs, temporaries, and what the step holds at
     once (``peak_bytes``, the figure a lease's --memory-budget-gb is checked against)."""
@@ -213,7 +279,8 @@ def compile_point(point, device, card_memory: int | None) -> dict[str, Any]:
             lowered, compiled = compile_for(fn, args, device, dump)
             result["compile_s"] = time.perf_counter() - start
             del args
-            result.update(memory=memory(compiled), kernels=kernel_report(dump))
+            result.update(memory=memory(compiled), kernels=kernel_report(dump),
+                          traffic=planned_traffic(compiled.as_text()), launches=launch_count(dump))
             result.update(bench.hlo_dots(lowered))
             if result.get("implementation") == "xla" and point.mechanism == "flash":
                 result["note"] = ("flash built here takes the XLA path; on a CUDA card with a "
@@ -257,6 +324,27 @@ def compile_tilings(device, *, forward_grid=None, backward_grid=None, **size) ->
     return rows
 
 
+MEASURED = ("index", "sweep", "median_s", "floor_s", "compute_floor_s", "bound", "ratio_to_floor")
+
+
+def _recorded(path: str) -> dict[str, Any]:
+    """The timed rows of a flurka.speed/1 document as (their measured fields, Point), and the
+    card's measured copy bandwidth (``bandwidth``, bytes/s; None if it holds no ceilings)."""
+    import json
+    from flurka.speed.configs import Point
+    with open(path) as f:
+        doc = json.load(f)
+    if doc.get("schema") != "flurka.speed/1":
+        raise ValueError(f"{path} is not a flurka.speed/1 document")
+    fields = Point.__dataclass_fields__
+    rows = [r for r in doc["results"] if r.get("status") == "ok"]
+    ceilings = [c for c in (doc.get("ceilings") or {}).values() if c]
+    return {"device": doc.get("device"), "versions": doc.get("versions"),
+            "bandwidth": ceilings[0]["copy_bytes_per_s"] if ceilings else None,
+            "points": [({k: r[k] for k in MEASURED if k in r},
+                        Point(**{k: r[k] for k in fields if k in r})) for r in rows]}
+
+
 def brief(row: dict) -> str:
     keys = ("index", "stage", "feature", "mechanism", "mode", "seq_len", "align", "fused", "tiling")
     head = " ".join(f"{k}={v}" for k, v in row.items() if k in keys)
@@ -266,7 +354,12 @@ def brief(row: dict) -> str:
                         f"{k.get('spill_store_bytes', '?')} B spilled, "
                         f"{k['shared_memory_bytes']} B smem" for k in row.get("kernels", []))
     peak = row.get("memory", {}).get("peak_bytes")
+    traffic = row.get("traffic", {}).get("bytes")
+    timed = (f"; measured {row['median_s'] * 1e3:.2f} ms, floor {row['floor_s'] * 1e3:.2f} ms"
+             if row.get("median_s") and row.get("floor_s") else "")
     return (f"{head}: {row['status']}" + (f", {peak / 2**30:.2f} GiB" if peak else "")
+            + (f", {row['launches']} launches, traffic {traffic / 1e9:.2f} GB" if traffic else "")
+            + (f" = {row['traffic_s'] * 1e3:.2f} ms" if row.get("traffic_s") else "") + timed
             + (f" [{kernels}]" if kernels else ""))
 
 
@@ -279,13 +372,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="a GpuTargetConfig text proto (overrides --target)")
     parser.add_argument("--tilings", action="store_true",
                         help="compile the fused kernels' tuning grid instead of sweep points")
+    parser.add_argument("--from", dest="recorded", default=None, metavar="DOC",
+                        help="compile the timed points of a recorded flurka.speed/1 document "
+                             "(e.g. one a lease wrote) and set their times beside the plan's "
+                             "traffic at that card's measured bandwidth")
     add_selection_arguments(parser, required=False)
     parser.add_argument("--out", default="aot.json")
     args = parser.parse_args(argv)
-    if not args.tilings and args.sweep is None:
-        parser.error("--sweep is required (or --tilings)")
+    if not args.tilings and not args.recorded and args.sweep is None:
+        parser.error("--sweep is required (or --tilings, or --from)")
     try:
-        indices, pts = ([], []) if args.tilings else selected(args)
+        recorded = _recorded(args.recorded) if args.recorded else None
+        indices, pts = ([], []) if args.tilings or recorded else selected(args)
         config = (open(args.target_config).read() if args.target_config
                   else TARGETS[args.target])
         card = target_facts(config)
@@ -302,6 +400,16 @@ def main(argv: list[str] | None = None) -> int:
                            "ptxas": ptxas(), "results": []}
     if args.tilings:
         doc["results"] = compile_tilings(device)
+    if recorded:
+        doc["recorded"] = {"path": args.recorded, "device": recorded["device"],
+                           "versions": recorded["versions"]}
+        for measured, point in recorded["points"]:
+            row = {**measured, **compile_point(point, device, card["memory_bytes"])}
+            if "bytes" in row.get("traffic", {}) and recorded["bandwidth"]:
+                row["traffic_s"] = row["traffic"]["bytes"] / recorded["bandwidth"]
+            doc["results"].append(row)
+            print(brief(row), flush=True)
+            write_json(doc, args.out)
     for index, point in zip(indices, pts):
         row = {"index": index, "sweep": args.sweep, **compile_point(point, device,
                                                                     card["memory_bytes"])}

@@ -26,9 +26,10 @@ from flurka.speed.timing import guarded, random_normal, time_fn
 
 # (block_n, num_warps) and (bwd_block_n, bwd_rows, bwd_num_warps) to try on a GPU: those that
 # ptxas compiles for sm_90 without spilling registers, for both feature maps at SIZE
-# (``python -m flurka.speed.aot --tilings``). Left out because they spill: 128 or 256 rows on 4
-# warps (0.1–6 KB per thread), backward steps of 64 rows (0.1–5 KB) and backward programs of 2
-# or 4 warps (0.05–18 KB); rows per backward program (bwd_rows) only sets the loop's length.
+# (``python -m flurka.speed.aot --tilings``). Left out because they spill (4 B – 18 KB per
+# thread): forward programs of 128 or 256 rows on 4 warps or 256 on 8; backward steps of 64
+# rows; backward programs of 2 or 4 warps. Rows per backward program (bwd_rows) only set the
+# loop's length.
 FORWARD_GRID = ((64, 4), (64, 8), (128, 8), (128, 16), (256, 16))
 BACKWARD_GRID = tuple((n, r, w) for n, w in ((16, 8), (32, 8), (32, 16)) for r in (1024, 4096))
 # Where they are timed: the flash comparison's query side (appendix C, one sequence).

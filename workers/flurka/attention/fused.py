@@ -56,8 +56,8 @@ class Tiling:
     --tune-fused``), none of which changes the result. Rows are powers of two ≥ 16 (Triton's dots);
     warps None: 8 once a [rows, 128] float32 tile is live (Triton flash attention's choice at head
     dim 128), else 4. Wide query sides (head dim or features past 128, k blocks of 128) run
-    ``block_n / k`` rows per forward program (a power of two ≥ 16), so the live float32 tiles
-    keep the size the tiling was chosen at."""
+    ``block_n / k²`` rows per forward program (a power of two ≥ 16: :func:`_rows`), so a
+    program's live float32 state stays spill-free."""
 
     block_n: int = 128      # query rows per forward program (at widths ≤ 128)
     num_warps: int | None = None

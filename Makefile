@@ -8,7 +8,7 @@ EXTRAS ?= test
 CUDA_AOT   = .cuda-aot
 CUDA_STAMP = $(CUDA_AOT)/.installed
 
-.PHONY: install sweep test test-fast aot clean
+.PHONY: install cuda-aot sweep test test-fast aot clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,8 @@ $(CUDA_STAMP): $(STAMP)
 	$(PY) -m pip install -q --no-deps --upgrade --target $(CUDA_AOT) "jax-cuda12-plugin==$$JAXLIB" \
 	    "jax-cuda12-pjrt==$$JAXLIB" "nvidia-cuda-nvcc-cu12>=12.8,<13"
 	touch $(CUDA_STAMP)
+
+cuda-aot: $(CUDA_STAMP)
 
 # Compile speed points or the fused kernels' launch shapes for a GPU that is not here
 # (python -m flurka.speed.aot --help): memory, kernels, registers and spills.

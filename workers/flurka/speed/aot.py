@@ -76,8 +76,8 @@ TARGETS: dict[str, str] = {
     "h200": _HOPPER.format(name="NVIDIA H200", memory=150_754_820_096,
                            bandwidth=4_800_000_000_000),
 }
-PLUGIN_DIR = os.environ.get("FLURKA_CUDA_AOT", os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 3, ".cuda-aot"))
+PLUGIN_DIR = os.environ.get("FLURKA_CUDA_AOT", os.path.normpath(os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 3, ".cuda-aot")))
 
 
 def target_facts(config: str) -> dict[str, Any]:

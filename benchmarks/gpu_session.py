@@ -319,21 +319,14 @@ def compile_plan(args) -> int:
     """``--aot``: every point of the plan compiled for the target card on this host, in plan
     order (``aot.json``, rewritten after each): what the lease's points will need and launch."""
     from flurka.speed import aot
-    jax.config.update("jax_platforms", "cpu")
     os.makedirs(args.out, exist_ok=True)
-    config = aot.TARGETS[args.aot]
-    card, device = aot.target_facts(config), aot.target_device(config)
-    doc = {"schema": "flurka.aot/1", "target": card, "versions": versions(), "ptxas": aot.ptxas(),
-           "settings": {"plan": "tiny" if args.tiny else args.plan,
-                        "driver": "benchmarks/gpu_session.py"}, "results": []}
+    card, device = aot.open_target(aot.TARGETS[args.aot])
+    doc = aot.document(card, settings={"plan": "tiny" if args.tiny else args.plan,
+                                       "driver": "benchmarks/gpu_session.py"})
     plan = TINY_PLAN if args.tiny else PLANS[args.plan]
-    for sweep, where in plan:
-        for index, point in planned(sweep, where):
-            row = {"index": index, "sweep": sweep,
-                   **aot.compile_point(point, device, card["memory_bytes"])}
-            doc["results"].append(row)
-            print(f"{sweep} {aot.brief(row)}", flush=True)
-            write_json(doc, os.path.join(args.out, "aot.json"))
+    aot.compile_points(doc, (({"index": index, "sweep": sweep}, point) for sweep, where in plan
+                             for index, point in planned(sweep, where)),
+                       device, os.path.join(args.out, "aot.json"))
     return 0
 
 

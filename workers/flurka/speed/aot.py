@@ -339,6 +339,35 @@ def compile_tilings(device, *, forward_grid=None, backward_grid=None, **size) ->
     return rows
 
 
+def open_target(config: str) -> tuple[dict[str, Any], Any]:
+    """(the card's facts, a compile-only device) for ``config``; this process's own arrays stay
+    on the host CPU (the card is only a target)."""
+    jax.config.update("jax_platforms", "cpu")
+    return target_facts(config), target_device(config)
+
+
+def document(card: dict[str, Any], **extra) -> dict[str, Any]:
+    """An empty ``flurka.aot/1`` document for ``card``."""
+    from flurka.speed.runner import versions
+    return {"schema": "flurka.aot/1", "target": card, "versions": versions(), "ptxas": ptxas(),
+            **extra, "results": []}
+
+
+def compile_points(doc: dict[str, Any], labelled, device, out: str,
+                   bandwidth: float | None = None) -> None:
+    """:func:`compile_point` for each (labels, point), in order: each row (its labels first)
+    appended to ``doc``, printed, and ``out`` rewritten, so an interrupted run keeps its rows.
+    With the card's measured copy ``bandwidth`` (bytes/s) a row also gets ``traffic_s``."""
+    from flurka.speed.runner import write_json
+    for labels, point in labelled:
+        row = {**labels, **compile_point(point, device, doc["target"]["memory_bytes"])}
+        if bandwidth and "bytes" in row.get("traffic", {}):
+            row["traffic_s"] = row["traffic"]["bytes"] / bandwidth
+        doc["results"].append(row)
+        print(brief(row), flush=True)
+        write_json(doc, out)
+
+
 MEASURED = ("index", "sweep", "median_s", "floor_s", "compute_floor_s", "bound", "ratio_to_floor")
 
 
@@ -361,7 +390,8 @@ def _recorded(path: str) -> dict[str, Any]:
 
 
 def brief(row: dict) -> str:
-    keys = ("index", "stage", "feature", "mechanism", "mode", "seq_len", "align", "fused", "tiling")
+    keys = ("sweep", "index", "stage", "feature", "mechanism", "mode", "seq_len", "align", "fused",
+            "tiling")
     head = " ".join(f"{k}={v}" for k, v in row.items() if k in keys)
     if row["status"] == "error":
         return f"{head}: error {row.get('error', '')[:200]}"
@@ -380,7 +410,7 @@ def brief(row: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from flurka.speed.__main__ import add_selection_arguments, selected
-    from flurka.speed.runner import versions, write_json
+    from flurka.speed.runner import write_json
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=tuple(TARGETS), default="h100")
     parser.add_argument("--target-config", default=None,
@@ -401,36 +431,23 @@ def main(argv: list[str] | None = None) -> int:
         indices, pts = ([], []) if args.tilings or recorded else selected(args)
         config = (open(args.target_config).read() if args.target_config
                   else TARGETS[args.target])
-        card = target_facts(config)
         if args.list:
             for i, p in zip(indices, pts):
                 print(i, p)
             return 0
-        jax.config.update("jax_platforms", "cpu")  # this host's arrays; the card is a target
-        device = target_device(config)
+        card, device = open_target(config)
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    doc: dict[str, Any] = {"schema": "flurka.aot/1", "target": card, "versions": versions(),
-                           "ptxas": ptxas(), "results": []}
+    doc = document(card)
     if args.tilings:
         doc["results"] = compile_tilings(device)
     if recorded:
         doc["recorded"] = {"path": args.recorded, "device": recorded["device"],
                            "versions": recorded["versions"]}
-        for measured, point in recorded["points"]:
-            row = {**measured, **compile_point(point, device, card["memory_bytes"])}
-            if "bytes" in row.get("traffic", {}) and recorded["bandwidth"]:
-                row["traffic_s"] = row["traffic"]["bytes"] / recorded["bandwidth"]
-            doc["results"].append(row)
-            print(brief(row), flush=True)
-            write_json(doc, args.out)
-    for index, point in zip(indices, pts):
-        row = {"index": index, "sweep": args.sweep, **compile_point(point, device,
-                                                                    card["memory_bytes"])}
-        doc["results"].append(row)
-        print(brief(row), flush=True)
-        write_json(doc, args.out)
+        compile_points(doc, recorded["points"], device, args.out, recorded["bandwidth"])
+    compile_points(doc, (({"index": i, "sweep": args.sweep}, p) for i, p in zip(indices, pts)),
+                   device, args.out)
     write_json(doc, args.out)
     return 0
 

@@ -158,13 +158,13 @@ def test_planned_traffic_counts_each_kernels_operands_and_results(tmp_path):
     out = _script("""
         import json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
-        from flurka.speed import aot
+        from flurka.speed import aot, profile
         device = aot.target_device(aot.TARGETS["h100"])
         x = jax.ShapeDtypeStruct((4096, 4096), jnp.float32)
         with tempfile.TemporaryDirectory() as dump:
             _, compiled = aot.compile_for(jax.jit(lambda x: jnp.sum(2 * x, axis=1)), (x,),
                                           device, dump)
-            json.dump({**aot.planned_traffic(compiled.as_text()),
+            json.dump({**profile.planned_traffic(compiled.as_text()),
                        "launches": aot.launch_count(dump)}, open(sys.argv[1], "w"))
     """, tmp_path)
     assert out["bytes"] == 4096 * 4096 * 4 + 4096 * 4 and out["launches"] == 1

@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import glob
 import importlib
-import math
 import os
 import re
 import shutil
@@ -195,62 +194,6 @@ def kernel_report(dump_dir: str) -> list[dict[str, Any]]:
     return [{**launch, **regs.get(launch["kernel"], {})} for launch in launches(dump_dir)]
 
 
-_ARRAY = re.compile(r"\b(pred|bf16|f8e\w+|[fsuc]\d+)\[([\d,]*)\]")
-_FREE = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "after-all",
-         "opt-barrier"}   # no kernel, no traffic
-
-
-def _nbytes(type_text: str) -> int:
-    """Bytes of the arrays in an HLO type (an array or a tuple of them)."""
-    total = 0
-    for dtype, dims in _ARRAY.findall(type_text):
-        bits = 8 if dtype == "pred" or dtype.startswith("f8") else int(dtype.lstrip("bfsuc"))
-        total += -(-math.prod(int(d) for d in dims.split(",") if d) * bits // 8)
-    return total
-
-
-def _closing(text: str, start: int) -> int:
-    """Index of the parenthesis closing the one at ``start``."""
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            return i
-    raise ValueError(f"unbalanced HLO: {text[:200]}")
-
-
-def planned_traffic(hlo_text: str, top: int = 10) -> dict[str, Any]:
-    """The memory traffic of XLA's plan for a step (its optimised HLO's entry computation): each
-    kernel reading its operands and writing its results once — no cache reuse, whole operands
-    even where a kernel reads a slice — in all and by kind (:func:`flurka.speed.profile.op_kinds`).
-    Over the card's bandwidth, the time the plan's traffic alone takes; ``largest``: the ``top``
-    kernels by traffic, with the JAX operation each came from."""
-    from flurka.speed import profile
-    bodies, _ = profile._computations(hlo_text)
-    entry = re.search(r"^ENTRY %?([\w.\-]+)", hlo_text, re.M).group(1)
-    kinds = profile.op_kinds(hlo_text)
-    sizes: dict[str, int] = {}
-    by_kind: dict[str, int] = {}
-    kernels: list[dict[str, Any]] = []
-    for line in bodies[entry]:
-        name, rest = profile._INSTRUCTION.match(line).groups()
-        end = _closing(rest, 0) + 1 if rest.startswith("(") else rest.index(" ")
-        type_text, call = rest[:end], rest[end:].lstrip()
-        opcode, open_paren = call[:call.index("(")], call.index("(")
-        operands = call[open_paren:_closing(call, open_paren) + 1]
-        sizes[name] = _nbytes(type_text)
-        if opcode in _FREE:
-            continue
-        moved = sizes[name] + sum(sizes.get(o, 0) for o in re.findall(r"%([\w.\-]+)", operands))
-        kind = kinds.get(name, "other")
-        by_kind[kind] = by_kind.get(kind, 0) + moved
-        source = re.search(r'op_name="([^"]*)"', line)
-        kernels.append({"op": name, "kind": kind, "bytes": moved,
-                        "source": source.group(1) if source else None})
-    kernels.sort(key=lambda k: -k["bytes"])
-    return {"bytes": sum(by_kind.values()), "by_kind": by_kind, "largest": kernels[:top]}
-
-
 def launch_count(dump_dir: str) -> int:
     """Kernels (and copies, memsets) a step launches: XLA's launch sequence, all of it."""
     count = 0
@@ -285,7 +228,7 @@ def compile_point(point, device, card_memory: int | None) -> dict[str, Any]:
     gives (configuration, parameters, FLOP model, bytes, HLO dots) with ``status`` "ok" (it fits),
     "oom" (XLA refused, or ``peak_bytes`` over the card's memory) or "error", its memory and
     its Pallas kernels."""
-    from flurka.speed import bench
+    from flurka.speed import bench, profile
     result: dict[str, Any] = {**point.as_dict(), "status": None}
     with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
         try:
@@ -295,7 +238,8 @@ def compile_point(point, device, card_memory: int | None) -> dict[str, Any]:
             result["compile_s"] = time.perf_counter() - start
             del args
             result.update(memory=memory(compiled), kernels=kernel_report(dump),
-                          traffic=planned_traffic(compiled.as_text()), launches=launch_count(dump))
+                          traffic=profile.planned_traffic(compiled.as_text()),
+                          launches=launch_count(dump))
             result.update(bench.hlo_dots(lowered))
             if result.get("implementation") == "xla" and point.mechanism == "flash":
                 result["note"] = ("flash built here takes the XLA path; on a CUDA card with a "
@@ -326,11 +270,10 @@ def compile_tilings(device, *, forward_grid=None, backward_grid=None, **size) ->
     rows = []
     for stage, tiling in candidates:
         for feature, (args, options) in inputs.items():
-            make = tuning._forward if stage == "forward" else tuning._gradient
             row = {"stage": stage, "feature": feature, "tiling": dataclasses.asdict(tiling)}
             with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
                 try:
-                    compile_for(make(tiling, options), args, device, dump)
+                    compile_for(tuning.stage_step(stage, tiling, options), args, device, dump)
                     row.update(status="ok", kernels=kernel_report(dump))
                 except Exception as exc:  # noqa: BLE001 - e.g. shared memory: a result
                     row.update(_failure(exc))

@@ -169,7 +169,7 @@ def hlo_dots(lowered) -> dict[str, Any]:
 
 def _xla_counts(lowered, compiled) -> dict[str, Any]:
     """XLA's view of the step: :func:`hlo_dots`, XLA's cost analysis and memory analysis of the
-    executable, and its plan's memory traffic (:func:`flurka.speed.aot.planned_traffic`). Best
+    executable, and its plan's memory traffic (:func:`flurka.speed.profile.planned_traffic`). Best
     effort: None (or absent) where this jaxlib lacks a field."""
     out: dict[str, Any] = {**hlo_dots(lowered), "xla_flops": None, "xla_memory_bytes": None}
     try:
@@ -185,8 +185,7 @@ def _xla_counts(lowered, compiled) -> dict[str, Any]:
     except Exception:  # noqa: BLE001
         pass
     try:  # the traffic of the plan XLA made here (on a GPU: with its GEMMs tuned on the card)
-        from flurka.speed.aot import planned_traffic
-        traffic = planned_traffic(compiled.as_text(), top=0)
+        traffic = profile.planned_traffic(compiled.as_text(), top=0)
         out["xla_traffic_bytes"], out["xla_traffic_by_kind"] = traffic["bytes"], traffic["by_kind"]
     except Exception:  # noqa: BLE001
         pass

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import glob
+import math
 import os
 import re
 import shutil
@@ -197,3 +198,58 @@ def brief(summary: dict[str, Any] | None) -> str:
     kinds = sorted(summary["by_kind"].items(), key=lambda kv: -kv[1]["share"])
     host = " (host-side trace)" if summary.get("source") == "host" else ""
     return ", ".join(f"{k} {v['share']:.0%}" for k, v in kinds) + host
+
+
+_ARRAY = re.compile(r"\b(pred|bf16|f8e\w+|[fsuc]\d+)\[([\d,]*)\]")
+_FREE = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "after-all",
+         "opt-barrier"}   # no kernel, no traffic
+
+
+def _nbytes(type_text: str) -> int:
+    """Bytes of the arrays in an HLO type (an array or a tuple of them)."""
+    total = 0
+    for dtype, dims in _ARRAY.findall(type_text):
+        bits = 8 if dtype == "pred" or dtype.startswith("f8") else int(dtype.lstrip("bfsuc"))
+        total += -(-math.prod(int(d) for d in dims.split(",") if d) * bits // 8)
+    return total
+
+
+def _closing(text: str, start: int) -> int:
+    """Index of the parenthesis closing the one at ``start``."""
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise ValueError(f"unbalanced HLO: {text[:200]}")
+
+
+def planned_traffic(hlo_text: str, top: int = 10) -> dict[str, Any]:
+    """The memory traffic of XLA's plan for a step (its optimised HLO's entry computation): each
+    kernel reading its operands and writing its results once — no cache reuse, whole operands
+    even where a kernel reads a slice — in all and by kind (:func:`op_kinds`).
+    Over the card's bandwidth, the time the plan's traffic alone takes; ``largest``: the ``top``
+    kernels by traffic, with the JAX operation each came from."""
+    bodies, _ = _computations(hlo_text)
+    entry = re.search(r"^ENTRY %?([\w.\-]+)", hlo_text, re.M).group(1)
+    kinds = op_kinds(hlo_text)
+    sizes: dict[str, int] = {}
+    by_kind: dict[str, int] = {}
+    kernels: list[dict[str, Any]] = []
+    for line in bodies[entry]:
+        name, rest = _INSTRUCTION.match(line).groups()
+        end = _closing(rest, 0) + 1 if rest.startswith("(") else rest.index(" ")
+        type_text, call = rest[:end], rest[end:].lstrip()
+        opcode, open_paren = call[:call.index("(")], call.index("(")
+        operands = call[open_paren:_closing(call, open_paren) + 1]
+        sizes[name] = _nbytes(type_text)
+        if opcode in _FREE:
+            continue
+        moved = sizes[name] + sum(sizes.get(o, 0) for o in re.findall(r"%([\w.\-]+)", operands))
+        kind = kinds.get(name, "other")
+        by_kind[kind] = by_kind.get(kind, 0) + moved
+        source = re.search(r'op_name="([^"]*)"', line)
+        kernels.append({"op": name, "kind": kind, "bytes": moved,
+                        "source": source.group(1) if source else None})
+    kernels.sort(key=lambda k: -k["bytes"])
+    return {"bytes": sum(by_kind.values()), "by_kind": by_kind, "largest": kernels[:top]}

@@ -56,26 +56,24 @@ def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_di
     return (q, kv, k_sum, omega), options
 
 
-def _forward(tiling: Tiling, options: dict):
-    return jax.jit(lambda q, kv, k_sum, omega: fused_query_side(
-        q, kv, k_sum, omega, tiling=tiling, **options))
-
-
-def _gradient(tiling: Tiling, options: dict):
-    def loss(q, kv, k_sum, omega):
-        return jnp.sum(fused_query_side(q, kv, k_sum, omega, tiling=tiling, **options))
-    return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+def stage_step(stage: str, tiling: Tiling, options: dict):
+    """What a candidate is timed on, jitted: the forward kernel (``"forward"``) or the
+    query side's gradient (``"gradient"``: the forward and backward kernels)."""
+    def query_side(q, kv, k_sum, omega):
+        return fused_query_side(q, kv, k_sum, omega, tiling=tiling, **options)
+    if stage == "forward":
+        return jax.jit(query_side)
+    return jax.jit(jax.grad(lambda *a: jnp.sum(query_side(*a)), argnums=(0, 1, 2)))
 
 
 def _time_candidates(stage: str, tilings: Sequence[Tiling], inputs: dict, *, warmup: int,
                      repeats: int) -> list[dict]:
-    make = _forward if stage == "forward" else _gradient
     rows = []
     for tiling in tilings:
         row = {"stage": stage, "tiling": dataclasses.asdict(tiling), "median_s": {}}
         for feature, (args, options) in inputs.items():
-            timing = guarded(lambda: time_fn(make(tiling, options), args, warmup=warmup,
-                                             repeats=repeats))
+            timing = guarded(lambda: time_fn(stage_step(stage, tiling, options), args,
+                                             warmup=warmup, repeats=repeats))
             if timing["status"] != "ok":
                 row.update(status=timing["status"], error=timing.get("error"))
                 break

@@ -15,12 +15,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from attention_reference import build, favor_core, inputs, reference, rnn_core
+from attention_reference import build, favor_core, inputs, reference, rnn_core, softmax_core
 from flax import nnx
 
 from flurka.attention import make_attention
 from flurka.attention.feature_maps import elu_features, favor_features, gaussian_orthogonal_matrix, key_side
-from flurka.attention.fused import Tiling, fused_query_side, reference_query_side, use_tiling
+from flurka.attention.fused import (
+    Tiling, fused_query_side, fused_softmax_attention, reference_query_side, use_tiling)
 from flurka.attention.performer import favor_attention
 from flurka.attention.rnn import elu_attention
 
@@ -179,6 +180,60 @@ def test_fused_takes_widths_up_to_512_and_a_kernel_mechanism():
     assert build("performer", fused=True, num_features=512).fused == Tiling()
     with pytest.raises(ValueError, match="unknown option"):
         build("linformer", fused=True)
+
+
+@pytest.mark.parametrize("d", [16, 200])
+def test_fused_softmax_matches_float64_formula_and_finite_differences(d, rng_seed):
+    """flurka-eva's query side kernel: softmax(q kᵀ / √d) v over a short key set (J = 37: not a
+    multiple of the kernel's 64-key steps; N = 40 rows: one ragged row block; d = 200: two
+    128-wide head-dim blocks) against attention_reference's float64 softmax core per batch
+    element and head; its gradient (the XLA path's, on the real keys only) against central
+    differences of that formula."""
+    rng = np.random.default_rng(rng_seed)
+    q = jnp.asarray(0.5 * rng.standard_normal((2, 40, 2, d)), jnp.float32)
+    k, v = (jnp.asarray(0.5 * rng.standard_normal((2, 37, 2, d)), jnp.float32) for _ in range(2))
+    out, vjp = jax.vjp(lambda q, k, v: fused_softmax_attention(q, k, v, scale=d ** -0.5), q, k, v)
+    cot = rng.standard_normal(out.shape)
+    grads = vjp(jnp.asarray(cot, jnp.float32))
+
+    def exact(q, k, v):
+        return np.stack([np.stack([softmax_core(q[b, :, h], k[b, :, h], v[b, :, h])
+                                   for h in range(q.shape[2])], axis=1) for b in range(q.shape[0])])
+
+    base = [np.asarray(a, np.float64) for a in (q, k, v)]
+    ref = exact(*base)
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out, np.float64), ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+    for i, grad in enumerate(grads):
+        u = rng.standard_normal(base[i].shape)
+        shifted = [[a + t * u if j == i else a for j, a in enumerate(base)] for t in (1e-4, -1e-4)]
+        finite = (np.sum(cot * exact(*shifted[0])) - np.sum(cot * exact(*shifted[1]))) / 2e-4
+        analytic = float(np.sum(np.asarray(grad, np.float64) * u))
+        bound = np.linalg.norm(np.asarray(grad, np.float64)) * np.linalg.norm(u)
+        assert abs(analytic - finite) < 1e-5 * bound, ("qkv"[i], analytic, finite)
+
+
+def test_fused_flurka_eva_layer_matches_float64_reference_and_the_xla_path(rng_seed):
+    """flurka-eva with its query side fused: the layer against the float64 reference (float32),
+    and in bf16 against the XLA path (its output written in bf16), gradients included."""
+    x, mask = inputs(rng_seed)
+    real = np.asarray(mask)
+    fused = build("flurka-eva", 5, fused=True)
+    got = np.asarray(fused(x, mask))
+    ref = reference(build("flurka-eva", 5), x, mask)
+    np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    xla, fused = (build("flurka-eva", 5, fused=f, dtype=jnp.bfloat16) for f in (False, True))
+    a, b = (np.asarray(m(x.astype(jnp.bfloat16), mask).astype(jnp.float32)) for m in (xla, fused))
+    assert np.linalg.norm(b[real] - a[real]) < 1e-2 * np.linalg.norm(a[real])
+
+    def loss(m):
+        return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
+
+    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(build("flurka-eva", 5, fused=f)))
+                      for f in (False, True))
+    scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
+    for gx, gf in zip(g_xla, g_fused):
+        np.testing.assert_allclose(gf, gx, atol=1e-5 * scale, rtol=0)
 
 
 def _lowered_for_gpu(mechanism, *, grad, d_model=512, **options):

@@ -251,7 +251,8 @@ class AttentionLayer(nnx.Module):
     def core(self, q: Array, k: Array, v: Array, key_mask: Array | None,
              rng: Array | None) -> Array:
         """The mechanism on projected heads q [b, n, h, d_h], k/v [b, m, h, d_h]; key_mask
-        [b, m] bool or None. Returns float32 [b, n, h, d_h]."""
+        [b, m] bool or None. Returns float32 [b, n, h, d_h] (a fused query side: the compute
+        dtype, which :meth:`project_out` casts to anyway)."""
         raise NotImplementedError
 
     def __call__(self, x: Array, mask: Array | None = None, *, rng: Array | None = None) -> Array:

@@ -38,8 +38,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flurka.attention.base import NEG_INF, contract, pad_to, zero_padding
+from flurka.attention.base import pad_to, zero_padding
 from flurka.attention.eva import EVAAttention, chunk_control_variates, masked_mean
+from flurka.attention.fused import (
+    Tiling, fused_softmax_attention, layer_tiling, reference_softmax_attention)
 from flurka.attention.lowrank import LowRankKV
 from flurka.attention.performer import PerformerAttention
 from flurka.attention.rnn import RNNAttention
@@ -60,19 +62,23 @@ class FlurkaRNN(LowRankKV, RNNAttention):
 
 
 def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_size: int, mu_q,
-                             mu_k, noise=None):
+                             mu_k, noise=None, fused=None):
     """flurka-eva's core (definition in the module docstring).
 
     q: [b, n, h, d]; k, v: [b, d_k, h, d] compressed (all rows real); query_mask [b, n] or None;
     noise None, [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d]; products take operands
     in q's dtype and accumulate in float32 (as :func:`~flurka.attention.eva.eva_attention`).
+    ``fused`` (a :class:`~flurka.attention.fused.Tiling`): the query side — one softmax over
+    the window_size + C keys — as one Pallas kernel, its result in v's dtype.
     """
     b, n, h, d = q.shape
     m = k.shape[1]
     scale = d ** -0.5
     q = zero_padding(q, query_mask)
-    logits = [contract("bnhd,bwhd->bhnw", q, k[:, :window_size], q.dtype) * scale]
-    values = [v[:, :window_size]]
+    # The short key sets are joined before the product (not the [N, ·] logits after it: a
+    # concatenation pass over [b, h, N, window_size + C] float32 per layer). Every chunk holds
+    # a real row (nc = ⌈rest / chunk_size⌉), so no joint logit is masked.
+    keys, values = [k[:, :window_size]], [v[:, :window_size]]
     rest = m - window_size
     if rest > 0:
         nc = -(-rest // chunk_size)
@@ -85,11 +91,13 @@ def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_siz
             noise = noise[..., :nc, :, :]
         k_tilde, beta = chunk_control_variates(kc, vc, mc, jnp.broadcast_to(q_bar, (b, nc, h, d)),
                                                mu_q, mu_k, noise)
-        chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale
-        logits.append(jnp.where(jnp.any(mc, axis=-1)[:, None, None, :], chunk, NEG_INF))
+        keys.append(k_tilde.astype(k.dtype))
         values.append(beta.astype(v.dtype))
-    attn = jax.nn.softmax(jnp.concatenate(logits, axis=-1), axis=-1)
-    return contract("bhnj,bjhd->bnhd", attn, jnp.concatenate(values, axis=1), v.dtype)
+    keys, values = jnp.concatenate(keys, axis=1), jnp.concatenate(values, axis=1)
+    if fused:
+        return fused_softmax_attention(q, keys, values, scale=scale, tiling=fused,
+                                       out_dtype=v.dtype)
+    return reference_softmax_attention(q, keys, values, scale=scale)
 
 
 class FlurkaEVA(LowRankKV, EVAAttention):
@@ -97,8 +105,10 @@ class FlurkaEVA(LowRankKV, EVAAttention):
 
     mechanism = "flurka-eva"
 
-    def __init__(self, *, window_size: int | None = None, chunk_size: int = 16, **kwargs):
+    def __init__(self, *, window_size: int | None = None, chunk_size: int = 16,
+                 fused: bool | Tiling = False, **kwargs):
         super().__init__(window_size=window_size, chunk_size=chunk_size, **kwargs)
+        self.fused = layer_tiling(self.mechanism, fused, self.head_dim)
 
     def check_window(self, window_size):
         if window_size is None:
@@ -118,4 +128,4 @@ class FlurkaEVA(LowRankKV, EVAAttention):
         return compressed_eva_attention(
             q, k, v, mask, window_size=self.window_size, chunk_size=self.chunk_size,
             mu_q=self.adaptive_mu_q, mu_k=self.adaptive_mu_k,
-            noise=self.current_noise(q.shape[0], rng))
+            noise=self.current_noise(q.shape[0], rng), fused=self.fused)

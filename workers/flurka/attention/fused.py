@@ -4,7 +4,10 @@ After the key side (φ(K')ᵀV' and φ(K')ᵀ1: d_k rows for FLuRKA, cheap) ever
   φ(q) → φ(q)·KV [f×d] and φ(q)·Σφ(K) → their quotient.
 XLA runs that as separate passes over [N, f] tensors (ωᵀq logits in float32, their row max, the
 features, then two products reading the features again); this kernel does it per block of query
-rows in one pass, so the logits and features never reach memory: it reads q and writes the output.
+rows in one pass, so the logits and features never reach memory: it reads q and writes the output
+(in the compute dtype, what W_O takes), once each — a last row block past N is masked, not the
+operands padded and the output sliced, which cost two more passes over [N, d] (N = 52.5k in the
+flash comparison is no multiple of 128).
 
 Same maths as the XLA path (``feature_maps.favor_features``/``elu_features`` and
 ``query_side``), same precision policy (products on compute-dtype operands,
@@ -40,7 +43,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from flurka.attention.base import F32, pad_to, round_up
+from flurka.attention.base import F32, contract, pad_to, round_up
 from flurka.attention.feature_maps import (
     FAVOR_EPS, elu_features, favor_denominator, favor_features, query_side, rnn_denominator)
 
@@ -197,41 +200,62 @@ def _split_refs(refs, feature):
     return (refs[0], None, *refs[1:])
 
 
-def _kernel(*refs, feature, head_dim, num_features, denominator):
-    """One program: a block of query rows, over the head-dim and feature blocks of its width."""
+def _real_rows(start, rows: int, n: int):
+    """[rows, 1] mask of the rows from ``start`` that exist (< ``n``)."""
+    return start + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < n
+
+
+def _load(ref, real):
+    """``ref``'s block, zero in the rows ``real`` (None: all) marks as past the array."""
+    return plgpu.load(ref, mask=real, other=None if real is None else 0)
+
+
+def _kernel(*refs, feature, head_dim, num_features, denominator, n):
+    """One program: a block of query rows, over the head-dim and feature blocks of its width.
+    The last block may run past the ``n`` real rows: its loads and stores are masked there
+    (rather than the operands padded and the output sliced: two more passes over [N, d])."""
     q_ref, omega_t_ref, kv_ref, k_sum_ref, o_ref = _split_refs(refs, feature)
     fb, db = _blocks(kv_ref.shape[0]), _blocks(kv_ref.shape[1])
-    q = [q_ref[:, c] for c in db]                                        # [bn, ≤128] compute dtype
+    block_n = q_ref.shape[0]
+    real = _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+    q = [_load(q_ref.at[:, c], real) for c in db]                        # [bn, ≤128] compute dtype
     feats, _ = _features(q, lambda c, j: omega_t_ref[db[c], fb[j]], fb, feature, head_dim,
                          num_features)
     feats = [x.astype(q[0].dtype) for x in feats]
     den = denominator(_total(jnp.sum(x.astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
                                      keepdims=True) for x, j in zip(feats, fb)))
     for c in db:
-        o_ref[:, c] = _total(_dot(x, kv_ref[j, c]) for x, j in zip(feats, fb)) / den
+        out = _total(_dot(x, kv_ref[j, c]) for x, j in zip(feats, fb)) / den
+        plgpu.store(o_ref.at[:, c], out.astype(o_ref.dtype), mask=real)
 
 
-def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n):
+def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n, n):
     """One program: ``bwd_rows`` query rows in steps of ``block_n``; writes their dq and its
-    partial dKV [f, d] and dΣφ(K) [1, f]. Query sides up to one block wide (see :func:`_fused_bwd`)."""
+    partial dKV [f, d] and dΣφ(K) [1, f]. Query sides up to one block wide (see :func:`_fused_bwd`).
+    Rows past ``n`` load as zeros (a zero cotangent adds nothing to the partials) and store
+    nothing."""
     q_ref, omega_t_ref, kv_ref, k_sum_ref, out_ref, g_ref, dq_ref, dkv_ref, dk_sum_ref = \
         _split_refs(refs, feature)
     f, d = kv_ref.shape
+    program_rows = q_ref.shape[0]
+    first = pl.program_id(2) * program_rows   # outside the loop: the interpreter needs it there
     kv, k_sum = kv_ref[...], k_sum_ref[...]                              # compute dtype
     omega_t = None if omega_t_ref is None else omega_t_ref[...]
 
     def step(i, partials):
         dkv, dk_sum = partials
         rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
-        q = q_ref[rows, :]
+        real = _real_rows(first + i * block_n, block_n, n) if n % program_rows else None
+        q = _load(q_ref.at[rows, :], real)
         (feat,), (slope,) = _features([q], lambda c, j: omega_t, _blocks(f), feature, head_dim,
                                       num_features)
         feat = feat.astype(q.dtype)                                      # as the forward used it
         den = jnp.sum(feat.astype(F32) * k_sum.astype(F32), axis=1, keepdims=True)
         inv = 1.0 / denominator(den)                                     # D' = 1 for both maps
-        g = g_ref[rows, :]
+        g = _load(g_ref.at[rows, :], real).astype(F32)
         d_num = (g * inv).astype(q.dtype)                                # [bn, d]
-        d_den = -jnp.sum(g * out_ref[rows, :], axis=1, keepdims=True) * inv       # [bn, 1]
+        d_den = -jnp.sum(g * _load(out_ref.at[rows, :], real).astype(F32), axis=1,
+                         keepdims=True) * inv                                    # [bn, 1]
         d_feat = _dot(d_num, kv, ((1,), (1,))) + d_den * k_sum.astype(F32)        # [bn, f]
         dkv += _dot(feat, d_num, ((0,), (0,)))                                    # [f, d]
         dk_sum += jnp.sum(feat.astype(F32) * d_den, axis=0, keepdims=True)        # [1, f]
@@ -241,10 +265,10 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n):
                   - head_dim ** -0.5 * q.astype(F32) * jnp.sum(d_logit, axis=1, keepdims=True))
         else:                    # φ is elementwise: f = d
             dq = d_logit
-        dq_ref[rows, :] = dq.astype(dq_ref.dtype)
+        plgpu.store(dq_ref.at[rows, :], dq.astype(dq_ref.dtype), mask=real)
         return dkv, dk_sum
 
-    dkv, dk_sum = jax.lax.fori_loop(0, q_ref.shape[0] // block_n, step,
+    dkv, dk_sum = jax.lax.fori_loop(0, program_rows // block_n, step,
                                     (jnp.zeros((f, d), F32), jnp.zeros((1, f), F32)))
     dkv_ref[...] = dkv
     dk_sum_ref[...] = dk_sum
@@ -276,21 +300,19 @@ def _row_spec(rows, d):
     return pl.BlockSpec((pl.squeezed, rows, pl.squeezed, d), lambda i, j, k: (i, k, j, 0))
 
 
-def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, *,
-                       interpret):
+def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, out_dtype,
+                       *, interpret):
     b, n, h, d = q.shape
     block_n = _rows(tiling.block_n, max(d, kv.shape[2]))
-    n_pad = round_up(n, block_n)
     operands, specs = _head_operands(q, kv, k_sum, omega, feature)
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_kernel, feature=feature, head_dim=head_dim, num_features=num_features,
-                          denominator=_denominator(feature)),
-        out_shape=jax.ShapeDtypeStruct((b, n_pad, h, d), F32),
-        grid=(b, h, n_pad // block_n), in_specs=[_row_spec(block_n, d), *specs],
+                          denominator=_denominator(feature), n=n),
+        out_shape=jax.ShapeDtypeStruct((b, n, h, d), out_dtype),
+        grid=(b, h, pl.cdiv(n, block_n)), in_specs=[_row_spec(block_n, d), *specs],
         out_specs=_row_spec(block_n, d),
         compiler_params=_compiler_params(d, kv.shape[2], tiling.num_warps, tiling.num_stages),
-        interpret=interpret, name=f"flurka_{feature}_query_side")(pad_to(q, n_pad), *operands)
-    return out[:, :n]
+        interpret=interpret, name=f"flurka_{feature}_query_side")(q, *operands)
 
 
 def _pallas_query_side_bwd(q, kv, k_sum, omega, out, g, feature, head_dim, num_features,
@@ -300,8 +322,7 @@ def _pallas_query_side_bwd(q, kv, k_sum, omega, out, g, feature, head_dim, num_f
     f = kv.shape[2]
     block_n = tiling.bwd_block_n
     rows = min(tiling.bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
-    n_pad = round_up(n, rows)
-    chunks = n_pad // rows
+    chunks = pl.cdiv(n, rows)
     operands, specs = _head_operands(q, kv, k_sum, omega, feature)
     row = _row_spec(rows, d)
     partial_spec = lambda *shape: pl.BlockSpec((pl.squeezed,) * 3 + shape,  # noqa: E731
@@ -309,17 +330,16 @@ def _pallas_query_side_bwd(q, kv, k_sum, omega, out, g, feature, head_dim, num_f
     dq, dkv, dk_sum = pl.pallas_call(
         functools.partial(_bwd_kernel, feature=feature, head_dim=head_dim,
                           num_features=num_features, denominator=_denominator(feature),
-                          block_n=block_n),
-        out_shape=(jax.ShapeDtypeStruct((b, n_pad, h, d), q.dtype),
+                          block_n=block_n, n=n),
+        out_shape=(jax.ShapeDtypeStruct((b, n, h, d), q.dtype),
                    jax.ShapeDtypeStruct((b, h, chunks, f, d), F32),
                    jax.ShapeDtypeStruct((b, h, chunks, 1, f), F32)),
         grid=(b, h, chunks), in_specs=[row, *specs, row, row],
         out_specs=(row, partial_spec(f, d), partial_spec(1, f)),
         compiler_params=_compiler_params(d, f, tiling.bwd_num_warps, tiling.num_stages),
         interpret=interpret,
-        name=f"flurka_{feature}_query_side_bwd")(
-            pad_to(q, n_pad), *operands, pad_to(out, n_pad), pad_to(g.astype(F32), n_pad))
-    return dq[:, :n], dkv.sum(axis=2), dk_sum.sum(axis=(2, 3))
+        name=f"flurka_{feature}_query_side_bwd")(q, *operands, out, g)
+    return dq, dkv.sum(axis=2), dk_sum.sum(axis=(2, 3))
 
 
 def _on_gpu_or_interpreted(call, interpret):
@@ -332,25 +352,27 @@ def _on_gpu_or_interpreted(call, interpret):
                                       default=lambda: call(interpret=True))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8))
-def _fused(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, interpret):
-    return _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, interpret)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
+def _fused(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, out_dtype, interpret):
+    return _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, out_dtype,
+                      interpret)[0]
 
 
-def _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, interpret):
+def _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, out_dtype,
+               interpret):
     out = _on_gpu_or_interpreted(functools.partial(
-        _pallas_query_side, q, kv, k_sum, omega, feature, head_dim, num_features, tiling),
-        interpret)
+        _pallas_query_side, q, kv, k_sum, omega, feature, head_dim, num_features, tiling,
+        out_dtype), interpret)
     return out, (q, kv, k_sum, omega, out)
 
 
-def _fused_bwd(feature, head_dim, num_features, tiling, interpret, saved, g):
+def _fused_bwd(feature, head_dim, num_features, tiling, out_dtype, interpret, saved, g):
     q, kv, k_sum, omega, out = saved
     if max(q.shape[-1], kv.shape[2]) > BLOCK:   # wide: the XLA path's gradient (module docstring)
         _, vjp = jax.vjp(functools.partial(reference_query_side, omega=omega, feature=feature,
                                            head_dim=head_dim, num_features=num_features),
                          q, kv, k_sum)
-        return (*vjp(g), jnp.zeros_like(omega))
+        return (*vjp(g.astype(F32)), jnp.zeros_like(omega))
     dq, dkv, dk_sum = _on_gpu_or_interpreted(functools.partial(
         _pallas_query_side_bwd, q, kv, k_sum, omega, out, g, feature, head_dim, num_features,
         tiling), interpret)
@@ -362,9 +384,12 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = None, *,
                      feature: str, head_dim: int, num_features: int | None = None,
-                     interpret: bool = False, tiling: Tiling | bool | None = None) -> Array:
-    """φ(q)·KV / denominator(φ(q)·Σφ(K)) in one kernel; float32 [b, n, h, d]; differentiable in
-    q, kv and k_sum by the backward kernel (ω is held constant).
+                     interpret: bool = False, tiling: Tiling | bool | None = None,
+                     out_dtype=F32) -> Array:
+    """φ(q)·KV / denominator(φ(q)·Σφ(K)) in one kernel; [b, n, h, d] in ``out_dtype`` (float32
+    unless the caller only wants the compute dtype: a layer's W_O takes that, and writing it
+    halves the kernel's output); differentiable in q, kv and k_sum by the backward kernel (ω is
+    held constant).
 
     q [b, n, h, d] (compute dtype; d may be zero-padded past ``head_dim``); kv [b, h, f, d] and
     k_sum [b, h, f] from the key side; omega [f, d] for ``feature="favor"`` (rows past
@@ -382,7 +407,102 @@ def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = No
         omega = _pad(_pad(omega, tf, 0), td, 1)
     out = _fused(_pad(q, td, 3), _pad(_pad(kv, tf, 2), td, 3), _pad(k_sum, tf, 2),
                  jax.lax.stop_gradient(omega), feature, head_dim, num_features,
-                 tiling if isinstance(tiling, Tiling) else current_tiling(), interpret)
+                 tiling if isinstance(tiling, Tiling) else current_tiling(),
+                 jnp.dtype(out_dtype), interpret)
+    return out if td == d else out[..., :d]
+
+
+# flurka-eva's query side: exact softmax over a short key set shared by every query (its global
+# window of compressed rows and the chunk summaries, window_size + C rows: 304 in the flash
+# comparison) — flash attention's online softmax over key blocks, per block of query rows.
+KEY_BLOCK = 64     # keys per step: a [rows, 64] float32 logit tile beside the [rows, d] output
+
+
+def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *, n, keys, scale):
+    """One program: a block of query rows against all ``keys`` rows of k and v (padded to
+    :data:`KEY_BLOCK`: those logits masked), head dim in 128-wide blocks."""
+    db = _blocks(q_ref.shape[1])
+    block_n = q_ref.shape[0]
+    real = _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+    q = [_load(q_ref.at[:, c], real) for c in db]
+
+    def step(i, carry):
+        top, total, acc = carry
+        rows = pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
+        logits = scale * _total(_dot(qc, k_ref[rows, c], ((1,), (1,))) for qc, c in zip(q, db))
+        column = i * KEY_BLOCK + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
+        logits = jnp.where(column < keys, logits, -jnp.inf)
+        new_top = jnp.maximum(top, jnp.max(logits, axis=1, keepdims=True))
+        weights, rescale = jnp.exp(logits - new_top), jnp.exp(top - new_top)
+        total = total * rescale + jnp.sum(weights, axis=1, keepdims=True)
+        weights = weights.astype(v_ref.dtype)
+        return new_top, total, [a * rescale + _dot(weights, v_ref[rows, c])
+                                for a, c in zip(acc, db)]
+
+    carry = (jnp.full((block_n, 1), -jnp.inf, F32), jnp.zeros((block_n, 1), F32),
+             [jnp.zeros((block_n, c.size), F32) for c in db])
+    _, total, acc = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step, carry)
+    for a, c in zip(acc, db):
+        plgpu.store(o_ref.at[:, c], (a / total).astype(o_ref.dtype), mask=real)
+
+
+def reference_softmax_attention(q, k, v, *, scale):
+    """The XLA path's softmax over a shared key set (what :func:`fused_softmax_attention`
+    computes): logits on compute-dtype operands in float32, weights cast to v's dtype; float32."""
+    logits = contract("bnhd,bjhd->bhnj", q, k, q.dtype) * scale
+    return contract("bhnj,bjhd->bnhd", jax.nn.softmax(logits, axis=-1), v, v.dtype)
+
+
+def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, *, interpret):
+    b, n, h, d = q.shape
+    block_n = _rows(tiling.block_n, d)
+    whole = pl.BlockSpec((pl.squeezed, k.shape[1], pl.squeezed, d), lambda i, j, r: (i, 0, j, 0))
+    return pl.pallas_call(
+        functools.partial(_softmax_kernel, n=n, keys=keys, scale=scale),
+        out_shape=jax.ShapeDtypeStruct((b, n, h, d), out_dtype),
+        grid=(b, h, pl.cdiv(n, block_n)), in_specs=[_row_spec(block_n, d), whole, whole],
+        out_specs=_row_spec(block_n, d),
+        compiler_params=_compiler_params(d, KEY_BLOCK, tiling.num_warps, tiling.num_stages),
+        interpret=interpret, name="flurka_softmax_query_side")(q, k, v)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
+def _fused_softmax(q, k, v, keys, scale, tiling, out_dtype, interpret):
+    return _fused_softmax_fwd(q, k, v, keys, scale, tiling, out_dtype, interpret)[0]
+
+
+def _fused_softmax_fwd(q, k, v, keys, scale, tiling, out_dtype, interpret):
+    out = _on_gpu_or_interpreted(functools.partial(
+        _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype), interpret)
+    return out, (q, k, v)
+
+
+def _fused_softmax_bwd(keys, scale, tiling, out_dtype, interpret, saved, g):
+    """The XLA path's gradient (recomputing its forward): no backward kernel yet."""
+    q, k, v = saved
+    _, vjp = jax.vjp(functools.partial(reference_softmax_attention, scale=scale), q,
+                     k[:, :keys], v[:, :keys])
+    dq, dk, dv = vjp(g.astype(F32))
+    return dq, pad_to(dk, k.shape[1], axis=1), pad_to(dv, v.shape[1], axis=1)
+
+
+_fused_softmax.defvjp(_fused_softmax_fwd, _fused_softmax_bwd)
+
+
+def fused_softmax_attention(q: Array, k: Array, v: Array, *, scale: float,
+                            interpret: bool = False, tiling: Tiling | bool | None = None,
+                            out_dtype=F32) -> Array:
+    """softmax(q·kᵀ·scale)·v over a short key set every query sees (flurka-eva's exact window
+    and chunk summaries) in one kernel that reads q and writes the output once: the
+    [N, window_size + C] logits never reach memory. q [b, n, h, d], k and v [b, J, h, d] (all
+    rows real), in the compute dtype; result [b, n, h, d] in ``out_dtype``. Differentiable
+    through the XLA path's gradient (:func:`reference_softmax_attention`)."""
+    d, keys = q.shape[-1], k.shape[1]
+    td, tk = tile_size(d), round_up(keys, KEY_BLOCK)
+    k, v = (_pad(_pad(t.astype(q.dtype), tk, 1), td, 3) for t in (k, v))
+    out = _fused_softmax(_pad(q, td, 3), k, v, keys, scale,
+                         tiling if isinstance(tiling, Tiling) else current_tiling(),
+                         jnp.dtype(out_dtype), interpret)
     return out if td == d else out[..., :d]
 
 

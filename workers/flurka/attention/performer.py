@@ -32,7 +32,8 @@ DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
 
 
 def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=None, fused=False):
-    """FAVOR+ on projected heads; float32 [b, n, h, d_h]. ``head_dim``/``num_features``: the true
+    """FAVOR+ on projected heads; float32 [b, n, h, d_h] (fused: in v's dtype, what W_O takes).
+    ``head_dim``/``num_features``: the true
     sizes when the head dim and ω are zero-padded (aligned layers); ``fused`` (a
     :class:`~flurka.attention.fused.Tiling`, or True for the current one): the query side as one
     Pallas kernel (:mod:`flurka.attention.fused`)."""
@@ -43,7 +44,7 @@ def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=Non
         return fused_query_side(q, kv, k_sum, omega, feature="favor",
                                 head_dim=head_dim or q.shape[-1],
                                 num_features=num_features or omega.shape[0],
-                                tiling=fused)
+                                tiling=fused, out_dtype=v.dtype)
     return query_side(favor_features(q, omega, is_query=True, **sizes), kv, k_sum,
                       favor_denominator, v.dtype)
 

@@ -22,7 +22,8 @@ from flurka.attention.fused import Tiling, fused_query_side, layer_tiling
 
 
 def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
-    """Linear attention with φ = elu+1 on projected heads; float32 [b, n, h, d_h]. ``head_dim``:
+    """Linear attention with φ = elu+1 on projected heads; float32 [b, n, h, d_h] (fused: in v's
+    dtype, what W_O takes). ``head_dim``:
     the true d_h when the last axis is zero-padded (those features, elu(0)+1 = 1, are zeroed);
     ``fused`` (a :class:`~flurka.attention.fused.Tiling`, or True for the current one): the query
     side as one Pallas kernel (:mod:`flurka.attention.fused`)."""
@@ -30,7 +31,7 @@ def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
     kv, k_sum = key_side(elu_features(k, key_mask, head_dim=head_dim), v)
     if fused:
         return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1],
-                                tiling=fused)
+                                tiling=fused, out_dtype=v.dtype)
     return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, v.dtype)
 
 

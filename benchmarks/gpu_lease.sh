@@ -14,6 +14,9 @@ OUT=${OUT:-benchmarks/results/lease-$(date -u +%Y%m%d-%H%M)}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/workers${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.94}
+# XLA's GEMM choices on this card (kernel, tiles, split-K), for compiling the same plans without
+# it: make aot ARGS="--xla xla_gpu_load_autotune_results_from=$OUT/autotune.textproto ...".
+export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_dump_autotune_results_to=$(cd "$OUT" && pwd)/autotune.textproto"
 
 GPU_QUERY=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,driver_version,temperature.gpu,power.draw
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=$GPU_QUERY --format=csv | tee "$OUT/card.csv"

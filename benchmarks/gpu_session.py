@@ -79,7 +79,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
                            "mechanism": {"flash", "flurka-performer", "flurka-rnn"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
+                           "mechanism": {"flurka-performer", "flurka-rnn", "flurka-eva"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
         # The N-sweep's query side fused too (d_h = m = 384 aligned: 3 × 3 blocks of 128,

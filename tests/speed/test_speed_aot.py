@@ -192,3 +192,79 @@ def test_a_recorded_run_is_compiled_beside_its_times(tmp_path):
     assert (row["index"], row["median_s"], row["ratio_to_floor"], row["status"]) == (3, 1e-4, 5.0, "ok")
     assert row["traffic"]["bytes"] >= 256 * 128 * 2 * 2      # reads x, writes y (bf16) at least
     assert row["traffic_s"] == row["traffic"]["bytes"] / 2e12 and row["launches"] > 0
+
+
+def test_fused_query_side_reads_q_and_writes_its_output_once(tmp_path):
+    """The fused forwards for the card at a length their row blocks do not divide (N = 1000,
+    blocks of 128, the appendix-C head dim d_h = m = 128, bf16): one kernel whose traffic is
+    exactly q read, the output written in the compute dtype and the key side's small operands —
+    the last block's loads and stores are masked, not q padded and the output sliced (two more
+    passes over [N, d]) — on a grid of ⌈1000 / 128⌉ row blocks, spill-free on Hopper's
+    warpgroup MMA. flurka-eva's (d_k 128: a window of 32 rows + 6 chunks = 38 keys, padded to
+    one 64-key step) reads those keys and values instead of KV and Σφ(K)."""
+    rows = _script("""
+        import json, sys, jax
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.speed import aot
+        from flurka.speed.configs import Point
+        device = aot.target_device(aot.TARGETS["h100"])
+        rows = [aot.compile_point(Point(mechanism, "forward", "layer", 1000, 512, 4, d_k=128,
+                                        num_features=128, fused=True), device, None)
+                for mechanism in ("flurka-rnn", "flurka-performer", "flurka-eva")]
+        json.dump(rows, open(sys.argv[1], "w"))
+    """, tmp_path)
+    n, heads, d = 1000, 4, 128
+    kernel_side = heads * d * d * 2 + heads * d * 2              # KV [h, m, d], Σφ(K) [h, m]
+    key_sides = (kernel_side, kernel_side + d * d * 2,            # FAVOR+ reads ωᵀ [d, m] too
+                 2 * 64 * heads * d * 2)                          # eva: keys, values [64, h, d]
+    for row, key_side in zip(rows, key_sides):
+        assert row["status"] == "ok", row
+        q = out = n * heads * d * 2                          # bf16
+        assert row["traffic"]["by_kind"]["pallas"] == q + out + key_side, row["traffic"]
+        (kernel,) = row["kernels"]
+        assert kernel["grid"] == [1, heads, -(-n // 128)], kernel
+        assert kernel["spill_store_bytes"] == 0 and kernel["mma"] == "wgmma", kernel
+
+
+def test_xla_options_give_the_plan_under_the_cards_gemm_choice(tmp_path):
+    """``--xla NAME=VALUE``: compile options for the points, recorded. Without the card XLA
+    splits the contraction of E·X (over N = 52 500, for 1024 × 512 outputs) four ways and pads
+    E and X to a multiple of the split first (copies of ≥ 2 × E1's 107.5 MB every step); with
+    split-K forced off (a choice the card's autotuner may make) the layer moves no copies and at
+    least those bytes less."""
+    rows = _script("""
+        import json, sys, jax
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.speed import aot
+        from flurka.speed.configs import Point
+        device = aot.target_device(aot.TARGETS["h100"])
+        point = Point("flurka-rnn", "forward", "layer", 52_500, 512, 4, d_k=1024,
+                      num_features=128)
+        json.dump([aot.compile_point(point, device, None, options) for options in
+                   ({}, {"xla_gpu_experimental_force_split_k": 1})], open(sys.argv[1], "w"))
+    """, tmp_path)
+    e_bytes = 1024 * 52_500 * 2
+    split, whole = (row["traffic"] for row in rows)
+    assert split["by_kind"].get("copy", 0) >= 2 * e_bytes * 2      # E1, E2: each read + written
+    assert "copy" not in whole["by_kind"]
+    assert whole["bytes"] <= split["bytes"] - 4 * e_bytes
+
+
+def test_xla_options_are_checked_and_recorded(tmp_path):
+    from flurka.speed import aot
+    assert aot.xla_option("xla_gpu_experimental_force_split_k=1") == \
+        ("xla_gpu_experimental_force_split_k", 1)
+    assert aot.xla_option("xla_gpu_enable_triton_gemm=false") == ("xla_gpu_enable_triton_gemm", False)
+    for bad in ("force_split_k=1", "xla_gpu_enable_triton_gemm"):
+        with pytest.raises(Exception, match="NAME=VALUE"):
+            aot.xla_option(bad)
+    out = tmp_path / "aot.json"
+    refused = _run(["-m", "flurka.speed.aot", "--sweep", "tiny", "--xla", "split_k=1", "--out",
+                    str(out)], with_compiler=False)
+    assert refused.returncode == 2 and "NAME=VALUE" in refused.stderr and not out.exists()
+    proc = _run(["-m", "flurka.speed.aot", "--sweep", "tiny", "--points", "0", "--xla",
+                 "xla_gpu_experimental_force_split_k=1", "--out", str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["xla_options"] == {"xla_gpu_experimental_force_split_k": 1}
+    assert [r["status"] for r in doc["results"]] == ["ok"]

@@ -33,7 +33,11 @@ def test_plans_name_real_points_in_priority_order():
     aligned = g.planned(*g.PLANS["third"][0])
     assert {p.align for _, p in aligned} == {128} and len(aligned) == 5
     fused = [p for block in g.PLANS["third"] if "fused" in block[1] for _, p in g.planned(*block)]
-    assert fused and all(p.fused and p.mechanism in ("flurka-performer", "flurka-rnn") for p in fused)
+    assert fused and all(p.fused and p.mechanism.startswith("flurka-") for p in fused)
+    fused_forward = [p for sweep, where in g.PLANS["third"] if sweep == "flash-compare"
+                     and "fused" in where and where["mode"] == {"forward"}
+                     for _, p in g.planned(sweep, where)]
+    assert {p.mechanism for p in fused_forward} == {"flurka-performer", "flurka-rnn", "flurka-eva"}
     by_dtype = {where["dtype"].copy().pop(): g.planned(sweep, where)
                 for sweep, where in g.PLANS["third"] if "dtype" in where}
     assert {p.dtype for _, p in by_dtype["float32"]} == {"float32"}      # twins: same points,

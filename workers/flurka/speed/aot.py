@@ -123,14 +123,26 @@ def compile_for(fn, args, device, dump_dir: str, **options):
 _UNTILED = "Couldn't find output tile sizes"
 
 
-def _compile_step(fn, args, device, dump_dir: str, result: dict[str, Any]):
+def _compile_step(fn, args, device, dump_dir: str, result: dict[str, Any], options):
     try:
-        return compile_for(fn, args, device, dump_dir)
+        return compile_for(fn, args, device, dump_dir, **options)
     except Exception as exc:  # noqa: BLE001 - retried below, else raised as it was
         if _UNTILED not in str(exc):
             raise
     result["gemms"] = "cublas (without the card, XLA's default Triton GEMM tiling was refused)"
-    return compile_for(fn, args, device, dump_dir, xla_gpu_enable_triton_gemm=False)
+    return compile_for(fn, args, device, dump_dir, **{**options,
+                                                      "xla_gpu_enable_triton_gemm": False})
+
+
+def xla_option(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` (``--xla``) as a compile option: an int, true/false, or the text."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("xla_"):
+        raise argparse.ArgumentTypeError(f"--xla takes NAME=VALUE with an XLA option name "
+                                         f"(xla_...), got {text!r}")
+    if re.fullmatch(r"-?\d+", value):
+        return name, int(value)
+    return name, {"true": True, "false": False}.get(value.lower(), value)
 
 
 _LAUNCH = re.compile(r"kCustomKernel.*?\]\s+(\S+) grid: \[(\d+), (\d+), (\d+)\] "
@@ -223,18 +235,20 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     return row
 
 
-def compile_point(point, device, card_memory: int | None) -> dict[str, Any]:
+def compile_point(point, device, card_memory: int | None,
+                  options: dict[str, Any] | None = None) -> dict[str, Any]:
     """One speed point compiled for the target: the row :func:`flurka.speed.bench.describe`
     gives (configuration, parameters, FLOP model, bytes, HLO dots) with ``status`` "ok" (it fits),
     "oom" (XLA refused, or ``peak_bytes`` over the card's memory) or "error", its memory and
-    its Pallas kernels."""
+    its Pallas kernels. ``options``: XLA's compile options, by name (e.g. the card's GEMM
+    choices where they are known: ``xla_gpu_experimental_force_split_k``)."""
     from flurka.speed import bench, profile
     result: dict[str, Any] = {**point.as_dict(), "status": None}
     with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
         try:
             fn, args = bench.describe(point, result)
             start = time.perf_counter()
-            lowered, compiled = _compile_step(fn, args, device, dump, result)
+            lowered, compiled = _compile_step(fn, args, device, dump, result, options or {})
             result["compile_s"] = time.perf_counter() - start
             del args
             result.update(memory=memory(compiled), kernels=kernel_report(dump),
@@ -298,12 +312,14 @@ def document(card: dict[str, Any], **extra) -> dict[str, Any]:
 
 def compile_points(doc: dict[str, Any], labelled, device, out: str,
                    bandwidth: float | None = None) -> None:
-    """:func:`compile_point` for each (labels, point), in order: each row (its labels first)
-    appended to ``doc``, printed, and ``out`` rewritten, so an interrupted run keeps its rows.
-    With the card's measured copy ``bandwidth`` (bytes/s) a row also gets ``traffic_s``."""
+    """:func:`compile_point` for each (labels, point), in order, with the document's
+    ``xla_options``: each row (its labels first) appended to ``doc``, printed, and ``out``
+    rewritten, so an interrupted run keeps its rows. With the card's measured copy
+    ``bandwidth`` (bytes/s) a row also gets ``traffic_s``."""
     from flurka.speed.runner import write_json
     for labels, point in labelled:
-        row = {**labels, **compile_point(point, device, doc["target"]["memory_bytes"])}
+        row = {**labels, **compile_point(point, device, doc["target"]["memory_bytes"],
+                                         doc.get("xla_options"))}
         if bandwidth and "bytes" in row.get("traffic", {}):
             row["traffic_s"] = row["traffic"]["bytes"] / bandwidth
         doc["results"].append(row)
@@ -364,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="compile the timed points of a recorded flurka.speed/1 document "
                              "(e.g. one a lease wrote) and set their times beside the plan's "
                              "traffic at that card's measured bandwidth")
+    parser.add_argument("--xla", dest="xla_options", action="append", type=xla_option,
+                        default=[], metavar="NAME=VALUE",
+                        help="an XLA compile option for the sweep points (repeatable), e.g. "
+                             "xla_gpu_experimental_force_split_k=1: the plan under a GEMM choice "
+                             "the card may make; recorded in the document")
     add_selection_arguments(parser, required=False)
     parser.add_argument("--out", default="aot.json")
     args = parser.parse_args(argv)
@@ -382,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    doc = document(card)
+    doc = document(card, xla_options=dict(args.xla_options))
     if args.tilings:
         doc["results"] = compile_tilings(device)
     if recorded:

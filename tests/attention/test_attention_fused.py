@@ -103,19 +103,26 @@ def test_fused_core_matches_float64_formulas_and_finite_differences(feature, d, 
     q, k, v, omega = _kernel_inputs(feature, rng_seed, d=d, f=f)
     attend = (functools.partial(favor_attention, omega=omega, fused=True) if feature == "favor"
               else functools.partial(elu_attention, fused=True))
-    out, vjp = jax.vjp(lambda q, k, v: attend(q, k, v, None), q, k, v)
-    rng = np.random.default_rng(rng_seed + 1)
-    cot = rng.standard_normal(out.shape)
-    grads = vjp(jnp.asarray(cot, jnp.float32))
     core = (functools.partial(favor_core, omega=np.asarray(omega, np.float64))
             if feature == "favor" else rnn_core)
+    _assert_matches_float64(lambda q, k, v: attend(q, k, v, None), core, (q, k, v),
+                            np.random.default_rng(rng_seed + 1))
+
+
+def _assert_matches_float64(fn, core, args, rng):
+    """fn(q, k, v) against the float64 ``core`` per batch element and head, and its gradient:
+    d/dt Σ G·core(x + tU) at t = 0 by central differences against ⟨∂, U⟩, for q, k and v one at
+    a time. Returns fn's output."""
+    out, vjp = jax.vjp(fn, *args)
+    cot = rng.standard_normal(out.shape)
+    grads = vjp(jnp.asarray(cot, jnp.float32))
 
     def per_head(q, k, v):
         return np.stack([np.stack([core(q[b, :, h], k[b, :, h], v[b, :, h])
                                    for h in range(q.shape[2])], axis=1)
                          for b in range(q.shape[0])])
 
-    base = [np.asarray(a, np.float64) for a in (q, k, v)]
+    base = [np.asarray(a, np.float64) for a in args]
     exact = per_head(*base)
     np.testing.assert_allclose(np.asarray(out, np.float64), exact, rtol=0,
                                atol=1e-5 * np.abs(exact).max())
@@ -126,6 +133,7 @@ def test_fused_core_matches_float64_formulas_and_finite_differences(feature, d, 
         analytic = float(np.sum(np.asarray(grad, np.float64) * u))
         bound = np.linalg.norm(np.asarray(grad, np.float64)) * np.linalg.norm(u)
         assert abs(analytic - finite) < 1e-5 * bound, ("qkv"[i], analytic, finite)
+    return out
 
 
 @pytest.mark.parametrize("feature", ["favor", "elu"])
@@ -192,25 +200,10 @@ def test_fused_softmax_matches_float64_formula_and_finite_differences(d, rng_see
     rng = np.random.default_rng(rng_seed)
     q = jnp.asarray(0.5 * rng.standard_normal((2, 40, 2, d)), jnp.float32)
     k, v = (jnp.asarray(0.5 * rng.standard_normal((2, 37, 2, d)), jnp.float32) for _ in range(2))
-    out, vjp = jax.vjp(lambda q, k, v: fused_softmax_attention(q, k, v, scale=d ** -0.5), q, k, v)
-    cot = rng.standard_normal(out.shape)
-    grads = vjp(jnp.asarray(cot, jnp.float32))
-
-    def exact(q, k, v):
-        return np.stack([np.stack([softmax_core(q[b, :, h], k[b, :, h], v[b, :, h])
-                                   for h in range(q.shape[2])], axis=1) for b in range(q.shape[0])])
-
-    base = [np.asarray(a, np.float64) for a in (q, k, v)]
-    ref = exact(*base)
+    out = _assert_matches_float64(
+        lambda q, k, v: fused_softmax_attention(q, k, v, scale=d ** -0.5), softmax_core,
+        (q, k, v), rng)
     assert out.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(out, np.float64), ref, rtol=0, atol=1e-5 * np.abs(ref).max())
-    for i, grad in enumerate(grads):
-        u = rng.standard_normal(base[i].shape)
-        shifted = [[a + t * u if j == i else a for j, a in enumerate(base)] for t in (1e-4, -1e-4)]
-        finite = (np.sum(cot * exact(*shifted[0])) - np.sum(cot * exact(*shifted[1]))) / 2e-4
-        analytic = float(np.sum(np.asarray(grad, np.float64) * u))
-        bound = np.linalg.norm(np.asarray(grad, np.float64)) * np.linalg.norm(u)
-        assert abs(analytic - finite) < 1e-5 * bound, ("qkv"[i], analytic, finite)
 
 
 def test_fused_flurka_eva_layer_matches_float64_reference_and_the_xla_path(rng_seed):

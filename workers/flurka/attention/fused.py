@@ -468,22 +468,23 @@ def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, *, interpret):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
 def _fused_softmax(q, k, v, keys, scale, tiling, out_dtype, interpret):
-    return _fused_softmax_fwd(q, k, v, keys, scale, tiling, out_dtype, interpret)[0]
+    return _on_gpu_or_interpreted(functools.partial(
+        _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype), interpret)
 
 
 def _fused_softmax_fwd(q, k, v, keys, scale, tiling, out_dtype, interpret):
-    out = _on_gpu_or_interpreted(functools.partial(
-        _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype), interpret)
-    return out, (q, k, v)
+    """Differentiated, the XLA path runs instead of the kernel and its residuals serve the
+    gradient: there is no backward kernel yet, and after a kernel forward the gradient would
+    recompute the XLA forward (more traffic than the XLA path alone)."""
+    out, vjp = jax.vjp(functools.partial(reference_softmax_attention, scale=scale), q,
+                       k[:, :keys], v[:, :keys])
+    return out.astype(out_dtype), vjp
 
 
-def _fused_softmax_bwd(keys, scale, tiling, out_dtype, interpret, saved, g):
-    """The XLA path's gradient (recomputing its forward): no backward kernel yet."""
-    q, k, v = saved
-    _, vjp = jax.vjp(functools.partial(reference_softmax_attention, scale=scale), q,
-                     k[:, :keys], v[:, :keys])
+def _fused_softmax_bwd(keys, scale, tiling, out_dtype, interpret, vjp, g):
     dq, dk, dv = vjp(g.astype(F32))
-    return dq, pad_to(dk, k.shape[1], axis=1), pad_to(dv, v.shape[1], axis=1)
+    padded = round_up(keys, KEY_BLOCK)
+    return dq, pad_to(dk, padded, axis=1), pad_to(dv, padded, axis=1)
 
 
 _fused_softmax.defvjp(_fused_softmax_fwd, _fused_softmax_bwd)
@@ -495,8 +496,9 @@ def fused_softmax_attention(q: Array, k: Array, v: Array, *, scale: float,
     """softmax(q·kᵀ·scale)·v over a short key set every query sees (flurka-eva's exact window
     and chunk summaries) in one kernel that reads q and writes the output once: the
     [N, window_size + C] logits never reach memory. q [b, n, h, d], k and v [b, J, h, d] (all
-    rows real), in the compute dtype; result [b, n, h, d] in ``out_dtype``. Differentiable
-    through the XLA path's gradient (:func:`reference_softmax_attention`)."""
+    rows real), in the compute dtype; result [b, n, h, d] in ``out_dtype``. The kernel serves
+    forward-only steps (inference); differentiated, this is the XLA path
+    (:func:`reference_softmax_attention`) and its gradient."""
     d, keys = q.shape[-1], k.shape[1]
     td, tk = tile_size(d), round_up(keys, KEY_BLOCK)
     k, v = (_pad(_pad(t.astype(q.dtype), tk, 1), td, 3) for t in (k, v))

@@ -81,7 +81,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                            "mechanism": {"flurka-performer", "flurka-rnn", "flurka-eva"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
+                           "mechanism": {"flurka-performer", "flurka-rnn", "flurka-eva"}}),
         # The N-sweep's query side fused too (d_h = m = 384 aligned: 3 × 3 blocks of 128,
         # forward only) next to the aligned XLA rows above: what fusion adds to alignment.
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 
 
 @pytest.fixture
 def rng_seed(request):
-    """A fresh seed per test (stable per test id, different across tests)."""
-    return abs(hash(request.node.nodeid)) % (2 ** 31)
+    """A fresh seed per test, different across tests and the same in every run (a CRC of the
+    test id: ``hash`` of a string changes with each process's hash seed, which made the seeds,
+    and the rare failure of a statistical bound, change from run to run)."""
+    return zlib.crc32(request.node.nodeid.encode()) % (2 ** 31)

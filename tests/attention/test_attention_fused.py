@@ -190,19 +190,23 @@ def test_fused_takes_widths_up_to_512_and_a_kernel_mechanism():
         build("linformer", fused=True)
 
 
-@pytest.mark.parametrize("d", [16, 200])
-def test_fused_softmax_matches_float64_formula_and_finite_differences(d, rng_seed):
-    """flurka-eva's query side kernel: softmax(q kᵀ / √d) v over a short key set (J = 37: not a
-    multiple of the kernel's 64-key steps; N = 40 rows: one ragged row block; d = 200: two
-    128-wide head-dim blocks) against attention_reference's float64 softmax core per batch
-    element and head; its gradient (the XLA path's, on the real keys only) against central
-    differences of that formula."""
+@pytest.mark.parametrize("n,keys,d,tiling", [
+    (40, 37, 16, None),      # one ragged row block, one ragged 64-key step
+    (100, 150, 16, Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)),   # many blocks and chunks
+    (40, 37, 200, None),     # two 128-wide head-dim blocks: the XLA path's gradient
+])
+def test_fused_softmax_matches_float64_formula_and_finite_differences(n, keys, d, tiling, rng_seed):
+    """flurka-eva's query side kernel: softmax(q kᵀ / √d) v over a short key set (not a
+    multiple of the kernels' 64-key steps, N not of their row blocks) against
+    attention_reference's float64 softmax core per batch element and head; its gradient (the
+    backward kernels: dq per row block, dK/dV partials per key block and row chunk) against
+    central differences of that formula."""
     rng = np.random.default_rng(rng_seed)
-    q = jnp.asarray(0.5 * rng.standard_normal((2, 40, 2, d)), jnp.float32)
-    k, v = (jnp.asarray(0.5 * rng.standard_normal((2, 37, 2, d)), jnp.float32) for _ in range(2))
+    q = jnp.asarray(0.5 * rng.standard_normal((2, n, 2, d)), jnp.float32)
+    k, v = (jnp.asarray(0.5 * rng.standard_normal((2, keys, 2, d)), jnp.float32) for _ in range(2))
     out = _assert_matches_float64(
-        lambda q, k, v: fused_softmax_attention(q, k, v, scale=d ** -0.5), softmax_core,
-        (q, k, v), rng)
+        lambda q, k, v: fused_softmax_attention(q, k, v, scale=d ** -0.5, tiling=tiling),
+        softmax_core, (q, k, v), rng)
     assert out.dtype == jnp.float32
 
 

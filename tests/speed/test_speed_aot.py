@@ -201,7 +201,8 @@ def test_fused_query_side_reads_q_and_writes_its_output_once(tmp_path):
     the last block's loads and stores are masked, not q padded and the output sliced (two more
     passes over [N, d]) — on a grid of ⌈1000 / 128⌉ row blocks, spill-free on Hopper's
     warpgroup MMA. flurka-eva's (d_k 128: a window of 32 rows + 6 chunks = 38 keys, padded to
-    one 64-key step) reads those keys and values instead of KV and Σφ(K)."""
+    one 64-key step) reads those keys and values instead of KV and Σφ(K); its training step adds
+    the two backward kernels (dq; dK and dV), spill-free too."""
     rows = _script("""
         import json, sys, jax
         jax.config.update("jax_platforms", "cpu")
@@ -211,12 +212,19 @@ def test_fused_query_side_reads_q_and_writes_its_output_once(tmp_path):
         rows = [aot.compile_point(Point(mechanism, "forward", "layer", 1000, 512, 4, d_k=128,
                                         num_features=128, fused=True), device, None)
                 for mechanism in ("flurka-rnn", "flurka-performer", "flurka-eva")]
+        rows.append(aot.compile_point(Point("flurka-eva", "train", "layer", 1000, 512, 4,
+                                            d_k=128, fused=True), device, None))
         json.dump(rows, open(sys.argv[1], "w"))
     """, tmp_path)
     n, heads, d = 1000, 4, 128
     kernel_side = heads * d * d * 2 + heads * d * 2              # KV [h, m, d], Σφ(K) [h, m]
     key_sides = (kernel_side, kernel_side + d * d * 2,            # FAVOR+ reads ωᵀ [d, m] too
                  2 * 64 * heads * d * 2)                          # eva: keys, values [64, h, d]
+    *rows, train = rows
+    assert train["status"] == "ok", train
+    assert {k["kernel"] for k in train["kernels"]} == {
+        f"flurka_softmax_query_side{part}" for part in ("", "_dq", "_dkv")}
+    assert all(k["spill_store_bytes"] == 0 and k["mma"] == "wgmma" for k in train["kernels"])
     for row, key_side in zip(rows, key_sides):
         assert row["status"] == "ok", row
         q = out = n * heads * d * 2                          # bf16

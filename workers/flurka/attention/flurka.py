@@ -69,8 +69,8 @@ def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_siz
     noise None, [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d]; products take operands
     in q's dtype and accumulate in float32 (as :func:`~flurka.attention.eva.eva_attention`).
     ``fused`` (a :class:`~flurka.attention.fused.Tiling`): the query side — one softmax over
-    the window_size + C keys — as one Pallas kernel in forward-only steps, its result in v's
-    dtype (differentiated: this XLA path).
+    the window_size + C keys — as one Pallas kernel (its gradient two more), its result in v's
+    dtype.
     """
     b, n, h, d = q.shape
     m = k.shape[1]

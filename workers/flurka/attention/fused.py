@@ -418,9 +418,20 @@ def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = No
 KEY_BLOCK = 64     # keys per step: a [rows, 64] float32 logit tile beside the [rows, d] output
 
 
-def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *, n, keys, scale):
+def _logits(q, k_ref, i, db, keys, scale):
+    """scale · q kᵀ against key block ``i`` (float32 [rows, KEY_BLOCK]), keys past ``keys``
+    −inf; ``q``: the rows' head-dim blocks ``db``."""
+    rows = pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
+    logits = scale * _total(_dot(qc, k_ref[rows, c], ((1,), (1,))) for qc, c in zip(q, db))
+    column = i * KEY_BLOCK + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
+    return jnp.where(column < keys, logits, -jnp.inf)
+
+
+def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
     """One program: a block of query rows against all ``keys`` rows of k and v (padded to
-    :data:`KEY_BLOCK`: those logits masked), head dim in 128-wide blocks."""
+    :data:`KEY_BLOCK`: those logits masked), head dim in 128-wide blocks. With ``lse_ref``
+    (differentiated steps) also each row's log Σ exp(logits), which the backward recomputes
+    the weights from."""
     db = _blocks(q_ref.shape[1])
     block_n = q_ref.shape[0]
     real = _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
@@ -428,22 +439,81 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *, n, keys, scale):
 
     def step(i, carry):
         top, total, acc = carry
-        rows = pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
-        logits = scale * _total(_dot(qc, k_ref[rows, c], ((1,), (1,))) for qc, c in zip(q, db))
-        column = i * KEY_BLOCK + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
-        logits = jnp.where(column < keys, logits, -jnp.inf)
+        logits = _logits(q, k_ref, i, db, keys, scale)
         new_top = jnp.maximum(top, jnp.max(logits, axis=1, keepdims=True))
         weights, rescale = jnp.exp(logits - new_top), jnp.exp(top - new_top)
         total = total * rescale + jnp.sum(weights, axis=1, keepdims=True)
         weights = weights.astype(v_ref.dtype)
+        rows = pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
         return new_top, total, [a * rescale + _dot(weights, v_ref[rows, c])
                                 for a, c in zip(acc, db)]
 
     carry = (jnp.full((block_n, 1), -jnp.inf, F32), jnp.zeros((block_n, 1), F32),
              [jnp.zeros((block_n, c.size), F32) for c in db])
-    _, total, acc = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step, carry)
+    top, total, acc = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step, carry)
     for a, c in zip(acc, db):
         plgpu.store(o_ref.at[:, c], (a / total).astype(o_ref.dtype), mask=real)
+    if lse_ref:
+        plgpu.store(lse_ref[0], (top + jnp.log(total))[:, 0],
+                    mask=None if real is None else real[:, 0])
+
+
+def _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real):
+    """A row block's q, cotangent g (compute dtype), lse [rows, 1] and δ = Σ_d g·out [rows, 1]
+    (rows past N: zeros, which add nothing to any gradient)."""
+    q = _load(q_ref.at[rows, :], real)
+    g = _load(g_ref.at[rows, :], real).astype(q.dtype)
+    out = _load(o_ref.at[rows, :], real)
+    lse = _load(lse_ref.at[rows], None if real is None else real[:, 0])[:, None]
+    delta = jnp.sum(g.astype(F32) * out.astype(F32), axis=1, keepdims=True)
+    return q, g, lse, delta
+
+
+def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n, keys, scale):
+    """dq of a block of query rows: over the key blocks, P = exp(logits − lse),
+    dS = P ⊙ (g vᵀ − δ), dq = scale · dS k (flash attention's backward, query side)."""
+    block_n = q_ref.shape[0]
+    real = _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+    q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, pl.ds(0, block_n), real)
+    db = _blocks(q.shape[1])
+
+    def step(i, dq):
+        rows = pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
+        weights = jnp.exp(_logits([q], k_ref, i, db, keys, scale) - lse)
+        d_logits = weights * (_dot(g, v_ref[rows, :], ((1,), (1,))) - delta)
+        return dq + _dot(d_logits.astype(q.dtype), k_ref[rows, :])
+
+    dq = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step,
+                           jnp.zeros(q.shape, F32))
+    plgpu.store(dq_ref, (scale * dq).astype(dq_ref.dtype), mask=real)
+
+
+def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_ref, *, n, keys,
+                        scale, block_n):
+    """One key block's partial dK, dV over a chunk of query rows in steps of ``block_n``:
+    dV += Pᵀ g, dK += scale · dSᵀ q (flash attention's backward, key side); XLA sums the
+    chunks' partials."""
+    chunk_rows = q_ref.shape[0]
+    first = pl.program_id(2) % (pl.cdiv(n, chunk_rows)) * chunk_rows  # outside the loop (the
+    block = pl.program_id(2) // pl.cdiv(n, chunk_rows)                # interpreter needs it)
+    column = block * KEY_BLOCK + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
+    k, v = k_ref[...], v_ref[...]
+
+    def step(i, carry):
+        dk, dv = carry
+        rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
+        real = _real_rows(first + i * block_n, block_n, n) if n % chunk_rows else None
+        q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real)
+        logits = jnp.where(column < keys, scale * _dot(q, k, ((1,), (1,))), -jnp.inf)
+        weights = jnp.exp(logits - lse)
+        d_logits = weights * (_dot(g, v, ((1,), (1,))) - delta)
+        return (dk + _dot(d_logits.astype(q.dtype), q, ((0,), (0,))),
+                dv + _dot(weights.astype(q.dtype), g, ((0,), (0,))))
+
+    zeros = jnp.zeros(k.shape, F32)
+    dk, dv = jax.lax.fori_loop(0, chunk_rows // block_n, step, (zeros, zeros))
+    dk_ref[...] = scale * dk
+    dv_ref[...] = dv
 
 
 def reference_softmax_attention(q, k, v, *, scale):
@@ -453,38 +523,95 @@ def reference_softmax_attention(q, k, v, *, scale):
     return contract("bhnj,bjhd->bnhd", jax.nn.softmax(logits, axis=-1), v, v.dtype)
 
 
-def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, *, interpret):
+def _whole(k):
+    """All keys of a (batch, head), for a (batch, head, ·) grid."""
+    return pl.BlockSpec((pl.squeezed, k.shape[1], pl.squeezed, k.shape[3]),
+                        lambda i, j, r: (i, 0, j, 0))
+
+
+def _lse_spec(rows):
+    return pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda i, j, r: (i, j, r))
+
+
+def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, with_lse, *, interpret):
+    """The forward kernel's output (and with ``with_lse``, each row's lse [b, h, n])."""
     b, n, h, d = q.shape
     block_n = _rows(tiling.block_n, d)
-    whole = pl.BlockSpec((pl.squeezed, k.shape[1], pl.squeezed, d), lambda i, j, r: (i, 0, j, 0))
-    return pl.pallas_call(
+    out_shape = [jax.ShapeDtypeStruct((b, n, h, d), out_dtype)]
+    out_specs = [_row_spec(block_n, d)]
+    if with_lse:
+        out_shape.append(jax.ShapeDtypeStruct((b, h, n), F32))
+        out_specs.append(_lse_spec(block_n))
+    outs = pl.pallas_call(
         functools.partial(_softmax_kernel, n=n, keys=keys, scale=scale),
-        out_shape=jax.ShapeDtypeStruct((b, n, h, d), out_dtype),
-        grid=(b, h, pl.cdiv(n, block_n)), in_specs=[_row_spec(block_n, d), whole, whole],
-        out_specs=_row_spec(block_n, d),
+        out_shape=out_shape, grid=(b, h, pl.cdiv(n, block_n)),
+        in_specs=[_row_spec(block_n, d), _whole(k), _whole(v)], out_specs=out_specs,
         compiler_params=_compiler_params(d, KEY_BLOCK, tiling.num_warps, tiling.num_stages),
         interpret=interpret, name="flurka_softmax_query_side")(q, k, v)
+    return outs if with_lse else outs[0]
+
+
+def _pallas_softmax_bwd(q, k, v, out, lse, g, keys, scale, tiling, *, interpret):
+    """(dq, dk, dv) from the two backward kernels (query side up to one block wide)."""
+    b, n, h, d = q.shape
+    block_n = tiling.bwd_block_n
+    rows = min(tiling.bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
+    chunks, key_blocks = pl.cdiv(n, rows), k.shape[1] // KEY_BLOCK
+    dq_rows = max(16, tiling.block_n // 2)
+    params = _compiler_params(d, KEY_BLOCK, tiling.bwd_num_warps, tiling.num_stages)
+    row_spec = _row_spec(dq_rows, d)
+    dq = pl.pallas_call(
+        functools.partial(_softmax_dq_kernel, n=n, keys=keys, scale=scale),
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(b, h, pl.cdiv(n, dq_rows)),
+        in_specs=[row_spec, _whole(k), _whole(v), row_spec, row_spec, _lse_spec(dq_rows)],
+        out_specs=row_spec, compiler_params=params, interpret=interpret,
+        name="flurka_softmax_query_side_dq")(q, k, v, out, g, lse)
+    chunk = pl.BlockSpec((pl.squeezed, rows, pl.squeezed, d),
+                         lambda i, j, t: (i, t % chunks, j, 0))
+    key_block = pl.BlockSpec((pl.squeezed, KEY_BLOCK, pl.squeezed, d),
+                             lambda i, j, t: (i, t // chunks, j, 0))
+    partial = pl.BlockSpec((pl.squeezed,) * 3 + (KEY_BLOCK, d),
+                           lambda i, j, t: (i, j, t % chunks, t // chunks, 0))
+    dk, dv = pl.pallas_call(
+        functools.partial(_softmax_dkv_kernel, n=n, keys=keys, scale=scale, block_n=block_n),
+        out_shape=[jax.ShapeDtypeStruct((b, h, chunks, k.shape[1], d), F32)] * 2,
+        grid=(b, h, key_blocks * chunks),
+        in_specs=[chunk, key_block, key_block, chunk, chunk,
+                  pl.BlockSpec((pl.squeezed, pl.squeezed, rows),
+                               lambda i, j, t: (i, j, t % chunks))],
+        out_specs=[partial, partial], compiler_params=params, interpret=interpret,
+        name="flurka_softmax_query_side_dkv")(q, k, v, out, g, lse)
+    dk, dv = (t.sum(axis=2).transpose(0, 2, 1, 3).astype(k.dtype) for t in (dk, dv))
+    return dq, dk, dv
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
 def _fused_softmax(q, k, v, keys, scale, tiling, out_dtype, interpret):
     return _on_gpu_or_interpreted(functools.partial(
-        _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype), interpret)
+        _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype, False), interpret)
 
 
 def _fused_softmax_fwd(q, k, v, keys, scale, tiling, out_dtype, interpret):
-    """Differentiated, the XLA path runs instead of the kernel and its residuals serve the
-    gradient: there is no backward kernel yet, and after a kernel forward the gradient would
-    recompute the XLA forward (more traffic than the XLA path alone)."""
-    out, vjp = jax.vjp(functools.partial(reference_softmax_attention, scale=scale), q,
-                       k[:, :keys], v[:, :keys])
-    return out.astype(out_dtype), vjp
+    """Up to one block wide: the forward kernel, keeping each row's lse for the backward
+    kernels. Wider: the XLA path, its residuals serving the gradient (a backward program's
+    [64, d] float32 dK and dV would spill)."""
+    if q.shape[-1] > BLOCK:
+        out, vjp = jax.vjp(functools.partial(reference_softmax_attention, scale=scale), q,
+                           k[:, :keys], v[:, :keys])
+        return out.astype(out_dtype), vjp
+    out, lse = _on_gpu_or_interpreted(functools.partial(
+        _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype, True), interpret)
+    return out, (q, k, v, out, lse)
 
 
-def _fused_softmax_bwd(keys, scale, tiling, out_dtype, interpret, vjp, g):
-    dq, dk, dv = vjp(g.astype(F32))
-    padded = round_up(keys, KEY_BLOCK)
-    return dq, pad_to(dk, padded, axis=1), pad_to(dv, padded, axis=1)
+def _fused_softmax_bwd(keys, scale, tiling, out_dtype, interpret, saved, g):
+    if not isinstance(saved, tuple):   # wide: the XLA path's vjp
+        dq, dk, dv = saved(g.astype(F32))
+        padded = round_up(keys, KEY_BLOCK)
+        return dq, pad_to(dk, padded, axis=1), pad_to(dv, padded, axis=1)
+    q, k, v, out, lse = saved
+    return _on_gpu_or_interpreted(functools.partial(
+        _pallas_softmax_bwd, q, k, v, out, lse, g, keys, scale, tiling), interpret)
 
 
 _fused_softmax.defvjp(_fused_softmax_fwd, _fused_softmax_bwd)
@@ -496,9 +623,11 @@ def fused_softmax_attention(q: Array, k: Array, v: Array, *, scale: float,
     """softmax(q·kᵀ·scale)·v over a short key set every query sees (flurka-eva's exact window
     and chunk summaries) in one kernel that reads q and writes the output once: the
     [N, window_size + C] logits never reach memory. q [b, n, h, d], k and v [b, J, h, d] (all
-    rows real), in the compute dtype; result [b, n, h, d] in ``out_dtype``. The kernel serves
-    forward-only steps (inference); differentiated, this is the XLA path
-    (:func:`reference_softmax_attention`) and its gradient."""
+    rows real), in the compute dtype; result [b, n, h, d] in ``out_dtype``. Its gradient is two
+    more kernels (flash attention's backward: dq per block of query rows; per key block dK and
+    dV partials over chunks of rows) from each row's lse, which a differentiated forward keeps;
+    past one block of head dim the gradient is the XLA path's
+    (:func:`reference_softmax_attention`, its forward run instead of the kernel)."""
     d, keys = q.shape[-1], k.shape[1]
     td, tk = tile_size(d), round_up(keys, KEY_BLOCK)
     k, v = (_pad(_pad(t.astype(q.dtype), tk, 1), td, 3) for t in (k, v))

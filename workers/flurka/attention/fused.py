@@ -494,8 +494,9 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_r
     dV += Pᵀ g, dK += scale · dSᵀ q (flash attention's backward, key side); XLA sums the
     chunks' partials."""
     chunk_rows = q_ref.shape[0]
-    first = pl.program_id(2) % (pl.cdiv(n, chunk_rows)) * chunk_rows  # outside the loop (the
-    block = pl.program_id(2) // pl.cdiv(n, chunk_rows)                # interpreter needs it)
+    chunks = pl.cdiv(n, chunk_rows)   # the grid's last axis: key block × chunks + chunk
+    # program ids read outside the loop: the interpreter cannot lower them inside it
+    first, block = pl.program_id(2) % chunks * chunk_rows, pl.program_id(2) // chunks
     column = block * KEY_BLOCK + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
     k, v = k_ref[...], v_ref[...]
 

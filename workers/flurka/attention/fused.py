@@ -29,6 +29,11 @@ appendix-C flash comparison (d_h = m = 128) runs as one block, the N-sweep's d_h
 3 × 3 blocks of 128 (384, what ``align=128`` pads to anyway). Wide query sides (past 128) have
 the forward kernel only: the backward kernel keeps a program's dKV [f, d] in float32, which past
 128 × 128 no longer fits a GPU's registers, so their gradient is the XLA path's.
+
+flurka-eva's query side is a softmax, not a kernel feature map: one softmax over the short key
+set every query sees (its exact window and chunk summaries). :func:`fused_softmax_attention`
+runs it as flash attention does (online softmax over 64-key steps; backward: dq per row block,
+dK and dV per key block, from each row's saved log-sum-exp), same tiling and masking.
 """
 
 from __future__ import annotations

@@ -423,13 +423,17 @@ def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = No
 KEY_BLOCK = 64     # keys per step: a [rows, 64] float32 logit tile beside the [rows, d] output
 
 
-def _logits(q, k_ref, i, db, keys, scale):
-    """scale · q kᵀ against key block ``i`` (float32 [rows, KEY_BLOCK]), keys past ``keys``
-    −inf; ``q``: the rows' head-dim blocks ``db``."""
-    rows = pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
-    logits = scale * _total(_dot(qc, k_ref[rows, c], ((1,), (1,))) for qc, c in zip(q, db))
-    column = i * KEY_BLOCK + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
+def _logits(q, k, first, keys, scale):
+    """scale · q kᵀ (float32 [rows, KEY_BLOCK]) against the key block from key ``first``, keys
+    past ``keys`` −inf; ``q`` and ``k``: their head-dim blocks, in the same order."""
+    logits = scale * _total(_dot(qc, kc, ((1,), (1,))) for qc, kc in zip(q, k))
+    column = first + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
     return jnp.where(column < keys, logits, -jnp.inf)
+
+
+def _key_rows(i):
+    """Key block ``i``'s rows."""
+    return pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
 
 
 def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
@@ -444,12 +448,12 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
 
     def step(i, carry):
         top, total, acc = carry
-        logits = _logits(q, k_ref, i, db, keys, scale)
+        rows = _key_rows(i)
+        logits = _logits(q, [k_ref[rows, c] for c in db], i * KEY_BLOCK, keys, scale)
         new_top = jnp.maximum(top, jnp.max(logits, axis=1, keepdims=True))
         weights, rescale = jnp.exp(logits - new_top), jnp.exp(top - new_top)
         total = total * rescale + jnp.sum(weights, axis=1, keepdims=True)
         weights = weights.astype(v_ref.dtype)
-        rows = pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
         return new_top, total, [a * rescale + _dot(weights, v_ref[rows, c])
                                 for a, c in zip(acc, db)]
 
@@ -480,13 +484,12 @@ def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n,
     block_n = q_ref.shape[0]
     real = _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
     q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, pl.ds(0, block_n), real)
-    db = _blocks(q.shape[1])
 
     def step(i, dq):
-        rows = pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
-        weights = jnp.exp(_logits([q], k_ref, i, db, keys, scale) - lse)
-        d_logits = weights * (_dot(g, v_ref[rows, :], ((1,), (1,))) - delta)
-        return dq + _dot(d_logits.astype(q.dtype), k_ref[rows, :])
+        k = k_ref[_key_rows(i), :]
+        weights = jnp.exp(_logits([q], [k], i * KEY_BLOCK, keys, scale) - lse)
+        d_logits = weights * (_dot(g, v_ref[_key_rows(i), :], ((1,), (1,))) - delta)
+        return dq + _dot(d_logits.astype(q.dtype), k)
 
     dq = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step,
                            jnp.zeros(q.shape, F32))
@@ -502,7 +505,7 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_r
     chunks = pl.cdiv(n, chunk_rows)   # the grid's last axis: key block × chunks + chunk
     # program ids read outside the loop: the interpreter cannot lower them inside it
     first, block = pl.program_id(2) % chunks * chunk_rows, pl.program_id(2) // chunks
-    column = block * KEY_BLOCK + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
+    first_key = block * KEY_BLOCK
     k, v = k_ref[...], v_ref[...]
 
     def step(i, carry):
@@ -510,8 +513,7 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_r
         rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
         real = _real_rows(first + i * block_n, block_n, n) if n % chunk_rows else None
         q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real)
-        logits = jnp.where(column < keys, scale * _dot(q, k, ((1,), (1,))), -jnp.inf)
-        weights = jnp.exp(logits - lse)
+        weights = jnp.exp(_logits([q], [k], first_key, keys, scale) - lse)
         d_logits = weights * (_dot(g, v, ((1,), (1,))) - delta)
         return (dk + _dot(d_logits.astype(q.dtype), q, ((0,), (0,))),
                 dv + _dot(weights.astype(q.dtype), g, ((0,), (0,))))

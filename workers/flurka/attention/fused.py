@@ -497,15 +497,17 @@ def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n,
 
 
 def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_ref, *, n, keys,
-                        scale, block_n):
+                        key_blocks, scale, block_n):
     """One key block's partial dK, dV over a chunk of query rows in steps of ``block_n``:
     dV += Pᵀ g, dK += scale · dSᵀ q (flash attention's backward, key side); XLA sums the
-    chunks' partials."""
+    chunks' partials. The grid's last axis is chunk × key blocks + key block, so a chunk's
+    key blocks are neighbouring programs (a GPU starts blocks batch, then head, then this axis
+    fastest) that run together and read its q, g and output rows from L2, not each again from
+    memory: key block-major order read them 5 times per layer at 304 keys."""
     chunk_rows = q_ref.shape[0]
-    chunks = pl.cdiv(n, chunk_rows)   # the grid's last axis: key block × chunks + chunk
     # program ids read outside the loop: the interpreter cannot lower them inside it
-    first, block = pl.program_id(2) % chunks * chunk_rows, pl.program_id(2) // chunks
-    first_key = block * KEY_BLOCK
+    first = pl.program_id(2) // key_blocks * chunk_rows
+    first_key = pl.program_id(2) % key_blocks * KEY_BLOCK
     k, v = k_ref[...], v_ref[...]
 
     def step(i, carry):
@@ -575,18 +577,19 @@ def _pallas_softmax_bwd(q, k, v, out, lse, g, keys, scale, tiling, *, interpret)
         out_specs=row_spec, compiler_params=params, interpret=interpret,
         name="flurka_softmax_query_side_dq")(q, k, v, out, g, lse)
     chunk = pl.BlockSpec((pl.squeezed, rows, pl.squeezed, d),
-                         lambda i, j, t: (i, t % chunks, j, 0))
+                         lambda i, j, t: (i, t // key_blocks, j, 0))
     key_block = pl.BlockSpec((pl.squeezed, KEY_BLOCK, pl.squeezed, d),
-                             lambda i, j, t: (i, t // chunks, j, 0))
+                             lambda i, j, t: (i, t % key_blocks, j, 0))
     partial = pl.BlockSpec((pl.squeezed,) * 3 + (KEY_BLOCK, d),
-                           lambda i, j, t: (i, j, t % chunks, t // chunks, 0))
+                           lambda i, j, t: (i, j, t // key_blocks, t % key_blocks, 0))
     dk, dv = pl.pallas_call(
-        functools.partial(_softmax_dkv_kernel, n=n, keys=keys, scale=scale, block_n=block_n),
+        functools.partial(_softmax_dkv_kernel, n=n, keys=keys, key_blocks=key_blocks,
+                          scale=scale, block_n=block_n),
         out_shape=[jax.ShapeDtypeStruct((b, h, chunks, k.shape[1], d), F32)] * 2,
-        grid=(b, h, key_blocks * chunks),
+        grid=(b, h, chunks * key_blocks),
         in_specs=[chunk, key_block, key_block, chunk, chunk,
                   pl.BlockSpec((pl.squeezed, pl.squeezed, rows),
-                               lambda i, j, t: (i, j, t % chunks))],
+                               lambda i, j, t: (i, j, t // key_blocks))],
         out_specs=[partial, partial], compiler_params=params, interpret=interpret,
         name="flurka_softmax_query_side_dkv")(q, k, v, out, g, lse)
     dk, dv = (t.sum(axis=2).transpose(0, 2, 1, 3).astype(k.dtype) for t in (dk, dv))

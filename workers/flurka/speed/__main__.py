@@ -42,6 +42,7 @@ import argparse
 import sys
 import time
 
+from flurka.attention import FUSABLE
 from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select
 
 
@@ -71,8 +72,8 @@ def add_selection_arguments(parser: argparse.ArgumentParser, required: bool = Tr
                         help="aligned execution: pad GEMM dimensions to multiples of this (e.g. "
                              "128) in the mechanisms that support it; 1 = the layer's own shapes")
     parser.add_argument("--fused", action="store_true",
-                        help="run the kernel mechanisms' query side as one Pallas kernel "
-                             "(performer, rnn, flurka-performer, flurka-rnn)")
+                        help="run the query side as one Pallas kernel in the mechanisms that "
+                             f"have one ({', '.join(FUSABLE)})")
     parser.add_argument("--points", type=_indices, default=None,
                         help="comma-separated indices into the (filtered) point list; see --list")
     parser.add_argument("--list", action="store_true", help="print the points and exit")

@@ -40,6 +40,7 @@ ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flu
 
 # (sweep, filter on the point's fields); blocks run in this order until the budget is spent.
 FIVE = {"flurka-performer", "flurka-rnn", "linformer", "performer", "rnn"}
+FLURKA = {"flurka-performer", "flurka-rnn", "flurka-eva"}
 PLANS: dict[str, list[tuple[str, dict]]] = {
     "first": [
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}}),
@@ -79,9 +80,16 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
                            "mechanism": {"flash", "flurka-performer", "flurka-rnn"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "mechanism": {"flurka-performer", "flurka-rnn", "flurka-eva"}}),
+                           "mechanism": FLURKA}),
+        # The same with the batch padded to a multiple of 128 (52 608 rows, 108 masked): E·X
+        # then has no padded copies of E and X whichever GEMM the card's autotuner picks
+        # (3.9 GB of the forward's 12.8 in the H100 plan at 52 500; configs.py).
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                           "pad_to": {128}, "mechanism": FLURKA}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                           "mechanism": {"flurka-performer", "flurka-rnn", "flurka-eva"}}),
+                           "mechanism": FLURKA}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
+                           "pad_to": {128}, "mechanism": FLURKA}),
         # The N-sweep's query side fused too (d_h = m = 384 aligned: 3 × 3 blocks of 128,
         # forward only) next to the aligned XLA rows above: what fusion adds to alignment.
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, "align": {128},
@@ -151,12 +159,15 @@ def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 20) -> list[dict]:
 
 def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
     """(index in the sweep's full point list, point) of one block, in :data:`ORDER`. A block
-    whose ``align`` is {a} (``fused`` {True}, ``dtype`` {t}) takes the points of
-    ``points(sweep, align=a)`` (``fused=True``, ``dtype=t``) that really run aligned (fused)."""
+    whose ``align`` is {a} (``fused`` {True}, ``dtype`` {t}, ``pad_to`` {p}) takes the points of
+    ``points(sweep, align=a)`` (``fused=True``, ``dtype=t``, ``pad_to=p``) that really run
+    aligned (fused)."""
     align = max(where.get("align", {1}))
     fused = True in where.get("fused", {False})
     (dtype,) = where.get("dtype", {None})
-    chosen = [(i, p) for i, p in enumerate(points(sweep, align=align, fused=fused, dtype=dtype))
+    pad_to = max(where.get("pad_to", {1}))
+    chosen = [(i, p) for i, p in enumerate(points(sweep, align=align, fused=fused, dtype=dtype,
+                                                  pad_to=pad_to))
               if all(getattr(p, k) in v for k, v in where.items())]
     return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
 
@@ -376,6 +387,7 @@ def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, v
         t = row.get("median_s")
         print(f"[{time.monotonic() - start:5.0f}s +{time.monotonic() - t0:4.1f}] {sweep} "
               f"{point.mechanism:>16} {point.mode:>7} {point.scope:>5} N={point.seq_len} "
+              + (f"(padded to {point.padded_len}) " if point.pad_to > 1 else "") +
               f"d_model={point.d_model} d_k={point.d_k}: {row['status']} "
               + (f"{t * 1e3:.3f} ms, {row.get('ratio_to_floor', float('nan')):.2f}x floor "
                  f"({row.get('bound')}), compile {row.get('compile_s', 0):.1f}s"

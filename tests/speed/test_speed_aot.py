@@ -239,23 +239,34 @@ def test_xla_options_give_the_plan_under_the_cards_gemm_choice(tmp_path):
     splits the contraction of E·X (over N = 52 500, for 1024 × 512 outputs) four ways and pads
     E and X to a multiple of the split first (copies of ≥ 2 × E1's 107.5 MB every step); with
     split-K forced off (a choice the card's autotuner may make) the layer moves no copies and at
-    least those bytes less."""
+    least those bytes less; cuBLAS (the autotuner's other choice) pads them too (52 500 is no
+    multiple of 8). A batch padded to a multiple of 128 (``pad_to``: 52 608 rows, E built
+    for them) needs no copy under either GEMM choice."""
     rows = _script("""
-        import json, sys, jax
+        import dataclasses, json, sys, jax
         jax.config.update("jax_platforms", "cpu")
         from flurka.speed import aot
         from flurka.speed.configs import Point
         device = aot.target_device(aot.TARGETS["h100"])
         point = Point("flurka-rnn", "forward", "layer", 52_500, 512, 4, d_k=1024,
                       num_features=128)
-        json.dump([aot.compile_point(point, device, None, options) for options in
-                   ({}, {"xla_gpu_experimental_force_split_k": 1})], open(sys.argv[1], "w"))
+        padded = dataclasses.replace(point, pad_to=128)
+        cublas = {"xla_gpu_enable_triton_gemm": False}
+        json.dump([aot.compile_point(p, device, None, options) for p, options in
+                   ((point, {}), (point, {"xla_gpu_experimental_force_split_k": 1}),
+                    (point, cublas), (padded, {}), (padded, cublas))], open(sys.argv[1], "w"))
     """, tmp_path)
     e_bytes = 1024 * 52_500 * 2
-    split, whole = (row["traffic"] for row in rows)
-    assert split["by_kind"].get("copy", 0) >= 2 * e_bytes * 2      # E1, E2: each read + written
-    assert "copy" not in whole["by_kind"]
+    split, whole, cublas, padded, padded_cublas = (row["traffic"] for row in rows)
+    for copied in (split, cublas):
+        assert copied["by_kind"].get("copy", 0) >= 2 * e_bytes * 2   # E1, E2: each read + written
+    for plan in (whole, padded, padded_cublas):       # no copy of E or X (cuBLAS: 3 MB of weights)
+        assert plan["by_kind"].get("copy", 0) < e_bytes / 20
     assert whole["bytes"] <= split["bytes"] - 4 * e_bytes
+    # the padded batch: 108 more rows (0.2 %) and its mask, not the copies
+    assert padded["bytes"] <= split["bytes"] - 3 * e_bytes
+    assert padded_cublas["bytes"] <= cublas["bytes"] - 3 * e_bytes
+    assert rows[3]["pad_to"] == 128 and rows[3]["params_lowrank"] == 2 * 1024 * 52_608
 
 
 def test_xla_options_are_checked_and_recorded(tmp_path):

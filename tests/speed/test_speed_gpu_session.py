@@ -38,6 +38,12 @@ def test_plans_name_real_points_in_priority_order():
                      and "fused" in where and where["mode"] == {"forward"}
                      for _, p in g.planned(sweep, where)]
     assert {p.mechanism for p in fused_forward} == {"flurka-performer", "flurka-rnn", "flurka-eva"}
+    padded = [(i, p) for sweep, where in g.PLANS["third"] if "pad_to" in where
+              for i, p in g.planned(sweep, where)]                       # the same points' twins,
+    unpadded = [(i, dataclasses.replace(p, pad_to=1)) for i, p in padded]  # batch padded to 128
+    assert {(p.pad_to, p.padded_len) for _, p in padded} == {(128, 52_608)}
+    assert all(u in [(i, p) for sweep, where in g.PLANS["third"] for i, p in g.planned(sweep, where)]
+               for u in unpadded)
     by_dtype = {where["dtype"].copy().pop(): g.planned(sweep, where)
                 for sweep, where in g.PLANS["third"] if "dtype" in where}
     assert {p.dtype for _, p in by_dtype["float32"]} == {"float32"}      # twins: same points,

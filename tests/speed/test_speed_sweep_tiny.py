@@ -101,6 +101,55 @@ def test_fused_points_run_and_match_sizes():
                       num_heads=4, fused=True)
 
 
+def test_padded_batches_run_masked_and_count_the_real_rows():
+    """pad_to=48 pads every point's batch (N 64 → 96 rows, the last 32 masked; the model built
+    for 96): the step runs on 96 rows, E1/E2 have 96 columns, and the FLOP model, the input's
+    bytes and the recorded N stay the real 64 rows'. The padded rows change nothing real: the
+    forward's real rows equal the same model's on the unpadded input, and the training loss is
+    the real rows' alone."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from flurka.attention import MECHANISMS
+    from flurka.speed import bench
+    pts = configs.points("tiny", scopes=["layer"], modes=["forward"], pad_to=48)
+    assert {(p.pad_to, p.padded_len, p.seq_len) for p in pts} == {(48, 96, 64)}
+    assert {p.mechanism for p in pts} == set(MECHANISMS)
+    chosen = [i for i, p in enumerate(pts) if p.mechanism in ("flurka-rnn", "flash")]
+    padded = run_sweep([pts[i] for i in chosen], chosen, sweep="tiny", out=None, warmup=0,
+                       repeats=1)["results"]
+    plain = run_sweep([dataclasses.replace(pts[i], pad_to=1) for i in chosen], chosen,
+                      sweep="tiny", out=None, warmup=0, repeats=1)["results"]
+    for a, p in zip(padded, plain):
+        assert a["status"] == p["status"] == "ok" and (a["pad_to"], p["pad_to"]) == (48, 1)
+        assert (a["seq_len"], a["flops"]) == (p["seq_len"], p["flops"])
+        assert a["xla_dot_flops"] > 1.4 * p["xla_dot_flops"]           # 96 rows, not 64
+        # the fewest bytes: x at N, the parameters as built (E1, E2 with 32 more columns)
+        extra_e = (a["params_lowrank"] - p["params_lowrank"]) * 4       # float32
+        assert a["min_bytes"] == p["min_bytes"] + extra_e
+    assert [r["params_lowrank"] for r in padded] == [0, 2 * 16 * 96]     # flash; flurka-rnn E1, E2
+
+    model_point = next(p for p in configs.points("tiny", scopes=["model"], pad_to=48)
+                       if p.mechanism == "flurka-rnn" and p.mode == "train")
+    module = bench.build(model_point)
+    step, (params, opt_state, rest, x, y) = bench.make_step(model_point, module)[:2]
+    assert x.shape == (2, 96, 32)
+    graphdef = nnx.graphdef(module)
+    run = jax.jit(lambda x: nnx.merge(graphdef, params, rest)(x, deterministic=True))
+    masked = jax.jit(lambda x: nnx.merge(graphdef, params, rest)(
+        x, jnp.arange(96)[None] < jnp.full((2, 1), 64), deterministic=True))
+    real = x[:, :64]
+    assert jnp.allclose(masked(x)[:, :64], masked(x.at[:, 64:].set(7.0))[:, :64])
+    # the model built for 96 rows, run unpadded on the 64 real ones, gives the same real outputs
+    assert jnp.allclose(masked(x)[:, :64], run(real), atol=1e-5)
+    loss = step(params, opt_state, rest, x, y)[2]
+    expected = jnp.mean((run(real).astype(jnp.float32) - y[:, :64]) ** 2)
+    assert jnp.allclose(loss, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="pad_to must be a positive int"):
+        dataclasses.replace(model_point, pad_to=0)
+
+
 @pytest.mark.parametrize("mode", ["forward", "train"])
 def test_bf16_model_step_multiplies_bf16_operands(mode):
     """The timed bf16 step at model scope (encoder blocks, FFN, loss, AdamW) asks the matrix units

@@ -19,8 +19,9 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
                 copy: {array_bytes, bytes, median_s, …}}} — measured on this card
 ``results``     one row per point:
   config        index, sweep, mechanism, mode (forward|train), scope (layer|model), seq_len,
-                d_model, num_heads, d_k, num_features, layers, ffn, dtype, batch, align, fused
-                (d_k/num_features as configured; ``d_k_used``/``num_features_used`` as built)
+                d_model, num_heads, d_k, num_features, layers, ffn, dtype, batch, align, fused,
+                pad_to (d_k/num_features as configured; ``d_k_used``/``num_features_used`` as
+                built)
   status        "ok" | "oom" (XLA RESOURCE_EXHAUSTED / MemoryError: ``oom_source`` "xla"; or the
                 compiled need above --memory-budget-gb: "budget") | "error" (``error``,
                 ``error_type``, ``traceback``)
@@ -74,6 +75,10 @@ def add_selection_arguments(parser: argparse.ArgumentParser, required: bool = Tr
     parser.add_argument("--fused", action="store_true",
                         help="run the query side as one Pallas kernel in the mechanisms that "
                              f"have one ({', '.join(FUSABLE)})")
+    parser.add_argument("--pad-to", type=int, default=1,
+                        help="pad the batch's sequence to a multiple of this (rows past N masked, "
+                             "the model built for that length), as a data pipeline pads for the "
+                             "tensor cores; 1 = N rows")
     parser.add_argument("--points", type=_indices, default=None,
                         help="comma-separated indices into the (filtered) point list; see --list")
     parser.add_argument("--list", action="store_true", help="print the points and exit")
@@ -107,7 +112,7 @@ def selected(args: argparse.Namespace):
         raise ValueError("--repeats must be >= 1, --warmup and --profile-steps >= 0")
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
                  scopes=None if args.scope is None else [args.scope], dtype=args.dtype,
-                 align=args.align, fused=args.fused)
+                 align=args.align, fused=args.fused, pad_to=args.pad_to)
     indices = list(range(len(pts))) if args.points is None else list(args.points)
     return indices, select(pts, indices)
 

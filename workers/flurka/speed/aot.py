@@ -350,7 +350,7 @@ def _recorded(path: str) -> dict[str, Any]:
 
 def brief(row: dict) -> str:
     keys = ("sweep", "index", "stage", "feature", "mechanism", "mode", "seq_len", "align", "fused",
-            "tiling")
+            "pad_to", "tiling")
     head = " ".join(f"{k}={v}" for k, v in row.items() if k in keys)
     if row["status"] == "error":
         return f"{head}: error {row.get('error', '')[:200]}"

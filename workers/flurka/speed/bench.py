@@ -10,6 +10,9 @@ What is timed:
 * ``mode="train"``: loss = mean((f(x) − y)²) against a random target, its gradient and one AdamW
   update (optax) — the full training step.
 
+``pad_to`` > 1: x has ``padded_len`` rows and the step passes the batch mask (rows past N are
+padding; the loss is the real rows'), the model built for that length (E1/E2 [d_k, padded_len]).
+
 Precision: ``dtype`` is the compute dtype (passed to the attention layer as ``dtype`` so flash
 can pick cuDNN). Forward points store every floating parameter in ``dtype`` (bf16 inference
 weights); train points keep float32 master parameters and AdamW state and cast them to ``dtype``
@@ -75,10 +78,10 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
         options["fused"] = True
     if point.scope == "layer":
         return make_attention(point.mechanism, d_model=point.d_model, num_heads=point.num_heads,
-                              max_len=point.seq_len, rngs=rngs, **options)
+                              max_len=point.padded_len, rngs=rngs, **options)
     from flurka.models.encoder import Encoder
     return Encoder(d_model=point.d_model, num_heads=point.num_heads, num_layers=point.layers,
-                   d_ff=point.ffn, max_len=point.seq_len, attention=point.mechanism,
+                   d_ff=point.ffn, max_len=point.padded_len, attention=point.mechanism,
                    attention_options=options, dropout_rate=0.0, rngs=rngs)
 
 
@@ -120,12 +123,19 @@ def make_step(point: Point, module: nnx.Module):
     """(jitted fn, args, param_bytes, other_bytes) for the point's mode; args are on device."""
     dtype = jnp.dtype(point.dtype)
     kx, ky = jax.random.split(jax.random.key(DATA_KEY))
-    shape = (point.batch, point.seq_len, point.d_model)
+    shape = (point.batch, point.padded_len, point.d_model)
     x = random_normal(kx, shape, dtype)
     is_model = point.scope == "model"
+    padded = point.padded_len > point.seq_len
+
+    def real_rows():
+        """The batch mask (``pad_to``: rows past N are padding), built in the step from an iota."""
+        if not padded:
+            return None
+        return jnp.broadcast_to(jnp.arange(point.padded_len) < point.seq_len, shape[:2])
 
     def apply(m, inputs):
-        return m(inputs, deterministic=True) if is_model else m(inputs)
+        return m(inputs, real_rows(), deterministic=True) if is_model else m(inputs, real_rows())
 
     if point.mode == "forward":
         graphdef, params, rest = nnx.split(module, nnx.Param, ...)
@@ -147,7 +157,9 @@ def make_step(point: Point, module: nnx.Module):
         def loss_fn(p):
             m = nnx.merge(graphdef, cast_floating(p, dtype), cast_floating(rest, dtype))
             diff = apply(m, x).astype(jnp.float32) - y.astype(jnp.float32)
-            return jnp.mean(diff * diff)
+            if padded:  # the loss of the real rows only, as a padded batch's would be
+                diff = diff * real_rows()[..., None]
+            return jnp.sum(diff * diff) / (point.batch * point.seq_len * point.d_model)
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = tx.update(grads, opt_state, params)

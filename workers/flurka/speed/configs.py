@@ -35,6 +35,15 @@ align=128)`` aligns the mechanisms that support it and leaves the others (EVA, f
 result records the value it ran with, and the FLOPs stay the FLOP model's (true shapes).
 ``fused`` runs the kernel mechanisms' query side as one Pallas kernel (:mod:`flurka.attention.fused`;
 head dim and m up to 512, padded by the kernel to the blocks Triton takes).
+``pad_to`` (1 = none) pads the *batch*: its sequence gets ``padded_len`` = N rounded up to a
+multiple of ``pad_to`` rows, the rows past N masked, and the model is built for that length (the
+low-rank E is [d_k, padded_len]), as a data pipeline pads batches for the tensor cores (Hugging
+Face's ``pad_to_multiple_of``). Unlike ``align`` it pads once, at the input, for every mechanism:
+on a GPU, E·X over N = 52 500 (no multiple of 8) has XLA copy E and X into padded buffers every
+layer whichever GEMM it picks (cuBLAS's alignment, or split-K's), 3.9 GB per flash-comparison
+forward (benchmarks/README.md); over a multiple of 128 it copies nothing. FLOPs stay the FLOP
+model's at N, and the fewest bytes count x's N rows (and the parameters as built): the padded
+rows are extra work, reported as such.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import itertools
 from typing import Iterable, Sequence
 
 from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS
+from flurka.attention.base import round_up
 
 MODES: tuple[str, ...] = ("forward", "train")
 SCOPES: tuple[str, ...] = ("layer", "model")
@@ -68,13 +78,15 @@ class Point:
     batch: int = 1
     align: int = 1
     fused: bool = False
+    pad_to: int = 1
 
     def __post_init__(self):
         _choice("mechanism", self.mechanism, MECHANISMS)
         _choice("mode", self.mode, MODES)
         _choice("scope", self.scope, SCOPES)
         _choice("dtype", self.dtype, DTYPES)
-        for name in ("seq_len", "d_model", "num_heads", "layers", "ffn", "batch", "align"):
+        for name in ("seq_len", "d_model", "num_heads", "layers", "ffn", "batch", "align",
+                     "pad_to"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -89,6 +101,11 @@ class Point:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def padded_len(self) -> int:
+        """The batch's sequence length: N rounded up to a multiple of ``pad_to``."""
+        return round_up(self.seq_len, self.pad_to)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -176,12 +193,13 @@ SWEEP_NAMES: tuple[str, ...] = tuple(SWEEPS)
 
 def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
            modes: Iterable[str] | None = None, scopes: Iterable[str] | None = None,
-           dtype: str | None = None, align: int = 1, fused: bool = False) -> list[Point]:
+           dtype: str | None = None, align: int = 1, fused: bool = False,
+           pad_to: int = 1) -> list[Point]:
     """Every point of ``sweep`` (shape-major, then mechanism, mode, scope), optionally filtered.
 
     Filters must name valid values; ``dtype`` overrides the sweep's default; ``align`` and
     ``fused`` apply to the mechanisms that support them (:data:`flurka.attention.ALIGNABLE`,
-    :data:`flurka.attention.FUSABLE`).
+    :data:`flurka.attention.FUSABLE`), ``pad_to`` to every point.
     """
     _choice("sweep", sweep, SWEEP_NAMES)
     spec = SWEEPS[sweep]
@@ -205,7 +223,8 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
             continue
         out.append(Point(mechanism=mech, mode=mode, scope=scope, dtype=dtype or spec.dtype,
                          align=align if mech in ALIGNABLE else 1,
-                         fused=fused and mech in FUSABLE, **dataclasses.asdict(shape)))
+                         fused=fused and mech in FUSABLE, pad_to=pad_to,
+                         **dataclasses.asdict(shape)))
     return out
 
 

@@ -1,18 +1,20 @@
-"""Repeated runs of one speed point (two GPU leases) reach the report as one point."""
+"""Repeated runs of one speed point (two GPU leases) reach the report as one point; its padded
+twin (pad_to) stays another point."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from flurka.reports.sources import SPEED_CONFIG
+from flurka.reports.sources import PROFILE_KINDS, SPEED_CONFIG
 from flurka.results.tables import combine_repeats
-from flurka.reports.sections import speed_groups
+from flurka.reports.sections import _filters, profile_section, speed_groups
 
 
-def _row(mechanism, n, median, status="ok", host_run=0):
+def _row(mechanism, n, median, status="ok", host_run=0, pad_to=1):
     config = dict(device="NVIDIA H200", mode="forward", scope="layer", dtype="bfloat16", batch=1, N=n,
-                  d_model=2600, heads=8, d_k=1500, m=325, layers=None, ffn=None, align=1, fused=False)
+                  d_model=2600, heads=8, d_k=1500, m=325, layers=None, ffn=None, align=1, fused=False,
+                  pad_to=pad_to)
     return {"mechanism": mechanism, **config, "status": status, "median_s": median, "spread_s": None,
             "flops": 1e12, "sweep": "n-sweep", "run": host_run}
 
@@ -32,3 +34,21 @@ def test_repeats_become_the_median_and_the_n_sweep_stays_a_group():
     # before combining, the duplicated 55500 points made the whole N-sweep group unplottable
     assert speed_groups(rows, "N") == []
     assert [len(g) for g in speed_groups(out, "N")] == [5]
+
+
+def test_padded_runs_are_their_own_group_and_label():
+    """A sweep pads every mechanism's batch alike: its padded runs form a group of their own (never
+    beside unpadded baselines), the library's table is pinned to it, and a profile says "pad to"."""
+    plain = [_row(m, n, t) for m, n, t in (("linformer", 7050, 0.0027), ("linformer", 55500, 0.0164),
+                                            ("rnn", 7050, 0.0018), ("rnn", 55500, 0.0120))]
+    padded = [{**r, "pad_to": 128, "median_s": r["median_s"] * 0.9} for r in plain]
+    groups = speed_groups(pd.DataFrame(plain + padded), "N")
+    assert sorted(g["pad_to"].unique().tolist() for g in groups) == [[1], [128]]
+    assert sorted(_filters(g)["pad_to"] for g in groups) == [1, 128]
+    profiled = pd.DataFrame([{**r, "traced_s": r["median_s"], "top_op": "gemm",
+                              **{f"share_{k}": float(k == "gemm") for k in PROFILE_KINDS}}
+                             for r in (plain[1], padded[1])])
+    plot, table = profile_section(profiled).items
+    assert [t.get_text() for t in plot.fig.axes[0].get_yticklabels()] == [
+        "linformer forward layer N=55500", "linformer forward layer N=55500 pad to 128"]
+    assert table.df.index.get_level_values("pad_to").tolist() == [1, 128]

@@ -211,3 +211,27 @@ def test_fused_and_xla_runs_are_different_measurements(engine):
     cli.add_arguments(parser)
     args = parser.parse_args(["--table", "speed", "--mode", "forward", "--no-fused"])
     assert_frame(cli.build(engine, args), [52500], ["flurka-rnn"], [[6.35]])
+
+
+def test_padded_and_unpadded_runs_are_different_measurements(engine):
+    """A run whose batch was padded to a multiple of 128 (pad_to) is not a repeat of the unpadded
+    one though FLOPs count the same N; records without the option ran unpadded."""
+    from flurka.results import ingest_speed
+
+    def speed(mechanism, median, config=None):
+        return {"device": "NVIDIA H200", "host": "node", "versions": {"jax": "0.11.2"}, "mechanism": mechanism,
+                "mode": "forward", "N": 52500, "d_model": 512, "heads": 4, "d_k": 1024, "m": 128,
+                "status": "ok", "median_s": median, "config": config}
+
+    records = [speed("flurka-rnn", 0.0067), speed("flurka-rnn", 0.0060, {"pad_to": 1}),
+               speed("flurka-rnn", 0.0052, {"pad_to": 128})]
+    assert ingest_speed(engine, records).added == 3
+    with pytest.raises(ValueError, match=r"\(pad_to in \['1', '128'\]\): filter by pad_to"):
+        tables.speed_table(engine, mode="forward")
+    assert_frame(tables.speed_table(engine, mode="forward", pad_to=1), [52500], ["flurka-rnn"], [[6.35]])
+    assert_frame(tables.speed_table(engine, mode="forward", pad_to=128), [52500], ["flurka-rnn"], [[5.2]])
+    from flurka.results import cli   # the same filter from the command line
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--table", "speed", "--mode", "forward", "--pad-to", "128"])
+    assert_frame(cli.build(engine, args), [52500], ["flurka-rnn"], [[5.2]])

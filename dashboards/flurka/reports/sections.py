@@ -27,7 +27,8 @@ SWEEP = "python experiments/uptrain_sweep.py --config experiments/uptrain_small.
 PRIMARY_METRIC = {"glue-cola": "matthews", "glue-stsb": "pearson", "mlm": "perplexity", "nmt": "bleu"}
 QUALITY_AGG = "cell = best hyperparameter configuration's mean over seeds (status ok trials only)"
 SOFT = ["m", "layers", "ffn", "align"]  # may co-vary with an axis (m = d_model / heads in the d_model
-# sweep; align: a sweep aligns only the mechanisms that support it)
+# sweep; align: a sweep aligns only the mechanisms that support it). Not pad_to: a sweep pads every
+# mechanism's batch alike, so padded runs are their own groups, never beside unpadded baselines.
 
 
 @dataclasses.dataclass
@@ -191,6 +192,7 @@ def _filters(part: pd.DataFrame) -> dict:
     first = part.iloc[0]
     names = {"device": "device", "scope": "scope", "d_model": "d_model", "heads": "heads", "d_k": "d_k",
              "m": "num_features", "batch": "batch", "dtype": "dtype"}
+    names.update({c: c for c in T.EXECUTION})  # the panel's own runs, not their aligned/fused/padded twins
     plain = lambda v: int(v) if isinstance(v, float) else v.item() if hasattr(v, "item") else v  # noqa: E731
     return {f: plain(first[c]) for c, f in names.items() if c in _fixed(part, [c]) and pd.notna(first[c])}
 
@@ -525,9 +527,10 @@ def profile_section(rows: pd.DataFrame) -> Section:
                       "steps gain from better GEMM shapes (alignment); elementwise/reduction/copy time is "
                       "memory traffic the FLOP floor does not count (fusion's target).")
     for i, (device, part) in enumerate(rows.groupby("device", sort=True)):
-        part = part.sort_values(["mode", "scope", "N", "mechanism", "align", "fused"]).copy()
+        part = part.sort_values(["mode", "scope", "N", "mechanism", *T.EXECUTION]).copy()
         part["label"] = [f"{r.mechanism} {r.mode} {r.scope} N={r.N}" + (f" align {r.align}" if r.align > 1 else "")
-                         + (" fused" if r.fused else "") for r in part.itertuples()]
+                         + (" fused" if r.fused else "") + (f" pad to {r.pad_to}" if r.pad_to > 1 else "")
+                         for r in part.itertuples()]
         kinds = [k for k in PROFILE_KINDS if part[f"share_{k}"].any()]
         fixed = [c for c in _fixed(part, SPEED_CONFIG) if c != "device"]
         caption = (f"Device: {device}. Config: {describe(part.iloc[0], fixed) or 'various'}; "
@@ -535,7 +538,7 @@ def profile_section(rows: pd.DataFrame) -> Section:
                    "them to the measured median step time.")
         section.items.append(Plot(f"profiles-{i}", f"Where the step time goes ({device})", caption,
                                   F.time_split(part, kinds)))
-        table = part.set_index(["mechanism", "mode", "scope", "N", "align", "fused"])[
+        table = part.set_index(["mechanism", "mode", "scope", "N", *T.EXECUTION])[
             ["median_s", "traced_s", *[f"share_{k}" for k in kinds], "top_op"]].copy()
         table[["median_s", "traced_s"]] *= 1e3
         table[[f"share_{k}" for k in kinds]] *= 100

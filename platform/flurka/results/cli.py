@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
                         help="speed/speedup: only runs with (--fused) or without (--no-fused) the "
                              "Pallas query-side kernel")
+    parser.add_argument("--pad-to", type=int,
+                        help="speed/speedup: only runs whose batch was padded to a multiple of this "
+                             "(1 = unpadded)")
     parser.add_argument("--upgrade", action="store_true", help="migrate the database to this code's schema first")
 
 
@@ -69,7 +72,7 @@ def build(engine, args: argparse.Namespace):
         return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep, **bench)
     speed = tables.speed_table if args.table == "speed" else tables.speedup_table
     filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "align": args.align,
-               "fused": args.fused}
+               "fused": args.fused, "pad_to": args.pad_to}
     return speed(engine, mode=args.mode, **{k: v for k, v in filters.items() if v is not None})
 
 

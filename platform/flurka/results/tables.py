@@ -222,8 +222,8 @@ def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: s
 
 
 SPEED_FILTERS = ("device", "scope", "d_model", "heads", "d_k", "num_features", "batch", "dtype", "align",
-                 "fused")
-EXECUTION = ("align", "fused")  # how a point ran, read from its stored config
+                 "fused", "pad_to")
+EXECUTION = ("align", "fused", "pad_to")  # how a point ran, read from its stored config
 
 
 def stored_configs(column: pd.Series) -> list[dict]:
@@ -232,9 +232,11 @@ def stored_configs(column: pd.Series) -> list[dict]:
 
 
 def stored_execution(config: dict) -> dict:
-    """How a speed result ran: ``align`` (aligned execution, 1 = none) and ``fused`` (the Pallas
-    query-side kernel); results older than an option ran without it."""
-    return {"align": int(config.get("align") or 1), "fused": bool(config.get("fused", False))}
+    """How a speed result ran: ``align`` (aligned execution, 1 = none), ``fused`` (the Pallas
+    query-side kernel) and ``pad_to`` (the batch's sequence padded to a multiple of this, 1 =
+    unpadded); results older than an option ran without it."""
+    return {"align": int(config.get("align") or 1), "fused": bool(config.get("fused", False)),
+            "pad_to": int(config.get("pad_to") or 1)}
 
 
 def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
@@ -247,7 +249,7 @@ def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
 def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
-    ``align`` and ``fused`` (:func:`stored_execution`) come from the stored config of a
+    ``align``, ``fused`` and ``pad_to`` (:func:`stored_execution`) come from the stored config of a
     ``flurka.speed`` result."""
     unknown = set(filters) - set(SPEED_FILTERS)
     if unknown:

@@ -4,7 +4,8 @@ every ``flurka-*`` layer.
 Order (paper §2/§3, fairseq's ``multihead_linear_attention``): compress the *input* over the
 sequence first, then project: K' = (E1·X) W_K, V' = (E2·X) W_V, costs d_k·N·d_m + d_k·d_m·d_m each
 (``sharing="kv"``: one E·X for both). Unlike fairseq, padded rows of X are zeroed before the
-compression (E·(mask⊙X)), so padded content never reaches a real output; E is sliced to the
+compression (E·(mask⊙X)), so padded content never reaches a real output — before W_Q too (the
+padded rows' outputs are nobody's), so the step keeps one masked input, not two; E is sliced to the
 actual length N (E[:, :N]). d_k ≤ max_len is checked at construction; d_k > N at call time is
 allowed: the compressed K'/V' then have d_k rows of rank ≤ N (with E = I, d_k = N = max_len,
 Linformer is exactly full attention).
@@ -93,10 +94,10 @@ class LowRankKV:
                              f"< layer max_len={self.max_len}")
         self.seq_proj = seq_proj
 
-    def low_rank_kv(self, x: Array, mask: Array | None) -> tuple[Array, Array]:
-        """K' = (E1·(mask⊙X)) W_K, V' = (E2·(mask⊙X)) W_V as heads [b, d_k, h, d_h] (aligned:
-        [b, round_up(d_k), h, padded d_h], the rows past d_k masked by :meth:`compressed_mask`)."""
-        x = zero_padding(x, mask)
+    def low_rank_kv(self, x: Array) -> tuple[Array, Array]:
+        """K' = (E1·X) W_K, V' = (E2·X) W_V as heads [b, d_k, h, d_h] (aligned:
+        [b, round_up(d_k), h, padded d_h], the rows past d_k masked by :meth:`compressed_mask`);
+        x: the layer's input with its padded rows zeroed (:func:`zero_padding`)."""
         e1, e2 = (self.aligned_e(e, x.shape[1]) for e in self.seq_proj.matrices(x.shape[1]))
         x1 = compress(e1, x)
         x2 = x1 if self.seq_proj.e2 is None else compress(e2, x)
@@ -121,6 +122,7 @@ class LowRankKV:
         return jnp.broadcast_to(jnp.arange(d_k_pad) < self.d_k, (batch, d_k_pad))
 
     def attend(self, x, mask, rng):
+        x = zero_padding(x, mask)   # once, for Q too: XLA then writes one normalised input, not two
         q = self.heads(self.query, x)
-        k, v = self.low_rank_kv(x, mask)
+        k, v = self.low_rank_kv(x)
         return self.core(q, k, v, self.compressed_mask(x.shape[0]), rng)

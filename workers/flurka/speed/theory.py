@@ -32,6 +32,7 @@ from flax import nnx
 
 from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
+from flurka.attention.base import zero_padding
 from flurka.attention.feature_maps import elu_features, favor_features
 
 PROJECTIONS = ("query", "key", "value", "out")
@@ -185,16 +186,16 @@ def numerical_rank(matrix: np.ndarray, tol: float | None = None) -> int:
 def kernel_features(layer: nnx.Module, x: jax.Array, mask: jax.Array | None = None
                     ) -> tuple[jax.Array, jax.Array]:
     """φ(Q) [b, n, h, f] and φ(K) [b, n_k, h, f] of a feature-map layer (keys compressed first
-    for FLuRKA, as the layer itself does, padded rows zeroed before the compression)."""
+    for FLuRKA, as the layer itself does, padded rows zeroed before its projections)."""
     mech = getattr(layer, "mechanism", None)
     if mech not in FEATURE_MECHANISMS:
         raise ValueError(f"rank needs a feature-map mechanism ({', '.join(FEATURE_MECHANISMS)}), "
                          f"got {mech!r}")
-    q = layer.heads(layer.query, x)
     if mech.startswith("flurka-"):
-        (k, _), key_mask = layer.low_rank_kv(x, mask), None
+        x = zero_padding(x, mask)
+        q, (k, _), key_mask = layer.heads(layer.query, x), layer.low_rank_kv(x), None
     else:
-        k, key_mask = layer.heads(layer.key, x), mask
+        q, k, key_mask = layer.heads(layer.query, x), layer.heads(layer.key, x), mask
     if mech.endswith("performer"):
         omega = layer.features.value
         return (favor_features(q, omega, is_query=True),

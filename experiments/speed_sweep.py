@@ -25,6 +25,7 @@ import ray
 
 from flurka.speed import __main__ as speed_cli
 from flurka.speed import runner
+from flurka.speed.bench import check_compile_options
 from flurka.speed.runner import document, write_json
 
 
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return speed_cli.run(args)
     try:
         indices, points = speed_cli.selected(args)  # bad input fails here, before Ray starts
+        check_compile_options(dict(args.xla))
     except ValueError as exc:
         parser.error(str(exc))
     doc = run(args, indices, points)

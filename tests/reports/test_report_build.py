@@ -98,7 +98,7 @@ def test_claims_against_their_regime_boundaries():
     N > d_k(H+2) = 15000, claim 2 N − 1 > 1500. At N = 7050 flurka-rnn beats Linformer but not
     rnn (as the H200 measured), at 55500 both; at 1400 (claim 2 not met) it beats neither."""
     cfg = dict(device="gpu", mode="forward", scope="layer", dtype="bfloat16", batch=1, d_model=2600,
-               heads=8, d_k=1500, m=None, layers=None, ffn=None, align=1, fused=False, pad_to=1)
+               heads=8, d_k=1500, m=None, layers=None, ffn=None, align=1, fused=False, pad_to=1, xla="")
     measured = {(1400, "linformer"): 0.9, (1400, "rnn"): 0.7, (7050, "linformer"): 1.2,
                 (7050, "rnn"): 0.88, (55500, "linformer"): 1.6, (55500, "rnn"): 1.15}
     pairs = pd.DataFrame([{**cfg, "N": n, "mechanism": "flurka-rnn", "baseline": base,
@@ -124,7 +124,7 @@ def test_crossings_against_the_cost_models():
     assert 3000 < kernel_onset < 5000
     assert d_m * d_k * (1 + d_h) / (2 * d_m * d_k + H * d_k - d_m - d_h * d_m) < 1560
     cfg = dict(device="gpu", mode="forward", scope="layer", dtype="bfloat16", batch=1, d_model=d_m,
-               heads=H, d_k=d_k, m=None, layers=None, ffn=None, align=1, fused=False, pad_to=1)
+               heads=H, d_k=d_k, m=None, layers=None, ffn=None, align=1, fused=False, pad_to=1, xla="")
     ns = (1560, 3000, 5000, 7050, 55500)
     series = {"rnn": ((0.8, 0.9, 1.05, 0.88, 1.15), (0.9, 0.95, 1.1, 1.2, 1.3)),
               "linformer": ((1.1, 1.2, 1.3, 1.2, 1.6), (1.2,) * 5)}

@@ -235,3 +235,29 @@ def test_padded_and_unpadded_runs_are_different_measurements(engine):
     cli.add_arguments(parser)
     args = parser.parse_args(["--table", "speed", "--mode", "forward", "--pad-to", "128"])
     assert_frame(cli.build(engine, args), [52500], ["flurka-rnn"], [[5.2]])
+
+
+def test_runs_under_other_xla_options_are_different_measurements(engine):
+    """A run compiled with XLA options (``--xla``, recorded as {name: value}) is not a repeat of
+    the default one; the tables and the CLI select them by their sorted name=value list."""
+    from flurka.results import ingest_speed
+
+    def speed(median, config=None):
+        return {"device": "NVIDIA H200", "host": "node", "versions": {"jax": "0.11.2"}, "mechanism": "flurka-rnn",
+                "mode": "forward", "N": 52500, "d_model": 512, "heads": 4, "d_k": 1024, "m": 128,
+                "status": "ok", "median_s": median, "config": config}
+
+    v2 = {"xla": {"xla_gpu_experimental_gemm_fusion_v2": True, "xla_gpu_experimental_force_split_k": 1}}
+    assert ingest_speed(engine, [speed(0.0050), speed(0.0052, {"xla": {}}), speed(0.0041, v2)]).added == 3
+    with pytest.raises(ValueError, match=r"filter by xla"):
+        tables.speed_table(engine, mode="forward")
+    assert_frame(tables.speed_table(engine, mode="forward", xla=""), [52500], ["flurka-rnn"], [[5.1]])
+    from flurka.results import cli
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--table", "speed", "--mode", "forward", "--xla",   # any order
+                              "xla_gpu_experimental_gemm_fusion_v2=true,xla_gpu_experimental_force_split_k=1"])
+    assert_frame(cli.build(engine, args), [52500], ["flurka-rnn"], [[4.1]])
+    args.xla = "xla_gpu_experimental_gemm_fusion_v2=true"
+    with pytest.raises(tables.NoResults):   # a subset of a run's options is another run
+        cli.build(engine, args)

@@ -270,13 +270,13 @@ def test_xla_options_give_the_plan_under_the_cards_gemm_choice(tmp_path):
 
 
 def test_xla_options_are_checked_and_recorded(tmp_path):
-    from flurka.speed import aot
-    assert aot.xla_option("xla_gpu_experimental_force_split_k=1") == \
+    from flurka.speed.configs import xla_option
+    assert xla_option("xla_gpu_experimental_force_split_k=1") == \
         ("xla_gpu_experimental_force_split_k", 1)
-    assert aot.xla_option("xla_gpu_enable_triton_gemm=false") == ("xla_gpu_enable_triton_gemm", False)
+    assert xla_option("xla_gpu_enable_triton_gemm=false") == ("xla_gpu_enable_triton_gemm", False)
     for bad in ("force_split_k=1", "xla_gpu_enable_triton_gemm"):
         with pytest.raises(Exception, match="NAME=VALUE"):
-            aot.xla_option(bad)
+            xla_option(bad)
     out = tmp_path / "aot.json"
     refused = _run(["-m", "flurka.speed.aot", "--sweep", "tiny", "--xla", "split_k=1", "--out",
                     str(out)], with_compiler=False)
@@ -286,4 +286,5 @@ def test_xla_options_are_checked_and_recorded(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["xla_options"] == {"xla_gpu_experimental_force_split_k": 1}
+    assert doc["results"][0]["xla"] == {"xla_gpu_experimental_force_split_k": 1}   # and each row
     assert [r["status"] for r in doc["results"]] == ["ok"]

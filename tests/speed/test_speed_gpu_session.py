@@ -40,8 +40,11 @@ def test_plans_name_real_points_in_priority_order():
     assert {p.mechanism for p in fused_forward} == {"flurka-performer", "flurka-rnn", "flurka-eva"}
     padded = [(i, p) for sweep, where in g.PLANS["third"] if "pad_to" in where
               for i, p in g.planned(sweep, where)]                       # the same points' twins,
-    unpadded = [(i, dataclasses.replace(p, pad_to=1)) for i, p in padded]  # batch padded to 128
+    unpadded = [(i, dataclasses.replace(p, pad_to=1, xla=())) for i, p in padded]  # padded to 128
     assert {(p.pad_to, p.padded_len) for _, p in padded} == {(128, 52_608)}
+    v2 = [p for _, p in padded if p.xla]                                 # and XLA's GEMM fusion v2
+    assert v2 and {(p.mode, dict(p.xla)["xla_gpu_experimental_gemm_fusion_v2"]) for p in v2} == \
+        {("forward", True)}
     assert all(u in [(i, p) for sweep, where in g.PLANS["third"] for i, p in g.planned(sweep, where)]
                for u in unpadded)
     by_dtype = {where["dtype"].copy().pop(): g.planned(sweep, where)

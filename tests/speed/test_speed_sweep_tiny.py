@@ -150,6 +150,28 @@ def test_padded_batches_run_masked_and_count_the_real_rows():
         dataclasses.replace(model_point, pad_to=0)
 
 
+def test_xla_options_compile_the_point_and_are_recorded(tmp_path):
+    """--xla NAME=VALUE compiles every point with that XLA option and records it in each row
+    (and the results DB keeps such runs apart); an option XLA refuses fails before any point
+    is built, naming it."""
+    import json
+
+    from flurka.speed.__main__ import main
+    out = tmp_path / "x.json"
+    args = ["--sweep", "tiny", "--mechanisms", "flurka-rnn", "--modes", "forward", "--scope", "layer",
+            "--repeats", "1", "--warmup", "0", "--no-ceilings", "--out", str(out)]
+    assert main([*args, "--xla", "xla_gpu_experimental_gemm_fusion_v2=true",
+                 "--xla", "xla_cpu_enable_fast_math=false"]) == 0
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["status"] == "ok" and row["xla"] == {
+        "xla_cpu_enable_fast_math": False, "xla_gpu_experimental_gemm_fusion_v2": True}
+    out.unlink()
+    assert main([*args, "--xla", "xla_no_such_option=1"]) == 2 and not out.exists()
+    with pytest.raises(ValueError, match="No such compile option: 'xla_no_such_option'"):
+        from flurka.speed.bench import check_compile_options
+        check_compile_options({"xla_no_such_option": 1})
+
+
 @pytest.mark.parametrize("mode", ["forward", "train"])
 def test_bf16_model_step_multiplies_bf16_operands(mode):
     """The timed bf16 step at model scope (encoder blocks, FFN, loss, AdamW) asks the matrix units

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pad-to", type=int,
                         help="speed/speedup: only runs whose batch was padded to a multiple of this "
                              "(1 = unpadded)")
+    parser.add_argument("--xla", metavar="NAME=VALUE,...",
+                        help="speed/speedup: only runs compiled with these XLA options (as recorded: "
+                             "name=value pairs, sorted, comma-separated; '' = XLA's defaults)")
     parser.add_argument("--upgrade", action="store_true", help="migrate the database to this code's schema first")
 
 
@@ -72,7 +75,7 @@ def build(engine, args: argparse.Namespace):
         return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep, **bench)
     speed = tables.speed_table if args.table == "speed" else tables.speedup_table
     filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "align": args.align,
-               "fused": args.fused, "pad_to": args.pad_to}
+               "fused": args.fused, "pad_to": args.pad_to, "xla": args.xla}
     return speed(engine, mode=args.mode, **{k: v for k, v in filters.items() if v is not None})
 
 

@@ -222,8 +222,8 @@ def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: s
 
 
 SPEED_FILTERS = ("device", "scope", "d_model", "heads", "d_k", "num_features", "batch", "dtype", "align",
-                 "fused", "pad_to")
-EXECUTION = ("align", "fused", "pad_to")  # how a point ran, read from its stored config
+                 "fused", "pad_to", "xla")
+EXECUTION = ("align", "fused", "pad_to", "xla")  # how a point ran, read from its stored config
 
 
 def stored_configs(column: pd.Series) -> list[dict]:
@@ -233,10 +233,14 @@ def stored_configs(column: pd.Series) -> list[dict]:
 
 def stored_execution(config: dict) -> dict:
     """How a speed result ran: ``align`` (aligned execution, 1 = none), ``fused`` (the Pallas
-    query-side kernel) and ``pad_to`` (the batch's sequence padded to a multiple of this, 1 =
-    unpadded); results older than an option ran without it."""
+    query-side kernel), ``pad_to`` (the batch's sequence padded to a multiple of this, 1 =
+    unpadded) and ``xla`` (its XLA compile options as ``name=value,...`` sorted, "" = XLA's
+    defaults); results older than an option ran without it."""
+    xla = config.get("xla") or {}
     return {"align": int(config.get("align") or 1), "fused": bool(config.get("fused", False)),
-            "pad_to": int(config.get("pad_to") or 1)}
+            "pad_to": int(config.get("pad_to") or 1),
+            "xla": ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+                            for k, v in sorted(xla.items()))}
 
 
 def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
@@ -249,7 +253,7 @@ def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
 def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
-    ``align``, ``fused`` and ``pad_to`` (:func:`stored_execution`) come from the stored config of a
+    ``align``, ``fused``, ``pad_to`` and ``xla`` (:func:`stored_execution`) come from the stored config of a
     ``flurka.speed`` result."""
     unknown = set(filters) - set(SPEED_FILTERS)
     if unknown:
@@ -271,6 +275,8 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
     add_execution(df, stored_configs(df.pop("config")))
+    if filters.get("xla"):   # name=value pairs in any order, as stored_execution spells them
+        filters = {**filters, "xla": ",".join(sorted(filters["xla"].split(",")))}
     for name in EXECUTION:
         if filters.get(name) is not None:
             df = df[df[name] == filters[name]]

@@ -20,8 +20,8 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
 ``results``     one row per point:
   config        index, sweep, mechanism, mode (forward|train), scope (layer|model), seq_len,
                 d_model, num_heads, d_k, num_features, layers, ffn, dtype, batch, align, fused,
-                pad_to (d_k/num_features as configured; ``d_k_used``/``num_features_used`` as
-                built)
+                pad_to, xla ({name: value} compile options) (d_k/num_features as configured;
+                ``d_k_used``/``num_features_used`` as built)
   status        "ok" | "oom" (XLA RESOURCE_EXHAUSTED / MemoryError: ``oom_source`` "xla"; or the
                 compiled need above --memory-budget-gb: "budget") | "error" (``error``,
                 ``error_type``, ``traceback``)
@@ -44,7 +44,7 @@ import sys
 import time
 
 from flurka.attention import FUSABLE
-from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select
+from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select, xla_option
 
 
 def _csv(text: str) -> list[str]:
@@ -79,6 +79,11 @@ def add_selection_arguments(parser: argparse.ArgumentParser, required: bool = Tr
                         help="pad the batch's sequence to a multiple of this (rows past N masked, "
                              "the model built for that length), as a data pipeline pads for the "
                              "tensor cores; 1 = N rows")
+    parser.add_argument("--xla", action="append", type=xla_option, default=[],
+                        metavar="NAME=VALUE",
+                        help="an XLA compile option for every point (repeatable; recorded in each "
+                             "row), e.g. xla_gpu_experimental_gemm_fusion_v2=true or "
+                             "xla_gpu_experimental_force_split_k=1")
     parser.add_argument("--points", type=_indices, default=None,
                         help="comma-separated indices into the (filtered) point list; see --list")
     parser.add_argument("--list", action="store_true", help="print the points and exit")
@@ -112,7 +117,7 @@ def selected(args: argparse.Namespace):
         raise ValueError("--repeats must be >= 1, --warmup and --profile-steps >= 0")
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
                  scopes=None if args.scope is None else [args.scope], dtype=args.dtype,
-                 align=args.align, fused=args.fused, pad_to=args.pad_to)
+                 align=args.align, fused=args.fused, pad_to=args.pad_to, xla=args.xla)
     indices = list(range(len(pts))) if args.points is None else list(args.points)
     return indices, select(pts, indices)
 
@@ -123,8 +128,11 @@ def run(args: argparse.Namespace) -> int:
         for i, p in zip(indices, pts):
             print(i, p)
         return 0
-    from flurka.speed.profile import brief  # imports JAX; --list stays instant
+    from flurka.speed.bench import check_compile_options  # imports JAX; --list stays instant
+    from flurka.speed.profile import brief
     from flurka.speed.runner import run_sweep
+
+    check_compile_options(dict(args.xla))
 
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
     deadline = (None if args.time_budget_min is None

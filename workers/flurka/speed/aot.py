@@ -134,17 +134,6 @@ def _compile_step(fn, args, device, dump_dir: str, result: dict[str, Any], optio
                                                       "xla_gpu_enable_triton_gemm": False})
 
 
-def xla_option(text: str) -> tuple[str, Any]:
-    """``NAME=VALUE`` (``--xla``) as a compile option: an int, true/false, or the text."""
-    name, sep, value = text.partition("=")
-    if not sep or not name.startswith("xla_"):
-        raise argparse.ArgumentTypeError(f"--xla takes NAME=VALUE with an XLA option name "
-                                         f"(xla_...), got {text!r}")
-    if re.fullmatch(r"-?\d+", value):
-        return name, int(value)
-    return name, {"true": True, "false": False}.get(value.lower(), value)
-
-
 _LAUNCH = re.compile(r"kCustomKernel.*?\]\s+(\S+) grid: \[(\d+), (\d+), (\d+)\] "
                      r"threads: \[(\d+), (\d+), (\d+)\]\s+shared_memory: (\d+) bytes")
 
@@ -248,7 +237,8 @@ def compile_point(point, device, card_memory: int | None,
         try:
             fn, args = bench.describe(point, result)
             start = time.perf_counter()
-            lowered, compiled = _compile_step(fn, args, device, dump, result, options or {})
+            lowered, compiled = _compile_step(fn, args, device, dump, result,
+                                              {**dict(point.xla), **(options or {})})
             result["compile_s"] = time.perf_counter() - start
             del args
             result.update(memory=memory(compiled), kernels=kernel_report(dump),
@@ -380,12 +370,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="compile the timed points of a recorded flurka.speed/1 document "
                              "(e.g. one a lease wrote) and set their times beside the plan's "
                              "traffic at that card's measured bandwidth")
-    parser.add_argument("--xla", dest="xla_options", action="append", type=xla_option,
-                        default=[], metavar="NAME=VALUE",
-                        help="an XLA compile option for the sweep points (repeatable), e.g. "
-                             "xla_gpu_experimental_force_split_k=1: the plan under a GEMM choice "
-                             "the card may make; recorded in the document")
-    add_selection_arguments(parser, required=False)
+    add_selection_arguments(parser, required=False)   # with --xla: for --from points too
     parser.add_argument("--out", default="aot.json")
     args = parser.parse_args(argv)
     if not args.tilings and not args.recorded and args.sweep is None:
@@ -403,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    doc = document(card, xla_options=dict(args.xla_options))
+    doc = document(card, xla_options=dict(args.xla))
     if args.tilings:
         doc["results"] = compile_tilings(device)
     if recorded:

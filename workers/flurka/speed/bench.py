@@ -230,6 +230,18 @@ def describe(point: Point, result: dict[str, Any]) -> tuple[Any, tuple]:
     return fn, args
 
 
+def check_compile_options(options: dict[str, Any]) -> None:
+    """XLA options (``--xla``) that this XLA refuses (an unknown name, a bad value) fail here,
+    compiling a scalar, before any point is built: a ValueError naming them."""
+    if not options:
+        return
+    try:
+        jax.jit(lambda x: x + 1).lower(jnp.zeros((), jnp.float32)).compile(
+            compiler_options=dict(options))
+    except Exception as exc:  # noqa: BLE001 - XLA's own message, re-raised as bad input
+        raise ValueError(f"--xla {options}: XLA refused them: {str(exc)[:300]}") from None
+
+
 @dataclasses.dataclass
 class Prepared:
     """A point built and compiled, ready to time: its result row so far (``status`` set when it
@@ -250,7 +262,7 @@ def prepare(point: Point, *, memory_budget_bytes: int | None = None) -> Prepared
         fn, args = describe(point, result)
         start = time.perf_counter()
         lowered = fn.lower(*args)
-        compiled = lowered.compile()
+        compiled = lowered.compile(compiler_options=dict(point.xla) or None)
         result["compile_s"] = time.perf_counter() - start
         result.update(_xla_counts(lowered, compiled))
         need = result["xla_memory_bytes"]

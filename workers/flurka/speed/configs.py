@@ -44,13 +44,18 @@ layer whichever GEMM it picks (cuBLAS's alignment, or split-K's), 3.9 GB per fla
 forward (benchmarks/README.md); over a multiple of 128 it copies nothing. FLOPs stay the FLOP
 model's at N, and the fewest bytes count x's N rows (and the parameters as built): the padded
 rows are extra work, reported as such.
+``xla`` (none by default): XLA compile options the point's step is compiled with, as
+(name, value) pairs (``--xla NAME=VALUE``; a row records them as a dict) — a fusion or GEMM choice
+to time against XLA's default on the same card, e.g. ``xla_gpu_experimental_gemm_fusion_v2``.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import itertools
-from typing import Iterable, Sequence
+import re
+from typing import Any, Iterable, Sequence
 
 from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS
 from flurka.attention.base import round_up
@@ -79,8 +84,11 @@ class Point:
     align: int = 1
     fused: bool = False
     pad_to: int = 1
+    xla: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
+        if isinstance(self.xla, dict):   # as a row records them
+            object.__setattr__(self, "xla", tuple(sorted(self.xla.items())))
         _choice("mechanism", self.mechanism, MECHANISMS)
         _choice("mode", self.mode, MODES)
         _choice("scope", self.scope, SCOPES)
@@ -108,7 +116,7 @@ class Point:
         return round_up(self.seq_len, self.pad_to)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return {**dataclasses.asdict(self), "xla": dict(self.xla)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,12 +202,12 @@ SWEEP_NAMES: tuple[str, ...] = tuple(SWEEPS)
 def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
            modes: Iterable[str] | None = None, scopes: Iterable[str] | None = None,
            dtype: str | None = None, align: int = 1, fused: bool = False,
-           pad_to: int = 1) -> list[Point]:
+           pad_to: int = 1, xla: Iterable[tuple[str, Any]] = ()) -> list[Point]:
     """Every point of ``sweep`` (shape-major, then mechanism, mode, scope), optionally filtered.
 
     Filters must name valid values; ``dtype`` overrides the sweep's default; ``align`` and
     ``fused`` apply to the mechanisms that support them (:data:`flurka.attention.ALIGNABLE`,
-    :data:`flurka.attention.FUSABLE`), ``pad_to`` to every point.
+    :data:`flurka.attention.FUSABLE`), ``pad_to`` and ``xla`` to every point.
     """
     _choice("sweep", sweep, SWEEP_NAMES)
     spec = SWEEPS[sweep]
@@ -224,8 +232,19 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
         out.append(Point(mechanism=mech, mode=mode, scope=scope, dtype=dtype or spec.dtype,
                          align=align if mech in ALIGNABLE else 1,
                          fused=fused and mech in FUSABLE, pad_to=pad_to,
-                         **dataclasses.asdict(shape)))
+                         xla=tuple(sorted(dict(xla).items())), **dataclasses.asdict(shape)))
     return out
+
+
+def xla_option(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` (``--xla``) as a compile option: an int, true/false, or the text."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("xla_"):
+        raise argparse.ArgumentTypeError(f"--xla takes NAME=VALUE with an XLA option name "
+                                         f"(xla_...), got {text!r}")
+    if re.fullmatch(r"-?\d+", value):
+        return name, int(value)
+    return name, {"true": True, "false": False}.get(value.lower(), value)
 
 
 def select(pts: Sequence[Point], indices: Iterable[int]) -> list[Point]:

@@ -6,6 +6,7 @@ so both write the same schema (see :mod:`flurka.speed.__main__` for the field li
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import functools
 import importlib.metadata
@@ -125,7 +126,7 @@ def side_by_side(points: Sequence[Point], indices: Iterable[int]) -> list[list[t
     ``--interleave`` times together."""
     groups: dict[tuple, list[tuple[int, Point]]] = {}
     for i, p in zip(indices, points):
-        key = tuple(v for k, v in p.as_dict().items() if k != "mechanism")
+        key = tuple(getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "mechanism")
         groups.setdefault(key, []).append((i, p))
     return list(groups.values())
 

@@ -68,7 +68,9 @@ def dot_operand_shapes(hlo: str):
 
 def test_every_gemm_dimension_is_aligned():
     """With align=128 at unaligned sizes, every dot operand dimension is a multiple of 128, except
-    batch (1) and heads (2): the point of the option."""
+    batch (1) and heads (2): the point of the option — and E's d_k rows (100), which stay as
+    stored: padding E would copy it on every call, and E·X's GEMM needs its row pitch (N, here
+    padded to 256) aligned, not its row count; the compressed rows are padded after it."""
     layer = make_attention("flurka-performer", d_model=2 * 130, num_heads=2, max_len=200,
                            d_k=100, num_features=70, align=128, rngs=nnx.Rngs(0))
     x = jnp.ones((1, 150, 260), jnp.float32)
@@ -76,9 +78,12 @@ def test_every_gemm_dimension_is_aligned():
     hlo = jax.jit(lambda s, x: nnx.merge(graphdef, s)(x)).lower(state, x).as_text()
     operands = list(dot_operand_shapes(hlo))
     assert len(operands) >= 8                           # Q, E·X, K', V', Qω, K'ω, KV, num, out
+    e_operand = (100, 256)
+    assert any(e_operand in shapes for shapes in operands)
     for shapes in operands:
         for shape in shapes:
-            assert all(d % 128 == 0 or d in (1, 2) for d in shape), (shapes, hlo[:2000])
+            if shape != e_operand:
+                assert all(d % 128 == 0 or d in (1, 2) for d in shape), (shapes, hlo[:2000])
 
 
 @pytest.mark.parametrize("mechanism,reason", [("eva", "LayerNorm"), ("flurka-eva", "LayerNorm"),

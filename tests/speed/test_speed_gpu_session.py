@@ -30,15 +30,15 @@ def test_plans_name_real_points_in_priority_order():
     for plan in g.PLANS.values():
         for sweep, where in plan:
             assert g.planned(sweep, where), (sweep, where)  # every block selects something
-    aligned = g.planned(*g.PLANS["third"][0])
-    assert {p.align for _, p in aligned} == {128} and len(aligned) == 5
+    aligned = g.planned(*g.PLANS["third"][0])                           # aligned: E built padded
+    assert {(p.align, p.pad_to, p.padded_len) for _, p in aligned} == {(128, 128, 55_552)} and len(aligned) == 5
     fused = [p for block in g.PLANS["third"] if "fused" in block[1] for _, p in g.planned(*block)]
     assert fused and all(p.fused and p.mechanism.startswith("flurka-") for p in fused)
     fused_forward = [p for sweep, where in g.PLANS["third"] if sweep == "flash-compare"
                      and "fused" in where and where["mode"] == {"forward"}
                      for _, p in g.planned(sweep, where)]
     assert {p.mechanism for p in fused_forward} == {"flurka-performer", "flurka-rnn", "flurka-eva"}
-    padded = [(i, p) for sweep, where in g.PLANS["third"] if "pad_to" in where
+    padded = [(i, p) for sweep, where in g.PLANS["third"] if "pad_to" in where and "align" not in where
               for i, p in g.planned(sweep, where)]                       # the same points' twins,
     unpadded = [(i, dataclasses.replace(p, pad_to=1, xla=())) for i, p in padded]  # padded to 128
     assert {(p.pad_to, p.padded_len) for _, p in padded} == {(128, 52_608)}

@@ -23,7 +23,8 @@ multiples of 128; benchmarks/results/h200-2026-11-26/NOTES.md). Inside the layer
   * the input's sequence N and width d_model get zero rows/columns; padded rows are masked as keys
     and sliced off the output;
   * the head dim d_h: zero columns of W_Q/W_K/W_V and zero rows of W_O, per head;
-  * d_k (low-rank): zero rows of E1/E2, and the compressed rows they give are masked as keys;
+  * d_k (low-rank): zero rows appended to the compressed input E·X (not to E, which would copy
+    E every call), the compressed rows they give masked as keys;
   * the random-feature count m: zero rows of ω, and their features are exact zeros.
 Scales (1/√d_h, d_h^-1/4, m^-1/2) use the true sizes, so the output equals the unaligned layer's
 up to float rounding, the parameters (and checkpoints) are unchanged, and the FLOP model still

@@ -99,20 +99,28 @@ class LowRankKV:
         [b, round_up(d_k), h, padded d_h], the rows past d_k masked by :meth:`compressed_mask`);
         x: the layer's input with its padded rows zeroed (:func:`zero_padding`)."""
         e1, e2 = (self.aligned_e(e, x.shape[1]) for e in self.seq_proj.matrices(x.shape[1]))
-        x1 = compress(e1, x)
-        x2 = x1 if self.seq_proj.e2 is None else compress(e2, x)
+        x1 = self.aligned_rows(compress(e1, x))
+        x2 = x1 if self.seq_proj.e2 is None else self.aligned_rows(compress(e2, x))
         if e1.ndim == 3:  # per-head E: head h's compression through head h's W only
             return tuple(project_heads(p, xc, *self.head_weights(p, xc.shape[-1]),
                                        spec="bhkd,dhe->bkhe")
                          for p, xc in ((self.key, x1), (self.value, x2)))
         return self.heads(self.key, x1), self.heads(self.value, x2)
 
+    def aligned_rows(self, xc: Array) -> Array:
+        """The compressed input [b, (h,) d_k, d] with zero rows up to round_up(d_k) (aligned
+        layers). Padded here (a few MB), not as zero rows of E, which would copy E on every call
+        ([1536, 55 552] twice per N-sweep layer): E·X runs over E's d_k rows as stored, the row
+        pitch (N) being what its GEMM needs aligned."""
+        return xc if not self.align else pad_to(xc, round_up(self.d_k, self.align), axis=-2)
+
     def aligned_e(self, e: Array, n: int) -> Array:
-        """E [(h,) d_k, ≤n] zero-padded to [(h,) round_up(d_k), n] (aligned layers: the padded
-        input may be longer than max_len; its extra rows are zeros, so E's zeros there are exact)."""
-        if not self.align:
+        """E [(h,) d_k, ≤n] zero-padded to [(h,) d_k, n] (aligned layers: the padded input may be
+        longer than max_len; its extra rows are zeros, so E's zeros there are exact). None of it
+        is copied where the model is built for the padded length (a ``pad_to`` batch)."""
+        if not self.align or e.shape[-1] == n:
             return e
-        return pad_to(pad_to(e, round_up(self.d_k, self.align), axis=-2), n, axis=-1)
+        return pad_to(e, n, axis=-1)
 
     def compressed_mask(self, batch: int) -> Array | None:
         """Key mask of the compressed rows: None (all real) unless aligned padding added rows."""

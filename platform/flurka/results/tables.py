@@ -236,11 +236,15 @@ def stored_execution(config: dict) -> dict:
     query-side kernel), ``pad_to`` (the batch's sequence padded to a multiple of this, 1 =
     unpadded) and ``xla`` (its XLA compile options as ``name=value,...`` sorted, "" = XLA's
     defaults); results older than an option ran without it."""
-    xla = config.get("xla") or {}
+    xla = [f"{k}={str(v).lower() if isinstance(v, bool) else v}"
+           for k, v in (config.get("xla") or {}).items()]
     return {"align": int(config.get("align") or 1), "fused": bool(config.get("fused", False)),
-            "pad_to": int(config.get("pad_to") or 1),
-            "xla": ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}"
-                            for k, v in sorted(xla.items()))}
+            "pad_to": int(config.get("pad_to") or 1), "xla": xla_spelling(xla)}
+
+
+def xla_spelling(options: Sequence[str]) -> str:
+    """XLA options (``name=value`` each) as the tables spell them: sorted, comma-separated."""
+    return ",".join(sorted(options))
 
 
 def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
@@ -276,7 +280,7 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
         df = pd.read_sql(stmt, conn)
     add_execution(df, stored_configs(df.pop("config")))
     if filters.get("xla"):   # name=value pairs in any order, as stored_execution spells them
-        filters = {**filters, "xla": ",".join(sorted(filters["xla"].split(",")))}
+        filters = {**filters, "xla": xla_spelling(filters["xla"].split(","))}
     for name in EXECUTION:
         if filters.get(name) is not None:
             df = df[df[name] == filters[name]]

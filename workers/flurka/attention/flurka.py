@@ -124,9 +124,7 @@ class FlurkaEVA(LowRankKV, EVAAttention):
         return -(-(self.d_k - self.window_size) // self.chunk_size)
 
     def attend(self, x, mask, rng):
-        x = zero_padding(x, mask)
-        q = self.heads(self.query, x)
-        k, v = self.low_rank_kv(x)
+        q, k, v = self.low_rank_qkv(x, mask)
         return compressed_eva_attention(
             q, k, v, mask, window_size=self.window_size, chunk_size=self.chunk_size,
             mu_q=self.adaptive_mu_q, mu_k=self.adaptive_mu_k,

@@ -210,6 +210,12 @@ def _real_rows(start, rows: int, n: int):
     return start + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < n
 
 
+def _program_rows(block_n: int, n: int):
+    """The real-row mask of this program's block of ``block_n`` rows (the grid's last axis
+    walks the rows); None where every block is whole."""
+    return _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+
+
 def _load(ref, real):
     """``ref``'s block, zero in the rows ``real`` (None: all) marks as past the array."""
     return plgpu.load(ref, mask=real, other=None if real is None else 0)
@@ -222,7 +228,7 @@ def _kernel(*refs, feature, head_dim, num_features, denominator, n):
     q_ref, omega_t_ref, kv_ref, k_sum_ref, o_ref = _split_refs(refs, feature)
     fb, db = _blocks(kv_ref.shape[0]), _blocks(kv_ref.shape[1])
     block_n = q_ref.shape[0]
-    real = _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+    real = _program_rows(block_n, n)
     q = [_load(q_ref.at[:, c], real) for c in db]                        # [bn, ≤128] compute dtype
     feats, _ = _features(q, lambda c, j: omega_t_ref[db[c], fb[j]], fb, feature, head_dim,
                          num_features)
@@ -443,7 +449,7 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
     the weights from."""
     db = _blocks(q_ref.shape[1])
     block_n = q_ref.shape[0]
-    real = _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+    real = _program_rows(block_n, n)
     q = [_load(q_ref.at[:, c], real) for c in db]
 
     def step(i, carry):
@@ -482,7 +488,7 @@ def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n,
     """dq of a block of query rows: over the key blocks, P = exp(logits − lse),
     dS = P ⊙ (g vᵀ − δ), dq = scale · dS k (flash attention's backward, query side)."""
     block_n = q_ref.shape[0]
-    real = _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+    real = _program_rows(block_n, n)
     q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, pl.ds(0, block_n), real)
 
     def step(i, dq):

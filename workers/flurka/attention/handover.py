@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flurka.attention.base import F32, zero_padding
+from flurka.attention.base import F32
 from flurka.attention.eva import EVAAttention, eva_attention
 from flurka.attention.flops import FLURKA, constituents
 from flurka.attention.full import softmax_attention
@@ -81,9 +81,7 @@ class HandoverMixin:
     def base_attend(self, x: Array, mask: Array | None, rng: Array | None) -> Array:
         """The base mechanism's per-head context [b, n, h, d_h] from this layer's parameters."""
         if self.handover_from == "linformer":
-            x = zero_padding(x, mask)
-            q = self.heads(self.query, x)
-            k, v = self.low_rank_kv(x)
+            q, k, v = self.low_rank_qkv(x, mask)
             return softmax_attention(q, k, v, None)
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))
         if self.handover_from == "performer":

@@ -94,6 +94,13 @@ class LowRankKV:
                              f"< layer max_len={self.max_len}")
         self.seq_proj = seq_proj
 
+    def low_rank_qkv(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array]:
+        """Q, K', V' (:meth:`low_rank_kv`) from the layer's input. Its padded rows are zeroed
+        once, before W_Q as well as before the compression (the padded rows' outputs are
+        nobody's), so XLA keeps one masked normalised input, not a masked and an unmasked one."""
+        x = zero_padding(x, mask)
+        return (self.heads(self.query, x), *self.low_rank_kv(x))
+
     def low_rank_kv(self, x: Array) -> tuple[Array, Array]:
         """K' = (E1·X) W_K, V' = (E2·X) W_V as heads [b, d_k, h, d_h] (aligned:
         [b, round_up(d_k), h, padded d_h], the rows past d_k masked by :meth:`compressed_mask`);
@@ -130,7 +137,5 @@ class LowRankKV:
         return jnp.broadcast_to(jnp.arange(d_k_pad) < self.d_k, (batch, d_k_pad))
 
     def attend(self, x, mask, rng):
-        x = zero_padding(x, mask)   # once, for Q too: XLA then writes one normalised input, not two
-        q = self.heads(self.query, x)
-        k, v = self.low_rank_kv(x)
+        q, k, v = self.low_rank_qkv(x, mask)
         return self.core(q, k, v, self.compressed_mask(x.shape[0]), rng)

@@ -87,8 +87,8 @@ class Point:
     xla: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
-        if isinstance(self.xla, dict):   # as a row records them
-            object.__setattr__(self, "xla", tuple(sorted(self.xla.items())))
+        # one spelling (sorted pairs) from a dict (as a row records them) or any (name, value)s
+        object.__setattr__(self, "xla", tuple(sorted(dict(self.xla).items())))
         _choice("mechanism", self.mechanism, MECHANISMS)
         _choice("mode", self.mode, MODES)
         _choice("scope", self.scope, SCOPES)
@@ -223,7 +223,7 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
         chosen[name] = given
     if dtype is not None:
         _choice("dtype", dtype, DTYPES)
-    out = []
+    out, xla = [], dict(xla)
     for shape, mech, mode, scope in itertools.product(spec.shapes, spec.mechanisms, spec.modes,
                                                       spec.scopes):
         if any(chosen[k] is not None and v not in chosen[k]
@@ -232,7 +232,7 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
         out.append(Point(mechanism=mech, mode=mode, scope=scope, dtype=dtype or spec.dtype,
                          align=align if mech in ALIGNABLE else 1,
                          fused=fused and mech in FUSABLE, pad_to=pad_to,
-                         xla=tuple(sorted(dict(xla).items())), **dataclasses.asdict(shape)))
+                         xla=xla, **dataclasses.asdict(shape)))
     return out
 
 

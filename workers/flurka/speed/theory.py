@@ -32,7 +32,6 @@ from flax import nnx
 
 from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
-from flurka.attention.base import zero_padding
 from flurka.attention.feature_maps import elu_features, favor_features
 
 PROJECTIONS = ("query", "key", "value", "out")
@@ -192,8 +191,7 @@ def kernel_features(layer: nnx.Module, x: jax.Array, mask: jax.Array | None = No
         raise ValueError(f"rank needs a feature-map mechanism ({', '.join(FEATURE_MECHANISMS)}), "
                          f"got {mech!r}")
     if mech.startswith("flurka-"):
-        x = zero_padding(x, mask)
-        q, (k, _), key_mask = layer.heads(layer.query, x), layer.low_rank_kv(x), None
+        (q, k, _), key_mask = layer.low_rank_qkv(x, mask), None
     else:
         q, k, key_mask = layer.heads(layer.query, x), layer.heads(layer.key, x), mask
     if mech.endswith("performer"):

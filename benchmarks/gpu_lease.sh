@@ -5,6 +5,7 @@
 #
 #   OUT=DIR bash benchmarks/gpu_lease.sh                 # results (JSON, log.txt) under DIR
 #   PLAN=second BUDGET=300 bash benchmarks/gpu_lease.sh --repeats 20
+#   CHECK=full,linformer,performer,rnn,eva,flurka-performer,flurka-rnn,flurka-eva,flash OUT=DIR bash benchmarks/gpu_lease.sh
 #
 # PYTHON: the interpreter with JAX (default python3). FLAX_WHEEL: a flax >= 0.12 wheel to use
 # where the machine's flax is older (installed under /tmp, nothing else touched).
@@ -27,13 +28,16 @@ fi
 "$PYTHON" -c "import flax, jax, optax; print('flax', flax.__version__, 'jax', jax.__version__, 'optax', optax.__version__, jax.devices())"
 
 # Points whose compiled step needs more than 92 % of the card's memory are reported OOM unrun.
+# Checks: flurka-rnn (plain, aligned, fused: both Pallas kernels) and flash (cuDNN) against the
+# CPU, ~10 s each; every mechanism (CHECK naming them all, as above) took 340 s
+# of a 420 s budget on the H200 (2026-11-27), where all of them passed.
 MEMORY=()
 if command -v nvidia-smi >/dev/null; then
   MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   MEMORY=(--memory-budget-gb "$(awk -v m="$MIB" 'BEGIN { printf "%d", m * 0.92 / 1024 }')")
 fi
-"$PYTHON" benchmarks/gpu_session.py --out "$OUT" --plan "${PLAN:-third}" --budget-s "${BUDGET:-480}" \
-  --check-align 128 --check-fused --tune-fused --probes --profile-steps 2 "${MEMORY[@]}" "$@" \
+"$PYTHON" benchmarks/gpu_session.py --out "$OUT" --plan "${PLAN:-fourth}" --budget-s "${BUDGET:-480}" \
+  --check "${CHECK:-flurka-rnn,flash}" --check-align 128 --check-fused --tune-fused --probes --profile-steps 2 "${MEMORY[@]}" "$@" \
   2>&1 | tee "$OUT/log.txt"
 status=$?
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv

@@ -52,6 +52,11 @@ def test_plans_name_real_points_in_priority_order():
     assert {p.dtype for _, p in by_dtype["float32"]} == {"float32"}      # twins: same points,
     assert [(i, p.mechanism) for i, p in by_dtype["float32"]] == \
         [(i, p.mechanism) for i, p in by_dtype["bfloat16"]]              # the other dtype
+    compared = [p for sweep, where in g.PLANS["fourth"] if sweep == "flash-compare"
+                for _, p in g.planned(sweep, where)]
+    for mode in ("forward", "train"):       # the flash comparison: flash in the same lease
+        assert {p.mechanism for p in compared if p.mode == mode} >= \
+            {"flash", "flurka-performer", "flurka-rnn"}
     boundary = g.planned(*g.PLANS["third"][-1])                          # both sides of 15000
     assert len(boundary) == 30 and {p.seq_len for _, p in boundary} == {2000, 3000, 4000, 5000, 7050, 15000}
 
@@ -69,7 +74,7 @@ def test_theory_arguments_are_a_valid_plan():
 
 def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     g = _driver()
-    assert g.main(["--out", str(tmp_path), "--tiny", "--check", "rnn,flash", "--budget-s", "600",
+    assert g.main(["--out", str(tmp_path), "--tiny", "--check", "rnn,flash,full", "--budget-s", "600",
                    "--repeats", "1", "--warmup", "0", "--check-align", "128", "--check-fused",
                    "--profile-steps", "1", "--tune-fused"]) == 0
     check = json.loads((tmp_path / "check.json").read_text())["check"]
@@ -89,6 +94,8 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert 1e-4 < by[("rnn", "bfloat16", True)]["rel_err"] < 2e-2
     # their gradients (aligned; fused: the backward kernel) against the CPU layer's
     assert 0.0 < by[("rnn", "float32", 128)]["grad_rel_err"] < 1e-5
+    # softmax's key bias: a zero gradient up to roundoff, not a 0.66 relative error
+    assert 0.0 < by[("full", "float32", 128)]["grad_rel_err"] < 1e-5
     assert 0.0 < by[("rnn", "float32", True)]["grad_rel_err"] < 1e-5
     assert 1e-4 < by[("rnn", "bfloat16", True)]["grad_rel_err"] < 5e-2
     assert "grad_rel_err" not in by[("rnn", "float32", None)]

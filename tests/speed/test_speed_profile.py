@@ -124,6 +124,27 @@ def test_gpu_trace_reading():
     assert s["top_ops"][0]["kernels"] == ["cutlass_splitk_reduce", "sm90_xmma_gemm_bf16bf16_bf16f32"]
 
 
+def test_command_buffer_trace_is_split_by_kernel():
+    """On the H200 (2026-11-27) XLA ran each step as one CUDA graph and the trace gave every
+    kernel the graph's hlo_op: the kernels' own names (XLA's fusion names, '.' as '_') say which
+    op each is, so the kinds survive."""
+    device = SimpleNamespace(name="/device:GPU:0", lines=[
+        SimpleNamespace(name="Stream #13(compute)", events=[
+            _event("gemm_fusion_dot_3_0", 400, hlo_op="command_buffer_1"),
+            _event("input_reduce_fusion", 100, hlo_op="command_buffer_1"),
+            _event("transpose_fusion", 50, hlo_op="command_buffer_1"),
+            _event("sm90_xmma_gemm_bf16bf16_bf16f32", 200, hlo_op="command_buffer_1"),
+            _event("Memset 0", 10, hlo_op="command_buffer_1")])])
+    times, _ = profile.op_times(SimpleNamespace(planes=[device]))
+    assert set(times) == {"gemm_fusion_dot_3_0", "input_reduce_fusion", "transpose_fusion",
+                          "sm90_xmma_gemm_bf16bf16_bf16f32", "Memset 0"}
+    s = profile.summarize(times, profile.op_kinds(GPU_HLO), steps=1)
+    assert {k: v["s_per_step"] * 1e9 for k, v in s["by_kind"].items()} == pytest.approx(
+        {"gemm": 600, "reduction": 100, "copy": 50, "other": 10})
+    kinds = profile.op_kinds(GPU_HLO)   # the kernel spelling of a name its words would misread
+    assert kinds["custom_call_5_0"] == kinds["custom-call.5.0"] == "attention"
+
+
 def test_trace_of_a_compiled_step_on_cpu():
     def step(a, b):
         c = a @ b                                         # 2·512³ FLOPs: the bulk of the step

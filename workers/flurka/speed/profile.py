@@ -31,6 +31,7 @@ KINDS = ("gemm", "attention", "pallas", "reduction", "elementwise", "copy", "oth
 # Lines of a device plane that the profiler derives from the kernels (they would count them twice).
 _DERIVED_LINES = ("XLA Modules", "XLA Ops", "XLA TraceMe", "Steps", "Launch Stats", "Source code",
                   "Framework Ops", "Framework Name Scope", "TensorFlow Name Scope", "Async XLA Ops")
+_COMMAND_BUFFER = "command_buffer"
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _OPCODE = re.compile(r"\s([a-z][a-z0-9\-]*)\(")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
@@ -103,9 +104,13 @@ def classify(line: str, bodies: dict[str, list[str]]) -> str:
 
 
 def op_kinds(hlo_text: str) -> dict[str, str]:
-    """Instruction name -> kind, for every instruction of an optimised HLO module's text."""
+    """Instruction name -> kind, for every instruction of an optimised HLO module's text; each
+    also under its kernel's spelling (XLA names a fusion's kernel after it, '.' and '-' as '_':
+    ``gemm_fusion_dot.16`` runs as ``gemm_fusion_dot_16``), which is all a command buffer's trace
+    says (:func:`op_times`)."""
     bodies, lines = _computations(hlo_text)
-    return {name: classify(line, bodies) for name, line in lines.items()}
+    kinds = {name: classify(line, bodies) for name, line in lines.items()}
+    return {**{re.sub(r"[.\-]", "_", name): kind for name, kind in kinds.items()}, **kinds}
 
 
 def kernel_kind(name: str) -> str:
@@ -125,7 +130,9 @@ def op_times(profile: Any) -> tuple[dict[str, dict[str, Any]], str]:
     """(hlo_op -> {"ns": total duration, "events": count, "kernels": names}, "device" or "host"):
     GPU device planes when there are any (their stream lines), else the host's thread lines — on a
     GPU that means the device was not traced (no CUPTI) and the times are launches, hence the
-    source. A device event without an ``hlo_op`` stat counts under ``kernel:<its name>``."""
+    source. A device event without an ``hlo_op`` stat counts under ``kernel:<its name>``; one whose
+    ``hlo_op`` is a command buffer (XLA replays a step's kernels as one CUDA graph, and the trace
+    names the graph for each of them) under its own name, which for XLA's fusions is the op's."""
     devices = [p for p in profile.planes if p.name.startswith("/device:")]
     planes = devices or [p for p in profile.planes if p.name.startswith("/host:")]
     out: dict[str, dict[str, Any]] = {}
@@ -137,6 +144,8 @@ def op_times(profile: Any) -> tuple[dict[str, dict[str, Any]], str]:
                 op = dict(event.stats).get("hlo_op")
                 if op is None and devices:
                     op = f"kernel:{event.name}"
+                elif str(op).startswith(_COMMAND_BUFFER):
+                    op = event.name
                 if op is None:
                     continue
                 row = out.setdefault(str(op), {"ns": 0.0, "events": 0, "kernels": set()})

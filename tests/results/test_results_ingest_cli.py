@@ -34,7 +34,9 @@ def test_speed_json_ingests_once_and_tables_read_it(tmp_path, capsys):
 
 
 def test_ingest_unreachable_db_is_one_line(tmp_path, capsys):
-    code = main(["ingest", "--db", "postgresql://u:secret@127.0.0.1:1/x", str(tmp_path / "none.json")])
+    empty = tmp_path / "none.json"
+    empty.write_text("[]")                          # no speed records: valid, nothing to add
+    code = main(["ingest", "--db", "postgresql://u:secret@127.0.0.1:1/x", str(empty)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "cannot reach" in err and "secret" not in err and "\n" not in err
 
@@ -45,3 +47,21 @@ def test_ingest_bad_file_is_one_line(tmp_path, capsys):
     code = main(["ingest", "--db", f"sqlite:///{tmp_path / 'r.db'}", str(bad)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "cannot read results JSON" in err and "\n" not in err
+
+
+def test_ingest_validates_every_file_before_writing_any(tmp_path, capsys):
+    """A lease's folder holds JSON that is no results file (its card checks): named in one line,
+    and the good file beside it is not half-ingested either."""
+    good = tmp_path / "n-sweep.json"
+    subprocess.run(
+        [sys.executable, "-m", "flurka.speed", "--sweep", "tiny", "--mechanisms", "rnn",
+         "--modes", "forward", "--repeats", "1", "--warmup", "0", "--no-ceilings", "--out", str(good)],
+        check=True, timeout=600)
+    check = tmp_path / "check.json"
+    check.write_text(json.dumps({"device": {"name": "cpu"}, "check": [{"rel_err": 1e-7}]}))
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    assert main(["ingest", "--db", url, str(good), str(check)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(check) in err and "not a results file" in err and "\n" not in err
+    assert main(["ingest", "--db", url, str(good)]) == 0             # nothing was written before
+    assert "already present 0" in capsys.readouterr().out

@@ -135,7 +135,7 @@ def test_ingest_file_routes_theory_documents(engine, theory_doc, tmp_path):
     assert ingest_file(engine, bare).added == n_rows(theory_doc)
     future = tmp_path / "future.json"
     future.write_text(json.dumps({"schema": "flurka.theory/9", "created": "2026-12-02T00:00:00", "rows": []}))
-    with pytest.raises(ValueError, match=r"^theory document: schema 'flurka.theory/9' is not 'flurka.theory/1'$"):
+    with pytest.raises(ValueError, match=r"future\.json: theory document: schema 'flurka.theory/9' is not 'flurka.theory/1'$"):
         ingest_file(engine, future)
     assert counts(engine)["theory_runs"] == 2
 

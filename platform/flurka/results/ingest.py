@@ -124,15 +124,40 @@ def load_json(path: str | Path) -> Any:
         raise ValueError(f"cannot read results JSON {path}: {e}") from None
 
 
-def ingest_file(engine: Engine, path: str | Path) -> IngestReport:
-    """Ingest a JSON file: a list is speed records, a ``flurka.theory/1`` object (or one with
-    ``approximation_errors``/``ranks``) a ``flurka.speed.theory`` document, an object with
-    ``results`` a ``flurka.speed`` document, any other object a sweep record."""
+Parsed = SweepRecord | TheoryRecord | list[SpeedRecord]
+
+
+def parse_file(path: str | Path) -> Parsed:
+    """Read and validate one results file, writing nothing: a list is speed records, a
+    ``flurka.theory/1`` object (or one with ``approximation_errors``/``ranks``) a
+    ``flurka.speed.theory`` document, an object with ``results`` a ``flurka.speed`` document, one
+    with ``sweep_id`` or ``trials`` a sweep record. Errors name the file: a lease's folder also
+    holds JSON that is none of these (its card checks, the fused kernels' tuning)."""
     data = load_json(path)
-    if is_theory_document(data):
-        return ingest_theory(engine, data)
-    if isinstance(data, list):
-        return ingest_speed(engine, data)
-    if isinstance(data, dict) and "results" in data:
-        return ingest_speed(engine, speed_records_from_document(data))
-    return ingest_sweep(engine, data)
+    try:
+        if is_theory_document(data):
+            return TheoryRecord.from_dict(data)
+        if isinstance(data, list):
+            return [SpeedRecord.from_dict(r, f"speed records[{i}]") for i, r in enumerate(data)]
+        if isinstance(data, dict) and "results" in data:
+            return speed_records_from_document(data)
+        if isinstance(data, dict) and data.keys() & {"sweep_id", "trials"}:
+            return SweepRecord.from_dict(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    raise ValueError(f"{path}: not a results file (a flurka.speed or flurka.theory document, a list "
+                     "of speed records or a sweep record)")
+
+
+def ingest_parsed(engine: Engine, parsed: Parsed) -> IngestReport:
+    """Write what :func:`parse_file` read (one transaction)."""
+    if isinstance(parsed, TheoryRecord):
+        return ingest_theory(engine, parsed)
+    if isinstance(parsed, SweepRecord):
+        return ingest_sweep(engine, parsed)
+    return ingest_speed(engine, parsed)
+
+
+def ingest_file(engine: Engine, path: str | Path) -> IngestReport:
+    """:func:`parse_file`, then :func:`ingest_parsed`."""
+    return ingest_parsed(engine, parse_file(path))

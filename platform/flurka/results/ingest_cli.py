@@ -5,7 +5,8 @@ into the DB.
     python -m flurka.speed.theory --out benchmarks/h100_theory.json
     flurka ingest --db postgresql://me@db-host/flurka benchmarks/h100_nsweep.json benchmarks/h100_theory.json
 
-Idempotent: ingesting a file twice adds nothing. Each file is one transaction.
+Idempotent: ingesting a file twice adds nothing. Every file is read and validated before any is
+written (a bad one names itself and nothing is added); then each file is one transaction.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 import sys
 
 from flurka.results import db
-from flurka.results.ingest import ingest_file
+from flurka.results.ingest import ingest_parsed, parse_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,14 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    parsed = [(path, parse_file(path)) for path in args.files]   # ValueError: one line, by main
     try:
         engine = db.open_results(args.db)
     except db.DatabaseUnreachable as e:
         print(f"flurka ingest: {e}", file=sys.stderr)
         return 2
     try:
-        for path in args.files:
-            report = ingest_file(engine, path)
+        for path, records in parsed:
+            report = ingest_parsed(engine, records)
             print(f"{path}: added {report.added}, already present {report.skipped}")
     finally:
         engine.dispose()

@@ -131,6 +131,10 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "mechanism": {"flash"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, **ALIGNED,
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
+        # EVA's softmax in two parts, no concatenated [N, C] copy (its plan at 55k: 74 -> 40 GB
+        # forward; it ran at 6.6x its floor): what the card makes of it.
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward", "train"},
+                     "mechanism": {"eva"}}),
         ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
                              "mode": {"forward"}, **ALIGNED, "mechanism": FIVE}),
         ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
@@ -162,6 +166,12 @@ SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "E_x flash [1024,52500]@[52500,512]": ((1024, 52500), (52500, 512)),
     "E_x flash split-7 [7,1024,7500]@[7,7500,512]": ((7, 1024, 7500), (7, 7500, 512)),
     "x_w flash [52500,512]@[512,512]": ((52500, 512), (512, 512)),
+    # The same at the padded batch (what the fused + padded rows ran: the third lease's best),
+    # and E1·X, E2·X as one product with E1, E2 stacked (X read once, 64 output tiles not 32):
+    # if it is much faster than two, a stacked E is worth its parameter-layout change.
+    "E_x flash padded [1024,52608]@[52608,512]": ((1024, 52608), (52608, 512)),
+    "E_x flash stacked [2048,52608]@[52608,512]": ((2048, 52608), (52608, 512)),
+    "x_w flash padded [52608,512]@[512,512]": ((52608, 512), (512, 512)),
 }
 
 

@@ -136,6 +136,9 @@ def test_shape_probes_count_each_products_flops():
                                if k.startswith(name.split(" split")[0] + " [")]
         assert sa[0] * sa[2] == whole_a[1] == sb[0] * sb[1]                  # K, split
         assert (sa[1], sb[2]) == (whole_a[0], whole_b[1])                   # M, N
+    (stacked_a, stacked_b), = [v for k, v in g.SHAPE_PROBES.items() if "stacked" in k]
+    (one_a, one_b), = [v for k, v in g.SHAPE_PROBES.items() if k.startswith("E_x flash padded")]
+    assert stacked_a == (2 * one_a[0], one_a[1]) and stacked_b == one_b   # E1, E2 on X once
 
 
 def test_failed_tuning_keeps_the_default_tiling_and_the_plan_going(tmp_path, monkeypatch):

@@ -38,6 +38,36 @@ def test_time_fn_reports_the_median_not_the_mean():
     assert t["p90_s"] >= 0.055  # the slow calls are in the spread, not in the median
 
 
+def test_time_interleaved_rotates_the_calls_and_survives_a_failure():
+    """Side by side: every call once per round, each round starting one place later (none is
+    always first); one that fails leaves the others timed; a jitted one is compiled first."""
+    order = []
+
+    def call(name, seconds):
+        def fn():
+            order.append(name)
+            time.sleep(seconds)
+            return jnp.zeros(())
+        return fn
+
+    def broken():
+        order.append("broken")
+        raise RuntimeError("no kernel for this launch")
+
+    calls = {"a": (call("a", 0.001), ()), "b": (call("b", 0.020), ()), "broken": (broken, ()),
+             "jit": (jax.jit(lambda x: x + 1), (jnp.ones(3),))}
+    out = timing.time_interleaved(calls, warmup=1, repeats=4)
+    assert order[:3] == ["a", "b", "broken"]                         # round 0 as given
+    assert order[3:7] == ["b", "a", "a", "b"]             # rounds 1, 2 start one place later
+    assert order.count("broken") == 1 and order.count("a") == order.count("b") == 5
+    assert out["broken"]["status"] == "error" and "no kernel" in out["broken"]["error"]
+    assert all(out[k]["status"] == "ok" and out[k]["repeats"] == 4 for k in ("a", "b", "jit"))
+    assert out["a"]["median_s"] < 0.015 <= out["b"]["median_s"]
+    assert out["jit"]["compile_s"] > 0 and out["a"]["compile_s"] is None
+    with pytest.raises(ValueError, match="repeats"):
+        timing.time_interleaved(calls, warmup=0, repeats=0)
+
+
 def test_time_fn_rejects_bad_counts():
     with pytest.raises(ValueError, match="repeats"):
         timing.time_fn(lambda: jnp.ones(()), (), repeats=0)

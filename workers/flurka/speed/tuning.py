@@ -7,7 +7,9 @@ measurements. So a GPU session first times a small grid at the size it will meas
 N = 52.5k, 4 heads, d_h = m = 128, bf16): forward candidates on the forward kernel, then backward
 candidates (with the best forward) on a gradient step; the best by total time over both feature
 maps (FAVOR+, elu+1) is what the session's fused layers are built with (``use_tiling``). A
-candidate that fails to compile (e.g. shared memory) is a row with its error, not a crash.
+stage's candidates are timed side by side (every candidate once per round), not one after
+another: on the H200 the default, timed first, read 10–15 % slower than the same launch timed
+later. A candidate that fails to compile (e.g. shared memory) is a row with its error, not a crash.
 JAX alone, like the rest of :mod:`flurka.speed`.
 """
 
@@ -22,7 +24,7 @@ import jax.numpy as jnp
 from flurka.attention.feature_maps import (
     elu_features, favor_features, gaussian_orthogonal_matrix, key_side)
 from flurka.attention.fused import FEATURES, Tiling, fused_query_side
-from flurka.speed.timing import guarded, random_normal, time_fn
+from flurka.speed.timing import random_normal, time_interleaved
 
 # (block_n, num_warps) and (bwd_block_n, bwd_rows, bwd_num_warps) to try on a GPU: those that
 # ptxas compiles for sm_90 without spilling registers, for both feature maps at SIZE
@@ -68,12 +70,16 @@ def stage_step(stage: str, tiling: Tiling, options: dict):
 
 def _time_candidates(stage: str, tilings: Sequence[Tiling], inputs: dict, *, warmup: int,
                      repeats: int) -> list[dict]:
+    """Every candidate on every feature map, timed side by side (:func:`time_interleaved`)."""
+    timed = time_interleaved({(i, feature): (stage_step(stage, tiling, options), args)
+                              for i, tiling in enumerate(tilings)
+                              for feature, (args, options) in inputs.items()},
+                             warmup=warmup, repeats=repeats)
     rows = []
-    for tiling in tilings:
+    for i, tiling in enumerate(tilings):
         row = {"stage": stage, "tiling": dataclasses.asdict(tiling), "median_s": {}}
-        for feature, (args, options) in inputs.items():
-            timing = guarded(lambda: time_fn(stage_step(stage, tiling, options), args,
-                                             warmup=warmup, repeats=repeats))
+        for feature in inputs:
+            timing = timed[(i, feature)]
             if timing["status"] != "ok":
                 row.update(status=timing["status"], error=timing.get("error"))
                 break

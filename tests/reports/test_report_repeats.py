@@ -52,3 +52,28 @@ def test_padded_runs_are_their_own_group_and_label():
     assert [t.get_text() for t in plot.fig.axes[0].get_yticklabels()] == [
         "linformer forward layer N=55500", "linformer forward layer N=55500 pad to 128"]
     assert table.df.index.get_level_values("pad_to").tolist() == [1, 128]
+
+
+def test_best_execution_table_compares_fused_padded_flurka_with_plain_flash(tmp_path):
+    """The flash comparison's headline — FLuRKA fused and padded, flash as cuDNN runs it — at one
+    N is in no N-sweep group (one execution each); the report's best-execution table shows it.
+    A configuration measured in one execution only gets no such table (it would repeat one)."""
+    from flurka.reports.sections import best_execution_tables
+    from flurka.reports.sources import speed_rows
+    from flurka.results import ingest_speed, open_results
+
+    def speed(mechanism, median, config=None, d_model=512):
+        return {"device": "NVIDIA H200", "host": "node", "versions": {"jax": "0.11.2"}, "mechanism": mechanism,
+                "mode": "forward", "N": 52500, "d_model": d_model, "heads": 4, "d_k": 1024, "m": 128,
+                "status": "ok", "median_s": median, "config": config}
+
+    engine = open_results(f"sqlite:///{tmp_path / 'r.db'}")
+    ingest_speed(engine, [speed("flash", 0.0656), speed("flurka-rnn", 0.0061),
+                          speed("flurka-rnn", 0.0045, {"fused": True, "pad_to": 128}),
+                          speed("flash", 0.0300, d_model=256), speed("flurka-rnn", 0.003, d_model=256)])
+    (table,) = best_execution_tables(engine, speed_rows(engine))
+    engine.dispose()
+    assert "d_model=512" in table.caption and "fastest" in table.title
+    row = table.df.loc[("flurka-rnn", 52500)]
+    assert row["vs flash"] == pytest.approx(0.0656 / 0.0045)
+    assert row["executions"] == "flurka-rnn: fused, pad_to 128; flash: plain"

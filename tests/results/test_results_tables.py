@@ -261,3 +261,35 @@ def test_runs_under_other_xla_options_are_different_measurements(engine):
     args.xla = "xla_gpu_experimental_gemm_fusion_v2=true"
     with pytest.raises(tables.NoResults):   # a subset of a run's options is another run
         cli.build(engine, args)
+
+
+def test_best_execution_compares_each_mechanism_at_its_fastest(engine):
+    """``best``: flash (plain only: cuDNN cannot be aligned or fused) against FLuRKA's fastest
+    execution, fused and padded, and a constituent at its own fastest (aligned); the table says
+    which execution each side ran. An OOM execution never hides one that fitted."""
+    from flurka.results import ingest_speed
+
+    def speed(mechanism, median, config=None, status="ok"):
+        return {"device": "NVIDIA H200", "host": "node", "versions": {"jax": "0.11.2"}, "mechanism": mechanism,
+                "mode": "forward", "N": 52500, "d_model": 512, "heads": 4, "d_k": 1024, "m": 128,
+                "status": status, "median_s": median, "config": config}
+
+    records = [speed("flash", 0.0656), speed("flurka-rnn", 0.0061),
+               speed("flurka-rnn", 0.0045, {"fused": True, "pad_to": 128}),
+               speed("flurka-rnn", None, {"fused": True, "pad_to": 256}, status="oom"),
+               speed("rnn", 0.0090), speed("rnn", 0.0072, {"align": 128, "pad_to": 128})]
+    assert ingest_speed(engine, records).added == 6
+    with pytest.raises(ValueError, match="filter by"):
+        tables.speedup_table(engine, mode="forward")                 # several executions
+    up = tables.speedup_table(engine, mode="forward", best=True)
+    row = up.loc[("flurka-rnn", 52500)]
+    assert row["vs flash"] == pytest.approx(0.0656 / 0.0045)
+    assert row["vs kernel"] == pytest.approx(0.0072 / 0.0045)
+    assert row["executions"] == "flurka-rnn: fused, pad_to 128; rnn: align 128, pad_to 128; flash: plain"
+    assert_frame(tables.speed_table(engine, mode="forward", best=True), [52500],
+                 ["flash", "rnn", "flurka-rnn"], [[65.6, 7.2, 4.5]])
+    from flurka.results import cli   # the same from the command line
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    args = parser.parse_args(["--table", "speedup", "--mode", "forward", "--best"])
+    assert cli.build(engine, args).loc[("flurka-rnn", 52500), "vs flash"] == pytest.approx(0.0656 / 0.0045)

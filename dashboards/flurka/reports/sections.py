@@ -243,6 +243,7 @@ def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Sec
         if panels:
             ups.items.append(Plot(f"speedups-{i}", f"Speedups vs N ({g.iloc[0]['device']})", caption,
                                   F.speedups(panels, claim_bound=_claim_bound(g))))
+    ups.items += best_execution_tables(engine, rows)
     run = "python -m flurka.speed --sweep {} --out FILE.json"
     if not speed.items:
         speed.missing = f"no data yet: run {run.format('n-sweep')}, {INGEST}"
@@ -250,6 +251,36 @@ def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Sec
         ups.missing = (f"no data yet: run {run.format('n-sweep')} and {run.format('flash-compare')} "
                        f"(FLuRKA variants with their constituents and flash), {INGEST}")
     return speed, ups
+
+
+# A configuration's fixed part (the speed tables' filters, beside mode and device).
+_CONFIG_FILTERS = {"scope": "scope", "d_model": "d_model", "heads": "heads", "d_k": "d_k",
+                   "m": "num_features", "batch": "batch", "dtype": "dtype"}
+
+
+def best_execution_tables(engine: Engine, rows: pd.DataFrame) -> list[Table]:
+    """Where a configuration ran in more than one execution (aligned, fused, padded, XLA
+    options), its speedups with every mechanism at its fastest one (``speedup_table(best=True)``):
+    FLuRKA fused and padded against flash as cuDNN runs it — the comparison the other tables,
+    one execution each, cannot show."""
+    out = []
+    key = ["device", "mode", *_CONFIG_FILTERS]
+    plain = (rows["align"] == 1) & ~rows["fused"].astype(bool) & (rows["pad_to"] == 1) & (rows["xla"] == "")
+    for values, part in rows.groupby(key, dropna=False, sort=True):
+        if plain[part.index].all() or not part["mechanism"].isin(list(T.KERNEL_OF)).any():
+            continue
+        first = dict(zip(key, values))
+        filters = {f: (int(first[c]) if isinstance(first[c], float) else first[c])
+                   for c, f in _CONFIG_FILTERS.items() if pd.notna(first[c])}
+        try:
+            table = T.speedup_table(engine, mode=first["mode"], best=True, device=first["device"], **filters)
+        except ValueError:  # NoResults (no FLuRKA variant ran ok) or filters that cannot pin it
+            continue
+        caption = (f"Device: {first['device']}. Config: {describe(first, list(_CONFIG_FILTERS))}; each "
+                   "mechanism at its fastest measured execution (the executions column says which).")
+        out.append(Table(f"speedups-best-{len(out)}", f"Speedups, {first['mode']}, {first['scope']} scope, "
+                         "each mechanism at its fastest execution", caption, table))
+    return out
 
 
 def speed_vs_section(rows: pd.DataFrame, axis: str) -> Section:

@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="speed/speedup: device name contains this")
     parser.add_argument("--d-model", type=int, help="speed/speedup: only this d_model")
     parser.add_argument("--scope", choices=("layer", "model"), help="speed/speedup: one layer or the whole model")
+    parser.add_argument("--dtype", choices=("bfloat16", "float32"), help="speed/speedup: compute dtype")
     parser.add_argument("--align", type=int,
                         help="speed/speedup: only runs with this aligned execution (1 = unaligned)")
     parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
@@ -42,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pad-to", type=int,
                         help="speed/speedup: only runs whose batch was padded to a multiple of this "
                              "(1 = unpadded)")
+    parser.add_argument("--best", action="store_true",
+                        help="speed/speedup: each mechanism at its fastest measured execution "
+                             "(aligned, fused, padded, XLA options), the speedup table saying which")
     parser.add_argument("--xla", metavar="NAME=VALUE,...",
                         help="speed/speedup: only runs compiled with these XLA options (as recorded: "
                              "name=value pairs, sorted, comma-separated; '' = XLA's defaults)")
@@ -74,9 +78,11 @@ def build(engine, args: argparse.Namespace):
     if args.table == "isoflops":
         return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep, **bench)
     speed = tables.speed_table if args.table == "speed" else tables.speedup_table
-    filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "align": args.align,
+    filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "dtype": args.dtype,
+               "align": args.align,
                "fused": args.fused, "pad_to": args.pad_to, "xla": args.xla}
-    return speed(engine, mode=args.mode, **{k: v for k, v in filters.items() if v is not None})
+    return speed(engine, mode=args.mode, best=args.best,
+                 **{k: v for k, v in filters.items() if v is not None})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -254,11 +254,13 @@ def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
         df[name] = [e[name] for e in execution]
 
 
-def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
+def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = False,
+                       **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
     ``align``, ``fused``, ``pad_to`` and ``xla`` (:func:`stored_execution`) come from the stored config of a
-    ``flurka.speed`` result."""
+    ``flurka.speed`` result. ``best``: of a mechanism's executions at one N, its fastest
+    (:func:`fastest_execution`), the execution columns saying which."""
     unknown = set(filters) - set(SPEED_FILTERS)
     if unknown:
         raise ValueError(f"unknown speed filter {', '.join(sorted(unknown))} (valid: {', '.join(SPEED_FILTERS)})")
@@ -287,12 +289,32 @@ def speed_measurements(engine: Engine, *, mode: str = "train", **filters) -> pd.
     if df.empty:
         raise NoResults(f"no {mode!r} speed measurements match {filters or 'the database'}")
     df = combine_repeats(df, ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]])
+    if best:
+        df = fastest_execution(df)
     dup = df.duplicated(["mechanism", "N"], keep=False)
     if dup.any():
-        varying = [c for c in SPEED_FILTERS if df.loc[dup, c].nunique(dropna=False) > 1]
+        varying = [c for c in SPEED_FILTERS if df.loc[dup, c].nunique(dropna=False) > 1
+                   and not (best and c in EXECUTION)]
         detail = "; ".join(f"{c} in {sorted(map(str, df.loc[dup, c].unique()))}" for c in varying)
         raise ValueError(f"several speed measurements per mechanism and N ({detail}): filter by {', '.join(varying)}")
     return df
+
+
+def fastest_execution(df: pd.DataFrame) -> pd.DataFrame:
+    """Per mechanism, N and configuration, the row of its fastest execution (:data:`EXECUTION`:
+    aligned, fused, padded, XLA options) — each mechanism at its best, as a user would run it
+    (cuDNN flash cannot be aligned or fused; FLuRKA's best is fused and padded); OOM only where
+    no execution fitted."""
+    key = ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c not in ("device", *EXECUTION)]]
+    ranked = df.assign(_oom=df["status"] != "ok").sort_values(["_oom", "median_s"], na_position="last")
+    return ranked.drop_duplicates(key).drop(columns="_oom").sort_index()
+
+
+def execution_label(row: pd.Series | dict) -> str:
+    """How a row ran, briefly: "plain", or e.g. "align 128, fused, pad_to 128"."""
+    parts = [f"align {row['align']}" if row["align"] > 1 else "", "fused" if row["fused"] else "",
+             f"pad_to {row['pad_to']}" if row["pad_to"] > 1 else "", row["xla"]]
+    return ", ".join(p for p in parts if p) or "plain"
 
 
 def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
@@ -310,9 +332,11 @@ def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
     return pd.concat([firsts, oom.assign(runs=1)], ignore_index=True).drop(columns="_point")
 
 
-def speed_table(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
-    """Median step time in milliseconds: rows N, columns mechanisms; "OOM" where it ran out of memory."""
-    df = speed_measurements(engine, mode=mode, **filters)
+def speed_table(engine: Engine, *, mode: str = "train", best: bool = False,
+                **filters) -> pd.DataFrame:
+    """Median step time in milliseconds: rows N, columns mechanisms; "OOM" where it ran out of
+    memory. ``best``: each mechanism's fastest execution (:func:`fastest_execution`)."""
+    df = speed_measurements(engine, mode=mode, best=best, **filters)
     df["ms"] = df["median_s"] * 1000.0
     table = df.pivot(index="N", columns="mechanism", values="ms").astype(object)
     for _, r in df[df["status"] == "oom"].iterrows():
@@ -323,17 +347,27 @@ def speed_table(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFra
     return table
 
 
-def speedup_table(engine: Engine, *, mode: str = "train", **filters) -> pd.DataFrame:
+def speedup_table(engine: Engine, *, mode: str = "train", best: bool = False,
+                  **filters) -> pd.DataFrame:
     """Speedup (baseline time / variant time) of each FLuRKA variant over its low-rank and kernel
-    constituents, flash and full attention; rows (variant, N); NaN where either side is missing/OOM."""
-    df = speed_measurements(engine, mode=mode, **filters)
-    times = df[df["status"] == "ok"].pivot(index="N", columns="mechanism", values="median_s")
+    constituents, flash and full attention; rows (variant, N); NaN where either side is missing/OOM.
+    ``best``: every mechanism at its fastest measured execution (:func:`fastest_execution`), each
+    cell's executions in the ``executions`` column (the variant's first)."""
+    df = speed_measurements(engine, mode=mode, best=best, **filters)
+    ok = df[df["status"] == "ok"]
+    times = ok.pivot(index="N", columns="mechanism", values="median_s")
+    how = ok.assign(e=ok.apply(execution_label, axis=1)).pivot(index="N", columns="mechanism", values="e")
     rows = []
     for variant in _order(set(times.columns) & set(KERNEL_OF)):
         for n, t in times[variant].dropna().items():
             base = lambda m: times.at[n, m] / t if m in times.columns else float("nan")  # noqa: E731
-            rows.append({"variant": variant, "N": n, "vs low-rank": base(LOW_RANK), "vs kernel": base(KERNEL_OF[variant]),
-                         "vs flash": base("flash"), "vs full": base("full")})
+            row = {"variant": variant, "N": n, "vs low-rank": base(LOW_RANK), "vs kernel": base(KERNEL_OF[variant]),
+                   "vs flash": base("flash"), "vs full": base("full")}
+            if best:
+                row["executions"] = "; ".join(
+                    f"{m}: {how.at[n, m]}" for m in (variant, LOW_RANK, KERNEL_OF[variant], "flash", "full")
+                    if m in how.columns and isinstance(how.at[n, m], str))
+            rows.append(row)
     if not rows:
         raise NoResults(f"no {mode!r} speed measurements of a FLuRKA variant")
     return pd.DataFrame(rows).set_index(["variant", "N"])

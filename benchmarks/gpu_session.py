@@ -135,6 +135,10 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         # forward; it ran at 6.6x its floor): what the card makes of it.
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward", "train"},
                      "mechanism": {"eva"}}),
+        # The EVAs aligned (d_h kept: their proposal's LayerNorm sees it), against the aligned
+        # Linformer that beat flurka-eva (0.72x at 55.5k) when only Linformer could align.
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward", "train"},
+                     **ALIGNED, "mechanism": {"eva", "flurka-eva"}}),
         ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
                              "mode": {"forward"}, **ALIGNED, "mechanism": FIVE}),
         ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},

@@ -17,7 +17,8 @@ from flax import nnx
 
 from flurka.attention import make_attention
 
-ALIGNABLE = ["full", "linformer", "performer", "rnn", "flurka-performer", "flurka-rnn"]
+ALIGNABLE = ["full", "linformer", "performer", "rnn", "flurka-performer", "flurka-rnn",
+             "eva", "flurka-eva"]              # the EVAs keep d_h (their proposal's LayerNorm)
 CASES = [(m, None) for m in ALIGNABLE] + [(m, s) for m in ("linformer", "flurka-rnn")
                                            for s in ("kv", "none")]
 OPTIONS = dict(d_k=7, num_features=5)
@@ -86,8 +87,7 @@ def test_every_gemm_dimension_is_aligned():
                 assert all(d % 128 == 0 or d in (1, 2) for d in shape), (shapes, hlo[:2000])
 
 
-@pytest.mark.parametrize("mechanism,reason", [("eva", "LayerNorm"), ("flurka-eva", "LayerNorm"),
-                                              ("flash", "tiles")])
+@pytest.mark.parametrize("mechanism,reason", [("flash", "tiles")])
 def test_align_refused_where_it_cannot_be_exact(mechanism, reason):
     with pytest.raises(ValueError, match=f"{mechanism}: align is not supported: .*{reason}"):
         make_attention(mechanism, d_model=16, num_heads=2, max_len=24, d_k=8, align=8,
@@ -99,3 +99,15 @@ def test_align_refused_where_it_cannot_be_exact(mechanism, reason):
         with pytest.raises(ValueError, match="align must be a positive int"):
             make_attention("full", d_model=16, num_heads=2, max_len=24, align=bad,
                            rngs=nnx.Rngs(0))
+
+
+def test_aligned_eva_past_max_len_keeps_its_noise(rng_seed):
+    """Aligned, an input of max_len rows can run past the noise buffer's chunks (24 rows → 32 →
+    36 in chunks of 3: 12 chunks against the buffer's 8): the extra chunks are all padding, so
+    empty, and the real ones keep the unaligned layer's noise — the float64 formulas' output."""
+    plain, aligned = pair("eva", None, align=16)
+    assert aligned.noise[...].shape == plain.noise[...].shape and aligned.noise[...].shape[0] == 8
+    x, mask = inputs(rng_seed, seq=24)
+    got, ref = np.asarray(aligned(x, mask)), reference(plain, x, mask)
+    real = np.asarray(mask)
+    np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())

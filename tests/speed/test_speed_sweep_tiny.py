@@ -60,7 +60,7 @@ def test_aligned_points_run_on_padded_shapes_and_count_true_flops():
     from flurka.attention import ALIGNABLE
     pts = configs.points("tiny", scopes=["layer"], modes=["forward"], align=12)
     assert {p.mechanism for p in pts if p.align == 12} == set(ALIGNABLE)
-    assert {p.align for p in pts if p.mechanism not in ALIGNABLE} == {1}  # eva, flash: as they are
+    assert {p.align for p in pts if p.mechanism not in ALIGNABLE} == {1}  # flash: as it is
     plain_pts = configs.points("tiny", scopes=["layer"], modes=["forward"])
     chosen = [i for i, p in enumerate(pts) if p.mechanism in ("linformer", "flurka-performer")]
     aligned, plain = (run_sweep([ps[i] for i in chosen], chosen, sweep="tiny", out=None, warmup=1,
@@ -70,8 +70,8 @@ def test_aligned_points_run_on_padded_shapes_and_count_true_flops():
         assert a["status"] == "ok" and a["align"] == 12 and p["align"] == 1
         assert a["flops"] == p["flops"]
         assert a["xla_dot_flops"] > 1.3 * p["xla_dot_flops"]
-    with pytest.raises(ValueError, match="eva does not support align"):
-        configs.Point(mechanism="eva", mode="forward", scope="layer", seq_len=64, d_model=32,
+    with pytest.raises(ValueError, match="flash does not support align"):
+        configs.Point(mechanism="flash", mode="forward", scope="layer", seq_len=64, d_model=32,
                       num_heads=4, align=128)
 
 

@@ -106,8 +106,8 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
     nc, c = n_pad // chunk_size, chunk_size
     kc, vc, qc = (t.reshape(b, nc, c, h, d) for t in (k, v, q))
     mc = mask.reshape(b, nc, c)
-    if noise is not None:
-        noise = noise[..., :nc, :, :]
+    if noise is not None:  # an aligned input may run past max_len: its extra chunks are empty
+        noise = pad_to(noise[..., :nc, :, :], nc, axis=-3)
     k_tilde, beta = chunk_control_variates(kc, vc, mc, masked_mean(qc, mc, axis=2), mu_q, mu_k,
                                            noise)
     chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale
@@ -140,7 +140,9 @@ class EVAAttention(RandomFeatureMixin, AttentionLayer):
     chunks. ``deterministic`` (set by ``nnx.Module.eval()``) uses ω = μ."""
 
     mechanism = "eva"
-    align_unsupported = "EVA's proposal (Linear + LayerNorm over d_h) would see a padded head dim"
+    # Aligned, EVA pads N, d_model (and flurka-eva's E·X) but not d_h: its proposal, a Linear +
+    # LayerNorm over d_h, would see the padded columns.
+    align_head_dim = False
 
     def __init__(self, *, window_size: int = 16, chunk_size: int = 16, redraw: bool = False,
                  deterministic: bool = False, **kwargs):

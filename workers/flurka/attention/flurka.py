@@ -123,6 +123,11 @@ class FlurkaEVA(LowRankKV, EVAAttention):
     def num_chunks(self) -> int:
         return -(-(self.d_k - self.window_size) // self.chunk_size)
 
+    def aligned_rows(self, xc):
+        """Aligned, the compressed rows stay d_k: its window and chunks are cut from the true
+        rows (E·X still runs over the padded N and d_model)."""
+        return xc
+
     def attend(self, x, mask, rng):
         q, k, v = self.low_rank_qkv(x, mask)
         return compressed_eva_attention(

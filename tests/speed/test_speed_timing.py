@@ -87,7 +87,7 @@ def test_xla_resource_exhausted_is_an_oom_result():
     def allocate():  # 4 TiB: XLA's allocator refuses it (RESOURCE_EXHAUSTED), on CPU too
         return {"n": int(jnp.ones((2**40,), jnp.float32).block_until_ready().size)}
 
-    out = timing.guarded(allocate)
+    out = timing.time_interleaved({"big": (allocate, ())}, warmup=0, repeats=1)["big"]
     assert out["status"] == "oom" and "RESOURCE_EXHAUSTED" in out["error"]
 
 
@@ -96,7 +96,7 @@ def test_raised_runtime_error_types():
     other = jax.errors.JaxRuntimeError("INVALID_ARGUMENT: bad")
     assert timing.is_oom(oom) and timing.is_oom(MemoryError()) and not timing.is_oom(other)
     assert timing.failure(other)["status"] == "error"
-    out = timing.guarded(lambda: 1 / 0)
+    out = timing.time_interleaved({"z": (lambda: 1 / 0, ())}, warmup=0, repeats=1)["z"]
     assert out["status"] == "error" and out["error_type"] == "ZeroDivisionError"
 
 

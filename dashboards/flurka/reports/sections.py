@@ -187,12 +187,16 @@ def _pivot_ms(part: pd.DataFrame, axis: str) -> pd.DataFrame:
     return table
 
 
+# A configuration's fixed part: report column -> the speed tables' filter (beside mode).
+_CONFIG_FILTERS = {"device": "device", "scope": "scope", "d_model": "d_model", "heads": "heads",
+                   "d_k": "d_k", "m": "num_features", "batch": "batch", "dtype": "dtype"}
+
+
 def _filters(part: pd.DataFrame) -> dict:
     """``flurka.results.tables`` speed filters that pin this panel's configuration."""
     first = part.iloc[0]
-    names = {"device": "device", "scope": "scope", "d_model": "d_model", "heads": "heads", "d_k": "d_k",
-             "m": "num_features", "batch": "batch", "dtype": "dtype"}
-    names.update({c: c for c in T.EXECUTION})  # the panel's own runs, not their aligned/fused/padded twins
+    # the panel's own runs, not their aligned/fused/padded twins
+    names = {**_CONFIG_FILTERS, **{c: c for c in T.EXECUTION}}
     plain = lambda v: int(v) if isinstance(v, float) else v.item() if hasattr(v, "item") else v  # noqa: E731
     return {f: plain(first[c]) for c, f in names.items() if c in _fixed(part, [c]) and pd.notna(first[c])}
 
@@ -253,32 +257,25 @@ def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Sec
     return speed, ups
 
 
-# A configuration's fixed part (the speed tables' filters, beside mode and device).
-_CONFIG_FILTERS = {"scope": "scope", "d_model": "d_model", "heads": "heads", "d_k": "d_k",
-                   "m": "num_features", "batch": "batch", "dtype": "dtype"}
-
-
 def best_execution_tables(engine: Engine, rows: pd.DataFrame) -> list[Table]:
     """Where a configuration ran in more than one execution (aligned, fused, padded, XLA
     options), its speedups with every mechanism at its fastest one (``speedup_table(best=True)``):
     FLuRKA fused and padded against flash as cuDNN runs it — the comparison the other tables,
     one execution each, cannot show."""
     out = []
-    key = ["device", "mode", *_CONFIG_FILTERS]
-    plain = (rows["align"] == 1) & ~rows["fused"].astype(bool) & (rows["pad_to"] == 1) & (rows["xla"] == "")
-    for values, part in rows.groupby(key, dropna=False, sort=True):
-        if plain[part.index].all() or not part["mechanism"].isin(list(T.KERNEL_OF)).any():
+    for (mode, *_), part in rows.groupby(["mode", *_CONFIG_FILTERS], dropna=False, sort=True):
+        if (part.apply(T.execution_label, axis=1) == "plain").all() \
+                or not part["mechanism"].isin(list(T.KERNEL_OF)).any():
             continue
-        first = dict(zip(key, values))
-        filters = {f: (int(first[c]) if isinstance(first[c], float) else first[c])
-                   for c, f in _CONFIG_FILTERS.items() if pd.notna(first[c])}
+        filters = {f: v for f, v in _filters(part).items() if f not in T.EXECUTION}
         try:
-            table = T.speedup_table(engine, mode=first["mode"], best=True, device=first["device"], **filters)
+            table = T.speedup_table(engine, mode=mode, best=True, **filters)
         except ValueError:  # NoResults (no FLuRKA variant ran ok) or filters that cannot pin it
             continue
-        caption = (f"Device: {first['device']}. Config: {describe(first, list(_CONFIG_FILTERS))}; each "
-                   "mechanism at its fastest measured execution (the executions column says which).")
-        out.append(Table(f"speedups-best-{len(out)}", f"Speedups, {first['mode']}, {first['scope']} scope, "
+        first, config = part.iloc[0], [c for c in _CONFIG_FILTERS if c != "device"]
+        caption = (f"Device: {first['device']}. Config: {describe(first, config)}; "
+                   "each mechanism at its fastest measured execution (the executions column says which).")
+        out.append(Table(f"speedups-best-{len(out)}", f"Speedups, {mode}, {first['scope']} scope, "
                          "each mechanism at its fastest execution", caption, table))
     return out
 

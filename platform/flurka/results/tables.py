@@ -356,7 +356,8 @@ def speedup_table(engine: Engine, *, mode: str = "train", best: bool = False,
     df = speed_measurements(engine, mode=mode, best=best, **filters)
     ok = df[df["status"] == "ok"]
     times = ok.pivot(index="N", columns="mechanism", values="median_s")
-    how = ok.assign(e=ok.apply(execution_label, axis=1)).pivot(index="N", columns="mechanism", values="e")
+    if best:
+        how = ok.assign(e=ok.apply(execution_label, axis=1)).pivot(index="N", columns="mechanism", values="e")
     rows = []
     for variant in _order(set(times.columns) & set(KERNEL_OF)):
         for n, t in times[variant].dropna().items():

@@ -57,8 +57,7 @@ from flurka.attention.base import cast_floating
 from flurka.speed import ceilings as ceil
 from flurka.speed import profile
 from flurka.speed.configs import Point
-from flurka.speed.timing import (check_counts, failure, random_normal, round_robin, summary, time_fn,
-                                 timed_call)
+from flurka.speed.timing import check_counts, failure, random_normal, time_fn, time_interleaved
 
 LOW_RANK = ("linformer",) + flop_model.FLURKA
 DATA_KEY = 0  # inputs come from a fixed key: every mechanism sees the same numbers
@@ -273,13 +272,14 @@ def prepare(point: Point, *, memory_budget_bytes: int | None = None) -> Prepared
             return Prepared(result)
         return Prepared(result, compiled, args)
     except Exception as exc:  # noqa: BLE001 - OOM and errors are results
-        return Prepared(_failed(result, exc))
+        return Prepared(_failed(result, failure(exc)))
     finally:
         gc.collect()
 
 
-def _failed(result: dict[str, Any], exc: BaseException) -> dict[str, Any]:
-    result.update(failure(exc))
+def _failed(result: dict[str, Any], failed: dict[str, Any]) -> dict[str, Any]:
+    """``result`` as a failed measurement (``failed``: :func:`failure`'s dict)."""
+    result.update(failed)
     if result["status"] == "oom":
         result["oom_source"] = "xla"
     return result
@@ -315,7 +315,7 @@ def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: i
             timing.pop("compile_s")
             prep.result.update(timing, status="ok")
         except Exception as exc:  # noqa: BLE001
-            _failed(prep.result, exc)
+            _failed(prep.result, failure(exc))
     try:
         return finish(prep, ceilings, profile_steps=profile_steps)
     finally:
@@ -334,26 +334,15 @@ def run_interleaved(points: list[Point], ceilings: dict[str, Any] | None = None,
     executables and inputs at once. Rows as :func:`run_point`'s, with ``interleaved: true``."""
     check_counts(warmup, repeats)
     preps = [prepare(p, memory_budget_bytes=memory_budget_bytes) for p in points]
-    live = [p for p in preps if p.compiled is not None]
-    times: dict[int, list[float]] = {id(p): [] for p in live}
-
-    def attempt(prep: Prepared, record: bool) -> None:
-        try:
-            t = timed_call(prep.compiled, prep.args)
-        except Exception as exc:  # noqa: BLE001 - a failing point leaves the others running
-            _failed(prep.result, exc)
-            prep.compiled = prep.args = None
-            return
-        if record:
-            times[id(prep)].append(t)
-
-    for rnd, order in enumerate(round_robin(live, warmup + repeats)):
-        for prep in order:
-            if prep.compiled is not None:
-                attempt(prep, record=rnd >= warmup)
-    for prep in live:
-        if prep.result["status"] is None:
-            prep.result.update(summary(times[id(prep)], warmup=warmup), status="ok", interleaved=True)
+    timed = time_interleaved({i: (p.compiled, p.args) for i, p in enumerate(preps)
+                              if p.compiled is not None}, warmup=warmup, repeats=repeats)
+    for i, timing in timed.items():
+        timing.pop("compile_s", None)   # the compiled step's own, not prepare's
+        if timing["status"] == "ok":
+            preps[i].result.update(timing, interleaved=True)
+        else:                           # a failing point left the others running
+            _failed(preps[i].result, timing)
+            preps[i].compiled = preps[i].args = None
     rows = [finish(p, ceilings, profile_steps=profile_steps) for p in preps]
     for p in preps:
         p.compiled = p.args = None

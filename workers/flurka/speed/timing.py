@@ -138,12 +138,3 @@ def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *
     for key in live:
         out[key] = {"status": "ok", **summary(times[key], warmup=warmup), **out[key]}
     return out
-
-
-def guarded(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run a measurement; an out-of-memory or other failure becomes a status dict, not a crash."""
-    try:
-        out = fn()
-    except Exception as exc:  # noqa: BLE001 - every failure is a reported result
-        return failure(exc)
-    return {"status": "ok", **out}

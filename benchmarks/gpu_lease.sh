@@ -36,7 +36,15 @@ if command -v nvidia-smi >/dev/null; then
   MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   MEMORY=(--memory-budget-gb "$(awk -v m="$MIB" 'BEGIN { printf "%d", m * 0.92 / 1024 }')")
 fi
-"$PYTHON" benchmarks/gpu_session.py --out "$OUT" --plan "${PLAN:-fourth}" --budget-s "${BUDGET:-480}" \
+# The plan: PLAN, else "targets" on an H100 (the issue's card, never measured: every target from
+# scratch), else "fourth" (the H200's follow-up; benchmarks/README.md).
+if [ -z "$PLAN" ]; then
+  case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H100*) PLAN=targets ;;
+    *) PLAN=fourth ;;
+  esac
+fi
+"$PYTHON" benchmarks/gpu_session.py --out "$OUT" --plan "$PLAN" --budget-s "${BUDGET:-480}" \
   --check "${CHECK:-flurka-rnn,flash}" --check-align 128 --check-fused --tune-fused --probes --profile-steps 2 "${MEMORY[@]}" "$@" \
   2>&1 | tee "$OUT/log.txt"
 status=$?

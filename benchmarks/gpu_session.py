@@ -41,7 +41,9 @@ ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flu
 # (sweep, filter on the point's fields); blocks run in this order until the budget is spent.
 FIVE = {"flurka-performer", "flurka-rnn", "linformer", "performer", "rnn"}
 FLURKA = {"flurka-performer", "flurka-rnn", "flurka-eva"}
+KERNEL = {"flurka-performer", "flurka-rnn", "performer", "rnn"}   # those with a fused query side
 GEMM_FUSION_V2 = (("xla_gpu_experimental_gemm_fusion_v2", True),)
+CUBLAS = (("xla_gpu_enable_triton_gemm", False),)
 ALIGNED = {"align": {128}, "pad_to": {128}}   # GEMM shapes and the batch padded to 128
 PLANS: dict[str, list[tuple[str, dict]]] = {
     "first": [
@@ -126,6 +128,15 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                            "pad_to": {128}, "mechanism": {"flurka-performer", "flurka-rnn"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "mechanism": {"flash"}}),
+        # The wide fused kernel (64-row programs on the warpgroup MMA, launch tuned first) at the
+        # N-sweep, its XLA twins in the same lease; then the flash comparison on cuBLAS, whose
+        # epilogues take the bias, GELU and residual (plan 8.4 GB, not 9.6, on the H200 target).
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                     "fused": {True}, "mechanism": KERNEL}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                     "mechanism": KERNEL}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                           "pad_to": {128}, "xla": {CUBLAS}, "mechanism": FLURKA}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
                            "pad_to": {128}, "mechanism": FLURKA}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "mechanism": {"flash"}}),
@@ -143,6 +154,42 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                              "mode": {"forward"}, **ALIGNED, "mechanism": FIVE}),
         ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
                              "mode": {"forward"}, "mechanism": {"performer", "rnn"}}),
+    ],
+    # The issue's card (H100) from scratch, one lease: every target in priority order — the
+    # N = 55.5k layers aligned (floors; FLuRKA against Linformer and its constituents), flash
+    # against FLuRKA at its best, the wide fused kernel, training, the paper's own (unaligned)
+    # shapes, then what the figures and claims need.
+    "targets": [
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                     "mechanism": FIVE | {"eva", "flurka-eva"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                           "pad_to": {128}, "mechanism": FLURKA}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "mechanism": {"flash"}}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                     "fused": {True}, "mechanism": KERNEL}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
+                     "mechanism": FIVE}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
+                     "mechanism": FIVE | {"eva", "flurka-eva"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
+                           "pad_to": {128}, "mechanism": FLURKA}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "mechanism": {"flash"}}),
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                           "pad_to": {128}, "xla": {CUBLAS}, "mechanism": FLURKA}),
+        ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                     "mechanism": FIVE}),
+        ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
+                             "mode": {"forward"}, **ALIGNED, "mechanism": FIVE}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
+                     "mechanism": {"eva", "flurka-eva"}}),
+        ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
+                      "mechanism": FIVE}),
+        ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
+                          "mechanism": FIVE}),
+        # The quadratic baselines' floors at the N-sweep (d_h 325: past cuDNN's 256, flash runs
+        # XLA's attention; full's [8, N, N] scores may not fit): last, they are slow.
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
+                     "mechanism": {"full", "flash"}}),
     ],
 }
 
@@ -455,6 +502,8 @@ TINY_PLAN = [("tiny", {"mechanism": {"rnn", "flurka-rnn"}, "mode": {"forward"}, 
 # --tune-fused --tiny: a CPU-sized grid (Pallas's interpreter), to dry-run the path.
 TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dtype=jnp.float32,
                    forward_grid=[(16, None), (32, None)], backward_grid=[(16, 32, None)],
+                   wide_grid=[(16, 8)], wide_size=dict(seq_len=64, heads=1, head_dim=130,
+                                                       num_features=130, d_k=16),
                    warmup=0, repeats=1)
 
 

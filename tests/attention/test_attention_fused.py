@@ -168,6 +168,33 @@ def test_fused_backward_over_several_programs_matches_the_xla_vjp(feature, rng_s
                 assert np.linalg.norm(a - b) < 2e-2 * np.linalg.norm(b)
 
 
+@pytest.mark.parametrize("feature", ["favor", "elu"])
+def test_wide_kernel_over_several_programs_matches_float64_formulas_and_the_xla_path(feature,
+                                                                                      rng_seed):
+    """The wide kernel (d_h = m = 325 → 3 × 3 blocks of 128) over N = 150: three 64-row
+    programs, the last one 22 rows short. q is scaled up so the rows' FAVOR+ logits span ~±20:
+    a row's largest logit sits in any of the three feature blocks, so the running max rescales
+    the sums of earlier blocks (a missed or doubled rescale is off by e^Δ). Float32 against the
+    float64 formulas (the gradient is the XLA path's); bf16 against the XLA path in bf16."""
+    q, k, v, omega = _kernel_inputs(feature, rng_seed, n=150, d=325, f=325)
+    q = 4.0 * q if feature == "favor" else q
+    attend = (functools.partial(favor_attention, omega=omega, fused=True) if feature == "favor"
+              else functools.partial(elu_attention, fused=True))
+    core = (functools.partial(favor_core, omega=np.asarray(omega, np.float64))
+            if feature == "favor" else rnn_core)
+    _assert_matches_float64(lambda q, k, v: attend(q, k, v, None), core, (q, k, v),
+                            np.random.default_rng(rng_seed + 1))
+    if feature == "favor":
+        k_feat, m = favor_features(k, omega, is_query=False), 325
+    else:
+        k_feat, m = elu_features(k), None
+    kv, k_sum = key_side(k_feat, v.astype(jnp.bfloat16))
+    sizes = dict(omega=omega, feature=feature, head_dim=325, num_features=m)
+    got, ref = (np.asarray(fn(q.astype(jnp.bfloat16), kv, k_sum, **sizes), np.float64)
+                for fn in (fused_query_side, reference_query_side))
+    assert np.linalg.norm(got - ref) < 1e-2 * np.linalg.norm(ref)
+
+
 @pytest.mark.parametrize("mechanism,options", [("rnn", {}),                 # d_h 8 → 16
                                                ("flurka-performer", {"num_features": 100})])
 def test_fused_layer_pads_unaligned_sizes_itself(mechanism, options, rng_seed):
@@ -268,12 +295,12 @@ def test_fused_layer_lowers_to_a_triton_kernel_for_the_gpu(mechanism):
 def test_wide_fused_layer_lowers_to_triton_blocks_of_128(mechanism):
     """The N-sweep's d_h = m = 325 (padded to 3 blocks of 128): Pallas's Triton lowering accepts
     every load and store (power-of-two blocks; a whole [rows, 384] block would be refused), the
-    forward runs 128 · (128 / 384)² → 16 rows per program, and the gradient is the forward kernel plus the
-    XLA path's backward."""
+    forward runs its wide kernel (64 rows per program on 8 warps, whatever the tiling says of
+    one-block launches), and the gradient is the forward kernel plus the XLA path's backward."""
     for grad in (False, True):
         _, text = _lowered_for_gpu(mechanism, grad=grad, d_model=1300, num_features=325,
-                                   fused=True)
-        assert _triton_launches(text) == [(1024 // 16, 8, 2)]
+                                   fused=Tiling(block_n=16, num_warps=4))
+        assert _triton_launches(text) == [(1024 // 64, 8, 2)]
 
 
 def _triton_launches(lowered_text: str) -> list[tuple[int, int, int]]:

@@ -55,6 +55,7 @@ def test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill
                     *((n, r, w) for n, r, w in tuning.BACKWARD_GRID if r == 1024),
                     (64, 1024, None), (256, 1024, None)]
         rows = aot.compile_tilings(device, forward_grid=forward, backward_grid=backward,
+                                   wide_grid=((16, 8), (64, 8)), wide_size={"seq_len": 4096},
                                    seq_len=4096, d_k=256)
         json.dump(rows, open(sys.argv[1], "w"))
     """, tmp_path)
@@ -68,7 +69,7 @@ def test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill
         return found
 
     for r in rows:   # the default and every candidate the tuner would time on the card
-        if r["tiling"] not in (spills, too_big):
+        if r["tiling"] not in (spills, too_big) and r["stage"] != "wide":
             assert r["status"] == "ok", r
             for kernel in r["kernels"]:
                 assert kernel["spill_store_bytes"] == 0 and kernel["registers"] <= 255, r
@@ -85,6 +86,13 @@ def test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill
     (bwd_64,) = [k for k in row("gradient", "favor", spills)["kernels"]
                  if k["kernel"].endswith("_bwd")]
     assert bwd_64["spill_store_bytes"] > 0
+    # The wide forward (the N-sweep's d_h = m = 325 → 384, 8 heads): 16 rows run spill-free on
+    # per-warp mma.sync; 64 rows take the warpgroup MMA at a small spill (ptxas: 0–0.3 KB).
+    for feature in ("favor", "elu"):
+        for rows_, mma, spill in ((16, "mma.sync", 0), (64, "wgmma", 512)):
+            (kernel,) = row("wide", feature, dataclasses.asdict(Tiling(wide_block_n=rows_)))["kernels"]
+            assert kernel["grid"] == [1, 8, 4096 // rows_] and kernel["threads"] == 8 * 32
+            assert kernel["mma"] == mma and kernel["spill_store_bytes"] <= spill, kernel
 
 
 @pytest.mark.slow
@@ -92,7 +100,8 @@ def test_points_compile_for_an_h100_with_the_memory_they_need(tmp_path):
     """N-sweep layers at N = 55.5k, bf16, compiled for the card: full attention's step needs at
     least its [H, N, N] bf16 scores (49 GB; with the float32 softmax more than the card's 79 GiB:
     an "oom" row, unrun); FLuRKA-RNN fits, its arguments at least the input and the bf16
-    parameters. The wide fused forward (d_h = m = 325 in 128-wide blocks) compiles spill-free."""
+    parameters. The wide fused forward (d_h = m = 325 in 128-wide blocks) compiles to 64-row
+    programs on the warpgroup MMA, spilling little."""
     out = tmp_path / "aot.json"
     listing = _run(["-m", "flurka.speed.aot", "--sweep", "n-sweep", "--modes", "forward",
                     "--scope", "layer", "--align", "128", "--fused", "--mechanisms",
@@ -113,8 +122,8 @@ def test_points_compile_for_an_h100_with_the_memory_they_need(tmp_path):
     assert flurka["status"] == "ok" and flurka["memory"]["peak_bytes"] < H100_MEMORY
     assert flurka["memory"]["argument"] >= n * d * 2 + 2 * flurka["params"]
     (kernel,) = flurka["kernels"]
-    assert kernel["kernel"] == "flurka_elu_query_side" and kernel["spill_store_bytes"] == 0
-    assert kernel["grid"] == [1, heads, 55_552 // 16]   # N aligned to 128; 16 rows at 384 wide
+    assert kernel["kernel"] == "flurka_elu_query_side" and kernel["spill_store_bytes"] <= 64
+    assert kernel["grid"] == [1, heads, 55_552 // 64] and kernel["mma"] == "wgmma"  # N aligned
     # Its unaligned training step (whose [2600, 2600] weight gradients XLA's default Triton GEMM
     # tiling refuses without the card) compiles too, and fits.
     listing = _run(["-m", "flurka.speed.aot", "--sweep", "n-sweep", "--modes", "train", "--scope",

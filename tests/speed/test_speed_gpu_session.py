@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from flurka.speed.configs import points
 from flurka.speed.runner import run_sweep
 
@@ -59,6 +61,21 @@ def test_plans_name_real_points_in_priority_order():
             {"flash", "flurka-performer", "flurka-rnn"}
     boundary = g.planned(*g.PLANS["third"][-1])                          # both sides of 15000
     assert len(boundary) == 30 and {p.seq_len for _, p in boundary} == {2000, 3000, 4000, 5000, 7050, 15000}
+    for name in ("fourth", "targets"):      # the wide fused kernel beside its XLA twins
+        wide = [p for sweep, where in g.PLANS[name] if sweep == "n-sweep"
+                for _, p in g.planned(sweep, where) if p.seq_len == 55500 and p.mode == "forward"
+                and p.align == 128]
+        assert {p.mechanism for p in wide if p.fused} == g.KERNEL
+        assert {p.mechanism for p in wide if not p.fused} >= g.KERNEL
+    targets = [p for sweep, where in g.PLANS["targets"] for _, p in g.planned(sweep, where)]
+    # the issue's targets on a card never measured: every alignable mechanism's N = 55.5k layer
+    # aligned first, then flash against FLuRKA at 52.5k, both modes; the quadratic ones last
+    assert {p.mechanism for p in targets[:7]} == set(g.ALIGNABLE) - {"full"}
+    assert all(p.align == 128 and p.seq_len == 55500 and p.mode == "forward" for p in targets[:7])
+    flash = {(p.mechanism, p.mode) for p in targets if p.seq_len == 52500}
+    assert {(m, mode) for m in ("flash", "flurka-performer", "flurka-rnn", "flurka-eva")
+            for mode in ("forward", "train")} <= flash
+    assert {p.mechanism for p in targets[-2:]} == {"full", "flash"}
 
 
 def test_theory_arguments_are_a_valid_plan():
@@ -110,8 +127,9 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert all(r["profile"]["steps"] == 1 and r["profile"]["by_kind"] for r in tiny["results"])
     tuning = json.loads((tmp_path / "fused_tuning.json").read_text())   # --tune-fused
     ran = [r for r in tuning["rows"] if r["status"] == "ok"]
-    assert [r["stage"] for r in ran] == ["forward"] * 3 + ["gradient"] * 2 and tuning["device"]
-    best = min((r for r in ran if r["stage"] == "gradient"), key=lambda r: r["total_s"])
+    assert [r["stage"] for r in ran] == ["forward"] * 3 + ["gradient"] * 2 + ["wide"] * 2
+    assert tuning["device"] and tuning["wide_size"]["head_dim"] == 130   # past one block: wide
+    best = min((r for r in ran if r["stage"] == "wide"), key=lambda r: r["total_s"])
     assert tuning["best"] == best["tiling"] == tiny["settings"]["fused_tiling"]
     assert tiny["results"][-1]["tiling"] == tuning["best"] and "tiling" not in tiny["results"][0]
     assert set(best["median_s"]) == {"favor", "elu"}
@@ -188,3 +206,32 @@ def test_lease_script_runs_the_driver_with_flags_it_knows(tmp_path):
     assert "jax" in done.stdout and "usage:" in done.stdout
     assert [f for f in flags if f not in done.stdout] == []
     assert "usage:" in (tmp_path / "lease" / "log.txt").read_text()
+
+
+@pytest.mark.parametrize("card,plan", [("NVIDIA H100 80GB HBM3", "targets"),
+                                       ("NVIDIA H200", "fourth")])
+def test_lease_script_picks_the_plan_for_the_card(tmp_path, card, plan):
+    """Without PLAN, an H100 (the issue's card, never measured) runs every target from scratch
+    and another card the H200's follow-up; the card's name comes from nvidia-smi (faked here,
+    with an interpreter that only echoes what it is asked to run)."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        '#!/bin/bash\ncase "$*" in\n'
+        f'  "--query-gpu=name --format=csv,noheader") echo "{card}" ;;\n'
+        '  *noheader,nounits*) echo 81559 ;;\n'
+        f'  *) echo "{card}, 81559 MiB" ;;\nesac\n')
+    (bin_dir / "echo-python").write_text('#!/bin/bash\necho "python $*"\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "PYTHON": str(bin_dir / "echo-python"), "OUT": str(tmp_path / "lease")}
+    env.pop("PLAN", None)
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_lease.sh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = (tmp_path / "lease" / "log.txt").read_text()
+    assert f"--plan {plan} " in log and "--memory-budget-gb 73" in log, log

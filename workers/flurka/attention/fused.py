@@ -26,7 +26,9 @@ Triton loads power-of-two blocks and its dots need sides ≥ 16, so the head dim
 count are zero-padded (:func:`tile_size`; exact — the padded features are masked) to a power of two
 ≥ 16 up to 128, and above that to a multiple of 128 that the kernels walk in 128-wide blocks: the
 appendix-C flash comparison (d_h = m = 128) runs as one block, the N-sweep's d_h = m = 325 as
-3 × 3 blocks of 128 (384, what ``align=128`` pads to anyway). Wide query sides (past 128) have
+3 × 3 blocks of 128 (384, what ``align=128`` pads to anyway) in a kernel of its own
+(:func:`_wide_kernel`: 64-row programs for Hopper's warpgroup MMA, where the one-block kernel's
+layout spills registers unless it runs 16 rows on the older per-warp MMA). Wide query sides have
 the forward kernel only: the backward kernel keeps a program's dKV [f, d] in float32, which past
 128 × 128 no longer fits a GPU's registers, so their gradient is the XLA path's.
 
@@ -63,9 +65,12 @@ class Tiling:
     """How the two kernels are launched — the knobs a GPU tunes (``benchmarks/gpu_session.py
     --tune-fused``), none of which changes the result. Rows are powers of two ≥ 16 (Triton's dots);
     warps None: 8 once a [rows, 128] float32 tile is live (Triton flash attention's choice at head
-    dim 128), else 4. Wide query sides (head dim or features past 128, k blocks of 128) run
-    ``block_n / k²`` rows per forward program (a power of two ≥ 16: :func:`_rows`), so a
-    program's live float32 state stays spill-free."""
+    dim 128), else 4. The forward of wide query sides (head dim or features past 128) has its
+    own launch (``wide_*``): at the N-sweep's 384 wide, 64 rows is the fewest Hopper's warpgroup
+    MMA (wgmma) takes — below, Triton falls back to per-warp mma.sync — and by ptxas for sm_90
+    on 8 warps they spill least: 8 B per thread (elu) and 136–268 B (FAVOR+, all its feature
+    blocks live); 4 warps spill 0.5–1.1 KB, 16 cap a thread at 128 registers (0.2–2.6 KB),
+    128 rows 76 B–1 KB, 16 rows none (mma.sync). Which is fastest is the card's to say."""
 
     block_n: int = 128      # query rows per forward program (at widths ≤ 128)
     num_warps: int | None = None
@@ -76,16 +81,18 @@ class Tiling:
     bwd_rows: int = 1024    # query rows per backward program: fewer programs, fewer partials
     bwd_num_warps: int | None = None
     num_stages: int = 2
+    wide_block_n: int = 64  # query rows per forward program past one block wide
+    wide_num_warps: int = 8
 
     def __post_init__(self):
-        for name in ("block_n", "bwd_block_n", "bwd_rows"):
+        for name in ("block_n", "bwd_block_n", "bwd_rows", "wide_block_n"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 16 or value & (value - 1):
                 raise ValueError(f"Tiling.{name} must be a power of two >= 16, got {value!r}")
         if self.bwd_rows < self.bwd_block_n:
             raise ValueError(f"Tiling.bwd_rows ({self.bwd_rows}) must be >= bwd_block_n "
                              f"({self.bwd_block_n})")
-        for name in ("num_warps", "bwd_num_warps"):
+        for name in ("num_warps", "bwd_num_warps", "wide_num_warps"):
             if getattr(self, name) not in (None, 1, 2, 4, 8, 16):
                 raise ValueError(f"Tiling.{name} must be None or 1, 2, 4, 8, 16, "
                                  f"got {getattr(self, name)!r}")
@@ -145,10 +152,10 @@ def _blocks(size: int) -> list:
 
 
 def _rows(block_n: int, width: int) -> int:
-    """Rows per program for a query side ``width`` wide: past BLOCK, ``block_n`` scaled by
+    """Rows per flurka-eva softmax program ``width`` wide: past BLOCK, ``block_n`` scaled by
     (BLOCK / width)² — a program's live float32 state grows with its rows times both of its
-    sides (its features and its output blocks), and by ptxas on sm_90 only this keeps the
-    wide kernels from spilling (at 384 wide: 16 rows, none; 32 rows, 0.35–0.56 KB per thread)."""
+    sides, and by ptxas on sm_90 this kept the kernel query side, when it ran wide in this
+    layout, from spilling (at 384 wide: 16 rows, none; 32 rows, 0.35–0.56 KB per thread)."""
     if width <= BLOCK:
         return block_n
     return max(16, 1 << ((block_n * BLOCK * BLOCK // (width * width)).bit_length() - 1))
@@ -222,7 +229,7 @@ def _load(ref, real):
 
 
 def _kernel(*refs, feature, head_dim, num_features, denominator, n):
-    """One program: a block of query rows, over the head-dim and feature blocks of its width.
+    """One program: a block of query rows, one block wide (wider: :func:`_wide_kernel`).
     The last block may run past the ``n`` real rows: its loads and stores are masked there
     (rather than the operands padded and the output sliced: two more passes over [N, d])."""
     q_ref, omega_t_ref, kv_ref, k_sum_ref, o_ref = _split_refs(refs, feature)
@@ -238,6 +245,58 @@ def _kernel(*refs, feature, head_dim, num_features, denominator, n):
     for c in db:
         out = _total(_dot(x, kv_ref[j, c]) for x, j in zip(feats, fb)) / den
         plgpu.store(o_ref.at[:, c], out.astype(o_ref.dtype), mask=real)
+
+
+def _wide_kernel(*refs, feature, head_dim, num_features, denominator, n):
+    """:func:`_kernel` for query sides past one block wide, in programs of ``wide_block_n``
+    rows (64 for Hopper's warpgroup MMA) that keep little float32 state live: first every feature
+    block in the compute dtype (what the products take), one float32 logit block at a time,
+    then each output block in turn (one [rows, 128] accumulator). FAVOR+'s stabiliser is then a
+    running max, as in flash attention's softmax: block j's features are exp(logit - M_j), M_j
+    the row's max so far, and their products are scaled by exp(M_j - top) once the row's max
+    ``top`` is known; the features' eps, which that scaling must not touch, enters at the end
+    through Σ_j KV_j (``kv_sum_ref``) and Σ_j Σφ(K)_j. The features are rounded before that
+    scaling, not after (as the XLA path and :func:`_kernel` do): the same within the compute
+    dtype's rounding. elu's features are elementwise: recomputed from q per output block."""
+    if feature == "favor":
+        q_ref, omega_t_ref, kv_ref, k_sum_ref, kv_sum_ref, o_ref = refs
+    else:
+        q_ref, kv_ref, k_sum_ref, o_ref = refs
+    fb, db = _blocks(kv_ref.shape[0]), _blocks(kv_ref.shape[1])
+    block_n = q_ref.shape[0]
+    real = _program_rows(block_n, n)
+    columns = [jax.lax.broadcasted_iota(jnp.int32, (1, j.size), 1) + j.start for j in fb]
+    if feature == "favor":
+        q = [_load(q_ref.at[:, c], real) for c in db]                    # [bn, 128] compute dtype
+        sq = _total(jnp.sum(jnp.square(qc.astype(F32)), axis=1, keepdims=True) for qc in q)
+        feats, tops, top = [], [], jnp.full((block_n, 1), -jnp.inf, F32)
+        for j, column in zip(fb, columns):
+            logit = jnp.where(column < num_features,
+                              head_dim ** -0.25 * _total(_dot(qc, omega_t_ref[db[c], j])
+                                                         for c, qc in enumerate(q))
+                              - 0.5 * head_dim ** -0.5 * sq, -jnp.inf)
+            top = jnp.maximum(top, jnp.max(logit, axis=1, keepdims=True))
+            feats.append(jnp.exp(logit - top).astype(q_ref.dtype))
+            tops.append(top)
+        scales = [jnp.exp(t - top) for t in tops]                        # [bn, 1] each, ≤ 1
+        feat = lambda i: feats[i]  # noqa: E731
+    else:                           # elu's feature block j is q's block j: recomputed, not kept
+        def feat(i):
+            x = _load(q_ref.at[:, fb[i]], real).astype(F32)
+            return jnp.where(columns[i] < head_dim, jnp.where(x > 0, x + 1.0, jnp.exp(x)),
+                             0.0).astype(q_ref.dtype)
+        scales = [1.0] * len(fb)
+    den = _total(r * jnp.sum(feat(i).astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
+                             keepdims=True) for i, (r, j) in enumerate(zip(scales, fb)))
+    if feature == "favor":                          # φ = m^-½ (exp(logit - top) + eps)
+        den = num_features ** -0.5 * (den + FAVOR_EPS * _total(
+            jnp.sum(k_sum_ref[:, j].astype(F32), axis=1, keepdims=True) for j in fb))
+    den = denominator(den)
+    for c in db:
+        out = _total(r * _dot(feat(i), kv_ref[j, c]) for i, (r, j) in enumerate(zip(scales, fb)))
+        if feature == "favor":
+            out = num_features ** -0.5 * (out + FAVOR_EPS * kv_sum_ref[:, c])
+        plgpu.store(o_ref.at[:, c], (out / den).astype(o_ref.dtype), mask=real)
 
 
 def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n, n):
@@ -314,15 +373,22 @@ def _row_spec(rows, d):
 def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, out_dtype,
                        *, interpret):
     b, n, h, d = q.shape
-    block_n = _rows(tiling.block_n, max(d, kv.shape[2]))
     operands, specs = _head_operands(q, kv, k_sum, omega, feature)
+    if max(d, kv.shape[2]) <= BLOCK:
+        kernel, block_n, num_warps = _kernel, tiling.block_n, tiling.num_warps
+    else:
+        kernel, block_n, num_warps = _wide_kernel, tiling.wide_block_n, tiling.wide_num_warps
+        if feature == "favor":   # Σ_j KV_j, as the kernel reads KV (compute dtype)
+            operands.append(kv.astype(q.dtype).astype(F32).sum(axis=2)[:, :, None, :])
+            specs.append(pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d),
+                                      lambda i, j, k: (i, j, 0, 0)))
     return pl.pallas_call(
-        functools.partial(_kernel, feature=feature, head_dim=head_dim, num_features=num_features,
+        functools.partial(kernel, feature=feature, head_dim=head_dim, num_features=num_features,
                           denominator=_denominator(feature), n=n),
         out_shape=jax.ShapeDtypeStruct((b, n, h, d), out_dtype),
         grid=(b, h, pl.cdiv(n, block_n)), in_specs=[_row_spec(block_n, d), *specs],
         out_specs=_row_spec(block_n, d),
-        compiler_params=_compiler_params(d, kv.shape[2], tiling.num_warps, tiling.num_stages),
+        compiler_params=_compiler_params(d, kv.shape[2], num_warps, tiling.num_stages),
         interpret=interpret, name=f"flurka_{feature}_query_side")(q, *operands)
 
 

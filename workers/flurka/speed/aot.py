@@ -258,22 +258,27 @@ def compile_point(point, device, card_memory: int | None,
     return result
 
 
-def compile_tilings(device, *, forward_grid=None, backward_grid=None, **size) -> list[dict]:
-    """The tuner's candidates (:mod:`flurka.speed.tuning`'s grids, at its size unless given)
+def compile_tilings(device, *, forward_grid=None, backward_grid=None, wide_grid=None,
+                    wide_size=None, **size) -> list[dict]:
+    """The tuner's candidates (:mod:`flurka.speed.tuning`'s grids, at its sizes unless given)
     compiled for the target: per candidate and feature map, its kernels' launch and resources
-    (forward candidates: the forward kernel; backward ones: the gradient's two kernels)."""
+    (forward and wide candidates: the forward kernel; backward ones: the gradient's two)."""
     from flurka.attention.fused import FEATURES, Tiling
     from flurka.speed import tuning
     size = {**tuning.SIZE, **size}
-    inputs = {f: tuning.kernel_inputs(f, **size) for f in FEATURES}
+    inputs = {"narrow": {f: tuning.kernel_inputs(f, **size) for f in FEATURES},
+              "wide": {f: tuning.kernel_inputs(f, **{**size, **tuning.WIDE_SIZE,
+                                                     **(wide_size or {})}) for f in FEATURES}}
     forward_grid = tuning.FORWARD_GRID if forward_grid is None else forward_grid
     backward_grid = tuning.BACKWARD_GRID if backward_grid is None else backward_grid
+    wide_grid = tuning.WIDE_GRID if wide_grid is None else wide_grid
     candidates = ([("forward", Tiling(block_n=n, num_warps=w)) for n, w in forward_grid]
                   + [("gradient", Tiling(bwd_block_n=n, bwd_rows=r, bwd_num_warps=w))
-                     for n, r, w in backward_grid])
+                     for n, r, w in backward_grid]
+                  + [("wide", Tiling(wide_block_n=n, wide_num_warps=w)) for n, w in wide_grid])
     rows = []
     for stage, tiling in candidates:
-        for feature, (args, options) in inputs.items():
+        for feature, (args, options) in inputs["wide" if stage == "wide" else "narrow"].items():
             row = {"stage": stage, "feature": feature, "tiling": dataclasses.asdict(tiling)}
             with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
                 try:

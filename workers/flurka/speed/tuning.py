@@ -6,7 +6,9 @@ fast they run — and the defaults are Triton flash attention's choices at head 
 measurements. So a GPU session first times a small grid at the size it will measure (appendix C:
 N = 52.5k, 4 heads, d_h = m = 128, bf16): forward candidates on the forward kernel, then backward
 candidates (with the best forward) on a gradient step; the best by total time over both feature
-maps (FAVOR+, elu+1) is what the session's fused layers are built with (``use_tiling``). A
+maps (FAVOR+, elu+1) is what the session's fused layers are built with (``use_tiling``); then
+the wide forward kernel's launch at the N-sweep's query side (d_h = m = 325 in 128-wide blocks),
+on the forward alone (wide query sides train through the XLA path's gradient). A
 stage's candidates are timed side by side (every candidate once per round), not one after
 another: on the H200 the default, timed first, read 10–15 % slower than the same launch timed
 later. A candidate that fails to compile (e.g. shared memory) is a row with its error, not a crash.
@@ -37,6 +39,10 @@ BACKWARD_GRID = tuple((n, r, w) for n, w in ((16, 8), (32, 8), (32, 16)) for r i
 # Where they are timed: the flash comparison's query side (appendix C, one sequence).
 SIZE = dict(batch=1, seq_len=52_500, heads=4, head_dim=128, num_features=128, d_k=1024,
             dtype=jnp.bfloat16)
+# (wide_block_n, wide_num_warps): 16 rows (spill-free, per-warp mma.sync) against 32–128 (warpgroup
+# MMA from 64, spilling a little: Tiling), at the N-sweep's aligned query side (N = 55.5k padded).
+WIDE_GRID = ((16, 8), (32, 8), (64, 8), (128, 8))
+WIDE_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, num_features=325, d_k=1536)
 
 
 def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_dim: int,
@@ -59,11 +65,11 @@ def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_di
 
 
 def stage_step(stage: str, tiling: Tiling, options: dict):
-    """What a candidate is timed on, jitted: the forward kernel (``"forward"``) or the
-    query side's gradient (``"gradient"``: the forward and backward kernels)."""
+    """What a candidate is timed on, jitted: the forward kernel (``"forward"``, ``"wide"``) or
+    the query side's gradient (``"gradient"``: the forward and backward kernels)."""
     def query_side(q, kv, k_sum, omega):
         return fused_query_side(q, kv, k_sum, omega, tiling=tiling, **options)
-    if stage == "forward":
+    if stage in ("forward", "wide"):
         return jax.jit(query_side)
     return jax.jit(jax.grad(lambda *a: jnp.sum(query_side(*a)), argnums=(0, 1, 2)))
 
@@ -97,24 +103,40 @@ def _best(rows: list[dict], stage: str) -> Tiling:
     return Tiling(**min(ok, key=lambda r: r["total_s"])["tiling"])
 
 
+def _variants(base: Tiling, grid: Sequence[tuple], fields: Sequence[str]) -> list[Tiling]:
+    """``base`` first (the stage's baseline), then ``base`` with each grid entry's ``fields``."""
+    out = [base]
+    out += [t for t in (dataclasses.replace(base, **dict(zip(fields, values))) for values in grid)
+            if t not in out]
+    return out
+
+
 def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
                backward_grid: Sequence[tuple] = BACKWARD_GRID,
+               wide_grid: Sequence[tuple] = WIDE_GRID, wide_size: dict | None = None,
                warmup: int = 2, repeats: int = 10, **size) -> dict[str, Any]:
-    """Time the grids at one size (:data:`SIZE`, or the keys of it given);
-    ``{"rows": [...], "best": Tiling as dict, "default": ...}`` with each row's per-feature
-    median and total (the default tiling is timed too)."""
+    """Time the grids, one-block launches at one size (:data:`SIZE`, or the keys of it given),
+    the wide forward's at :data:`WIDE_SIZE` (``wide_size``: keys of it to change; batch and
+    dtype: ``size``'s); ``{"rows": [...], "best": Tiling as dict, "default": ...}`` with each row's
+    per-feature median and total (the default tiling is timed too)."""
     size = {**SIZE, **size}
+    wide_size = {**size, **WIDE_SIZE, **(wide_size or {})}
     inputs = {f: kernel_inputs(f, **size) for f in FEATURES}
     timing = dict(warmup=warmup, repeats=repeats)
     default = Tiling()
     forward = [Tiling(block_n=n, num_warps=w) for n, w in forward_grid]
     rows = _time_candidates("forward", [default, *forward], inputs, **timing)
     best_forward = _best(rows, "forward")
-    backward = [best_forward]  # with the default backward launch: the gradient stage's baseline
-    backward += [t for t in (dataclasses.replace(best_forward, bwd_block_n=n, bwd_rows=r,
-                                                 bwd_num_warps=w) for n, r, w in backward_grid)
-                 if t not in backward]
+    backward = _variants(best_forward, backward_grid, ("bwd_block_n", "bwd_rows", "bwd_num_warps"))
     rows += _time_candidates("gradient", backward, inputs, **timing)
     best = _best([r for r in rows if r["stage"] == "gradient"], "gradient")
-    return {"size": {**size, "dtype": jnp.dtype(size["dtype"]).name}, "rows": rows,
+    wide_inputs = {f: kernel_inputs(f, **wide_size) for f in FEATURES}
+    wide = _variants(best, wide_grid, ("wide_block_n", "wide_num_warps"))
+    rows += _time_candidates("wide", wide, wide_inputs, **timing)
+    best = _best([r for r in rows if r["stage"] == "wide"], "wide")
+    return {"size": _named(size), "wide_size": _named(wide_size), "rows": rows,
             "best": dataclasses.asdict(best), "default": dataclasses.asdict(default)}
+
+
+def _named(size: dict) -> dict:
+    return {**size, "dtype": jnp.dtype(size["dtype"]).name}

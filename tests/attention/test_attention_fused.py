@@ -221,6 +221,7 @@ def test_fused_takes_widths_up_to_512_and_a_kernel_mechanism():
     (40, 37, 16, None),      # one ragged row block, one ragged 64-key step
     (100, 150, 16, Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)),   # many blocks and chunks
     (40, 37, 200, None),     # two 128-wide head-dim blocks: the XLA path's gradient
+    (150, 37, 200, Tiling(wide_block_n=32)),   # wide, five row blocks, the last one ragged
 ])
 def test_fused_softmax_matches_float64_formula_and_finite_differences(n, keys, d, tiling, rng_seed):
     """flurka-eva's query side kernel: softmax(q kᵀ / √d) v over a short key set (not a
@@ -300,7 +301,18 @@ def test_wide_fused_layer_lowers_to_triton_blocks_of_128(mechanism):
     for grad in (False, True):
         _, text = _lowered_for_gpu(mechanism, grad=grad, d_model=1300, num_features=325,
                                    fused=Tiling(block_n=16, num_warps=4))
-        assert _triton_launches(text) == [(1024 // 64, 8, 2)]
+        assert _triton_launches(text) == [(1024 // 64, 8, 1)]
+
+
+def test_wide_fused_softmax_takes_the_wide_launch():
+    """flurka-eva's softmax at the N-sweep's head dim (325 → 384) runs the wide launch too:
+    64-row programs on 8 warps in one stage (two overflow the card's shared memory); a
+    differentiated step runs the XLA path there, forward included (no kernel)."""
+    _, text = _lowered_for_gpu("flurka-eva", grad=False, d_model=1300,
+                               fused=Tiling(block_n=16, num_warps=4))
+    assert _triton_launches(text) == [(1024 // 64, 8, 1)]
+    _, text = _lowered_for_gpu("flurka-eva", grad=True, d_model=1300, fused=True)
+    assert _triton_launches(text) == []
 
 
 def _triton_launches(lowered_text: str) -> list[tuple[int, int, int]]:
@@ -353,6 +365,9 @@ def test_tiling_rejects_untileable_launches():
                         ({"bwd_block_n": 8}, "bwd_block_n must be a power of two >= 16"),
                         ({"bwd_rows": 16, "bwd_block_n": 32}, "bwd_rows .16. must be >= bwd_block_n"),
                         ({"num_warps": 3}, "num_warps must be None or 1, 2, 4, 8, 16"),
-                        ({"num_stages": 0}, "num_stages must be an int >= 1")):
+                        ({"num_stages": 0}, "num_stages must be an int >= 1"),
+                        ({"wide_block_n": 96}, "wide_block_n must be a power of two >= 16"),
+                        ({"wide_num_warps": 6}, "wide_num_warps must be None or 1, 2, 4, 8, 16"),
+                        ({"wide_num_stages": 0}, "wide_num_stages must be an int >= 1")):
         with pytest.raises(ValueError, match=message):
             Tiling(**kw)

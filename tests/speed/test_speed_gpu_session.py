@@ -65,8 +65,8 @@ def test_plans_name_real_points_in_priority_order():
         wide = [p for sweep, where in g.PLANS[name] if sweep == "n-sweep"
                 for _, p in g.planned(sweep, where) if p.seq_len == 55500 and p.mode == "forward"
                 and p.align == 128]
-        assert {p.mechanism for p in wide if p.fused} == g.KERNEL
-        assert {p.mechanism for p in wide if not p.fused} >= g.KERNEL
+        assert {p.mechanism for p in wide if p.fused} == set(g.FUSABLE)
+        assert {p.mechanism for p in wide if not p.fused} >= set(g.FUSABLE)
     targets = [p for sweep, where in g.PLANS["targets"] for _, p in g.planned(sweep, where)]
     # the targets on a card never measured: every alignable mechanism's N = 55.5k layer
     # aligned first, then flash against FLuRKA at 52.5k, both modes; the quadratic ones last

@@ -70,7 +70,9 @@ class Tiling:
     MMA (wgmma) takes — below, Triton falls back to per-warp mma.sync — and by ptxas for sm_90
     on 8 warps they spill least: 8 B per thread (elu) and 136–268 B (FAVOR+, all its feature
     blocks live); 4 warps spill 0.5–1.1 KB, 16 cap a thread at 128 registers (0.2–2.6 KB),
-    128 rows 76 B–1 KB, 16 rows none (mma.sync). Which is fastest is the card's to say."""
+    128 rows 76 B–1 KB, 16 rows none (mma.sync). Which is fastest is the card's to say.
+    flurka-eva's wide softmax takes the same launch: at 64 rows × 8 warps wgmma without a spill,
+    in one stage (two would need 240 KB of shared memory, past the card's 227 KB)."""
 
     block_n: int = 128      # query rows per forward program (at widths ≤ 128)
     num_warps: int | None = None
@@ -83,6 +85,7 @@ class Tiling:
     num_stages: int = 2
     wide_block_n: int = 64  # query rows per forward program past one block wide
     wide_num_warps: int = 8
+    wide_num_stages: int = 1  # flurka-eva's softmax at 64 rows x 384: 2 stages overflow smem
 
     def __post_init__(self):
         for name in ("block_n", "bwd_block_n", "bwd_rows", "wide_block_n"):
@@ -96,8 +99,9 @@ class Tiling:
             if getattr(self, name) not in (None, 1, 2, 4, 8, 16):
                 raise ValueError(f"Tiling.{name} must be None or 1, 2, 4, 8, 16, "
                                  f"got {getattr(self, name)!r}")
-        if not isinstance(self.num_stages, int) or self.num_stages < 1:
-            raise ValueError(f"Tiling.num_stages must be an int >= 1, got {self.num_stages!r}")
+        for name in ("num_stages", "wide_num_stages"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"Tiling.{name} must be an int >= 1, got {getattr(self, name)!r}")
 
 
 _TILINGS = [Tiling()]
@@ -151,14 +155,12 @@ def _blocks(size: int) -> list:
     return [pl.ds(i * width, width) for i in range(size // width)]
 
 
-def _rows(block_n: int, width: int) -> int:
-    """Rows per flurka-eva softmax program ``width`` wide: past BLOCK, ``block_n`` scaled by
-    (BLOCK / width)² — a program's live float32 state grows with its rows times both of its
-    sides, and by ptxas on sm_90 this kept the kernel query side, when it ran wide in this
-    layout, from spilling (at 384 wide: 16 rows, none; 32 rows, 0.35–0.56 KB per thread)."""
+def _launch(tiling: Tiling, width: int) -> tuple[int, int | None, int]:
+    """(rows per program, warps, stages) of a forward kernel whose query side is ``width``
+    wide: the one-block launch, or past BLOCK the wide one."""
     if width <= BLOCK:
-        return block_n
-    return max(16, 1 << ((block_n * BLOCK * BLOCK // (width * width)).bit_length() - 1))
+        return tiling.block_n, tiling.num_warps, tiling.num_stages
+    return tiling.wide_block_n, tiling.wide_num_warps, tiling.wide_num_stages
 
 
 def _total(terms):
@@ -374,21 +376,19 @@ def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, til
                        *, interpret):
     b, n, h, d = q.shape
     operands, specs = _head_operands(q, kv, k_sum, omega, feature)
-    if max(d, kv.shape[2]) <= BLOCK:
-        kernel, block_n, num_warps = _kernel, tiling.block_n, tiling.num_warps
-    else:
-        kernel, block_n, num_warps = _wide_kernel, tiling.wide_block_n, tiling.wide_num_warps
-        if feature == "favor":   # Σ_j KV_j, as the kernel reads KV (compute dtype)
-            operands.append(kv.astype(q.dtype).astype(F32).sum(axis=2)[:, :, None, :])
-            specs.append(pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d),
-                                      lambda i, j, k: (i, j, 0, 0)))
+    width = max(d, kv.shape[2])
+    block_n, num_warps, num_stages = _launch(tiling, width)
+    kernel = _kernel if width <= BLOCK else _wide_kernel
+    if width > BLOCK and feature == "favor":   # Σ_j KV_j, as the kernel reads KV (compute dtype)
+        operands.append(kv.astype(q.dtype).astype(F32).sum(axis=2)[:, :, None, :])
+        specs.append(pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda i, j, k: (i, j, 0, 0)))
     return pl.pallas_call(
         functools.partial(kernel, feature=feature, head_dim=head_dim, num_features=num_features,
                           denominator=_denominator(feature), n=n),
         out_shape=jax.ShapeDtypeStruct((b, n, h, d), out_dtype),
         grid=(b, h, pl.cdiv(n, block_n)), in_specs=[_row_spec(block_n, d), *specs],
         out_specs=_row_spec(block_n, d),
-        compiler_params=_compiler_params(d, kv.shape[2], num_warps, tiling.num_stages),
+        compiler_params=_compiler_params(d, kv.shape[2], num_warps, num_stages),
         interpret=interpret, name=f"flurka_{feature}_query_side")(q, *operands)
 
 
@@ -618,7 +618,7 @@ def _lse_spec(rows):
 def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, with_lse, *, interpret):
     """The forward kernel's output (and with ``with_lse``, each row's lse [b, h, n])."""
     b, n, h, d = q.shape
-    block_n = _rows(tiling.block_n, d)
+    block_n, num_warps, num_stages = _launch(tiling, d)
     out_shape = [jax.ShapeDtypeStruct((b, n, h, d), out_dtype)]
     out_specs = [_row_spec(block_n, d)]
     if with_lse:
@@ -628,7 +628,7 @@ def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, with_lse, *, interp
         functools.partial(_softmax_kernel, n=n, keys=keys, scale=scale),
         out_shape=out_shape, grid=(b, h, pl.cdiv(n, block_n)),
         in_specs=[_row_spec(block_n, d), _whole(k), _whole(v)], out_specs=out_specs,
-        compiler_params=_compiler_params(d, KEY_BLOCK, tiling.num_warps, tiling.num_stages),
+        compiler_params=_compiler_params(d, KEY_BLOCK, num_warps, num_stages),
         interpret=interpret, name="flurka_softmax_query_side")(q, k, v)
     return outs if with_lse else outs[0]
 

@@ -101,12 +101,17 @@ def test_fused_core_matches_float64_formulas_and_finite_differences(feature, d, 
     central differences of those formulas against ⟨∂, U⟩ — for q, k and v one at a time (k and v
     reach the kernel through KV and Σφ(K))."""
     q, k, v, omega = _kernel_inputs(feature, rng_seed, d=d, f=f)
+    _assert_fused_core_matches_float64(feature, q, k, v, omega, rng_seed)
+
+
+def _assert_fused_core_matches_float64(feature, q, k, v, omega, seed):
+    """The fused kernel attention (FAVOR+ with ``omega``, or elu) against the float64 core."""
     attend = (functools.partial(favor_attention, omega=omega, fused=True) if feature == "favor"
               else functools.partial(elu_attention, fused=True))
     core = (functools.partial(favor_core, omega=np.asarray(omega, np.float64))
             if feature == "favor" else rnn_core)
     _assert_matches_float64(lambda q, k, v: attend(q, k, v, None), core, (q, k, v),
-                            np.random.default_rng(rng_seed + 1))
+                            np.random.default_rng(seed + 1))
 
 
 def _assert_matches_float64(fn, core, args, rng):
@@ -178,12 +183,7 @@ def test_wide_kernel_over_several_programs_matches_float64_formulas_and_the_xla_
     float64 formulas (the gradient is the XLA path's); bf16 against the XLA path in bf16."""
     q, k, v, omega = _kernel_inputs(feature, rng_seed, n=150, d=325, f=325)
     q = 4.0 * q if feature == "favor" else q
-    attend = (functools.partial(favor_attention, omega=omega, fused=True) if feature == "favor"
-              else functools.partial(elu_attention, fused=True))
-    core = (functools.partial(favor_core, omega=np.asarray(omega, np.float64))
-            if feature == "favor" else rnn_core)
-    _assert_matches_float64(lambda q, k, v: attend(q, k, v, None), core, (q, k, v),
-                            np.random.default_rng(rng_seed + 1))
+    _assert_fused_core_matches_float64(feature, q, k, v, omega, rng_seed)
     if feature == "favor":
         k_feat, m = favor_features(k, omega, is_query=False), 325
     else:

@@ -235,3 +235,24 @@ def test_lease_script_picks_the_plan_for_the_card(tmp_path, card, plan):
     assert done.returncode == 0, done.stderr[-2000:]
     log = (tmp_path / "lease" / "log.txt").read_text()
     assert f"--plan {plan} " in log and "--memory-budget-gb 73" in log, log
+
+
+def test_failed_wide_stage_keeps_the_one_block_tuning(monkeypatch):
+    """A wide stage that cannot run (its inputs out of memory, say) is recorded, and the best
+    one-block launch still comes back as the tuning's result."""
+    from flurka.speed import tuning
+    g = _driver()
+    build = tuning.kernel_inputs
+
+    def narrow_only(feature, **size):
+        if size["head_dim"] > 128:
+            raise MemoryError("RESOURCE_EXHAUSTED: wide inputs")
+        return build(feature, **size)
+
+    monkeypatch.setattr(tuning, "kernel_inputs", narrow_only)
+    result = tuning.tune_fused(**g.TINY_TUNING)
+    assert "RESOURCE_EXHAUSTED" in result["wide_error"]
+    assert {r["stage"] for r in result["rows"]} == {"forward", "gradient"}
+    gradient = min((r for r in result["rows"] if r["stage"] == "gradient" and r["status"] == "ok"),
+                   key=lambda r: r["total_s"])
+    assert result["best"] == gradient["tiling"]

@@ -225,22 +225,18 @@ SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 }
 
 
-def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 20) -> list[dict]:
-    """Achieved FLOP/s of each product in ``probes`` (one kernel per call; bf16 operands unless
-    the name says f32)."""
-    from flurka.speed.timing import time_fn
+def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 10, chain: int = 10) -> list[dict]:
+    """Achieved FLOP/s of each product in ``probes`` (bf16 operands unless the name says f32),
+    ``chain`` products per timed call (:func:`flurka.speed.ceilings.product_rate`): the third
+    lease timed one per call, so its probes under ~0.3 ms carry ~50 µs of dispatch each."""
+    from flurka.speed.ceilings import product_rate
     rows = []
     for name, (sa, sb) in probes.items():
-        ka, kb = jax.random.split(jax.random.key(3))
         dtype = jnp.float32 if " f32 " in name else jnp.bfloat16
-        a = jax.random.normal(ka, sa, dtype)
-        b = jax.random.normal(kb, sb, dtype)
-        t = time_fn(jax.jit(jnp.matmul), (a, b), repeats=repeats)
-        flops = 2 * int(np.prod(sa)) * sb[-1]
-        rows.append({"probe": name, "flops": flops, "median_s": t["median_s"],
-                     "flops_per_s": flops / t["median_s"]})
-        print(f"probe {name}: {t['median_s'] * 1e3:.3f} ms, {flops / t['median_s'] / 1e12:.0f} "
-              "TFLOP/s", flush=True)
+        rate = product_rate(sa, sb, dtype, chain=chain, repeats=repeats)
+        rows.append({"probe": name, **rate})
+        print(f"probe {name}: {rate['median_s'] * 1e3:.3f} ms, "
+              f"{rate['flops_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
     return rows
 
 

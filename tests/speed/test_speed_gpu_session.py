@@ -256,3 +256,36 @@ def test_failed_wide_stage_keeps_the_one_block_tuning(monkeypatch):
     gradient = min((r for r in result["rows"] if r["stage"] == "gradient" and r["status"] == "ok"),
                    key=lambda r: r["total_s"])
     assert result["best"] == gradient["tiling"]
+
+
+def test_chained_products_compute_every_step_inside_the_loop():
+    """The probes' chain: the call returns the last step's product — a with its first element
+    set to chain - 1, times b (float64 here) — and the compiled loop's body holds the product
+    (XLA did not hoist it out as loop-invariant), the entry none."""
+    import re
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from flurka.speed.ceilings import chained_products
+    from flurka.speed.profile import _computations
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal(s) for s in ((2, 24, 40), (2, 40, 16)))
+    fn = chained_products(5)
+    got = np.asarray(fn(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)))
+    last = a.copy()
+    last[0, 0, 0] = 4.0
+    np.testing.assert_allclose(got, last @ b, rtol=1e-5, atol=1e-5)
+    hlo = fn.lower(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32)).compile().as_text()
+    bodies, _ = _computations(hlo)
+
+    def calls_dot(name, seen=()):
+        lines = bodies.get(name, [])
+        return any(" dot(" in line for line in lines) or any(
+            calls_dot(c, seen + (name,)) for line in lines
+            for c in re.findall(r"(?:calls|to_apply|body)=%([\w.\-]+)", line) if c not in seen)
+    (body,) = set(re.findall(r"body=%([\w.\-]+)", hlo))
+    entry = re.search(r"^ENTRY %?([\w.\-]+)", hlo, re.M).group(1)
+    assert calls_dot(body)
+    assert not any(" dot(" in line or any(calls_dot(c) for c in re.findall(r"calls=%([\w.\-]+)", line))
+                   for line in bodies[entry])

@@ -118,7 +118,8 @@ def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
     """Time the grids, one-block launches at one size (:data:`SIZE`, or the keys of it given),
     the wide forward's at :data:`WIDE_SIZE` (``wide_size``: keys of it to change; batch and
     dtype: ``size``'s); ``{"rows": [...], "best": Tiling as dict, "default": ...}`` with each row's
-    per-feature median and total (the default tiling is timed too)."""
+    per-feature median and total (the default tiling is timed too), and ``wide_error`` where
+    the wide stage failed (``best`` is then the one-block stages')."""
     size = {**SIZE, **size}
     wide_size = {**size, **WIDE_SIZE, **(wide_size or {})}
     inputs = {f: kernel_inputs(f, **size) for f in FEATURES}

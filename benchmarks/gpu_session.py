@@ -44,6 +44,19 @@ FLURKA = {"flurka-performer", "flurka-rnn", "flurka-eva"}
 GEMM_FUSION_V2 = (("xla_gpu_experimental_gemm_fusion_v2", True),)
 CUBLAS = (("xla_gpu_enable_triton_gemm", False),)
 ALIGNED = {"align": {128}, "pad_to": {128}}   # GEMM shapes and the batch padded to 128
+# Blocks the fourth plan and the H100's share: flash itself, the wide fused layers, the flash
+# comparison on cuBLAS, FLuRKA's fused + padded training, the claims' boundary aligned.
+FLASH_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
+                                   "mechanism": {"flash"}})
+FLASH_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "mechanism": {"flash"}})
+WIDE_FUSED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                          "fused": {True}, "mechanism": set(FUSABLE)})
+CUBLAS_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                                    "pad_to": {128}, "xla": {CUBLAS}, "mechanism": FLURKA})
+FUSED_PADDED_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
+                                        "pad_to": {128}, "mechanism": FLURKA})
+BOUNDARY_ALIGNED = ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
+                                        "mode": {"forward"}, **ALIGNED, "mechanism": FIVE})
 PLANS: dict[str, list[tuple[str, dict]]] = {
     "first": [
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}}),
@@ -98,8 +111,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                            "pad_to": {128}, "xla": {GEMM_FUSION_V2}, "mechanism": FLURKA}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
                            "mechanism": FLURKA}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                           "pad_to": {128}, "mechanism": FLURKA}),
+        FUSED_PADDED_TRAIN,
         # The N-sweep's query side fused too (d_h = m = 384 aligned: 3 × 3 blocks of 128,
         # forward only) next to the aligned XLA rows above: what fusion adds to alignment.
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
@@ -126,19 +138,16 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
     "fourth": [
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                            "pad_to": {128}, "mechanism": {"flurka-performer", "flurka-rnn"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "mechanism": {"flash"}}),
+        FLASH_FORWARD,
         # The wide fused kernels (64-row programs on the warpgroup MMA, launch tuned first) at the
         # N-sweep, their XLA twins in the same lease; then the flash comparison on cuBLAS, whose
-        # epilogues take the bias, GELU and residual (plan 8.4 GB, not 9.6, on the H200 target).
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "fused": {True}, "mechanism": set(FUSABLE)}),
+        # epilogues take the bias and residual (plan 8.4 GB, not 9.6, on the H200 target).
+        WIDE_FUSED,
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
                      "mechanism": set(FUSABLE)}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "pad_to": {128}, "xla": {CUBLAS}, "mechanism": FLURKA}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                           "pad_to": {128}, "mechanism": FLURKA}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "mechanism": {"flash"}}),
+        CUBLAS_FORWARD,
+        FUSED_PADDED_TRAIN,
+        FLASH_TRAIN,
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, **ALIGNED,
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
         # EVA's softmax in two parts, no concatenated [N, C] copy (its plan at 55k: 74 -> 40 GB
@@ -149,8 +158,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         # Linformer that beat flurka-eva (0.72x at 55.5k) when only Linformer could align.
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward", "train"},
                      **ALIGNED, "mechanism": {"eva", "flurka-eva"}}),
-        ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
-                             "mode": {"forward"}, **ALIGNED, "mechanism": FIVE}),
+        BOUNDARY_ALIGNED,
         ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
                              "mode": {"forward"}, "mechanism": {"performer", "rnn"}}),
     ],
@@ -163,22 +171,18 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                      "mechanism": FIVE | {"eva", "flurka-eva"}}),
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                            "pad_to": {128}, "mechanism": FLURKA}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "mechanism": {"flash"}}),
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "fused": {True}, "mechanism": set(FUSABLE)}),
+        FLASH_FORWARD,
+        WIDE_FUSED,
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
                      "mechanism": FIVE}),
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
                      "mechanism": FIVE | {"eva", "flurka-eva"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                           "pad_to": {128}, "mechanism": FLURKA}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "mechanism": {"flash"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "pad_to": {128}, "xla": {CUBLAS}, "mechanism": FLURKA}),
+        FUSED_PADDED_TRAIN,
+        FLASH_TRAIN,
+        CUBLAS_FORWARD,
         ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
                      "mechanism": FIVE}),
-        ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
-                             "mode": {"forward"}, **ALIGNED, "mechanism": FIVE}),
+        BOUNDARY_ALIGNED,
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
                      "mechanism": {"eva", "flurka-eva"}}),
         ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},

@@ -265,10 +265,8 @@ def compile_tilings(device, *, forward_grid=None, backward_grid=None, wide_grid=
     (forward and wide candidates: the forward kernel; backward ones: the gradient's two)."""
     from flurka.attention.fused import FEATURES, Tiling
     from flurka.speed import tuning
-    size = {**tuning.SIZE, **size}
-    inputs = {"narrow": {f: tuning.kernel_inputs(f, **size) for f in FEATURES},
-              "wide": {f: tuning.kernel_inputs(f, **{**size, **tuning.WIDE_SIZE,
-                                                     **(wide_size or {})}) for f in FEATURES}}
+    sizes = {"narrow": {**tuning.SIZE, **size}}
+    sizes["wide"] = {**sizes["narrow"], **tuning.WIDE_SIZE, **(wide_size or {})}
     forward_grid = tuning.FORWARD_GRID if forward_grid is None else forward_grid
     backward_grid = tuning.BACKWARD_GRID if backward_grid is None else backward_grid
     wide_grid = tuning.WIDE_GRID if wide_grid is None else wide_grid
@@ -276,9 +274,12 @@ def compile_tilings(device, *, forward_grid=None, backward_grid=None, wide_grid=
                   + [("gradient", Tiling(bwd_block_n=n, bwd_rows=r, bwd_num_warps=w))
                      for n, r, w in backward_grid]
                   + [("wide", Tiling(wide_block_n=n, wide_num_warps=w)) for n, w in wide_grid])
+    kind = lambda stage: "wide" if stage == "wide" else "narrow"  # noqa: E731
+    inputs = {k: {f: tuning.kernel_inputs(f, **sizes[k]) for f in FEATURES}   # only those used
+              for k in {kind(stage) for stage, _ in candidates}}
     rows = []
     for stage, tiling in candidates:
-        for feature, (args, options) in inputs["wide" if stage == "wide" else "narrow"].items():
+        for feature, (args, options) in inputs[kind(stage)].items():
             row = {"stage": stage, "feature": feature, "tiling": dataclasses.asdict(tiling)}
             with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
                 try:

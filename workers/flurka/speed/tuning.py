@@ -125,8 +125,8 @@ def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
     inputs = {f: kernel_inputs(f, **size) for f in FEATURES}
     timing = dict(warmup=warmup, repeats=repeats)
     default = Tiling()
-    forward = [Tiling(block_n=n, num_warps=w) for n, w in forward_grid]
-    rows = _time_candidates("forward", [default, *forward], inputs, **timing)
+    forward = _variants(default, forward_grid, ("block_n", "num_warps"))
+    rows = _time_candidates("forward", forward, inputs, **timing)
     best_forward = _best(rows, "forward")
     backward = _variants(best_forward, backward_grid, ("bwd_block_n", "bwd_rows", "bwd_num_warps"))
     rows += _time_candidates("gradient", backward, inputs, **timing)

@@ -13,7 +13,7 @@ from flurka.reports.sections import _filters, profile_section, speed_groups
 
 def _row(mechanism, n, median, status="ok", host_run=0, pad_to=1):
     config = dict(device="NVIDIA H200", mode="forward", scope="layer", dtype="bfloat16", batch=1, N=n,
-                  d_model=2600, heads=8, d_k=1500, m=325, layers=None, ffn=None, align=1, fused=False,
+                  d_model=2600, heads=8, d_k=1500, m=325, layers=None, ffn=None, align=1, fused=False, fused_ffn=False,
                   pad_to=pad_to, xla="")
     return {"mechanism": mechanism, **config, "status": status, "median_s": median, "spread_s": None,
             "flops": 1e12, "sweep": "n-sweep", "run": host_run}
@@ -50,7 +50,7 @@ def test_padded_runs_are_their_own_group_and_label():
                              for r in (plain[1], padded[1])])
     plot, table = profile_section(profiled).items
     assert [t.get_text() for t in plot.fig.axes[0].get_yticklabels()] == [
-        "linformer forward layer N=55500", "linformer forward layer N=55500 pad to 128"]
+        "linformer forward layer N=55500", "linformer forward layer N=55500, pad_to 128"]
     assert table.df.index.get_level_values("pad_to").tolist() == [1, 128]
 
 

@@ -556,9 +556,8 @@ def profile_section(rows: pd.DataFrame) -> Section:
                       "memory traffic the FLOP floor does not count (fusion's target).")
     for i, (device, part) in enumerate(rows.groupby("device", sort=True)):
         part = part.sort_values(["mode", "scope", "N", "mechanism", *T.EXECUTION]).copy()
-        part["label"] = [f"{r.mechanism} {r.mode} {r.scope} N={r.N}" + (f" align {r.align}" if r.align > 1 else "")
-                         + (" fused" if r.fused else "") + (f" pad to {r.pad_to}" if r.pad_to > 1 else "")
-                         + (f" xla {r.xla}" if r.xla else "")
+        part["label"] = [f"{r.mechanism} {r.mode} {r.scope} N={r.N}"
+                         + ("" if (how := T.execution_label(r._asdict())) == "plain" else f", {how}")
                          for r in part.itertuples()]
         kinds = [k for k in PROFILE_KINDS if part[f"share_{k}"].any()]
         fixed = [c for c in _fixed(part, SPEED_CONFIG) if c != "device"]

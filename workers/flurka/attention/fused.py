@@ -149,7 +149,7 @@ def tile_size(size: int) -> int:
     return max(16, pl.next_power_of_2(size)) if size <= BLOCK else round_up(size, BLOCK)
 
 
-def _blocks(size: int) -> list:
+def column_blocks(size: int) -> list:
     """Static column blocks of a tiled side: one up to :data:`BLOCK`, else BLOCK-wide ones."""
     width = min(size, BLOCK)
     return [pl.ds(i * width, width) for i in range(size // width)]
@@ -163,7 +163,7 @@ def _launch(tiling: Tiling, width: int) -> tuple[int, int | None, int]:
     return tiling.wide_block_n, tiling.wide_num_warps, tiling.wide_num_stages
 
 
-def _total(terms):
+def summed(terms):
     return functools.reduce(operator.add, terms)
 
 
@@ -177,7 +177,7 @@ def reference_query_side(q, kv, k_sum, omega, *, feature: str, head_dim: int,
     return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, q.dtype)
 
 
-def _dot(a, b, contracting=((1,), (0,))):
+def dot(a, b, contracting=((1,), (0,))):
     """a·b (default), aᵀ·b (((0,), (0,))) or a·bᵀ (((1,), (1,))), float32 accumulation."""
     return jax.lax.dot_general(a, b, (contracting, ((), ())), preferred_element_type=F32)
 
@@ -191,8 +191,8 @@ def _features(q, omega_t, feature_blocks, feature, head_dim, num_features):
     real = [jax.lax.broadcasted_iota(jnp.int32, (1, j.size), 1) + j.start
             < (num_features or head_dim) for j in feature_blocks]
     if feature == "favor":
-        sq = _total(jnp.sum(jnp.square(qc.astype(F32)), axis=1, keepdims=True) for qc in q)
-        logits = [jnp.where(r, head_dim ** -0.25 * _total(_dot(qc, omega_t(c, j))
+        sq = summed(jnp.sum(jnp.square(qc.astype(F32)), axis=1, keepdims=True) for qc in q)
+        logits = [jnp.where(r, head_dim ** -0.25 * summed(dot(qc, omega_t(c, j))
                                                           for c, qc in enumerate(q))
                             - 0.5 * head_dim ** -0.5 * sq, -jnp.inf)
                   for j, r in enumerate(real)]
@@ -214,7 +214,7 @@ def _split_refs(refs, feature):
     return (refs[0], None, *refs[1:])
 
 
-def _real_rows(start, rows: int, n: int):
+def real_rows(start, rows: int, n: int):
     """[rows, 1] mask of the rows from ``start`` that exist (< ``n``)."""
     return start + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < n
 
@@ -222,10 +222,10 @@ def _real_rows(start, rows: int, n: int):
 def _program_rows(block_n: int, n: int):
     """The real-row mask of this program's block of ``block_n`` rows (the grid's last axis
     walks the rows); None where every block is whole."""
-    return _real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+    return real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
 
 
-def _load(ref, real):
+def masked_load(ref, real):
     """``ref``'s block, zero in the rows ``real`` (None: all) marks as past the array."""
     return plgpu.load(ref, mask=real, other=None if real is None else 0)
 
@@ -235,17 +235,17 @@ def _kernel(*refs, feature, head_dim, num_features, denominator, n):
     The last block may run past the ``n`` real rows: its loads and stores are masked there
     (rather than the operands padded and the output sliced: two more passes over [N, d])."""
     q_ref, omega_t_ref, kv_ref, k_sum_ref, o_ref = _split_refs(refs, feature)
-    fb, db = _blocks(kv_ref.shape[0]), _blocks(kv_ref.shape[1])
+    fb, db = column_blocks(kv_ref.shape[0]), column_blocks(kv_ref.shape[1])
     block_n = q_ref.shape[0]
     real = _program_rows(block_n, n)
-    q = [_load(q_ref.at[:, c], real) for c in db]                        # [bn, ≤128] compute dtype
+    q = [masked_load(q_ref.at[:, c], real) for c in db]                        # [bn, ≤128] compute dtype
     feats, _ = _features(q, lambda c, j: omega_t_ref[db[c], fb[j]], fb, feature, head_dim,
                          num_features)
     feats = [x.astype(q[0].dtype) for x in feats]
-    den = denominator(_total(jnp.sum(x.astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
+    den = denominator(summed(jnp.sum(x.astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
                                      keepdims=True) for x, j in zip(feats, fb)))
     for c in db:
-        out = _total(_dot(x, kv_ref[j, c]) for x, j in zip(feats, fb)) / den
+        out = summed(dot(x, kv_ref[j, c]) for x, j in zip(feats, fb)) / den
         plgpu.store(o_ref.at[:, c], out.astype(o_ref.dtype), mask=real)
 
 
@@ -264,17 +264,17 @@ def _wide_kernel(*refs, feature, head_dim, num_features, denominator, n):
         q_ref, omega_t_ref, kv_ref, k_sum_ref, kv_sum_ref, o_ref = refs
     else:
         q_ref, kv_ref, k_sum_ref, o_ref = refs
-    fb, db = _blocks(kv_ref.shape[0]), _blocks(kv_ref.shape[1])
+    fb, db = column_blocks(kv_ref.shape[0]), column_blocks(kv_ref.shape[1])
     block_n = q_ref.shape[0]
     real = _program_rows(block_n, n)
     columns = [jax.lax.broadcasted_iota(jnp.int32, (1, j.size), 1) + j.start for j in fb]
     if feature == "favor":
-        q = [_load(q_ref.at[:, c], real) for c in db]                    # [bn, 128] compute dtype
-        sq = _total(jnp.sum(jnp.square(qc.astype(F32)), axis=1, keepdims=True) for qc in q)
+        q = [masked_load(q_ref.at[:, c], real) for c in db]                    # [bn, 128] compute dtype
+        sq = summed(jnp.sum(jnp.square(qc.astype(F32)), axis=1, keepdims=True) for qc in q)
         feats, tops, top = [], [], jnp.full((block_n, 1), -jnp.inf, F32)
         for j, column in zip(fb, columns):
             logit = jnp.where(column < num_features,
-                              head_dim ** -0.25 * _total(_dot(qc, omega_t_ref[db[c], j])
+                              head_dim ** -0.25 * summed(dot(qc, omega_t_ref[db[c], j])
                                                          for c, qc in enumerate(q))
                               - 0.5 * head_dim ** -0.5 * sq, -jnp.inf)
             top = jnp.maximum(top, jnp.max(logit, axis=1, keepdims=True))
@@ -284,18 +284,18 @@ def _wide_kernel(*refs, feature, head_dim, num_features, denominator, n):
         feat = lambda i: feats[i]  # noqa: E731
     else:                           # elu's feature block j is q's block j: recomputed, not kept
         def feat(i):
-            x = _load(q_ref.at[:, fb[i]], real).astype(F32)
+            x = masked_load(q_ref.at[:, fb[i]], real).astype(F32)
             return jnp.where(columns[i] < head_dim, jnp.where(x > 0, x + 1.0, jnp.exp(x)),
                              0.0).astype(q_ref.dtype)
         scales = [1.0] * len(fb)
-    den = _total(r * jnp.sum(feat(i).astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
+    den = summed(r * jnp.sum(feat(i).astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
                              keepdims=True) for i, (r, j) in enumerate(zip(scales, fb)))
     if feature == "favor":                          # φ = m^-½ (exp(logit - top) + eps)
-        den = num_features ** -0.5 * (den + FAVOR_EPS * _total(
+        den = num_features ** -0.5 * (den + FAVOR_EPS * summed(
             jnp.sum(k_sum_ref[:, j].astype(F32), axis=1, keepdims=True) for j in fb))
     den = denominator(den)
     for c in db:
-        out = _total(r * _dot(feat(i), kv_ref[j, c]) for i, (r, j) in enumerate(zip(scales, fb)))
+        out = summed(r * dot(feat(i), kv_ref[j, c]) for i, (r, j) in enumerate(zip(scales, fb)))
         if feature == "favor":
             out = num_features ** -0.5 * (out + FAVOR_EPS * kv_sum_ref[:, c])
         plgpu.store(o_ref.at[:, c], (out / den).astype(o_ref.dtype), mask=real)
@@ -317,23 +317,23 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n, n)
     def step(i, partials):
         dkv, dk_sum = partials
         rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
-        real = _real_rows(first + i * block_n, block_n, n) if n % program_rows else None
-        q = _load(q_ref.at[rows, :], real)
-        (feat,), (slope,) = _features([q], lambda c, j: omega_t, _blocks(f), feature, head_dim,
+        real = real_rows(first + i * block_n, block_n, n) if n % program_rows else None
+        q = masked_load(q_ref.at[rows, :], real)
+        (feat,), (slope,) = _features([q], lambda c, j: omega_t, column_blocks(f), feature, head_dim,
                                       num_features)
         feat = feat.astype(q.dtype)                                      # as the forward used it
         den = jnp.sum(feat.astype(F32) * k_sum.astype(F32), axis=1, keepdims=True)
         inv = 1.0 / denominator(den)                                     # D' = 1 for both maps
-        g = _load(g_ref.at[rows, :], real).astype(F32)
+        g = masked_load(g_ref.at[rows, :], real).astype(F32)
         d_num = (g * inv).astype(q.dtype)                                # [bn, d]
-        d_den = -jnp.sum(g * _load(out_ref.at[rows, :], real).astype(F32), axis=1,
+        d_den = -jnp.sum(g * masked_load(out_ref.at[rows, :], real).astype(F32), axis=1,
                          keepdims=True) * inv                                    # [bn, 1]
-        d_feat = _dot(d_num, kv, ((1,), (1,))) + d_den * k_sum.astype(F32)        # [bn, f]
-        dkv += _dot(feat, d_num, ((0,), (0,)))                                    # [f, d]
+        d_feat = dot(d_num, kv, ((1,), (1,))) + d_den * k_sum.astype(F32)        # [bn, f]
+        dkv += dot(feat, d_num, ((0,), (0,)))                                    # [f, d]
         dk_sum += jnp.sum(feat.astype(F32) * d_den, axis=0, keepdims=True)        # [1, f]
         d_logit = d_feat * slope
         if feature == "favor":   # logit = d^-¼ qωᵀ − d^-½ |q|²/2
-            dq = (head_dim ** -0.25 * _dot(d_logit.astype(q.dtype), omega_t, ((1,), (1,)))
+            dq = (head_dim ** -0.25 * dot(d_logit.astype(q.dtype), omega_t, ((1,), (1,)))
                   - head_dim ** -0.5 * q.astype(F32) * jnp.sum(d_logit, axis=1, keepdims=True))
         else:                    # φ is elementwise: f = d
             dq = d_logit
@@ -419,7 +419,7 @@ def _pallas_query_side_bwd(q, kv, k_sum, omega, out, g, feature, head_dim, num_f
     return dq, dkv.sum(axis=2), dk_sum.sum(axis=(2, 3))
 
 
-def _on_gpu_or_interpreted(call, interpret):
+def on_gpu_or_interpreted(call, interpret):
     """``call(interpret=False)`` (the Triton kernel) when lowered for a GPU, Pallas's interpreter
     elsewhere — chosen at lowering, so a CPU host can lower the GPU program; ``interpret=True``
     forces the interpreter."""
@@ -437,7 +437,7 @@ def _fused(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, out_dty
 
 def _fused_fwd(q, kv, k_sum, omega, feature, head_dim, num_features, tiling, out_dtype,
                interpret):
-    out = _on_gpu_or_interpreted(functools.partial(
+    out = on_gpu_or_interpreted(functools.partial(
         _pallas_query_side, q, kv, k_sum, omega, feature, head_dim, num_features, tiling,
         out_dtype), interpret)
     return out, (q, kv, k_sum, omega, out)
@@ -450,7 +450,7 @@ def _fused_bwd(feature, head_dim, num_features, tiling, out_dtype, interpret, sa
                                            head_dim=head_dim, num_features=num_features),
                          q, kv, k_sum)
         return (*vjp(g.astype(F32)), jnp.zeros_like(omega))
-    dq, dkv, dk_sum = _on_gpu_or_interpreted(functools.partial(
+    dq, dkv, dk_sum = on_gpu_or_interpreted(functools.partial(
         _pallas_query_side_bwd, q, kv, k_sum, omega, out, g, feature, head_dim, num_features,
         tiling), interpret)
     return dq, dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega)
@@ -498,7 +498,7 @@ KEY_BLOCK = 64     # keys per step: a [rows, 64] float32 logit tile beside the [
 def _logits(q, k, first, keys, scale):
     """scale · q kᵀ (float32 [rows, KEY_BLOCK]) against the key block from key ``first``, keys
     past ``keys`` −inf; ``q`` and ``k``: their head-dim blocks, in the same order."""
-    logits = scale * _total(_dot(qc, kc, ((1,), (1,))) for qc, kc in zip(q, k))
+    logits = scale * summed(dot(qc, kc, ((1,), (1,))) for qc, kc in zip(q, k))
     column = first + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
     return jnp.where(column < keys, logits, -jnp.inf)
 
@@ -513,10 +513,10 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
     :data:`KEY_BLOCK`: those logits masked), head dim in 128-wide blocks. With ``lse_ref``
     (differentiated steps) also each row's log Σ exp(logits), which the backward recomputes
     the weights from."""
-    db = _blocks(q_ref.shape[1])
+    db = column_blocks(q_ref.shape[1])
     block_n = q_ref.shape[0]
     real = _program_rows(block_n, n)
-    q = [_load(q_ref.at[:, c], real) for c in db]
+    q = [masked_load(q_ref.at[:, c], real) for c in db]
 
     def step(i, carry):
         top, total, acc = carry
@@ -526,7 +526,7 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
         weights, rescale = jnp.exp(logits - new_top), jnp.exp(top - new_top)
         total = total * rescale + jnp.sum(weights, axis=1, keepdims=True)
         weights = weights.astype(v_ref.dtype)
-        return new_top, total, [a * rescale + _dot(weights, v_ref[rows, c])
+        return new_top, total, [a * rescale + dot(weights, v_ref[rows, c])
                                 for a, c in zip(acc, db)]
 
     carry = (jnp.full((block_n, 1), -jnp.inf, F32), jnp.zeros((block_n, 1), F32),
@@ -542,10 +542,10 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
 def _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real):
     """A row block's q, cotangent g (compute dtype), lse [rows, 1] and δ = Σ_d g·out [rows, 1]
     (rows past N: zeros, which add nothing to any gradient)."""
-    q = _load(q_ref.at[rows, :], real)
-    g = _load(g_ref.at[rows, :], real).astype(q.dtype)
-    out = _load(o_ref.at[rows, :], real)
-    lse = _load(lse_ref.at[rows], None if real is None else real[:, 0])[:, None]
+    q = masked_load(q_ref.at[rows, :], real)
+    g = masked_load(g_ref.at[rows, :], real).astype(q.dtype)
+    out = masked_load(o_ref.at[rows, :], real)
+    lse = masked_load(lse_ref.at[rows], None if real is None else real[:, 0])[:, None]
     delta = jnp.sum(g.astype(F32) * out.astype(F32), axis=1, keepdims=True)
     return q, g, lse, delta
 
@@ -560,8 +560,8 @@ def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n,
     def step(i, dq):
         k = k_ref[_key_rows(i), :]
         weights = jnp.exp(_logits([q], [k], i * KEY_BLOCK, keys, scale) - lse)
-        d_logits = weights * (_dot(g, v_ref[_key_rows(i), :], ((1,), (1,))) - delta)
-        return dq + _dot(d_logits.astype(q.dtype), k)
+        d_logits = weights * (dot(g, v_ref[_key_rows(i), :], ((1,), (1,))) - delta)
+        return dq + dot(d_logits.astype(q.dtype), k)
 
     dq = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step,
                            jnp.zeros(q.shape, F32))
@@ -585,12 +585,12 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_r
     def step(i, carry):
         dk, dv = carry
         rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
-        real = _real_rows(first + i * block_n, block_n, n) if n % chunk_rows else None
+        real = real_rows(first + i * block_n, block_n, n) if n % chunk_rows else None
         q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real)
         weights = jnp.exp(_logits([q], [k], first_key, keys, scale) - lse)
-        d_logits = weights * (_dot(g, v, ((1,), (1,))) - delta)
-        return (dk + _dot(d_logits.astype(q.dtype), q, ((0,), (0,))),
-                dv + _dot(weights.astype(q.dtype), g, ((0,), (0,))))
+        d_logits = weights * (dot(g, v, ((1,), (1,))) - delta)
+        return (dk + dot(d_logits.astype(q.dtype), q, ((0,), (0,))),
+                dv + dot(weights.astype(q.dtype), g, ((0,), (0,))))
 
     zeros = jnp.zeros(k.shape, F32)
     dk, dv = jax.lax.fori_loop(0, chunk_rows // block_n, step, (zeros, zeros))
@@ -670,7 +670,7 @@ def _pallas_softmax_bwd(q, k, v, out, lse, g, keys, scale, tiling, *, interpret)
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
 def _fused_softmax(q, k, v, keys, scale, tiling, out_dtype, interpret):
-    return _on_gpu_or_interpreted(functools.partial(
+    return on_gpu_or_interpreted(functools.partial(
         _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype, False), interpret)
 
 
@@ -682,7 +682,7 @@ def _fused_softmax_fwd(q, k, v, keys, scale, tiling, out_dtype, interpret):
         out, vjp = jax.vjp(functools.partial(reference_softmax_attention, scale=scale), q,
                            k[:, :keys], v[:, :keys])
         return out.astype(out_dtype), vjp
-    out, lse = _on_gpu_or_interpreted(functools.partial(
+    out, lse = on_gpu_or_interpreted(functools.partial(
         _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype, True), interpret)
     return out, (q, k, v, out, lse)
 
@@ -693,7 +693,7 @@ def _fused_softmax_bwd(keys, scale, tiling, out_dtype, interpret, saved, g):
         padded = round_up(keys, KEY_BLOCK)
         return dq, pad_to(dk, padded, axis=1), pad_to(dv, padded, axis=1)
     q, k, v, out, lse = saved
-    return _on_gpu_or_interpreted(functools.partial(
+    return on_gpu_or_interpreted(functools.partial(
         _pallas_softmax_bwd, q, k, v, out, lse, g, keys, scale, tiling), interpret)
 
 

@@ -16,6 +16,7 @@ from flax import nnx
 
 from flurka.attention import MECHANISMS, make_attention
 from flurka.models.checks import check_choice, check_mask, check_positive_int
+from flurka.models.fused_ffn import FfnTiling, check_fusable, fused_ffn_block
 
 
 class FeedForward(nnx.Module):
@@ -29,32 +30,52 @@ class FeedForward(nnx.Module):
         return self.fc2(jax.nn.gelu(self.fc1(x)))
 
 
+def ffn_tiling(fused_ffn: bool | FfnTiling, d_model: int, d_ff: int) -> FfnTiling | None:
+    """A block's ``fused_ffn`` option, resolved (and its sizes checked) at construction."""
+    if not fused_ffn:
+        return None
+    check_fusable(d_model, d_ff)
+    return fused_ffn if isinstance(fused_ffn, FfnTiling) else FfnTiling()
+
+
 class EncoderBlock(nnx.Module):
-    """x + Drop(Attn(LN(x))); x + Drop(FFN(LN(x)))."""
+    """x + Drop(Attn(LN(x))); x + Drop(FFN(LN(x))).
+
+    ``fused_ffn`` (True or a :class:`~flurka.models.fused_ffn.FfnTiling`): the second residual,
+    the LayerNorm and the FFN run as Pallas kernels (:mod:`flurka.models.fused_ffn`, same maths)
+    wherever dropout is off; with dropout active the XLA path runs (the kernels have none)."""
 
     def __init__(self, *, d_model: int, num_heads: int, d_ff: int, max_len: int, attention: str,
                  attention_options: Mapping[str, Any] | None, dropout_rate: float,
-                 rngs: nnx.Rngs):
+                 rngs: nnx.Rngs, fused_ffn: bool | FfnTiling = False):
         self.attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
         self.attention = make_attention(attention, d_model=d_model, num_heads=num_heads,
                                         max_len=max_len, rngs=rngs, **dict(attention_options or {}))
         self.ffn_norm = nnx.LayerNorm(d_model, rngs=rngs)
         self.ffn = FeedForward(d_model, d_ff, rngs=rngs)
         self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
+        self.ffn_tiling = ffn_tiling(fused_ffn, d_model, d_ff)
 
     def __call__(self, x: jax.Array, mask: jax.Array | None, *, deterministic: bool,
                  rng: jax.Array | None = None) -> jax.Array:
-        x = x + self.dropout(self.attention(self.attention_norm(x), mask, rng=rng),
-                             deterministic=deterministic)
+        a = self.dropout(self.attention(self.attention_norm(x), mask, rng=rng),
+                         deterministic=deterministic)
+        if self.ffn_tiling is not None and (deterministic or self.dropout.rate == 0.0):
+            norm, ffn = self.ffn_norm, self.ffn
+            return fused_ffn_block(x, a, norm.scale[...], norm.bias[...], ffn.fc1.kernel[...],
+                                   ffn.fc1.bias[...], ffn.fc2.kernel[...], ffn.fc2.bias[...],
+                                   eps=norm.epsilon, tiling=self.ffn_tiling)
+        x = x + a
         return x + self.dropout(self.ffn(self.ffn_norm(x)), deterministic=deterministic)
 
 
 class Encoder(nnx.Module):
-    """[B, N, d_model] (+ mask [B, N]) -> [B, N, d_model]; ends with a LayerNorm (pre-LN)."""
+    """[B, N, d_model] (+ mask [B, N]) -> [B, N, d_model]; ends with a LayerNorm (pre-LN).
+    ``fused_ffn``: every block's (:class:`EncoderBlock`)."""
 
     def __init__(self, *, d_model: int, num_heads: int, num_layers: int, d_ff: int, max_len: int,
                  attention: str, attention_options: Mapping[str, Any] | None = None,
-                 dropout_rate: float = 0.1, rngs: nnx.Rngs):
+                 dropout_rate: float = 0.1, rngs: nnx.Rngs, fused_ffn: bool | FfnTiling = False):
         check_choice("attention mechanism", attention, MECHANISMS)
         for name, value in (("d_model", d_model), ("num_heads", num_heads),
                             ("num_layers", num_layers), ("d_ff", d_ff), ("max_len", max_len)):
@@ -67,7 +88,7 @@ class Encoder(nnx.Module):
         self.layers = nnx.List([
             EncoderBlock(d_model=d_model, num_heads=num_heads, d_ff=d_ff, max_len=max_len,
                          attention=attention, attention_options=attention_options,
-                         dropout_rate=dropout_rate, rngs=rngs)
+                         dropout_rate=dropout_rate, rngs=rngs, fused_ffn=fused_ffn)
             for _ in range(num_layers)])
         self.final_norm = nnx.LayerNorm(d_model, rngs=rngs)
 

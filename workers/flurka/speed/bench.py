@@ -6,6 +6,7 @@ What is timed:
 * ``scope="model"``: the paper's inference model, ``flurka.models.encoder.Encoder`` with
   ``layers`` pre-LN blocks and an FFN of ``ffn`` (embeddings are left out: they are the same
   table lookup for every mechanism). Dropout is off (rate 0), so only the mechanism differs;
+  ``fused_ffn``: the blocks' residual + LayerNorm + FFN as Pallas kernels;
 * ``mode="forward"``: ``y = f(x)``;
 * ``mode="train"``: loss = mean((f(x) − y)²) against a random target, its gradient and one AdamW
   update (optax) — the full training step.
@@ -81,7 +82,8 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
     from flurka.models.encoder import Encoder
     return Encoder(d_model=point.d_model, num_heads=point.num_heads, num_layers=point.layers,
                    d_ff=point.ffn, max_len=point.padded_len, attention=point.mechanism,
-                   attention_options=options, dropout_rate=0.0, rngs=rngs)
+                   attention_options=options, dropout_rate=0.0, rngs=rngs,
+                   fused_ffn=point.fused_ffn)
 
 
 def attention_layer(module: nnx.Module) -> nnx.Module:
@@ -216,6 +218,8 @@ def describe(point: Point, result: dict[str, Any]) -> tuple[Any, tuple]:
         result["implementation"] = layer.implementation
     if getattr(layer, "fused", None):
         result["tiling"] = dataclasses.asdict(layer.fused)
+    if point.fused_ffn:
+        result["ffn_tiling"] = dataclasses.asdict(module.layers[0].ffn_tiling)
     try:
         result["flops"] = model_flops(point, layer)
     except (NotImplementedError, ValueError) as exc:  # FLOP model lacks this case

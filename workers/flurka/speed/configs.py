@@ -35,6 +35,10 @@ align=128)`` aligns the mechanisms that support it and leaves the others (EVA, f
 result records the value it ran with, and the FLOPs stay the FLOP model's (true shapes).
 ``fused`` runs the kernel mechanisms' query side as one Pallas kernel (:mod:`flurka.attention.fused`;
 head dim and m up to 512, padded by the kernel to the blocks Triton takes).
+``fused_ffn`` (model scope) runs each block's second residual, LayerNorm and FFN as Pallas kernels
+(:mod:`flurka.models.fused_ffn`: d_model and FFN multiples of 128), for every mechanism alike — the
+flash comparison's FLuRKA spends most of its memory traffic there; ``points(..., fused_ffn=True)``
+sets it on the model points whose sizes the kernels take.
 ``pad_to`` (1 = none) pads the *batch*: its sequence gets ``padded_len`` = N rounded up to a
 multiple of ``pad_to`` rows, the rows past N masked, and the model is built for that length (the
 low-rank E is [d_k, padded_len]), as a data pipeline pads batches for the tensor cores (Hugging
@@ -59,6 +63,7 @@ from typing import Any, Iterable, Sequence
 
 from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS
 from flurka.attention.base import round_up
+from flurka.attention.fused import BLOCK as FFN_BLOCK   # the fused FFN kernels' column blocks
 
 MODES: tuple[str, ...] = ("forward", "train")
 SCOPES: tuple[str, ...] = ("layer", "model")
@@ -84,6 +89,7 @@ class Point:
     align: int = 1
     fused: bool = False
     pad_to: int = 1
+    fused_ffn: bool = False
     xla: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
@@ -105,6 +111,15 @@ class Point:
                              f"valid: {', '.join(ALIGNABLE)}")
         if self.fused and self.mechanism not in FUSABLE:
             raise ValueError(f"{self.mechanism} has no fused kernel; valid: {', '.join(FUSABLE)}")
+        if self.fused_ffn and not self.ffn_fusable:
+            raise ValueError(f"fused_ffn needs model scope and d_model, ffn multiples of "
+                             f"{FFN_BLOCK}; got scope={self.scope}, d_model={self.d_model}, "
+                             f"ffn={self.ffn}")
+
+    @property
+    def ffn_fusable(self) -> bool:
+        """Whether the fused FFN kernels take this point (:func:`flurka.models.fused_ffn.check_fusable`)."""
+        return self.scope == "model" and not (self.d_model % FFN_BLOCK or self.ffn % FFN_BLOCK)
 
     @property
     def head_dim(self) -> int:
@@ -202,12 +217,14 @@ SWEEP_NAMES: tuple[str, ...] = tuple(SWEEPS)
 def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
            modes: Iterable[str] | None = None, scopes: Iterable[str] | None = None,
            dtype: str | None = None, align: int = 1, fused: bool = False,
-           pad_to: int = 1, xla: Iterable[tuple[str, Any]] = ()) -> list[Point]:
+           pad_to: int = 1, xla: Iterable[tuple[str, Any]] = (),
+           fused_ffn: bool = False) -> list[Point]:
     """Every point of ``sweep`` (shape-major, then mechanism, mode, scope), optionally filtered.
 
     Filters must name valid values; ``dtype`` overrides the sweep's default; ``align`` and
     ``fused`` apply to the mechanisms that support them (:data:`flurka.attention.ALIGNABLE`,
-    :data:`flurka.attention.FUSABLE`), ``pad_to`` and ``xla`` to every point.
+    :data:`flurka.attention.FUSABLE`), ``fused_ffn`` to the model points the kernels take,
+    ``pad_to`` and ``xla`` to every point.
     """
     _choice("sweep", sweep, SWEEP_NAMES)
     spec = SWEEPS[sweep]
@@ -229,10 +246,11 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
         if any(chosen[k] is not None and v not in chosen[k]
                for k, v in (("mechanism", mech), ("mode", mode), ("scope", scope))):
             continue
-        out.append(Point(mechanism=mech, mode=mode, scope=scope, dtype=dtype or spec.dtype,
-                         align=align if mech in ALIGNABLE else 1,
-                         fused=fused and mech in FUSABLE, pad_to=pad_to,
-                         xla=xla, **dataclasses.asdict(shape)))
+        point = Point(mechanism=mech, mode=mode, scope=scope, dtype=dtype or spec.dtype,
+                      align=align if mech in ALIGNABLE else 1,
+                      fused=fused and mech in FUSABLE, pad_to=pad_to,
+                      xla=xla, **dataclasses.asdict(shape))
+        out.append(dataclasses.replace(point, fused_ffn=fused_ffn and point.ffn_fusable))
     return out
 
 

@@ -1,0 +1,169 @@
+"""The fused FFN block (residual + LayerNorm + FFN + residual as two Pallas kernels; Pallas's
+interpreter on CPU) against float64 formulas written here and against the encoder's XLA path."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from flurka.models.encoder import Encoder
+from flurka.models.fused_ffn import FfnTiling, fused_ffn_block, reference_ffn_block
+from flurka.speed.configs import Point, points
+
+EPS = 1e-6
+
+
+def _ffn_block_64(x, a, scale, bias, w1, b1, w2, b2):
+    """z = y + W2·GELU(W1·LN(y) + b1) + b2, y = x + a, in float64 (GELU: tanh form, flax's)."""
+    y = x + a
+    normed = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + EPS) * scale + bias
+    h = normed @ w1 + b1
+    gelu = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    return y + gelu @ w2 + b2
+
+
+def _operands(seed, batch=2, n=75, d=256, f=384):
+    """x, a [batch, n, d] (150 rows: a last row block of 22 with the tiling's 64), LayerNorm
+    scale/bias, W1 [d, f], b1, W2 [f, d], b2 — float64; d and f several 128-wide blocks."""
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(batch, n, d)), 2.0 + rng.normal(size=(batch, n, d)),
+            1 + 0.2 * rng.normal(size=d), 0.2 * rng.normal(size=d),
+            rng.normal(size=(d, f)) / math.sqrt(d), 0.2 * rng.normal(size=f),
+            rng.normal(size=(f, d)) / math.sqrt(f), 0.2 * rng.normal(size=d)]
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+TILING = FfnTiling(block_n=64, num_warps=4, num_stages=2)
+
+
+def test_fused_ffn_block_matches_the_float64_formula():
+    ops = _operands(1)
+    got = fused_ffn_block(*(jnp.asarray(v, jnp.float32) for v in ops), eps=EPS, tiling=TILING)
+    assert got.shape == (2, 75, 256) and got.dtype == jnp.float32
+    assert _rel(got, _ffn_block_64(*ops)) < 2e-6
+
+
+def test_fused_ffn_block_in_bf16_is_as_close_as_the_xla_path():
+    """bf16 operands: the kernels (one rounding fewer: fc1's output is not rounded before its GELU)
+    land as close to the float64 formula as the XLA path does, and within 1 % of it."""
+    ops = _operands(1)
+    bf = [jnp.asarray(v, jnp.bfloat16) for v in ops]
+    exact = _ffn_block_64(*(np.asarray(jnp.asarray(v, jnp.float32), np.float64) for v in bf))
+    fused, xla = fused_ffn_block(*bf, eps=EPS, tiling=TILING), reference_ffn_block(*bf, eps=EPS)
+    assert fused.dtype == jnp.bfloat16
+    assert _rel(fused, xla) < 1e-2
+    assert _rel(fused, exact) <= 1.5 * _rel(xla, exact)
+
+
+def test_fused_ffn_block_gradient_matches_float64_finite_differences():
+    """Every operand's gradient (the XLA path's, recomputed) along a random direction against a
+    central difference of the float64 formula."""
+    ops = _operands(2, n=20, d=128, f=256)
+    rng = np.random.default_rng(3)
+    weights = rng.normal(size=(2, 20, 128))
+
+    def loss(*p):
+        return jnp.sum(fused_ffn_block(*p, eps=EPS, tiling=TILING) * weights)
+
+    grads = jax.grad(loss, argnums=tuple(range(8)))(*(jnp.asarray(v, jnp.float32) for v in ops))
+    for i, grad in enumerate(grads):
+        direction = rng.normal(size=ops[i].shape)
+        step = 1e-5
+        plus, minus = list(ops), list(ops)
+        plus[i], minus[i] = ops[i] + step * direction, ops[i] - step * direction
+        want = np.sum((_ffn_block_64(*plus) - _ffn_block_64(*minus)) * weights) / (2 * step)
+        got = float(np.sum(np.asarray(grad, np.float64) * direction))
+        assert abs(got - want) <= 1e-4 * abs(want) + 1e-4, (i, got, want)
+
+
+def _encoders(fused_ffn, *, dropout_rate=0.0, d_model=256, d_ff=384):
+    return Encoder(d_model=d_model, num_heads=2, num_layers=2, d_ff=d_ff, max_len=40,
+                   attention="flurka-rnn", attention_options={"d_k": 16},
+                   dropout_rate=dropout_rate, rngs=nnx.Rngs(params=0, dropout=1),
+                   fused_ffn=fused_ffn)
+
+
+def test_encoder_with_fused_ffn_computes_the_xla_encoders_function_and_gradient():
+    """Same parameters (same seeds): outputs and every parameter's gradient agree with the XLA
+    path, padded rows included (the FFN is per position)."""
+    xla, fused = _encoders(False), _encoders(TILING)
+    assert xla.layers[0].ffn_tiling is None and fused.layers[0].ffn_tiling == TILING
+    x = jax.random.normal(jax.random.key(4), (2, 40, 256))
+    mask = jnp.arange(40)[None, :] < jnp.array([[40], [33]])
+    np.testing.assert_allclose(fused(x, mask), xla(x, mask), rtol=0, atol=2e-5)
+
+    def loss(m):
+        return jnp.sum(jnp.sin(m(x, mask)))
+
+    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(m)) for m in (xla, fused))
+    assert len(g_xla) == len(g_fused)
+    for gx, gf in zip(g_xla, g_fused):
+        assert _rel(gf, gx) < 1e-4
+
+
+def test_active_dropout_takes_the_xla_path():
+    """The kernels have no dropout: a training step with dropout on runs the XLA path (the same
+    masks from the same streams), deterministic calls the kernels."""
+    x = jax.random.normal(jax.random.key(0), (1, 40, 256))
+    xla, fused = _encoders(False, dropout_rate=0.5), _encoders(True, dropout_rate=0.5)
+    np.testing.assert_array_equal(fused(x, deterministic=False), xla(x, deterministic=False))
+    np.testing.assert_allclose(fused(x), xla(x), rtol=0, atol=2e-5)
+
+
+def test_fused_ffn_refuses_sizes_and_launches_it_cannot_take_before_any_compute():
+    with pytest.raises(ValueError, match="d_model that is a multiple of 128"):
+        _encoders(True, d_model=200)
+    with pytest.raises(ValueError, match="FFN width that is a multiple of 128"):
+        _encoders(True, d_ff=200)
+    for bad, message in (({"block_n": 48}, "block_n must be a power of two"),
+                         ({"num_warps": 3}, "num_warps must be"), ({"num_stages": 0}, "num_stages")):
+        with pytest.raises(ValueError, match=message):
+            FfnTiling(**bad)
+    with pytest.raises(ValueError, match="fused_ffn needs model scope"):
+        Point("flurka-rnn", "forward", "layer", 1024, 512, 4, d_k=128, fused_ffn=True)
+    with pytest.raises(ValueError, match="fused_ffn needs model scope"):
+        Point("flurka-rnn", "forward", "model", 1024, 2600, 8, d_k=128, fused_ffn=True)
+
+
+def test_points_fuse_the_ffn_of_the_model_points_it_fits():
+    flash = points("flash-compare", fused_ffn=True)
+    assert flash and all(p.fused_ffn for p in flash)                     # every mechanism alike
+    tiny = points("tiny", fused_ffn=True)
+    assert {p.fused_ffn for p in tiny if p.scope == "layer"} == {False}
+    assert not any(p.fused_ffn for p in points("n-sweep", fused_ffn=True))   # d_model 2600
+
+
+def test_fused_ffn_lowers_to_two_triton_kernels_for_the_gpu():
+    """Pallas's Triton lowering runs here without a GPU, at the flash comparison's d_model =
+    FFN = 512 in bf16: the forward is two Triton calls (LN + fc1, fc2 + residual) with the
+    default launch — 128-row programs on 8 warps, 2 stages — over (128-wide column blocks,
+    row blocks); the gradient adds no kernel (the XLA path's, recomputed)."""
+    tiling, n = FfnTiling(), 1000
+    bf = jnp.bfloat16
+    specs = [jax.ShapeDtypeStruct(s, bf) for s in
+             ((1, n, 512), (1, n, 512), (512,), (512,), (512, 512), (512,), (512, 512), (512,))]
+
+    def forward(*p):
+        return fused_ffn_block(*p, eps=EPS)
+
+    def grad(*p):
+        return jax.grad(lambda *q: jnp.sum(forward(*q).astype(jnp.float32) ** 2), argnums=(0, 4))(*p)
+
+    for fn in (forward, grad):
+        text = jax.jit(fn).trace(*specs).lower(lowering_platforms=("cuda",)).as_text()
+        calls = [dict(re.findall(r'(name|grid_x|grid_y|num_stages|num_warps) = "?(\w+)"?', line))
+                 for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+        rows = -(-n // tiling.block_n)
+        assert [(c["name"], int(c["grid_x"]), int(c["grid_y"]), int(c["num_stages"]),
+                 int(c["num_warps"])) for c in calls] == [
+            ("flurka_ln_fc1", 4, rows, 2, 8), ("flurka_fc2_residual", 4, rows, 2, 8)], calls

@@ -1,0 +1,200 @@
+"""The encoder block's second half — residual, LayerNorm, FFN, residual — as one Pallas kernel.
+
+After the attention a pre-LN block computes y = x + a, then z = y + W2·GELU(W1·LN(y) + b1) + b2.
+XLA runs that as six or seven passes over [N, d_model]: in the flash comparison's plan (d_model =
+FFN = 512, bf16) the LayerNorm's statistics (one reduction per moment, each reading y), its
+normalisation (read y, write LN(y)), fc1 (read, write), the GELU (read, write: not in fc1's
+epilogue), fc2 (read, write), and the residual folded into the next block's statistics and
+normalisation, which then read y and the FFN's output twice each — about 20 tensor-passes of a
+block's 34. This kernel reads x and a and writes z: three. Per block of 64 rows it forms y and
+its statistics, LN(y) in the compute dtype (every 128-wide column block), then every hidden block
+GELU(LN(y)·W1 + b1) in the compute dtype, then each output block in turn (one [rows, 128]
+float32 accumulator), re-reading its x and a blocks (an L2 hit) for the residual instead of
+keeping y live — the wide query-side kernel's register plan (:mod:`flurka.attention.fused`).
+
+Same maths and precision policy as the XLA path (:func:`reference_ffn_block`, what flax's
+LayerNorm and Linear compute: statistics in float32 with flax's E[y²] − E[y]², products on
+compute-dtype operands with float32 accumulation); its gradient is that path's, recomputed from
+x and a (flash attention's recipe for the forward; no backward kernel). Sizes: d_model and the
+FFN width multiples of 128 up to :data:`MAX_WIDTH` (a program holds LN(y) and the hidden row
+blocks in registers); elsewhere the encoder's XLA path is the only one (:func:`check_fusable`).
+Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from flurka.attention.base import F32
+from flurka.attention.fused import (
+    BLOCK, dot, masked_load, on_gpu_or_interpreted, real_rows)
+
+
+
+@dataclasses.dataclass(frozen=True)
+class FfnTiling:
+    """The kernels' launch (none of it changes the result): ``block_n`` rows × 128 columns per
+    program — two of Hopper's 64-row warpgroup MMAs on 8 warps — and ``num_stages`` of software
+    pipelining on the loop over the contraction's 128-wide blocks. By ptxas for sm_90 at the flash
+    comparison's d_model = FFN = 512 (bf16): 128 × 8 × 2 takes 205 / 110 registers (LN + fc1 /
+    fc2), no spill, 164 KB of shared memory; 3 stages ask 263 KB, past the card's 227 KB; 64 rows
+    on 4 warps spill 284 B."""
+
+    block_n: int = 128
+    num_warps: int = 8
+    num_stages: int = 2
+
+    def __post_init__(self):
+        if not isinstance(self.block_n, int) or self.block_n < 16 or self.block_n & (self.block_n - 1):
+            raise ValueError(f"FfnTiling.block_n must be a power of two >= 16, got {self.block_n!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"FfnTiling.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"FfnTiling.num_stages must be an int >= 1, got {self.num_stages!r}")
+
+
+def check_fusable(d_model: int, d_ff: int) -> None:
+    """Clear error (at construction, before any compute) for sizes the kernels do not take."""
+    for name, size in (("d_model", d_model), ("FFN width", d_ff)):
+        if size % BLOCK:
+            raise ValueError(f"fused_ffn takes a {name} that is a multiple of {BLOCK} (the "
+                             f"kernels' column blocks), got {size}; use the XLA path "
+                             f"(fused_ffn=False)")
+
+
+def reference_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float):
+    """The XLA path: z = y + fc2(GELU(fc1(LN(y)))), y = x + a, as flax's LayerNorm and Linear
+    compute it (each result in the compute dtype, x's)."""
+    y = x + a
+    yf = y.astype(F32)
+    mean = jnp.mean(yf, axis=-1, keepdims=True)
+    var = jnp.maximum(0.0, jnp.mean(jnp.square(yf), axis=-1, keepdims=True) - jnp.square(mean))
+    normed = ((yf - mean) * (jax.lax.rsqrt(var + eps) * scale.astype(F32))
+              + bias.astype(F32)).astype(x.dtype)
+    h = jax.nn.gelu(jnp.dot(normed, w1.astype(x.dtype)) + b1.astype(x.dtype))
+    return y + (jnp.dot(h, w2.astype(x.dtype)) + b2.astype(x.dtype))
+
+
+def _block(k):
+    """The ``k``-th 128-wide column block (a traced index: the contraction's loop)."""
+    return pl.ds(pl.multiple_of(k * BLOCK, BLOCK), BLOCK)
+
+
+def _program_rows(rows: int, n: int):
+    """This program's real-row mask (grid axis 1 walks the row blocks; None: all whole)."""
+    return real_rows(pl.program_id(1) * rows, rows, n) if n % rows else None
+
+
+def _residual(x_ref, a_ref, cols, real):
+    """y = x + a on ``cols``, rounded to the compute dtype as the XLA path's sum is; float32."""
+    return (masked_load(x_ref.at[:, cols], real)
+            + masked_load(a_ref.at[:, cols], real)).astype(F32)
+
+
+def _ln_fc1_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, h_ref, *, eps, n):
+    """One program: GELU(LN(y)·W1 + b1) for a block of rows and one 128-wide hidden block. Two
+    loops over y's column blocks: its moments, then LN(y)·W1 block by block (the
+    LayerNorm as the GEMM's prologue)."""
+    rows, d_model = x_ref.shape
+    real = _program_rows(rows, n)
+
+    def moments(k, sums):
+        y = _residual(x_ref, a_ref, _block(k), real)
+        return sums[0] + jnp.sum(y, axis=1, keepdims=True), sums[1] + jnp.sum(y * y, axis=1,
+                                                                               keepdims=True)
+
+    zero = jnp.zeros((rows, 1), F32)
+    total, total_sq = jax.lax.fori_loop(0, d_model // BLOCK, moments, (zero, zero))
+    mean = total / d_model
+    inv = jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d_model - mean * mean) + eps)
+
+    def product(k, acc):
+        cols = _block(k)
+        normed = ((_residual(x_ref, a_ref, cols, real) - mean)
+                  * (inv * scale_ref[:, cols].astype(F32)) + bias_ref[:, cols].astype(F32))
+        return acc + dot(normed.astype(x_ref.dtype), w1_ref[cols, :])
+
+    acc = jax.lax.fori_loop(0, d_model // BLOCK, product,
+                            jnp.zeros((rows, w1_ref.shape[1]), F32))
+    plgpu.store(h_ref, jax.nn.gelu(acc + b1_ref[...].astype(F32)).astype(h_ref.dtype),
+                mask=real)
+
+
+def _fc2_kernel(h_ref, x_ref, a_ref, w2_ref, b2_ref, z_ref, *, n):
+    """One program: z = y + h·W2 + b2 for a block of rows and one 128-wide output block."""
+    rows, d_ff = h_ref.shape
+    real = _program_rows(rows, n)
+
+    def product(k, acc):
+        cols = _block(k)
+        return acc + dot(masked_load(h_ref.at[:, cols], real), w2_ref[cols, :])
+
+    acc = jax.lax.fori_loop(0, d_ff // BLOCK, product, jnp.zeros((rows, BLOCK), F32))
+    y = _residual(x_ref, a_ref, slice(None), real)
+    plgpu.store(z_ref, (y + acc + b2_ref[...].astype(F32)).astype(z_ref.dtype), mask=real)
+
+
+def _pallas_ffn_block(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interpret):
+    """The two kernels: h = GELU(LN(x + a)·W1 + b1) to memory (the compute dtype), then
+    z = x + a + h·W2 + b2. Grid axis 0 walks the 128-wide column blocks, so the programs that
+    share a block of rows run side by side and re-read its x and a from L2, not memory."""
+    n, d = x.shape
+    f = w1.shape[1]
+    rows = pl.cdiv(n, tiling.block_n)
+    row_block = lambda width: pl.BlockSpec((tiling.block_n, width),          # noqa: E731
+                                           lambda j, i: (i, 0))
+    tile = pl.BlockSpec((tiling.block_n, BLOCK), lambda j, i: (i, j))
+    whole = lambda *shape: pl.BlockSpec(shape, lambda j, i: (0, 0))          # noqa: E731
+    column = lambda height: pl.BlockSpec((height, BLOCK), lambda j, i: (0, j))  # noqa: E731
+    vector = lambda v: v.astype(x.dtype)[None, :]                            # noqa: E731
+    params = plgpu.CompilerParams(num_warps=tiling.num_warps, num_stages=tiling.num_stages)
+    h = pl.pallas_call(
+        functools.partial(_ln_fc1_kernel, eps=eps, n=n),
+        out_shape=jax.ShapeDtypeStruct((n, f), x.dtype), grid=(f // BLOCK, rows),
+        in_specs=[row_block(d), row_block(d), whole(1, d), whole(1, d), column(d), column(1)],
+        out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_ln_fc1",
+    )(x, a, vector(scale), vector(bias), w1.astype(x.dtype), vector(b1))
+    return pl.pallas_call(
+        functools.partial(_fc2_kernel, n=n),
+        out_shape=jax.ShapeDtypeStruct((n, d), x.dtype), grid=(d // BLOCK, rows),
+        in_specs=[row_block(f), tile, tile, column(f), column(1)],
+        out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_fc2_residual",
+    )(h, x, a, w2.astype(x.dtype), vector(b2))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
+def _fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
+    return on_gpu_or_interpreted(functools.partial(
+        _pallas_ffn_block, x, a, scale, bias, w1, b1, w2, b2, eps, tiling), interpret)
+
+
+def _fused_fwd(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
+    return (_fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret),
+            (x, a, scale, bias, w1, b1, w2, b2))
+
+
+def _fused_bwd(eps, tiling, interpret, saved, g):
+    _, vjp = jax.vjp(functools.partial(reference_ffn_block, eps=eps), *saved)
+    return vjp(g)
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
+                    tiling: FfnTiling | None = None, interpret: bool = False):
+    """z = y + W2·GELU(W1·LN(y) + b1) + b2 with y = x + a, for x, a [..., d_model] in the compute
+    dtype; the LayerNorm's ``scale``/``bias`` [d_model], W1 [d_model, d_ff], W2 [d_ff, d_model].
+    ``interpret``: Pallas's interpreter even on a GPU (tests)."""
+    check_fusable(x.shape[-1], w1.shape[1])
+    lead = x.shape[:-1]
+    flat = lambda v: v.reshape(-1, v.shape[-1])   # noqa: E731 - a bitcast, no pass
+    z = _fused(flat(x), flat(a.astype(x.dtype)), scale, bias, w1, b1, w2, b2, float(eps),
+               tiling or FfnTiling(), interpret)
+    return z.reshape(*lead, x.shape[-1])

@@ -28,11 +28,12 @@ from flax import nnx
 
 from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, make_attention
 from flurka.attention.fused import Tiling, use_tiling
+from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
 from flurka.speed.configs import Point, points
 from flurka.speed.profile import brief
 from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
                                  write_json)
-from flurka.speed.tuning import tune_fused
+from flurka.speed.tuning import tune_ffn, tune_fused
 
 # Within a block: the paper's subjects first, the quadratic baselines (slow, memory-hungry) last.
 ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flurka-eva", "eva",
@@ -55,6 +56,15 @@ CUBLAS_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fu
                                     "pad_to": {128}, "xla": {CUBLAS}, "mechanism": FLURKA})
 FUSED_PADDED_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
                                         "pad_to": {128}, "mechanism": FLURKA})
+# The blocks' residual + LayerNorm + FFN as Pallas kernels (flurka.models.fused_ffn): in XLA's
+# plan for the fused + padded flash-comparison forward they move 7.6 GB, not 9.55 (H200 target),
+# FLuRKA's largest remaining traffic; flash's model takes the same kernels (the same encoder).
+FUSED_FFN_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                                       "fused_ffn": {True}, "pad_to": {128}, "mechanism": FLURKA})
+FLASH_FUSED_FFN_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
+                                             "fused_ffn": {True}, "mechanism": {"flash"}})
+FUSED_FFN_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
+                                     "fused_ffn": {True}, "pad_to": {128}, "mechanism": FLURKA})
 BOUNDARY_ALIGNED = ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
                                         "mode": {"forward"}, **ALIGNED, "mechanism": FIVE})
 PLANS: dict[str, list[tuple[str, dict]]] = {
@@ -139,6 +149,8 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                            "pad_to": {128}, "mechanism": {"flurka-performer", "flurka-rnn"}}),
         FLASH_FORWARD,
+        FUSED_FFN_FORWARD,
+        FLASH_FUSED_FFN_FORWARD,
         # The wide fused kernels (64-row programs on the warpgroup MMA, launch tuned first) at the
         # N-sweep, their XLA twins in the same lease; then the flash comparison on cuBLAS, whose
         # epilogues take the bias and residual (plan 8.4 GB, not 9.6, on the H200 target).
@@ -148,6 +160,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         CUBLAS_FORWARD,
         FUSED_PADDED_TRAIN,
         FLASH_TRAIN,
+        FUSED_FFN_TRAIN,
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, **ALIGNED,
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
         # EVA's softmax in two parts, no concatenated [N, C] copy (its plan at 55k: 74 -> 40 GB
@@ -172,6 +185,8 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                            "pad_to": {128}, "mechanism": FLURKA}),
         FLASH_FORWARD,
+        FUSED_FFN_FORWARD,
+        FLASH_FUSED_FFN_FORWARD,
         WIDE_FUSED,
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
                      "mechanism": FIVE}),
@@ -179,6 +194,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                      "mechanism": FIVE | {"eva", "flurka-eva"}}),
         FUSED_PADDED_TRAIN,
         FLASH_TRAIN,
+        FUSED_FFN_TRAIN,
         CUBLAS_FORWARD,
         ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
                      "mechanism": FIVE}),
@@ -246,16 +262,18 @@ def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 10, chain: int = 10
 
 def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
     """(index in the sweep's full point list, point) of one block, in :data:`ORDER`. A block
-    whose ``align`` is {a} (``fused`` {True}, ``dtype`` {t}, ``pad_to`` {p}, ``xla`` {options})
-    takes the points of ``points(sweep, align=a)`` (``fused=True``, ``dtype=t``, ``pad_to=p``,
-    ``xla=options``) that really run aligned (fused)."""
+    whose ``align`` is {a} (``fused`` {True}, ``fused_ffn`` {True}, ``dtype`` {t}, ``pad_to``
+    {p}, ``xla`` {options}) takes the points of ``points(sweep, align=a)`` (``fused=True``,
+    ``fused_ffn=True``, ``dtype=t``, ``pad_to=p``, ``xla=options``) that really run aligned
+    (fused)."""
     align = max(where.get("align", {1}))
     fused = True in where.get("fused", {False})
+    fused_ffn = True in where.get("fused_ffn", {False})
     (dtype,) = where.get("dtype", {None})
     pad_to = max(where.get("pad_to", {1}))
     (xla,) = where.get("xla", {()})
     chosen = [(i, p) for i, p in enumerate(points(sweep, align=align, fused=fused, dtype=dtype,
-                                                  pad_to=pad_to, xla=xla))
+                                                  pad_to=pad_to, xla=xla, fused_ffn=fused_ffn))
               if all(getattr(p, k) in v for k, v in where.items())]
     return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
 
@@ -328,6 +346,36 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
     return rows
 
 
+def check_ffn_on_card(seq_len: int = 1000, d_model: int = 512, d_ff: int = 512) -> list[dict]:
+    """The fused FFN block (:mod:`flurka.models.fused_ffn`; on a GPU its Triton kernels) on the
+    default device, float32 and bf16, against the XLA path on the host CPU in float32, at the
+    flash comparison's widths over a length its 128-row blocks do not divide."""
+    from flurka.models.fused_ffn import fused_ffn_block, reference_ffn_block
+    cpu = jax.devices("cpu")[0]
+    keys = jax.random.split(jax.random.key(11), 8)
+    shapes = [(1, seq_len, d_model), (1, seq_len, d_model), (d_model,), (d_model,),
+              (d_model, d_ff), (d_ff,), (d_ff, d_model), (d_model,)]
+    ops = [jax.random.normal(k, s, jnp.float32) / (np.sqrt(s[0]) if len(s) == 2 else 1)
+           for k, s in zip(keys, shapes)]
+    with jax.default_device(cpu):
+        ref = np.asarray(reference_ffn_block(*jax.device_put(ops, cpu), eps=1e-6))
+    rows = []
+    for dtype in ("float32", "bfloat16"):
+        t0 = time.monotonic()
+        try:
+            got = jax.jit(lambda *p: fused_ffn_block(*p, eps=1e-6))(
+                *(o.astype(dtype) for o in ops))
+            got = np.asarray(got.astype(jnp.float32))
+            rows.append({"mechanism": "fused_ffn", "dtype": dtype, "seq_len": seq_len,
+                         "d_model": d_model, "d_ff": d_ff, "reference": "xla cpu f32",
+                         "rel_err": float(np.linalg.norm(got - ref) / np.linalg.norm(ref)),
+                         "finite": bool(np.isfinite(got).all())})
+        except Exception as exc:  # noqa: BLE001 - a failed check is a result
+            rows.append({"mechanism": "fused_ffn", "dtype": dtype, "error": repr(exc)[:500]})
+        print(f"check ({time.monotonic() - t0:.1f} s)", rows[-1], flush=True)
+    return rows
+
+
 # The fused check's wide case: the N-sweep's head dim and feature count on one head.
 WIDE = {"d_model": 325, "num_heads": 1, "num_features": 325}
 
@@ -369,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-align", type=int, default=1,
                         help="also check the alignable mechanisms aligned to this (e.g. 128)")
     parser.add_argument("--check-fused", action="store_true",
-                        help="also check the fused (Pallas) query side of the kernel mechanisms")
+                        help="also check the fused (Pallas) query side of the kernel mechanisms "
+                             "and the fused FFN block")
     parser.add_argument("--theory-s", type=float, default=0,
                         help="keep this many seconds of the budget for the theory run at the end "
                              "(theory.json; 0 = no theory run)")
@@ -379,8 +428,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-fused", action="store_true",
                         help="before the plan's first fused point, time a grid of launch shapes "
                              "of the fused kernels at the flash comparison's size and build the "
-                             "fused layers with the fastest (fused_tuning.json)")
-    parser.add_argument("--tiny", action="store_true", help="CPU dry run: three tiny points (one fused)")
+                             "fused layers with the fastest (fused_tuning.json); before its first "
+                             "fused FFN point the same for the FFN block (ffn_tuning.json)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="CPU dry run: four tiny points (one fused, one fused FFN)")
     parser.add_argument("--aot", choices=("h100", "h200"), default=None,
                         help="no card: compile the plan's points for this one instead of timing "
                              "them (aot.json: memory, fit, kernels; flurka.speed.aot, needs "
@@ -399,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
         opts = dict(align=args.check_align, fused=args.check_fused)
         check = (check_on_card(64, 64, 4, mechanisms, **opts) if args.tiny
                  else check_on_card(mechanisms=mechanisms, **opts))
+        if args.check_fused:
+            check += (check_ffn_on_card(100, 128, 256) if args.tiny else check_ffn_on_card())
     probes = shape_probes() if args.probes and not args.tiny else []
     write_json({"device": device, "versions": vers, "check": check, "shape_probes": probes},
                os.path.join(args.out, "check.json"))
@@ -411,10 +464,11 @@ def main(argv: list[str] | None = None) -> int:
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
     settings = {"warmup": args.warmup, "repeats": args.repeats, "memory_budget_bytes": budget,
                 "runner": "local", "driver": "benchmarks/gpu_session.py",
-                "fused_tiling": dataclasses.asdict(Tiling())}
+                "fused_tiling": dataclasses.asdict(Tiling()),
+                "ffn_tiling": dataclasses.asdict(FfnTiling())}
     steps = [(sweep, index, point) for sweep, where in plan for index, point in planned(sweep, where)]
     with contextlib.ExitStack() as stack:
-        tune = fused_tuner(args, settings, stack, device, vers) if args.tune_fused else None
+        tune = tuners(args, settings, stack, device, vers) if args.tune_fused else None
         run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers, tune)
     if args.theory_s and not args.tiny:
         theory(os.path.join(args.out, "theory.json"))
@@ -436,41 +490,54 @@ def compile_plan(args) -> int:
     return 0
 
 
-def fused_tuner(args, settings: dict, stack: contextlib.ExitStack, device, vers):
-    """What ``run_plan`` calls before its first fused point: time the launch shapes
-    (``fused_tuning.json``); the fused layers built from then on (inside ``stack``) take the
-    fastest, and ``settings`` says so. If no candidate runs, the file holds the error and the
-    default tiling stays."""
+def tuners(args, settings: dict, stack: contextlib.ExitStack, device, vers) -> dict:
+    """``--tune-fused``: per execution flag of a point ("fused", "fused_ffn"), what ``run_plan``
+    calls before the first point that has it: the query-side kernels' launch
+    (``fused_tuning.json``) and the fused FFN block's form and launch (``ffn_tuning.json``)."""
+    return {
+        "fused": _tuner(lambda: tune_fused(**(TINY_TUNING if args.tiny else {})), use_tiling,
+                        Tiling, "fused_tiling", os.path.join(args.out, "fused_tuning.json"),
+                        settings, stack, device, vers),
+        "fused_ffn": _tuner(lambda: tune_ffn(**(TINY_FFN_TUNING if args.tiny else {})),
+                            use_ffn_tiling, FfnTiling, "ffn_tiling",
+                            os.path.join(args.out, "ffn_tuning.json"), settings, stack, device,
+                            vers)}
+
+
+def _tuner(run, use, tiling, key: str, path: str, settings: dict, stack: contextlib.ExitStack,
+           device, vers):
+    """Run a tuning (``run``) into ``path``; the layers built from then on (inside ``stack``)
+    take its best (``use(tiling(**best))``), and ``settings[key]`` says so. If no candidate
+    runs, the file holds the error and the default stays."""
     def tune() -> None:
         t0 = time.monotonic()
         try:
-            tuning = tune_fused(**(TINY_TUNING if args.tiny else {}))
+            tuning = run()
         except Exception as exc:  # noqa: BLE001 - the plan goes on with the default
             tuning = {"error": repr(exc)[:2000]}
-        write_json({"device": device, "versions": vers, **tuning},
-                   os.path.join(args.out, "fused_tuning.json"))
+        write_json({"device": device, "versions": vers, **tuning}, path)
         if "best" in tuning:
-            tiling = stack.enter_context(use_tiling(Tiling(**tuning["best"])))
-            settings["fused_tiling"] = dataclasses.asdict(tiling)
-        print(f"fused tiling in {time.monotonic() - t0:.0f} s: {settings['fused_tiling']}"
+            settings[key] = dataclasses.asdict(stack.enter_context(use(tiling(**tuning["best"]))))
+        print(f"{key} in {time.monotonic() - t0:.0f} s: {settings[key]}"
               + (f" (tuning failed: {tuning['error'][:200]})" if "error" in tuning else ""),
               flush=True)
     return tune
 
 
 def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers,
-             tune=None) -> None:
+             tuners=None) -> None:
     """Time the plan's points in order until the deadline, each sweep's JSON rewritten after
-    every point. ``tune`` runs before the first fused point (minutes of compiling launch shapes:
-    the XLA points ahead of it do not wait, nor pay for it when the budget ends first)."""
+    every point. A tuner (:func:`tuners`) runs before the first point with its flag (minutes of
+    compiling launch shapes: the points ahead of it do not wait, nor pay for it when the budget
+    ends first)."""
     results: dict[str, list[dict]] = {}
+    tuners = dict(tuners or {})
     for sweep, index, point in steps:
         if time.monotonic() > deadline - args.theory_s:
             print(f"budget spent after {time.monotonic() - start:.0f} s; stopping", flush=True)
             break
-        if point.fused and tune is not None:
-            tune()
-            tune = None
+        for flag in [f for f in tuners if getattr(point, f)]:
+            tuners.pop(flag)()
         t0 = time.monotonic()
         row = run_one(point, index=index, sweep=sweep, warmup=args.warmup,
                       repeats=args.repeats, memory_budget_bytes=budget,
@@ -493,10 +560,12 @@ def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, v
         print(f"plan done in {time.monotonic() - start:.0f} s", flush=True)
 
 
-# --tiny: the XLA points, then a fused one (Pallas's interpreter), to dry-run the path.
+# --tiny: the XLA points, then a fused one and a fused FFN one (Pallas's interpreter), to
+# dry-run the path.
 TINY_PLAN = [("tiny", {"mechanism": {"rnn", "flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"}}),
              ("tiny", {"mechanism": {"flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"},
-                       "fused": {True}})]
+                       "fused": {True}}),
+             ("tiny-ffn", {"fused_ffn": {True}})]
 
 # --tune-fused --tiny: a CPU-sized grid (Pallas's interpreter), to dry-run the path.
 TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dtype=jnp.float32,
@@ -504,6 +573,8 @@ TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dt
                    wide_grid=[(16, 8)], wide_size=dict(seq_len=64, heads=1, head_dim=130,
                                                        num_features=130, d_k=16),
                    warmup=0, repeats=1)
+TINY_FFN_TUNING = dict(rows=64, d_model=128, d_ff=128, dtype=jnp.float32,
+                       grid=[(1, 64, 8, 1)], warmup=0, repeats=1)
 
 
 # Theorem 1's approximation errors and Fig. 1's ranks at sizes a GPU makes cheap: N = 2048,

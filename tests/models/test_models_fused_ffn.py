@@ -13,7 +13,8 @@ import pytest
 from flax import nnx
 
 from flurka.models.encoder import Encoder
-from flurka.models.fused_ffn import FfnTiling, fused_ffn_block, reference_ffn_block
+from flurka.models.fused_ffn import (
+    ONE_KERNEL, FfnTiling, fused_ffn_block, reference_ffn_block, use_ffn_tiling)
 from flurka.speed.configs import Point, points
 
 EPS = 1e-6
@@ -44,22 +45,25 @@ def _rel(a, b):
 
 
 TILING = FfnTiling(block_n=64, num_warps=4, num_stages=2)
+FORMS = [TILING, ONE_KERNEL]     # two kernels (h through memory) and one
 
 
-def test_fused_ffn_block_matches_the_float64_formula():
+@pytest.mark.parametrize("tiling", FORMS, ids=["two-kernels", "one-kernel"])
+def test_fused_ffn_block_matches_the_float64_formula(tiling):
     ops = _operands(1)
-    got = fused_ffn_block(*(jnp.asarray(v, jnp.float32) for v in ops), eps=EPS, tiling=TILING)
+    got = fused_ffn_block(*(jnp.asarray(v, jnp.float32) for v in ops), eps=EPS, tiling=tiling)
     assert got.shape == (2, 75, 256) and got.dtype == jnp.float32
     assert _rel(got, _ffn_block_64(*ops)) < 2e-6
 
 
-def test_fused_ffn_block_in_bf16_is_as_close_as_the_xla_path():
+@pytest.mark.parametrize("tiling", FORMS, ids=["two-kernels", "one-kernel"])
+def test_fused_ffn_block_in_bf16_is_as_close_as_the_xla_path(tiling):
     """bf16 operands: the kernels (one rounding fewer: fc1's output is not rounded before its GELU)
     land as close to the float64 formula as the XLA path does, and within 1 % of it."""
     ops = _operands(1)
     bf = [jnp.asarray(v, jnp.bfloat16) for v in ops]
     exact = _ffn_block_64(*(np.asarray(jnp.asarray(v, jnp.float32), np.float64) for v in bf))
-    fused, xla = fused_ffn_block(*bf, eps=EPS, tiling=TILING), reference_ffn_block(*bf, eps=EPS)
+    fused, xla = fused_ffn_block(*bf, eps=EPS, tiling=tiling), reference_ffn_block(*bf, eps=EPS)
     assert fused.dtype == jnp.bfloat16
     assert _rel(fused, xla) < 1e-2
     assert _rel(fused, exact) <= 1.5 * _rel(xla, exact)
@@ -111,6 +115,15 @@ def test_encoder_with_fused_ffn_computes_the_xla_encoders_function_and_gradient(
         assert _rel(gf, gx) < 1e-4
 
 
+def test_a_tuned_tiling_reaches_encoders_built_under_it():
+    """``use_ffn_tiling`` (a GPU session's tuned choice) is what ``fused_ffn=True`` takes at
+    construction; a block keeps it after the context ends."""
+    with use_ffn_tiling(ONE_KERNEL):
+        tuned = _encoders(True)
+    assert {b.ffn_tiling for b in tuned.layers} == {ONE_KERNEL}
+    assert _encoders(True).layers[0].ffn_tiling == FfnTiling()
+
+
 def test_active_dropout_takes_the_xla_path():
     """The kernels have no dropout: a training step with dropout on runs the XLA path (the same
     masks from the same streams), deterministic calls the kernels."""
@@ -125,7 +138,10 @@ def test_fused_ffn_refuses_sizes_and_launches_it_cannot_take_before_any_compute(
         _encoders(True, d_model=200)
     with pytest.raises(ValueError, match="FFN width that is a multiple of 128"):
         _encoders(True, d_ff=200)
-    for bad, message in (({"block_n": 48}, "block_n must be a power of two"),
+    with pytest.raises(ValueError, match="one kernel takes a d_model up to 512"):
+        _encoders(ONE_KERNEL, d_model=640)
+    for bad, message in (({"kernels": 3}, "kernels must be 1 or 2"),
+                         ({"block_n": 48}, "block_n must be a power of two"),
                          ({"num_warps": 3}, "num_warps must be"), ({"num_stages": 0}, "num_stages")):
         with pytest.raises(ValueError, match=message):
             FfnTiling(**bad)
@@ -147,7 +163,8 @@ def test_fused_ffn_lowers_to_two_triton_kernels_for_the_gpu():
     """Pallas's Triton lowering runs here without a GPU, at the flash comparison's d_model =
     FFN = 512 in bf16: the forward is two Triton calls (LN + fc1, fc2 + residual) with the
     default launch — 128-row programs on 8 warps, 2 stages — over (128-wide column blocks,
-    row blocks); the gradient adds no kernel (the XLA path's, recomputed)."""
+    row blocks); the gradient adds no kernel (the XLA path's, recomputed). The one-kernel form
+    is one call over the row blocks."""
     tiling, n = FfnTiling(), 1000
     bf = jnp.bfloat16
     specs = [jax.ShapeDtypeStruct(s, bf) for s in
@@ -167,3 +184,10 @@ def test_fused_ffn_lowers_to_two_triton_kernels_for_the_gpu():
         assert [(c["name"], int(c["grid_x"]), int(c["grid_y"]), int(c["num_stages"]),
                  int(c["num_warps"])) for c in calls] == [
             ("flurka_ln_fc1", 4, rows, 2, 8), ("flurka_fc2_residual", 4, rows, 2, 8)], calls
+    with use_ffn_tiling(ONE_KERNEL):   # one kernel: 64-row programs, 8 warps, 1 stage (a new
+        text = jax.jit(lambda *p: fused_ffn_block(*p, eps=EPS)).trace(   # function: jit's trace
+            *specs).lower(lowering_platforms=("cuda",)).as_text()         # of forward is cached)
+    (call,) = [dict(re.findall(r'(name|grid_x|grid_y|num_stages|num_warps) = "?(\w+)"?', line))
+               for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+    assert call == {"name": "flurka_ffn_block", "grid_x": str(-(-n // 64)), "grid_y": "1",
+                    "num_stages": "1", "num_warps": "8"}

@@ -243,6 +243,38 @@ def test_fused_query_side_reads_q_and_writes_its_output_once(tmp_path):
         assert kernel["spill_store_bytes"] == 0 and kernel["mma"] == "wgmma", kernel
 
 
+def test_fused_ffn_reads_x_and_a_and_writes_the_hidden_layer_and_z_once(tmp_path):
+    """A one-block model at the flash comparison's widths (d_model = FFN = 512, bf16) at a length
+    its 128-row programs do not divide (N = 1000), compiled for the card with the fused FFN
+    block: two kernels, spill-free on Hopper's warpgroup MMA in the card's shared memory, over
+    (4 column blocks, 8 row blocks), whose traffic is exactly LN + fc1 reading x and a and writing
+    h, fc2 reading h, x and a and writing z, and the weights — and the step's plan moves less
+    than the XLA block's."""
+    fused, xla = _script("""
+        import json, sys, jax
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.speed import aot
+        from flurka.speed.configs import Point
+        device = aot.target_device(aot.TARGETS["h100"])
+        rows = [aot.compile_point(Point("flurka-rnn", "forward", "model", 1000, 512, 4, d_k=128,
+                                        num_features=128, layers=1, ffn=512, fused_ffn=f),
+                                  device, None) for f in (True, False)]
+        json.dump(rows, open(sys.argv[1], "w"))
+    """, tmp_path)
+    assert fused["status"] == xla["status"] == "ok"
+    assert [(k["kernel"], k["grid"]) for k in fused["kernels"]] == [
+        ("flurka_ln_fc1", [4, 8, 1]), ("flurka_fc2_residual", [4, 8, 1])]
+    for kernel in fused["kernels"]:
+        assert kernel["spill_store_bytes"] == 0 and kernel["mma"] == "wgmma", kernel
+        assert kernel["shared_memory_bytes"] <= 232_448 and kernel["threads"] == 8 * 32, kernel
+    tensor, weight, vector = 1000 * 512 * 2, 512 * 512 * 2, 512 * 2      # bf16
+    ln_fc1 = 3 * tensor + 3 * vector + weight                   # x, a, LN scale/bias, W1, b1 → h
+    fc2 = 4 * tensor + weight + vector                          # h, x, a, W2, b2 → z
+    assert fused["traffic"]["by_kind"]["pallas"] == ln_fc1 + fc2
+    assert "pallas" not in xla["traffic"]["by_kind"]
+    assert fused["traffic"]["bytes"] < xla["traffic"]["bytes"]
+
+
 def test_xla_options_give_the_plan_under_the_cards_gemm_choice(tmp_path):
     """``--xla NAME=VALUE``: compile options for the points, recorded. Without the card XLA
     splits the contraction of E·X (over N = 52 500, for 1024 × 512 outputs) four ways and pads

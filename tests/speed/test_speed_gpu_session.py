@@ -67,6 +67,12 @@ def test_plans_name_real_points_in_priority_order():
                 and p.align == 128]
         assert {p.mechanism for p in wide if p.fused} == set(g.FUSABLE)
         assert {p.mechanism for p in wide if not p.fused} >= set(g.FUSABLE)
+    for name in ("fourth", "targets"):      # the fused FFN: FLuRKA at its best, and flash
+        ffn = [p for sweep, where in g.PLANS[name] for _, p in g.planned(sweep, where)
+               if p.fused_ffn]
+        assert {(p.mechanism, p.mode) for p in ffn} >= {(m, "forward") for m in {"flash", *g.FLURKA}}
+        assert all(p.scope == "model" and p.seq_len == 52500 for p in ffn)
+        assert all(p.fused and p.pad_to == 128 for p in ffn if p.mechanism != "flash")
     targets = [p for sweep, where in g.PLANS["targets"] for _, p in g.planned(sweep, where)]
     # the targets on a card never measured: every alignable mechanism's N = 55.5k layer
     # aligned first, then flash against FLuRKA at 52.5k, both modes; the quadratic ones last
@@ -119,12 +125,21 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert ("flash", "float32", True) not in by
     for padding in ("any", "right"):
         assert 1e-4 < by[("flash", "bfloat16", padding)]["rel_err"] < 2e-2
+    # the fused FFN block (its two kernels, interpreted here) against the XLA path in float32
+    assert 0.0 < by[("fused_ffn", "float32", None)]["rel_err"] < 1e-5
+    assert 1e-4 < by[("fused_ffn", "bfloat16", None)]["rel_err"] < 2e-2
     tiny = json.loads((tmp_path / "tiny.json").read_text())
     assert tiny["schema"] == "flurka.speed/1"
     assert [(r["mechanism"], r["fused"]) for r in tiny["results"]] == [     # ORDER: FLuRKA first
         ("flurka-rnn", False), ("rnn", False), ("flurka-rnn", True)]
     assert all(r["status"] == "ok" and r["ratio_to_floor"] > 0 for r in tiny["results"])
     assert all(r["profile"]["steps"] == 1 and r["profile"]["by_kind"] for r in tiny["results"])
+    ffn = json.loads((tmp_path / "tiny-ffn.json").read_text())["results"]
+    ffn_tuning = json.loads((tmp_path / "ffn_tuning.json").read_text())  # before that point
+    assert [(r["mechanism"], r["scope"], r["fused_ffn"], r["status"]) for r in ffn] == [
+        ("flurka-rnn", "model", True, "ok")]
+    assert [r["tiling"]["kernels"] for r in ffn_tuning["rows"]] == [2, 1]   # default, the grid
+    assert ffn[0]["ffn_tiling"] == ffn_tuning["best"] != tiny["results"][-1].get("ffn_tiling")
     tuning = json.loads((tmp_path / "fused_tuning.json").read_text())   # --tune-fused
     ran = [r for r in tuning["rows"] if r["status"] == "ok"]
     assert [r["stage"] for r in ran] == ["forward"] * 3 + ["gradient"] * 2 + ["wide"] * 2
@@ -135,8 +150,10 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert set(best["median_s"]) == {"favor", "elu"}
     # the tuning ran when the plan reached its fused point, after the XLA points
     log = capsys.readouterr().out
-    tuned = log.index("fused tiling in")
+    tuned = log.index("fused_tiling in")
     assert log.index(" rnn forward") < tuned < log.index("flurka-rnn forward", tuned)
+    ffn_tuned = log.index("ffn_tiling in")          # the FFN's, at the first fused FFN point
+    assert log.index("flurka-rnn forward", tuned) < ffn_tuned < log.index("] tiny-ffn", ffn_tuned)
 
 
 def test_shape_probes_count_each_products_flops():

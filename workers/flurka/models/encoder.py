@@ -16,7 +16,8 @@ from flax import nnx
 
 from flurka.attention import MECHANISMS, make_attention
 from flurka.models.checks import check_choice, check_mask, check_positive_int
-from flurka.models.fused_ffn import FfnTiling, check_fusable, fused_ffn_block
+from flurka.models.fused_ffn import (
+    FfnTiling, check_fusable, current_ffn_tiling, fused_ffn_block)
 
 
 class FeedForward(nnx.Module):
@@ -31,11 +32,13 @@ class FeedForward(nnx.Module):
 
 
 def ffn_tiling(fused_ffn: bool | FfnTiling, d_model: int, d_ff: int) -> FfnTiling | None:
-    """A block's ``fused_ffn`` option, resolved (and its sizes checked) at construction."""
+    """A block's ``fused_ffn`` option, resolved at construction (True: the tiling
+    :func:`~flurka.models.fused_ffn.use_ffn_tiling` sets now) and its sizes checked."""
     if not fused_ffn:
         return None
-    check_fusable(d_model, d_ff)
-    return fused_ffn if isinstance(fused_ffn, FfnTiling) else FfnTiling()
+    tiling = fused_ffn if isinstance(fused_ffn, FfnTiling) else current_ffn_tiling()
+    check_fusable(d_model, d_ff, tiling)
+    return tiling
 
 
 class EncoderBlock(nnx.Module):

@@ -1,4 +1,4 @@
-"""The encoder block's second half — residual, LayerNorm, FFN, residual — as one Pallas kernel.
+"""The encoder block's second half — residual, LayerNorm, FFN, residual — as Pallas kernels.
 
 After the attention a pre-LN block computes y = x + a, then z = y + W2·GELU(W1·LN(y) + b1) + b2.
 XLA runs that as six or seven passes over [N, d_model]: in the flash comparison's plan (d_model =
@@ -6,23 +6,29 @@ FFN = 512, bf16) the LayerNorm's statistics (one reduction per moment, each read
 normalisation (read y, write LN(y)), fc1 (read, write), the GELU (read, write: not in fc1's
 epilogue), fc2 (read, write), and the residual folded into the next block's statistics and
 normalisation, which then read y and the FFN's output twice each — about 20 tensor-passes of a
-block's 34. This kernel reads x and a and writes z: three. Per block of 64 rows it forms y and
-its statistics, LN(y) in the compute dtype (every 128-wide column block), then every hidden block
-GELU(LN(y)·W1 + b1) in the compute dtype, then each output block in turn (one [rows, 128]
-float32 accumulator), re-reading its x and a blocks (an L2 hit) for the residual instead of
-keeping y live — the wide query-side kernel's register plan (:mod:`flurka.attention.fused`).
+block's 34. Two ways to do it here (:class:`FfnTiling`, ``kernels``), which one is faster is
+the card's to say:
+
+* two kernels (the default): LN + fc1 + GELU — the LayerNorm as the GEMM's prologue, its
+  statistics from a first loop over y's column blocks — writing the hidden layer h, then
+  fc2 + bias + residual; each a GEMM tile [rows, 128] with a software-pipelined loop over the
+  contraction. Seven passes: x, a read twice, h written and read, z written.
+* one kernel: per block of rows, a loop over the hidden layer's 128-wide blocks, each computed
+  (LN(y)·W1, GELU) and multiplied into all of z's column blocks at once (their float32
+  accumulators carried by the loop): h never reaches memory. Three passes; the [rows, d_model]
+  accumulators must fit the registers (d_model ≤ :data:`ONE_KERNEL_WIDTH`).
 
 Same maths and precision policy as the XLA path (:func:`reference_ffn_block`, what flax's
 LayerNorm and Linear compute: statistics in float32 with flax's E[y²] − E[y]², products on
 compute-dtype operands with float32 accumulation); its gradient is that path's, recomputed from
 x and a (flash attention's recipe for the forward; no backward kernel). Sizes: d_model and the
-FFN width multiples of 128 up to :data:`MAX_WIDTH` (a program holds LN(y) and the hidden row
-blocks in registers); elsewhere the encoder's XLA path is the only one (:func:`check_fusable`).
-Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
+FFN width multiples of 128; elsewhere the encoder's XLA path is the only one
+(:func:`check_fusable`). Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 
@@ -33,24 +39,30 @@ from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32
 from flurka.attention.fused import (
-    BLOCK, dot, masked_load, on_gpu_or_interpreted, real_rows)
+    BLOCK, column_blocks, dot, masked_load, on_gpu_or_interpreted, real_rows)
 
+ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] accumulators live
 
 
 @dataclasses.dataclass(frozen=True)
 class FfnTiling:
-    """The kernels' launch (none of it changes the result): ``block_n`` rows × 128 columns per
-    program — two of Hopper's 64-row warpgroup MMAs on 8 warps — and ``num_stages`` of software
-    pipelining on the loop over the contraction's 128-wide blocks. By ptxas for sm_90 at the flash
-    comparison's d_model = FFN = 512 (bf16): 128 × 8 × 2 takes 205 / 110 registers (LN + fc1 /
-    fc2), no spill, 164 KB of shared memory; 3 stages ask 263 KB, past the card's 227 KB; 64 rows
-    on 4 warps spill 284 B."""
+    """How the block runs (none of it changes the result): ``kernels`` 2 or 1 (module
+    docstring), ``block_n`` rows per program (two kernels: × 128 columns), ``num_warps``, and
+    ``num_stages`` of software pipelining on the loops over 128-wide blocks. By ptxas for sm_90
+    at the flash comparison's d_model = FFN = 512 (bf16): two kernels at 128 × 8 × 2 take 205 /
+    110 registers (LN + fc1 / fc2), no spill, 164 KB of shared memory (3 stages ask 263 KB,
+    past the card's 227 KB; 64 rows × 8 warps × 3 stages: 136 / 64 registers, 181 KB); one
+    kernel at 64 × 8 × 1 takes 254 registers, no spill, 49 KB (2 stages spill 104 B, 4 warps
+    2.7 KB, 128 rows 1.9 KB)."""
 
+    kernels: int = 2
     block_n: int = 128
     num_warps: int = 8
     num_stages: int = 2
 
     def __post_init__(self):
+        if self.kernels not in (1, 2):
+            raise ValueError(f"FfnTiling.kernels must be 1 or 2, got {self.kernels!r}")
         if not isinstance(self.block_n, int) or self.block_n < 16 or self.block_n & (self.block_n - 1):
             raise ValueError(f"FfnTiling.block_n must be a power of two >= 16, got {self.block_n!r}")
         if self.num_warps not in (1, 2, 4, 8, 16):
@@ -59,13 +71,36 @@ class FfnTiling:
             raise ValueError(f"FfnTiling.num_stages must be an int >= 1, got {self.num_stages!r}")
 
 
-def check_fusable(d_model: int, d_ff: int) -> None:
+ONE_KERNEL = FfnTiling(kernels=1, block_n=64, num_warps=8, num_stages=1)
+_TILINGS = [FfnTiling()]
+
+
+@contextlib.contextmanager
+def use_ffn_tiling(tiling: FfnTiling):
+    """Encoders built inside this block with ``fused_ffn=True`` run their blocks with ``tiling``
+    (a GPU session's tuned choice; :func:`flurka.speed.tuning.tune_ffn`)."""
+    _TILINGS.append(tiling)
+    try:
+        yield tiling
+    finally:
+        _TILINGS.pop()
+
+
+def current_ffn_tiling() -> FfnTiling:
+    return _TILINGS[-1]
+
+
+def check_fusable(d_model: int, d_ff: int, tiling: FfnTiling | None = None) -> None:
     """Clear error (at construction, before any compute) for sizes the kernels do not take."""
     for name, size in (("d_model", d_model), ("FFN width", d_ff)):
         if size % BLOCK:
             raise ValueError(f"fused_ffn takes a {name} that is a multiple of {BLOCK} (the "
                              f"kernels' column blocks), got {size}; use the XLA path "
                              f"(fused_ffn=False)")
+    if tiling is not None and tiling.kernels == 1 and d_model > ONE_KERNEL_WIDTH:
+        raise ValueError(f"fused_ffn in one kernel takes a d_model up to {ONE_KERNEL_WIDTH} (its "
+                         f"rows' output accumulators live in registers), got {d_model}; use "
+                         f"FfnTiling(kernels=2)")
 
 
 def reference_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float):
@@ -98,32 +133,12 @@ def _residual(x_ref, a_ref, cols, real):
 
 
 def _ln_fc1_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, h_ref, *, eps, n):
-    """One program: GELU(LN(y)·W1 + b1) for a block of rows and one 128-wide hidden block. Two
-    loops over y's column blocks: its moments, then LN(y)·W1 block by block (the
-    LayerNorm as the GEMM's prologue)."""
-    rows, d_model = x_ref.shape
+    """One program: GELU(LN(y)·W1 + b1) for a block of rows and one 128-wide hidden block."""
+    rows = x_ref.shape[0]
     real = _program_rows(rows, n)
-
-    def moments(k, sums):
-        y = _residual(x_ref, a_ref, _block(k), real)
-        return sums[0] + jnp.sum(y, axis=1, keepdims=True), sums[1] + jnp.sum(y * y, axis=1,
-                                                                               keepdims=True)
-
-    zero = jnp.zeros((rows, 1), F32)
-    total, total_sq = jax.lax.fori_loop(0, d_model // BLOCK, moments, (zero, zero))
-    mean = total / d_model
-    inv = jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d_model - mean * mean) + eps)
-
-    def product(k, acc):
-        cols = _block(k)
-        normed = ((_residual(x_ref, a_ref, cols, real) - mean)
-                  * (inv * scale_ref[:, cols].astype(F32)) + bias_ref[:, cols].astype(F32))
-        return acc + dot(normed.astype(x_ref.dtype), w1_ref[cols, :])
-
-    acc = jax.lax.fori_loop(0, d_model // BLOCK, product,
-                            jnp.zeros((rows, w1_ref.shape[1]), F32))
-    plgpu.store(h_ref, jax.nn.gelu(acc + b1_ref[...].astype(F32)).astype(h_ref.dtype),
-                mask=real)
+    mean, inv = _moments(x_ref, a_ref, real, eps)
+    h = _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, slice(None), mean, inv, real)
+    plgpu.store(h_ref, h, mask=real)
 
 
 def _fc2_kernel(h_ref, x_ref, a_ref, w2_ref, b2_ref, z_ref, *, n):
@@ -138,6 +153,75 @@ def _fc2_kernel(h_ref, x_ref, a_ref, w2_ref, b2_ref, z_ref, *, n):
     acc = jax.lax.fori_loop(0, d_ff // BLOCK, product, jnp.zeros((rows, BLOCK), F32))
     y = _residual(x_ref, a_ref, slice(None), real)
     plgpu.store(z_ref, (y + acc + b2_ref[...].astype(F32)).astype(z_ref.dtype), mask=real)
+
+
+def _moments(x_ref, a_ref, real, eps):
+    """(mean, 1/σ) of y's rows, [rows, 1] float32, from a loop over its column blocks."""
+    rows, d_model = x_ref.shape
+
+    def add(k, sums):
+        y = _residual(x_ref, a_ref, _block(k), real)
+        return sums[0] + jnp.sum(y, axis=1, keepdims=True), sums[1] + jnp.sum(y * y, axis=1,
+                                                                               keepdims=True)
+
+    zero = jnp.zeros((rows, 1), F32)
+    total, total_sq = jax.lax.fori_loop(0, d_model // BLOCK, add, (zero, zero))
+    mean = total / d_model
+    return mean, jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d_model - mean * mean) + eps)
+
+
+def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv, real):
+    """GELU(LN(y)·W1 + b1) on the hidden columns ``hidden``, in the compute dtype: a loop over
+    y's column blocks, each normalised (the LayerNorm as the GEMM's prologue) and multiplied."""
+    def product(k, acc):
+        cols = _block(k)
+        normed = ((_residual(x_ref, a_ref, cols, real) - mean)
+                  * (inv * scale_ref[:, cols].astype(F32)) + bias_ref[:, cols].astype(F32))
+        return acc + dot(normed.astype(x_ref.dtype), w1_ref[cols, hidden])
+
+    rows, d_model = x_ref.shape
+    acc = jax.lax.fori_loop(0, d_model // BLOCK, product, jnp.zeros((rows, BLOCK), F32))
+    return jax.nn.gelu(acc + b1_ref[:, hidden].astype(F32)).astype(x_ref.dtype)
+
+
+def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_ref, z_ref, *,
+                eps, n):
+    """One program: z for a block of rows — a loop over the hidden layer's blocks, each
+    multiplied into every output block's float32 accumulator as soon as it is computed."""
+    rows = x_ref.shape[0]
+    real = real_rows(pl.program_id(0) * rows, rows, n) if n % rows else None
+    mean, inv = _moments(x_ref, a_ref, real, eps)
+    cols = column_blocks(x_ref.shape[1])
+
+    def hidden_block(j, accs):
+        h = _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, _block(j), mean, inv,
+                    real)
+        return tuple(acc + dot(h, w2_ref[_block(j), c]) for acc, c in zip(accs, cols))
+
+    accs = jax.lax.fori_loop(0, w1_ref.shape[1] // BLOCK, hidden_block,
+                             tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
+    for acc, c in zip(accs, cols):
+        out = _residual(x_ref, a_ref, c, real) + acc + b2_ref[:, c].astype(F32)
+        plgpu.store(z_ref.at[:, c], out.astype(z_ref.dtype), mask=real)
+
+
+def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interpret):
+    n, d = x.shape
+    f = w1.shape[1]
+    rows = pl.BlockSpec((tiling.block_n, d), lambda i: (i, 0))
+    whole = lambda *shape: pl.BlockSpec(shape, lambda i: (0, 0))          # noqa: E731
+    vector = lambda v: v.astype(x.dtype)[None, :]                         # noqa: E731
+    return pl.pallas_call(
+        functools.partial(_one_kernel, eps=eps, n=n),
+        out_shape=jax.ShapeDtypeStruct((n, d), x.dtype), grid=(pl.cdiv(n, tiling.block_n),),
+        in_specs=[rows, rows, whole(1, d), whole(1, d), whole(d, f), whole(1, f), whole(f, d),
+                  whole(1, d)],
+        out_specs=rows,
+        compiler_params=plgpu.CompilerParams(num_warps=tiling.num_warps,
+                                             num_stages=tiling.num_stages),
+        interpret=interpret, name="flurka_ffn_block",
+    )(x, a, vector(scale), vector(bias), w1.astype(x.dtype), vector(b1), w2.astype(x.dtype),
+      vector(b2))
 
 
 def _pallas_ffn_block(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interpret):
@@ -170,8 +254,9 @@ def _pallas_ffn_block(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interpr
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
 def _fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
+    call = _pallas_ffn_block if tiling.kernels == 2 else _pallas_one_kernel
     return on_gpu_or_interpreted(functools.partial(
-        _pallas_ffn_block, x, a, scale, bias, w1, b1, w2, b2, eps, tiling), interpret)
+        call, x, a, scale, bias, w1, b1, w2, b2, eps, tiling), interpret)
 
 
 def _fused_fwd(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
@@ -191,10 +276,12 @@ def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
                     tiling: FfnTiling | None = None, interpret: bool = False):
     """z = y + W2·GELU(W1·LN(y) + b1) + b2 with y = x + a, for x, a [..., d_model] in the compute
     dtype; the LayerNorm's ``scale``/``bias`` [d_model], W1 [d_model, d_ff], W2 [d_ff, d_model].
-    ``interpret``: Pallas's interpreter even on a GPU (tests)."""
-    check_fusable(x.shape[-1], w1.shape[1])
+    ``tiling``: how (default: :func:`current_ffn_tiling`); ``interpret``: Pallas's interpreter
+    even on a GPU (tests)."""
+    tiling = tiling or current_ffn_tiling()
+    check_fusable(x.shape[-1], w1.shape[1], tiling)
     lead = x.shape[:-1]
     flat = lambda v: v.reshape(-1, v.shape[-1])   # noqa: E731 - a bitcast, no pass
     z = _fused(flat(x), flat(a.astype(x.dtype)), scale, bias, w1, b1, w2, b2, float(eps),
-               tiling or FfnTiling(), interpret)
+               tiling, interpret)
     return z.reshape(*lead, x.shape[-1])

@@ -20,7 +20,8 @@ where the paper leaves a size unstated the choice is written next to it.
   paper calls tight; the N-sweep starts above the first at 7050.
 * ``claims-boundary-small``: the same question at CPU sizes, float32 (d_model 512, 8 heads,
   d_k 128, m 64 = d_h: crossing ≈ 160–180, claims' boundary 1280).
-* ``tiny``: CPU sizes for CI (every mechanism, both modes, both scopes, float32).
+* ``tiny``: CPU sizes for CI (every mechanism, both modes, both scopes, float32);
+  ``tiny-ffn``: one model point the fused FFN block takes (d_model = FFN = 128), its dry run.
 
 Model scope (``scope="model"``) is the paper's inference model: ``layers`` encoder blocks with an
 FFN of ``ffn`` (6 and 512 unless the sweep says otherwise). ``num_features`` (m) ``None`` means
@@ -210,6 +211,11 @@ SWEEPS: dict[str, Sweep] = {
         (Shape(64, 32, 4, 16, num_features=8, layers=2, ffn=32, batch=2),),
         dtype="float32",
         description="CPU CI sizes: every mechanism, forward and train, layer and model"),
+    "tiny-ffn": Sweep(
+        "tiny-ffn",
+        (Shape(64, 128, 4, 16, num_features=8, layers=1, ffn=128),),
+        mechanisms=("flurka-rnn",), modes=("forward",), scopes=("model",), dtype="float32",
+        description="CPU sizes the fused FFN block takes (d_model = FFN = 128): its dry run"),
 }
 SWEEP_NAMES: tuple[str, ...] = tuple(SWEEPS)
 

@@ -12,6 +12,8 @@ on the forward alone (wide query sides train through the XLA path's gradient). A
 stage's candidates are timed side by side (every candidate once per round), not one after
 another: on the H200 the default, timed first, read 10–15 % slower than the same launch timed
 later. A candidate that fails to compile (e.g. shared memory) is a row with its error, not a crash.
+:func:`tune_ffn` does the same for the fused FFN block (:class:`flurka.models.fused_ffn.FfnTiling`:
+two kernels or one, and their launch) at the flash comparison's size, forward.
 JAX alone, like the rest of :mod:`flurka.speed`.
 """
 
@@ -26,6 +28,7 @@ import jax.numpy as jnp
 from flurka.attention.feature_maps import (
     elu_features, favor_features, gaussian_orthogonal_matrix, key_side)
 from flurka.attention.fused import FEATURES, Tiling, fused_query_side
+from flurka.models.fused_ffn import FfnTiling, fused_ffn_block
 from flurka.speed.timing import random_normal, time_interleaved
 
 # (block_n, num_warps) and (bwd_block_n, bwd_rows, bwd_num_warps) to try on a GPU: those that
@@ -43,6 +46,11 @@ SIZE = dict(batch=1, seq_len=52_500, heads=4, head_dim=128, num_features=128, d_
 # MMA from 64, spilling a little: Tiling), at the N-sweep's aligned query side (N = 55.5k padded).
 WIDE_GRID = ((16, 8), (32, 8), (64, 8), (128, 8))
 WIDE_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, num_features=325, d_k=1536)
+# The fused FFN block's (kernels, block_n, num_warps, num_stages): the launches ptxas compiles for
+# sm_90 at FFN_SIZE within the registers (FfnTiling's docstring; one kernel on 2 stages spills
+# 104 B), at the flash comparison's FFN (the padded batch: 52 608 rows).
+FFN_GRID = ((2, 128, 8, 2), (2, 64, 8, 3), (1, 64, 8, 1), (1, 64, 8, 2))
+FFN_SIZE = dict(rows=52_608, d_model=512, d_ff=512, dtype=jnp.bfloat16)
 
 
 def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_dim: int,
@@ -141,6 +149,36 @@ def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
     except Exception as exc:  # noqa: BLE001 - recorded, the tuning stands without it
         out["wide_error"] = repr(exc)[:2000]
     return {**out, "best": dataclasses.asdict(best)}
+
+
+def ffn_inputs(*, rows: int, d_model: int, d_ff: int, dtype: Any) -> tuple:
+    """(x, a, LayerNorm scale and bias, W1, b1, W2, b2) as an encoder block hands them over."""
+    keys = jax.random.split(jax.random.key(0), 8)
+    shapes = ((rows, d_model), (rows, d_model), (d_model,), (d_model,), (d_model, d_ff),
+              (d_ff,), (d_ff, d_model), (d_model,))
+    return tuple(random_normal(k, s, dtype) for k, s in zip(keys, shapes))
+
+
+def tune_ffn(*, grid: Sequence[tuple] = FFN_GRID, warmup: int = 2, repeats: int = 10,
+             **size) -> dict[str, Any]:
+    """The fused FFN block's forward at :data:`FFN_SIZE` (or the keys of it given) under the
+    default :class:`FfnTiling` and each of ``grid``, timed side by side; ``{"rows": [...],
+    "best": FfnTiling as dict, "default": ...}``."""
+    size = {**FFN_SIZE, **size}
+    args = ffn_inputs(**size)
+    tilings = [FfnTiling()]
+    tilings += [t for t in (FfnTiling(*g) for g in grid) if t not in tilings]
+    timed = time_interleaved(
+        {i: (jax.jit(lambda *a, t=t: fused_ffn_block(*a, eps=1e-6, tiling=t)), args)
+         for i, t in enumerate(tilings)}, warmup=warmup, repeats=repeats)
+    rows = [{"stage": "ffn", "tiling": dataclasses.asdict(t), "status": timed[i]["status"],
+             **({"median_s": timed[i]["median_s"]} if timed[i]["status"] == "ok"
+                else {"error": timed[i].get("error")})} for i, t in enumerate(tilings)]
+    ok = [r for r in rows if r["status"] == "ok"]
+    if not ok:
+        raise RuntimeError(f"no FFN tiling ran: {rows[0].get('error')}")
+    return {"size": _named(size), "rows": rows, "default": dataclasses.asdict(FfnTiling()),
+            "best": min(ok, key=lambda r: r["median_s"])["tiling"]}
 
 
 def _named(size: dict) -> dict:

@@ -121,38 +121,20 @@ def _block(k):
     return pl.ds(pl.multiple_of(k * BLOCK, BLOCK), BLOCK)
 
 
-def _program_rows(rows: int, n: int):
-    """This program's real-row mask (grid axis 1 walks the row blocks; None: all whole)."""
-    return real_rows(pl.program_id(1) * rows, rows, n) if n % rows else None
+def _program_rows(rows: int, n: int, axis: int):
+    """This program's real-row mask (grid axis ``axis`` walks the row blocks; None: all whole)."""
+    return real_rows(pl.program_id(axis) * rows, rows, n) if n % rows else None
+
+
+def _row_vector(v, dtype):
+    """A [d] parameter as the [1, d] block the kernels load, in the compute dtype."""
+    return v.astype(dtype)[None, :]
 
 
 def _residual(x_ref, a_ref, cols, real):
     """y = x + a on ``cols``, rounded to the compute dtype as the XLA path's sum is; float32."""
     return (masked_load(x_ref.at[:, cols], real)
             + masked_load(a_ref.at[:, cols], real)).astype(F32)
-
-
-def _ln_fc1_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, h_ref, *, eps, n):
-    """One program: GELU(LN(y)·W1 + b1) for a block of rows and one 128-wide hidden block."""
-    rows = x_ref.shape[0]
-    real = _program_rows(rows, n)
-    mean, inv = _moments(x_ref, a_ref, real, eps)
-    h = _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, slice(None), mean, inv, real)
-    plgpu.store(h_ref, h, mask=real)
-
-
-def _fc2_kernel(h_ref, x_ref, a_ref, w2_ref, b2_ref, z_ref, *, n):
-    """One program: z = y + h·W2 + b2 for a block of rows and one 128-wide output block."""
-    rows, d_ff = h_ref.shape
-    real = _program_rows(rows, n)
-
-    def product(k, acc):
-        cols = _block(k)
-        return acc + dot(masked_load(h_ref.at[:, cols], real), w2_ref[cols, :])
-
-    acc = jax.lax.fori_loop(0, d_ff // BLOCK, product, jnp.zeros((rows, BLOCK), F32))
-    y = _residual(x_ref, a_ref, slice(None), real)
-    plgpu.store(z_ref, (y + acc + b2_ref[...].astype(F32)).astype(z_ref.dtype), mask=real)
 
 
 def _moments(x_ref, a_ref, real, eps):
@@ -184,12 +166,63 @@ def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv
     return jax.nn.gelu(acc + b1_ref[:, hidden].astype(F32)).astype(x_ref.dtype)
 
 
+def _ln_fc1_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, h_ref, *, eps, n):
+    """One program: GELU(LN(y)·W1 + b1) for a block of rows and one 128-wide hidden block."""
+    rows = x_ref.shape[0]
+    real = _program_rows(rows, n, axis=1)
+    mean, inv = _moments(x_ref, a_ref, real, eps)
+    h = _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, slice(None), mean, inv, real)
+    plgpu.store(h_ref, h, mask=real)
+
+
+def _fc2_kernel(h_ref, x_ref, a_ref, w2_ref, b2_ref, z_ref, *, n):
+    """One program: z = y + h·W2 + b2 for a block of rows and one 128-wide output block."""
+    rows, d_ff = h_ref.shape
+    real = _program_rows(rows, n, axis=1)
+
+    def product(k, acc):
+        cols = _block(k)
+        return acc + dot(masked_load(h_ref.at[:, cols], real), w2_ref[cols, :])
+
+    acc = jax.lax.fori_loop(0, d_ff // BLOCK, product, jnp.zeros((rows, BLOCK), F32))
+    y = _residual(x_ref, a_ref, slice(None), real)
+    plgpu.store(z_ref, (y + acc + b2_ref[...].astype(F32)).astype(z_ref.dtype), mask=real)
+
+
+def _pallas_two_kernels(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interpret):
+    """The two kernels: h = GELU(LN(x + a)·W1 + b1) to memory (the compute dtype), then
+    z = x + a + h·W2 + b2. Grid axis 0 walks the 128-wide column blocks, so the programs that
+    share a block of rows run side by side and re-read its x and a from L2, not memory."""
+    n, d = x.shape
+    f = w1.shape[1]
+    rows = pl.cdiv(n, tiling.block_n)
+    row_block = lambda width: pl.BlockSpec((tiling.block_n, width),          # noqa: E731
+                                           lambda j, i: (i, 0))
+    tile = pl.BlockSpec((tiling.block_n, BLOCK), lambda j, i: (i, j))
+    whole = lambda *shape: pl.BlockSpec(shape, lambda j, i: (0, 0))          # noqa: E731
+    column = lambda height: pl.BlockSpec((height, BLOCK), lambda j, i: (0, j))  # noqa: E731
+    params = plgpu.CompilerParams(num_warps=tiling.num_warps, num_stages=tiling.num_stages)
+    h = pl.pallas_call(
+        functools.partial(_ln_fc1_kernel, eps=eps, n=n),
+        out_shape=jax.ShapeDtypeStruct((n, f), x.dtype), grid=(f // BLOCK, rows),
+        in_specs=[row_block(d), row_block(d), whole(1, d), whole(1, d), column(d), column(1)],
+        out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_ln_fc1",
+    )(x, a, _row_vector(scale, x.dtype), _row_vector(bias, x.dtype), w1.astype(x.dtype),
+      _row_vector(b1, x.dtype))
+    return pl.pallas_call(
+        functools.partial(_fc2_kernel, n=n),
+        out_shape=jax.ShapeDtypeStruct((n, d), x.dtype), grid=(d // BLOCK, rows),
+        in_specs=[row_block(f), tile, tile, column(f), column(1)],
+        out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_fc2_residual",
+    )(h, x, a, w2.astype(x.dtype), _row_vector(b2, x.dtype))
+
+
 def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_ref, z_ref, *,
                 eps, n):
     """One program: z for a block of rows — a loop over the hidden layer's blocks, each
     multiplied into every output block's float32 accumulator as soon as it is computed."""
     rows = x_ref.shape[0]
-    real = real_rows(pl.program_id(0) * rows, rows, n) if n % rows else None
+    real = _program_rows(rows, n, axis=0)
     mean, inv = _moments(x_ref, a_ref, real, eps)
     cols = column_blocks(x_ref.shape[1])
 
@@ -206,11 +239,11 @@ def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_re
 
 
 def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interpret):
+    """The one kernel over blocks of ``tiling.block_n`` rows."""
     n, d = x.shape
     f = w1.shape[1]
     rows = pl.BlockSpec((tiling.block_n, d), lambda i: (i, 0))
     whole = lambda *shape: pl.BlockSpec(shape, lambda i: (0, 0))          # noqa: E731
-    vector = lambda v: v.astype(x.dtype)[None, :]                         # noqa: E731
     return pl.pallas_call(
         functools.partial(_one_kernel, eps=eps, n=n),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype), grid=(pl.cdiv(n, tiling.block_n),),
@@ -220,41 +253,13 @@ def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interp
         compiler_params=plgpu.CompilerParams(num_warps=tiling.num_warps,
                                              num_stages=tiling.num_stages),
         interpret=interpret, name="flurka_ffn_block",
-    )(x, a, vector(scale), vector(bias), w1.astype(x.dtype), vector(b1), w2.astype(x.dtype),
-      vector(b2))
-
-
-def _pallas_ffn_block(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interpret):
-    """The two kernels: h = GELU(LN(x + a)·W1 + b1) to memory (the compute dtype), then
-    z = x + a + h·W2 + b2. Grid axis 0 walks the 128-wide column blocks, so the programs that
-    share a block of rows run side by side and re-read its x and a from L2, not memory."""
-    n, d = x.shape
-    f = w1.shape[1]
-    rows = pl.cdiv(n, tiling.block_n)
-    row_block = lambda width: pl.BlockSpec((tiling.block_n, width),          # noqa: E731
-                                           lambda j, i: (i, 0))
-    tile = pl.BlockSpec((tiling.block_n, BLOCK), lambda j, i: (i, j))
-    whole = lambda *shape: pl.BlockSpec(shape, lambda j, i: (0, 0))          # noqa: E731
-    column = lambda height: pl.BlockSpec((height, BLOCK), lambda j, i: (0, j))  # noqa: E731
-    vector = lambda v: v.astype(x.dtype)[None, :]                            # noqa: E731
-    params = plgpu.CompilerParams(num_warps=tiling.num_warps, num_stages=tiling.num_stages)
-    h = pl.pallas_call(
-        functools.partial(_ln_fc1_kernel, eps=eps, n=n),
-        out_shape=jax.ShapeDtypeStruct((n, f), x.dtype), grid=(f // BLOCK, rows),
-        in_specs=[row_block(d), row_block(d), whole(1, d), whole(1, d), column(d), column(1)],
-        out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_ln_fc1",
-    )(x, a, vector(scale), vector(bias), w1.astype(x.dtype), vector(b1))
-    return pl.pallas_call(
-        functools.partial(_fc2_kernel, n=n),
-        out_shape=jax.ShapeDtypeStruct((n, d), x.dtype), grid=(d // BLOCK, rows),
-        in_specs=[row_block(f), tile, tile, column(f), column(1)],
-        out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_fc2_residual",
-    )(h, x, a, w2.astype(x.dtype), vector(b2))
+    )(x, a, _row_vector(scale, x.dtype), _row_vector(bias, x.dtype), w1.astype(x.dtype),
+      _row_vector(b1, x.dtype), w2.astype(x.dtype), _row_vector(b2, x.dtype))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
 def _fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
-    call = _pallas_ffn_block if tiling.kernels == 2 else _pallas_one_kernel
+    call = _pallas_two_kernels if tiling.kernels == 2 else _pallas_one_kernel
     return on_gpu_or_interpreted(functools.partial(
         call, x, a, scale, bias, w1, b1, w2, b2, eps, tiling), interpret)
 

@@ -50,10 +50,10 @@ class FfnTiling:
     docstring), ``block_n`` rows per program (two kernels: × 128 columns), ``num_warps``, and
     ``num_stages`` of software pipelining on the loops over 128-wide blocks. By ptxas for sm_90
     at the flash comparison's d_model = FFN = 512 (bf16): two kernels at 128 × 8 × 2 take 205 /
-    110 registers (LN + fc1 / fc2), no spill, 164 KB of shared memory (3 stages ask 263 KB,
-    past the card's 227 KB; 64 rows × 8 warps × 3 stages: 136 / 64 registers, 181 KB); one
-    kernel at 64 × 8 × 1 takes 254 registers, no spill, 49 KB (2 stages spill 104 B, 4 warps
-    2.7 KB, 128 rows 1.9 KB)."""
+    110 registers (LN + fc1 / fc2), no spill, 160.5 KiB of shared memory (3 stages ask 257 KiB,
+    past the card's 227 KiB; 64 rows × 8 warps × 3 stages: 136 / 64 registers, 177 KiB); one
+    kernel at 64 × 8 × 1 takes 254 registers, no spill, 48 KiB (2 stages spill 104 B, 4 warps
+    2.5 KB, 128 rows 1.7 KB)."""
 
     kernels: int = 2
     block_n: int = 128

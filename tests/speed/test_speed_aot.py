@@ -145,19 +145,20 @@ def test_without_the_cuda_compiler_the_error_says_how_to_get_it(tmp_path):
 
 
 def test_the_lease_plan_compiles_for_the_card_before_the_lease(tmp_path):
-    """``gpu_session.py --aot h100``: the plan's points (here the dry run's three) compiled for
+    """``gpu_session.py --aot h100``: the plan's points (here the dry run's four) compiled for
     the card in plan order, not timed: the XLA points launch none of our kernels, the fused one
-    exactly its query-side kernel, spill-free."""
+    exactly its query-side kernel, the fused FFN one its two kernels, all spill-free."""
     proc = _run(["benchmarks/gpu_session.py", "--out", str(tmp_path), "--tiny", "--aot", "h100"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "aot.json").read_text())
     assert doc["target"]["name"] == "NVIDIA H100 80GB HBM3" and doc["settings"]["plan"] == "tiny"
-    assert [(r["mechanism"], r["fused"]) for r in doc["results"]] == \
-        [("flurka-rnn", False), ("rnn", False), ("flurka-rnn", True)]
+    assert [(r["mechanism"], r["fused"], r["fused_ffn"]) for r in doc["results"]] == \
+        [("flurka-rnn", False, False), ("rnn", False, False), ("flurka-rnn", True, False),
+         ("flurka-rnn", False, True)]
     assert all(r["status"] == "ok" and r["memory"]["peak_bytes"] > 0 for r in doc["results"])
-    assert [len(r["kernels"]) for r in doc["results"]] == [0, 0, 1]
-    (kernel,) = doc["results"][-1]["kernels"]
-    assert kernel["kernel"] == "flurka_elu_query_side" and kernel["spill_store_bytes"] == 0
+    assert [[k["kernel"] for k in r["kernels"]] for r in doc["results"]] == [
+        [], [], ["flurka_elu_query_side"], ["flurka_ln_fc1", "flurka_fc2_residual"]]
+    assert all(k["spill_store_bytes"] == 0 for r in doc["results"] for k in r["kernels"])
     assert not (tmp_path / "check.json").exists()      # nothing ran on a device
 
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, make_attention
+from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, PROJECTABLE, make_attention
 from flurka.attention.fused import Tiling, use_tiling
 from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
 from flurka.speed.configs import Point, points
@@ -61,6 +61,11 @@ FUSED_PADDED_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "
 # FLuRKA's largest remaining traffic; flash's model takes the same kernels (the same encoder).
 FUSED_FFN_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                                        "fused_ffn": {True}, "pad_to": {128}, "mechanism": FLURKA})
+# ... and W_Q, W_O inside the fused query side too (flurka.attention.fused_layer): q and the
+# per-head context never reach memory (the one-kernel FFN and this: 6.31 -> 5.0 GB planned).
+FUSED_LAYER_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                                         "fused_projections": {True}, "fused_ffn": {True},
+                                         "pad_to": {128}, "mechanism": FLURKA})
 FLASH_FUSED_FFN_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
                                              "fused_ffn": {True}, "mechanism": {"flash"}})
 FUSED_FFN_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
@@ -150,6 +155,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                            "pad_to": {128}, "mechanism": {"flurka-performer", "flurka-rnn"}}),
         FLASH_FORWARD,
         FUSED_FFN_FORWARD,
+        FUSED_LAYER_FORWARD,
         FLASH_FUSED_FFN_FORWARD,
         # The wide fused kernels (64-row programs on the warpgroup MMA, launch tuned first) at the
         # N-sweep, their XLA twins in the same lease; then the flash comparison on cuBLAS, whose
@@ -186,6 +192,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                            "pad_to": {128}, "mechanism": FLURKA}),
         FLASH_FORWARD,
         FUSED_FFN_FORWARD,
+        FUSED_LAYER_FORWARD,
         FLASH_FUSED_FFN_FORWARD,
         WIDE_FUSED,
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
@@ -262,18 +269,20 @@ def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 10, chain: int = 10
 
 def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
     """(index in the sweep's full point list, point) of one block, in :data:`ORDER`. A block
-    whose ``align`` is {a} (``fused`` {True}, ``fused_ffn`` {True}, ``dtype`` {t}, ``pad_to``
-    {p}, ``xla`` {options}) takes the points of ``points(sweep, align=a)`` (``fused=True``,
-    ``fused_ffn=True``, ``dtype=t``, ``pad_to=p``, ``xla=options``) that really run aligned
+    whose ``align`` is {a} (``fused``, ``fused_projections``, ``fused_ffn`` {True}, ``dtype``
+    {t}, ``pad_to`` {p}, ``xla`` {options}) takes the points of ``points(sweep, align=a)``
+    (``fused=True`` ..., ``dtype=t``, ``pad_to=p``, ``xla=options``) that really run aligned
     (fused)."""
     align = max(where.get("align", {1}))
     fused = True in where.get("fused", {False})
     fused_ffn = True in where.get("fused_ffn", {False})
+    fused_projections = True in where.get("fused_projections", {False})
     (dtype,) = where.get("dtype", {None})
     pad_to = max(where.get("pad_to", {1}))
     (xla,) = where.get("xla", {()})
     chosen = [(i, p) for i, p in enumerate(points(sweep, align=align, fused=fused, dtype=dtype,
-                                                  pad_to=pad_to, xla=xla, fused_ffn=fused_ffn))
+                                                  pad_to=pad_to, xla=xla, fused_ffn=fused_ffn,
+                                                  fused_projections=fused_projections))
               if all(getattr(p, k) in v for k, v in where.items())]
     return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
 
@@ -303,6 +312,8 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
         cases += [(m, d, {"fused": True}) for m in mechanisms if m in FUSABLE
                   for d in ("float32", "bfloat16")]
         cases += [(m, "bfloat16", {"fused": True, **WIDE}) for m in mechanisms if m in FUSABLE]
+        cases += [(m, d, {"fused": True, "fused_projections": True, "d_model": 256})
+                  for m in mechanisms if m in PROJECTABLE for d in ("float32", "bfloat16")]
     for mech, dtype, extra in cases:
         t0 = time.monotonic()
         try:

@@ -13,7 +13,8 @@ from flurka.reports.sections import _filters, profile_section, speed_groups
 
 def _row(mechanism, n, median, status="ok", host_run=0, pad_to=1):
     config = dict(device="NVIDIA H200", mode="forward", scope="layer", dtype="bfloat16", batch=1, N=n,
-                  d_model=2600, heads=8, d_k=1500, m=325, layers=None, ffn=None, align=1, fused=False, fused_ffn=False,
+                  d_model=2600, heads=8, d_k=1500, m=325, layers=None, ffn=None, align=1, fused=False, fused_projections=False,
+                  fused_ffn=False,
                   pad_to=pad_to, xla="")
     return {"mechanism": mechanism, **config, "status": status, "median_s": median, "spread_s": None,
             "flops": 1e12, "sweep": "n-sweep", "run": host_run}

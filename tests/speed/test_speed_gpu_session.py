@@ -103,7 +103,8 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     check = json.loads((tmp_path / "check.json").read_text())["check"]
     # CPU vs CPU: the same layer, so exactly equal; flash bf16 within bf16 rounding of full f32;
     # the aligned layer (other shapes, same function) within float32 rounding of the plain one.
-    by = {(r["mechanism"], r["dtype"], r.get("padding") or r.get("align") or r.get("fused")): r
+    by = {(r["mechanism"], r["dtype"], r.get("padding") or r.get("align")
+           or ("projections" if r.get("fused_projections") else r.get("fused"))): r
           for r in check if "num_heads" not in r}
     (wide,) = [r for r in check if "num_heads" in r]      # the N-sweep's d_h = m = 325, fused
     assert (wide["mechanism"], wide["dtype"], wide["d_model"], wide["num_heads"]) == \
@@ -125,6 +126,10 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert ("flash", "float32", True) not in by
     for padding in ("any", "right"):
         assert 1e-4 < by[("flash", "bfloat16", padding)]["rel_err"] < 2e-2
+    # W_Q, the query side and W_O in one kernel (d_model 256) against the XLA layer
+    assert 0.0 < by[("rnn", "float32", "projections")]["rel_err"] < 1e-5
+    assert 0.0 < by[("rnn", "float32", "projections")]["grad_rel_err"] < 1e-5
+    assert 1e-4 < by[("rnn", "bfloat16", "projections")]["rel_err"] < 2e-2
     # the fused FFN block (its two kernels, interpreted here) against the XLA path in float32
     assert 0.0 < by[("fused_ffn", "float32", None)]["rel_err"] < 1e-5
     assert 1e-4 < by[("fused_ffn", "bfloat16", None)]["rel_err"] < 2e-2

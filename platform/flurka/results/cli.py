@@ -40,6 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
                         help="speed/speedup: only runs with (--fused) or without (--no-fused) the "
                              "Pallas query-side kernel")
+    parser.add_argument("--fused-projections", action=argparse.BooleanOptionalAction, default=None,
+                        help="speed/speedup: only runs with (--fused-projections) or without "
+                             "(--no-fused-projections) W_Q and W_O in the query-side kernel")
     parser.add_argument("--fused-ffn", action=argparse.BooleanOptionalAction, default=None,
                         help="speed/speedup: only runs with (--fused-ffn) or without (--no-fused-ffn) "
                              "the blocks' fused residual + LayerNorm + FFN kernels")
@@ -83,7 +86,8 @@ def build(engine, args: argparse.Namespace):
     speed = tables.speed_table if args.table == "speed" else tables.speedup_table
     filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "dtype": args.dtype,
                "align": args.align,
-               "fused": args.fused, "fused_ffn": args.fused_ffn, "pad_to": args.pad_to, "xla": args.xla}
+               "fused": args.fused, "fused_projections": args.fused_projections,
+               "fused_ffn": args.fused_ffn, "pad_to": args.pad_to, "xla": args.xla}
     return speed(engine, mode=args.mode, best=args.best,
                  **{k: v for k, v in filters.items() if v is not None})
 

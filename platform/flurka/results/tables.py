@@ -222,8 +222,8 @@ def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: s
 
 
 SPEED_FILTERS = ("device", "scope", "d_model", "heads", "d_k", "num_features", "batch", "dtype", "align",
-                 "fused", "fused_ffn", "pad_to", "xla")
-EXECUTION = ("align", "fused", "fused_ffn", "pad_to", "xla")  # how a point ran (its stored config)
+                 "fused", "fused_projections", "fused_ffn", "pad_to", "xla")
+EXECUTION = ("align", "fused", "fused_projections", "fused_ffn", "pad_to", "xla")  # from its config
 
 
 def stored_configs(column: pd.Series) -> list[dict]:
@@ -233,12 +233,14 @@ def stored_configs(column: pd.Series) -> list[dict]:
 
 def stored_execution(config: dict) -> dict:
     """How a speed result ran: ``align`` (aligned execution, 1 = none), ``fused`` (the Pallas
-    query-side kernel), ``fused_ffn`` (the blocks' residual + LayerNorm + FFN kernels), ``pad_to`` (the batch's sequence padded to a multiple of this, 1 =
+    query-side kernel), ``fused_projections`` (W_Q and W_O in it), ``fused_ffn`` (the blocks'
+    residual + LayerNorm + FFN kernels), ``pad_to`` (the batch's sequence padded to a multiple of this, 1 =
     unpadded) and ``xla`` (its XLA compile options as ``name=value,...`` sorted, "" = XLA's
     defaults); results older than an option ran without it."""
     xla = [f"{k}={str(v).lower() if isinstance(v, bool) else v}"
            for k, v in (config.get("xla") or {}).items()]
     return {"align": int(config.get("align") or 1), "fused": bool(config.get("fused", False)),
+            "fused_projections": bool(config.get("fused_projections", False)),
             "fused_ffn": bool(config.get("fused_ffn", False)), "pad_to": int(config.get("pad_to") or 1), "xla": xla_spelling(xla)}
 
 
@@ -258,7 +260,7 @@ def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = Fals
                        **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
-    ``align``, ``fused``, ``fused_ffn``, ``pad_to`` and ``xla`` (:func:`stored_execution`) come from the stored config of a
+    ``align``, ``fused``, ``fused_projections``, ``fused_ffn``, ``pad_to`` and ``xla`` (:func:`stored_execution`) come from the stored config of a
     ``flurka.speed`` result. ``best``: of a mechanism's executions at one N, its fastest
     (:func:`fastest_execution`), the execution columns saying which."""
     unknown = set(filters) - set(SPEED_FILTERS)
@@ -302,7 +304,7 @@ def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = Fals
 
 def fastest_execution(df: pd.DataFrame) -> pd.DataFrame:
     """Per mechanism, N and configuration, the row of its fastest execution (:data:`EXECUTION`:
-    aligned, fused, fused FFN, padded, XLA options) — each mechanism at its best, as a user would run it
+    aligned, fused, fused projections, fused FFN, padded, XLA options) — each mechanism at its best, as a user would run it
     (cuDNN flash cannot be aligned or fused; FLuRKA's best is fused and padded); OOM only where
     no execution fitted."""
     key = ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c not in ("device", *EXECUTION)]]
@@ -313,6 +315,7 @@ def fastest_execution(df: pd.DataFrame) -> pd.DataFrame:
 def execution_label(row: pd.Series | dict) -> str:
     """How a row ran, briefly: "plain", or e.g. "align 128, fused, fused FFN, pad_to 128"."""
     parts = [f"align {row['align']}" if row["align"] > 1 else "", "fused" if row["fused"] else "",
+             "fused projections" if row.get("fused_projections") else "",
              "fused FFN" if row.get("fused_ffn") else "",
              f"pad_to {row['pad_to']}" if row["pad_to"] > 1 else "", row["xla"]]
     return ", ".join(p for p in parts if p) or "plain"

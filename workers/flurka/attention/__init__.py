@@ -62,6 +62,9 @@ def _accepted_options(cls: type) -> list[str]:
 
 # Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.attention.fused).
 FUSABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if "fused" in _accepted_options(c))
+# ... and ``fused_projections=True`` too (W_Q and W_O in that kernel, flurka.attention.fused_layer).
+PROJECTABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items()
+                                     if "fused_projections" in _accepted_options(c))
 
 
 def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int,
@@ -88,7 +91,7 @@ def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int
 
 
 __all__ = [
-    "MECHANISMS", "ALIGNABLE", "FUSABLE", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
+    "MECHANISMS", "ALIGNABLE", "FUSABLE", "PROJECTABLE", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
     "RandomFeatures", "SeqProjection", "HandoverBeta", "handover_class",
     "FullAttention", "FlashAttention", "LinformerAttention", "PerformerAttention", "RNNAttention",
     "EVAAttention", "FlurkaPerformer", "FlurkaRNN", "FlurkaEVA",

@@ -140,6 +140,7 @@ class AttentionLayer(nnx.Module):
     mechanism: str = "base"
     align_unsupported: str | None = None  # why ``align`` cannot be exact here (None: it can)
     align_head_dim: bool = True  # False: aligned execution keeps d_h (the maths sees its width)
+    fused_projections: bool = False  # kernel layers: W_Q + query side + W_O as one kernel
 
     def __init__(
         self,
@@ -245,6 +246,10 @@ class AttentionLayer(nnx.Module):
             mask = jnp.ones((b, n), bool)
         return x, None if mask is None else pad_to(mask, n_pad)
 
+    def keys_values(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array | None]:
+        """(K, V, their key mask) as :meth:`core` takes them; low-rank layers compress them."""
+        return self.heads(self.key, x), self.heads(self.value, x), mask
+
     def attend(self, x: Array, mask: Array | None, rng: Array | None) -> Array:
         """Per-head context [b, n, h, d_h]: project Q, K, V from x and run :meth:`core`.
         Low-rank layers (``lowrank.LowRankKV``) override this to compress K and V first."""
@@ -261,6 +266,8 @@ class AttentionLayer(nnx.Module):
     def __call__(self, x: Array, mask: Array | None = None, *, rng: Array | None = None) -> Array:
         self.check_inputs(x, mask)
         n, dtype = x.shape[1], x.dtype
+        if self.fused_projections:   # W_Q, the query side and W_O in one kernel (fused_layer)
+            return self.fused_layer(x, mask, rng).astype(dtype)
         if self.align:
             x, mask = self.pad_input(x, mask)
         ctx = self.attend(x, mask, rng)

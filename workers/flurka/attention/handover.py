@@ -68,9 +68,10 @@ class HandoverMixin:
         if handover_from not in valid:
             raise ValueError(f"{self.mechanism}: handover_from must be one of its up-training bases "
                              f"{valid}, got {handover_from!r}")
-        if kwargs.get("align"):
-            raise ValueError(f"{self.mechanism}: align (a speed option) is not supported by "
-                             f"hand-over layers")
+        for option in ("align", "fused_projections"):
+            if kwargs.get(option):
+                raise ValueError(f"{self.mechanism}: {option} (a speed option) is not supported "
+                                 f"by hand-over layers")
         super().__init__(**kwargs)
         self.handover_from = handover_from
         if handover_from == "eva":

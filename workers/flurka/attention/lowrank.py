@@ -101,6 +101,11 @@ class LowRankKV:
         x = zero_padding(x, mask)
         return (self.heads(self.query, x), *self.low_rank_kv(x))
 
+    def keys_values(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array | None]:
+        """K', V' and their key mask (compressed rows: none unless aligned); ``x``'s padded rows
+        zeroed by the caller."""
+        return (*self.low_rank_kv(x), self.compressed_mask(x.shape[0]))
+
     def low_rank_kv(self, x: Array) -> tuple[Array, Array]:
         """K' = (E1·X) W_K, V' = (E2·X) W_V as heads [b, d_k, h, d_h] (aligned:
         [b, round_up(d_k), h, padded d_h], the rows past d_k masked by :meth:`compressed_mask`);

@@ -27,8 +27,16 @@ from flurka.attention.base import (
 from flurka.attention.feature_maps import (
     favor_denominator, favor_features, gaussian_orthogonal_matrix, key_side, query_side)
 from flurka.attention.fused import Tiling, fused_query_side, layer_tiling
+from flurka.attention.fused_layer import ProjectedQuerySide
 
 DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
+
+
+def favor_key_side(k, v, key_mask, omega, *, head_dim=None, num_features=None):
+    """(φ(K)ᵀV, φ(K)ᵀ1) with FAVOR+'s key features, masked keys and values exact zeros."""
+    k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
+    return key_side(favor_features(k, omega, is_query=False, mask=key_mask, head_dim=head_dim,
+                                   num_features=num_features), v)
 
 
 def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=None, fused=False):
@@ -37,9 +45,8 @@ def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=Non
     sizes when the head dim and ω are zero-padded (aligned layers); ``fused`` (a
     :class:`~flurka.attention.fused.Tiling`, or True for the current one): the query side as one
     Pallas kernel (:mod:`flurka.attention.fused`)."""
-    k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
     sizes = dict(head_dim=head_dim, num_features=num_features)
-    kv, k_sum = key_side(favor_features(k, omega, is_query=False, mask=key_mask, **sizes), v)
+    kv, k_sum = favor_key_side(k, v, key_mask, omega, **sizes)
     if fused:
         return fused_query_side(q, kv, k_sum, omega, feature="favor",
                                 head_dim=head_dim or q.shape[-1],
@@ -62,13 +69,17 @@ class RandomFeatureMixin:
         return rng
 
 
-class PerformerAttention(RandomFeatureMixin, AttentionLayer):
-    """FAVOR+ kernel attention with ``num_features`` positive orthogonal random features."""
+class PerformerAttention(RandomFeatureMixin, ProjectedQuerySide, AttentionLayer):
+    """FAVOR+ kernel attention with ``num_features`` positive orthogonal random features.
+    ``fused``: the query side as a Pallas kernel; ``fused_projections`` too: with W_Q and W_O in
+    it (:mod:`flurka.attention.fused_layer`)."""
 
     mechanism = "performer"
+    feature = "favor"
 
     def __init__(self, *, num_features: int = DEFAULT_NUM_FEATURES, orthogonal: bool = True,
-                 redraw: bool = False, fused: bool | Tiling = False, **kwargs):
+                 redraw: bool = False, fused: bool | Tiling = False,
+                 fused_projections: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.num_features = check_positive_int("num_features", num_features)
         self.orthogonal = bool(orthogonal)
@@ -76,6 +87,7 @@ class PerformerAttention(RandomFeatureMixin, AttentionLayer):
         self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim,
                                   round_up(self.num_features, self.align))
         self.features = RandomFeatures(self.draw_features(kwargs["rngs"].params()))
+        self.init_projections(fused_projections, self.num_features)
 
     def draw_features(self, key: jax.Array) -> jax.Array:
         """ω [num_features, d_h] float32 from ``key``."""
@@ -89,6 +101,11 @@ class PerformerAttention(RandomFeatureMixin, AttentionLayer):
             omega = pad_to(pad_to(omega, round_up(self.num_features, self.align), axis=0),
                            self.padded_head_dim, axis=1)
         return omega
+
+    def kernel_key_side(self, k, v, key_mask, rng):
+        omega = self.omega(rng)
+        return (*favor_key_side(k, v, key_mask, omega, head_dim=self.head_dim,
+                                num_features=self.num_features), omega)
 
     def core(self, q, k, v, key_mask, rng):
         return favor_attention(q, k, v, key_mask, self.omega(rng), head_dim=self.head_dim,

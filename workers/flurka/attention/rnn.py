@@ -19,6 +19,13 @@ from __future__ import annotations
 from flurka.attention.base import AttentionLayer, zero_padding
 from flurka.attention.feature_maps import elu_features, key_side, query_side, rnn_denominator
 from flurka.attention.fused import Tiling, fused_query_side, layer_tiling
+from flurka.attention.fused_layer import ProjectedQuerySide
+
+
+def elu_key_side(k, v, key_mask, head_dim=None):
+    """(φ(K)ᵀV, φ(K)ᵀ1) with masked keys and values exact zeros."""
+    k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
+    return key_side(elu_features(k, key_mask, head_dim=head_dim), v)
 
 
 def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
@@ -27,22 +34,28 @@ def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
     the true d_h when the last axis is zero-padded (those features, elu(0)+1 = 1, are zeroed);
     ``fused`` (a :class:`~flurka.attention.fused.Tiling`, or True for the current one): the query
     side as one Pallas kernel (:mod:`flurka.attention.fused`)."""
-    k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
-    kv, k_sum = key_side(elu_features(k, key_mask, head_dim=head_dim), v)
+    kv, k_sum = elu_key_side(k, v, key_mask, head_dim)
     if fused:
         return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1],
                                 tiling=fused, out_dtype=v.dtype)
     return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, v.dtype)
 
 
-class RNNAttention(AttentionLayer):
-    """Deterministic-kernel linear attention (no random features)."""
+class RNNAttention(ProjectedQuerySide, AttentionLayer):
+    """Deterministic-kernel linear attention (no random features). ``fused``: the query side as
+    a Pallas kernel; ``fused_projections`` too: with W_Q and W_O in it (:mod:`flurka.attention.fused_layer`)."""
 
     mechanism = "rnn"
+    feature = "elu"
 
-    def __init__(self, *, fused: bool | Tiling = False, **kwargs):
+    def __init__(self, *, fused: bool | Tiling = False, fused_projections: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
         self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
+        self.init_projections(fused_projections)
+
+    def kernel_key_side(self, k, v, key_mask, rng):
+        return (*elu_key_side(k, v, key_mask, self.head_dim), None)
 
     def core(self, q, k, v, key_mask, rng):
         return elu_attention(q, k, v, key_mask, head_dim=self.head_dim, fused=self.fused)

@@ -20,7 +20,7 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
 ``results``     one row per point:
   config        index, sweep, mechanism, mode (forward|train), scope (layer|model), seq_len,
                 d_model, num_heads, d_k, num_features, layers, ffn, dtype, batch, align, fused,
-                pad_to, xla ({name: value} compile options), fused_ffn (d_k/num_features as configured;
+                pad_to, xla ({name: value} compile options), fused_ffn, fused_projections (d_k/num_features as configured;
                 ``d_k_used``/``num_features_used`` as built)
   status        "ok" | "oom" (XLA RESOURCE_EXHAUSTED / MemoryError: ``oom_source`` "xla"; or the
                 compiled need above --memory-budget-gb: "budget") | "error" (``error``,
@@ -43,7 +43,7 @@ import argparse
 import sys
 import time
 
-from flurka.attention import FUSABLE
+from flurka.attention import FUSABLE, PROJECTABLE
 from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select, xla_option
 
 
@@ -75,6 +75,10 @@ def add_selection_arguments(parser: argparse.ArgumentParser, required: bool = Tr
     parser.add_argument("--fused", action="store_true",
                         help="run the query side as one Pallas kernel in the mechanisms that "
                              f"have one ({', '.join(FUSABLE)})")
+    parser.add_argument("--fused-projections", action="store_true",
+                        help="with --fused: W_Q and W_O inside the query-side kernel too, where the "
+                             f"layer takes it ({', '.join(PROJECTABLE)}; d_model a multiple of 128 "
+                             "up to 512, head dim a power of two up to 128, m <= 128)")
     parser.add_argument("--fused-ffn", action="store_true",
                         help="model scope: run each block's residual, LayerNorm and FFN as Pallas "
                              "kernels (d_model and ffn multiples of 128), every mechanism alike")
@@ -121,7 +125,7 @@ def selected(args: argparse.Namespace):
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
                  scopes=None if args.scope is None else [args.scope], dtype=args.dtype,
                  align=args.align, fused=args.fused, pad_to=args.pad_to, xla=args.xla,
-                 fused_ffn=args.fused_ffn)
+                 fused_ffn=args.fused_ffn, fused_projections=args.fused_projections)
     indices = list(range(len(pts))) if args.points is None else list(args.points)
     return indices, select(pts, indices)
 

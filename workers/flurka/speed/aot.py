@@ -346,7 +346,7 @@ def _recorded(path: str) -> dict[str, Any]:
 
 def brief(row: dict) -> str:
     keys = ("sweep", "index", "stage", "feature", "mechanism", "mode", "seq_len", "align", "fused",
-            "fused_ffn",
+            "fused_projections", "fused_ffn",
             "pad_to", "tiling")
     head = " ".join(f"{k}={v}" for k, v in row.items() if k in keys)
     if row["status"] == "error":

@@ -76,6 +76,8 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
         options["align"] = point.align
     if point.fused:
         options["fused"] = True
+    if point.fused_projections:
+        options["fused_projections"] = True
     if point.scope == "layer":
         return make_attention(point.mechanism, d_model=point.d_model, num_heads=point.num_heads,
                               max_len=point.padded_len, rngs=rngs, **options)

@@ -36,6 +36,9 @@ align=128)`` aligns the mechanisms that support it and leaves the others (EVA, f
 result records the value it ran with, and the FLOPs stay the FLOP model's (true shapes).
 ``fused`` runs the kernel mechanisms' query side as one Pallas kernel (:mod:`flurka.attention.fused`;
 head dim and m up to 512, padded by the kernel to the blocks Triton takes).
+``fused_projections`` (with ``fused``) runs the kernel layers' W_Q and W_O inside that kernel too
+(:mod:`flurka.attention.fused_layer`: q and the per-head context never reach memory; d_model a
+multiple of 128 up to 512, a power-of-two head dim up to 128, m ≤ 128, no ``align``).
 ``fused_ffn`` (model scope) runs each block's second residual, LayerNorm and FFN as Pallas kernels
 (:mod:`flurka.models.fused_ffn`: d_model and FFN multiples of 128), for every mechanism alike — the
 flash comparison's FLuRKA spends most of its memory traffic there; ``points(..., fused_ffn=True)``
@@ -62,9 +65,11 @@ import itertools
 import re
 from typing import Any, Iterable, Sequence
 
-from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS
+from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, PROJECTABLE
 from flurka.attention.base import round_up
 from flurka.attention.fused import BLOCK as FFN_BLOCK   # the fused FFN kernels' column blocks
+from flurka.attention.fused_layer import check_projectable
+from flurka.attention.performer import DEFAULT_NUM_FEATURES
 
 MODES: tuple[str, ...] = ("forward", "train")
 SCOPES: tuple[str, ...] = ("layer", "model")
@@ -91,6 +96,7 @@ class Point:
     fused: bool = False
     pad_to: int = 1
     fused_ffn: bool = False
+    fused_projections: bool = False
     xla: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
@@ -112,10 +118,34 @@ class Point:
                              f"valid: {', '.join(ALIGNABLE)}")
         if self.fused and self.mechanism not in FUSABLE:
             raise ValueError(f"{self.mechanism} has no fused kernel; valid: {', '.join(FUSABLE)}")
+        if self.fused_projections:
+            if not self.fused or self.mechanism not in PROJECTABLE:
+                raise ValueError(f"fused_projections needs fused=True and one of "
+                                 f"{', '.join(PROJECTABLE)}; got {self.mechanism}, "
+                                 f"fused={self.fused}")
+            self.check_projectable()
         if self.fused_ffn and not self.ffn_fusable:
             raise ValueError(f"fused_ffn needs model scope and d_model, ffn multiples of "
                              f"{FFN_BLOCK}; got scope={self.scope}, d_model={self.d_model}, "
                              f"ffn={self.ffn}")
+
+    def check_projectable(self) -> None:
+        """:func:`flurka.attention.fused_layer.check_projectable` on this point's layer."""
+        features = self.num_features or (DEFAULT_NUM_FEATURES if "performer" in self.mechanism
+                                         else None)
+        check_projectable(self.mechanism, self.d_model, self.head_dim, features,
+                          self.align if self.align > 1 else None)
+
+    @property
+    def projectable(self) -> bool:
+        """Whether ``fused_projections`` can be set on this point (it is fused, its layer fits)."""
+        if not self.fused or self.mechanism not in PROJECTABLE:
+            return False
+        try:
+            self.check_projectable()
+        except ValueError:
+            return False
+        return True
 
     @property
     def ffn_fusable(self) -> bool:
@@ -224,13 +254,14 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
            modes: Iterable[str] | None = None, scopes: Iterable[str] | None = None,
            dtype: str | None = None, align: int = 1, fused: bool = False,
            pad_to: int = 1, xla: Iterable[tuple[str, Any]] = (),
-           fused_ffn: bool = False) -> list[Point]:
+           fused_ffn: bool = False, fused_projections: bool = False) -> list[Point]:
     """Every point of ``sweep`` (shape-major, then mechanism, mode, scope), optionally filtered.
 
     Filters must name valid values; ``dtype`` overrides the sweep's default; ``align`` and
     ``fused`` apply to the mechanisms that support them (:data:`flurka.attention.ALIGNABLE`,
-    :data:`flurka.attention.FUSABLE`), ``fused_ffn`` to the model points the kernels take,
-    ``pad_to`` and ``xla`` to every point.
+    :data:`flurka.attention.FUSABLE`), ``fused_projections`` to the fused points whose layer
+    takes it, ``fused_ffn`` to the model points the kernels take, ``pad_to`` and ``xla`` to
+    every point.
     """
     _choice("sweep", sweep, SWEEP_NAMES)
     spec = SWEEPS[sweep]
@@ -256,7 +287,8 @@ def points(sweep: str, *, mechanisms: Iterable[str] | None = None,
                       align=align if mech in ALIGNABLE else 1,
                       fused=fused and mech in FUSABLE, pad_to=pad_to,
                       xla=xla, **dataclasses.asdict(shape))
-        out.append(dataclasses.replace(point, fused_ffn=fused_ffn and point.ffn_fusable))
+        out.append(dataclasses.replace(point, fused_ffn=fused_ffn and point.ffn_fusable,
+                                       fused_projections=fused_projections and point.projectable))
     return out
 
 

@@ -1,0 +1,135 @@
+"""W_Q, the fused query side and W_O as one kernel (``fused_projections``; Pallas's interpreter on
+CPU) against the float64 formulas and the fused layer without it."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from attention_reference import randomize, reference
+from flax import nnx
+
+from flurka.attention import PROJECTABLE, handover_class, make_attention
+from flurka.attention.fused import Tiling
+from flurka.speed.configs import Point, points
+
+TILING = Tiling(wide_block_n=16, wide_num_warps=4)   # 16-row programs: 24 rows, one ragged
+
+
+def _layer(mechanism, seed=0, *, d_model=128, heads=2, **options):
+    layer = make_attention(mechanism, d_model=d_model, num_heads=heads, max_len=24, d_k=8,
+                           num_features=64, rngs=nnx.Rngs(seed), **options)
+    return randomize(layer, seed + 1000)
+
+
+def _inputs(seed, d_model=128):
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.normal(size=(2, 24, d_model)), jnp.float32)
+    mask = np.arange(24)[None, :] < np.array([[24], [17]])
+    mask[0, 5] = False                                   # a hole: masks need not be right-padded
+    return x, jnp.asarray(mask)
+
+
+def test_projectable_mechanisms_are_the_kernel_layers():
+    assert set(PROJECTABLE) == {"performer", "rnn", "flurka-performer", "flurka-rnn"}
+
+
+@pytest.mark.parametrize("mechanism", PROJECTABLE)
+def test_projected_layer_matches_float64_reference(mechanism, rng_seed):
+    layer = _layer(mechanism, 5, fused=TILING, fused_projections=True)
+    assert layer.fused_projections
+    x, mask = _inputs(rng_seed)
+    got = np.asarray(layer(x, mask))
+    want = reference(_layer(mechanism, 5), x, mask)     # same parameters, unfused
+    real = np.asarray(mask)
+    np.testing.assert_allclose(got[real], want[real], rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("mechanism", PROJECTABLE)
+def test_projected_layer_bf16_and_gradient_match_the_fused_layer(mechanism, rng_seed):
+    """bf16 within 1 % of the fused layer without projections in the kernel; in float32 every
+    parameter's gradient (the fused layer's, recomputed: XLA's projections around the query-side
+    kernels) equals that layer's."""
+    x, mask = _inputs(rng_seed)
+    real = np.asarray(mask)
+    fused, projected = (_layer(mechanism, 3, fused=TILING, fused_projections=p,
+                               dtype=jnp.bfloat16) for p in (False, True))
+    a, b = (np.asarray(m(x.astype(jnp.bfloat16), mask).astype(jnp.float32))
+            for m in (fused, projected))
+    assert np.linalg.norm(b[real] - a[real]) < 1e-2 * np.linalg.norm(a[real])
+
+    def loss(m):
+        return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
+
+    fused, projected = (_layer(mechanism, 3, fused=TILING, fused_projections=p)
+                        for p in (False, True))
+    g_fused, g_projected = (jax.tree.leaves(nnx.grad(loss)(m)) for m in (fused, projected))
+    scale = max(float(jnp.max(jnp.abs(g))) for g in g_fused)
+    for gf, gp in zip(g_fused, g_projected):
+        np.testing.assert_allclose(gp, gf, atol=2e-5 * scale, rtol=0)
+
+
+def test_projections_are_refused_where_the_kernel_does_not_fit():
+    for options, message in (
+            ({"fused_projections": True}, "fused_projections needs fused=True"),
+            ({"fused": True, "fused_projections": True, "d_model": 192},
+             r"d_model=192 \(a multiple of 128 up to 512\)"),
+            ({"fused": True, "fused_projections": True, "d_model": 640, "heads": 5},
+             "d_model=640"),
+            ({"fused": True, "fused_projections": True, "d_model": 384, "heads": 4},
+             r"head dim 96 \(a power of two from 16 to 128\)"),
+            ({"fused": True, "fused_projections": True, "align": 128}, r"aligned execution")):
+        with pytest.raises(ValueError, match=message):
+            _layer("flurka-rnn", **options)
+    with pytest.raises(ValueError, match=r"num_features=256 \(up to 128\)"):
+        make_attention("performer", d_model=128, num_heads=2, max_len=24, num_features=256,
+                       fused=True, fused_projections=True, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="fused_projections .* not supported by hand-over"):
+        handover_class(make_attention("flurka-rnn", d_model=128, num_heads=2, max_len=24, d_k=8,
+                                      rngs=nnx.Rngs(0)).__class__)(
+            handover_from="rnn", d_model=128, num_heads=2, max_len=24, d_k=8, fused=True,
+            fused_projections=True, rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match="fused_projections needs fused=True"):
+        Point("flurka-rnn", "forward", "layer", 1024, 512, 4, d_k=128, fused_projections=True)
+    with pytest.raises(ValueError, match="num_features=325"):
+        Point("flurka-rnn", "forward", "layer", 1024, 1300, 4, d_k=128, num_features=325,
+              fused=True, fused_projections=True)
+
+
+def test_points_take_projections_where_the_layer_fits():
+    flash = [p for p in points("flash-compare", fused=True, fused_projections=True)]
+    assert {p.mechanism for p in flash if p.fused_projections} == {"flurka-performer",
+                                                                 "flurka-rnn"}
+    assert not any(p.fused_projections for p in points("n-sweep", fused=True,
+                                                       fused_projections=True))   # d_h 325
+
+
+def test_projected_layer_lowers_to_one_triton_kernel_for_the_gpu():
+    """At the flash comparison's layer (d_model 512, 4 heads of 128, m = 128, bf16) the forward is
+    one Triton call over 64-row programs on 8 warps, one stage; the gradient recomputes through
+    the query-side kernels (their forward and backward) around XLA's projections."""
+    layer = nnx.eval_shape(lambda: make_attention(
+        "flurka-rnn", d_model=512, num_heads=4, max_len=1024, d_k=128, dtype=jnp.bfloat16,
+        fused=True, fused_projections=True, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(layer)
+    x = jax.ShapeDtypeStruct((1, 1024, 512), jnp.bfloat16)
+
+    def forward(s, x):
+        return nnx.merge(graphdef, s)(x)
+
+    def grad(s, x):
+        return jax.grad(lambda s: jnp.sum(forward(s, x).astype(jnp.float32) ** 2))(s)
+
+    for fn, names in ((forward, ["flurka_elu_projected_query_side"]),
+                      (grad, ["flurka_elu_projected_query_side", "flurka_elu_query_side",
+                              "flurka_elu_query_side_bwd"])):
+        text = jax.jit(fn).trace(state, x).lower(lowering_platforms=("cuda",)).as_text()
+        calls = [dict(re.findall(r'(name|grid_x|num_stages|num_warps) = "?(\w+)"?', line))
+                 for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+        assert sorted(c["name"] for c in calls) == sorted(names), calls
+        (projected,) = [c for c in calls if c["name"] == names[0]]
+        assert (projected["grid_x"], projected["num_warps"], projected["num_stages"]) == \
+            (str(1024 // 64), "8", "1")

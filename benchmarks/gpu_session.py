@@ -62,7 +62,8 @@ FUSED_PADDED_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "
 FUSED_FFN_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                                        "fused_ffn": {True}, "pad_to": {128}, "mechanism": FLURKA})
 # ... and W_Q, W_O inside the fused query side too (flurka.attention.fused_layer): q and the
-# per-head context never reach memory (the one-kernel FFN and this: 6.31 -> 5.0 GB planned).
+# per-head context never reach memory (flurka-rnn's plan: 7.60 -> 6.31 GB with the two-kernel
+# FFN, 5.02 GB with the one-kernel FFN).
 FUSED_LAYER_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
                                          "fused_projections": {True}, "fused_ffn": {True},
                                          "pad_to": {128}, "mechanism": FLURKA})

@@ -244,6 +244,34 @@ def test_fused_query_side_reads_q_and_writes_its_output_once(tmp_path):
         assert kernel["spill_store_bytes"] == 0 and kernel["mma"] == "wgmma", kernel
 
 
+def test_fused_projections_read_x_and_write_the_layers_output_once(tmp_path):
+    """The flash comparison's layer (d_model 512, 4 heads of d_h = m = 128, bf16) at N = 1000
+    with W_Q and W_O in the query-side kernel, compiled for the card: one kernel for the query
+    half (64-row programs on the warpgroup MMA, spilling ≤ 0.25 KB: ptxas reads 104 B) whose
+    traffic is exactly x read, the output written and the weights and key side: Q and the
+    per-head context never reach memory."""
+    (row,) = _script("""
+        import json, sys, jax
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.speed import aot
+        from flurka.speed.configs import Point
+        device = aot.target_device(aot.TARGETS["h100"])
+        json.dump([aot.compile_point(Point("flurka-rnn", "forward", "layer", 1000, 512, 4,
+                                           d_k=128, num_features=128, fused=True,
+                                           fused_projections=True), device, None)],
+                  open(sys.argv[1], "w"))
+    """, tmp_path)
+    assert row["status"] == "ok", row
+    (kernel,) = row["kernels"]
+    assert kernel["kernel"] == "flurka_elu_projected_query_side" and kernel["mma"] == "wgmma"
+    assert kernel["grid"] == [-(-1000 // 64), 1, 1] and kernel["spill_store_bytes"] <= 256
+    n, d_model, heads, d = 1000, 512, 4, 128
+    x = out = n * d_model * 2
+    weights = 2 * (d_model * d_model * 2 + d_model * 2)          # W_Q, b_Q, W_O, b_O
+    key_side = heads * d * d * 2 + heads * d * 2                 # KV, Σφ(K)
+    assert row["traffic"]["by_kind"]["pallas"] == x + out + weights + key_side
+
+
 def test_fused_ffn_reads_x_and_a_and_writes_the_hidden_layer_and_z_once(tmp_path):
     """A one-block model at the flash comparison's widths (d_model = FFN = 512, bf16) at a length
     its 128-row programs do not divide (N = 1000), compiled for the card with the fused FFN

@@ -16,19 +16,20 @@ from flurka.attention import PROJECTABLE, handover_class, make_attention
 from flurka.attention.fused import Tiling
 from flurka.speed.configs import Point, points
 
-TILING = Tiling(wide_block_n=16, wide_num_warps=4)   # 16-row programs: 24 rows, one ragged
+TILING = Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)   # the gradient's query-side kernels
+N = 150                                 # three 64-row programs per sequence, the last ragged
 
 
 def _layer(mechanism, seed=0, *, d_model=128, heads=2, **options):
-    layer = make_attention(mechanism, d_model=d_model, num_heads=heads, max_len=24, d_k=8,
+    layer = make_attention(mechanism, d_model=d_model, num_heads=heads, max_len=N, d_k=8,
                            num_features=64, rngs=nnx.Rngs(seed), **options)
     return randomize(layer, seed + 1000)
 
 
 def _inputs(seed, d_model=128):
     rng = np.random.default_rng(seed)
-    x = jnp.asarray(rng.normal(size=(2, 24, d_model)), jnp.float32)
-    mask = np.arange(24)[None, :] < np.array([[24], [17]])
+    x = jnp.asarray(rng.normal(size=(2, N, d_model)), jnp.float32)
+    mask = np.arange(N)[None, :] < np.array([[N], [117]])
     mask[0, 5] = False                                   # a hole: masks need not be right-padded
     return x, jnp.asarray(mask)
 

@@ -32,6 +32,10 @@ from flurka.attention.fused import (
     on_gpu_or_interpreted, real_rows, tile_size)
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
+# Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
+# sm_90 at the flash comparison's layer, 104 B (elu) / 172 B (FAVOR+) spilled; 4 warps or 128
+# rows spill 1.5-2 KB. Not the tiling's (whose wide launch the tuner sets for another kernel).
+ROWS, WARPS = 64, 8
 
 
 def check_projectable(mechanism: str, d_model: int, head_dim: int, num_features: int | None,
@@ -102,12 +106,12 @@ def _kernel(*refs, feature, head_dim, num_features, n):
                     mask=real)
 
 
-def _pallas_projected(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features,
-                      tiling, *, interpret):
+def _pallas_projected(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features, *,
+                      interpret):
     """Grid (row blocks, batch): a sequence's key side is its own."""
     b, n, d_model = x.shape
     heads, f, d = kv.shape[1:]
-    block_n = tiling.wide_block_n
+    block_n = ROWS
     dtype = x.dtype
     whole = lambda *shape: pl.BlockSpec(shape, lambda i, s: (0,) * len(shape))   # noqa: E731
     per_sequence = lambda *shape: pl.BlockSpec((pl.squeezed, *shape),           # noqa: E731
@@ -127,7 +131,7 @@ def _pallas_projected(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, nu
                           num_features=num_features, n=n),
         out_shape=jax.ShapeDtypeStruct((b, n, d_model), dtype), grid=(pl.cdiv(n, block_n), b),
         in_specs=[rows, *specs], out_specs=rows,
-        compiler_params=plgpu.CompilerParams(num_warps=tiling.wide_num_warps, num_stages=1),
+        compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
         interpret=interpret, name=f"flurka_{feature}_projected_query_side",
     )(x, *operands)
 
@@ -136,8 +140,8 @@ def _pallas_projected(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, nu
 def _fused(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features, tiling,
            interpret):
     return on_gpu_or_interpreted(functools.partial(
-        _pallas_projected, x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features,
-        tiling), interpret)
+        _pallas_projected, x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features),
+        interpret)
 
 
 def _fused_fwd(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features, tiling,
@@ -165,8 +169,8 @@ def fused_projected_query_side(x, wq, bq, kv, k_sum, omega=None, wo=None, bo=Non
     """[b, n, d_model] in x's dtype (the compute dtype): concat_h(query side of x W_Q,h + b_Q,h)
     W_O + b_O. x [b, n, d_model] (padded rows zeroed by the caller); W_Q, W_O [d_model, d_model],
     biases [d_model]; kv [b, h, f, d_h] and k_sum [b, h, f] from the key side; ω [f, d_h] for
-    FAVOR+.
-    ``tiling``: rows and warps are its wide launch's (one stage)."""
+    FAVOR+. ``tiling``: the query-side kernels' the gradient runs (their launch, not this
+    kernel's: :data:`ROWS`, :data:`WARPS`)."""
     tiling = tiling if isinstance(tiling, Tiling) else current_tiling()
     if omega is None:
         omega = jnp.zeros((0,), x.dtype)

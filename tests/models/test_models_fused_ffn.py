@@ -90,9 +90,9 @@ def test_fused_ffn_block_gradient_matches_float64_finite_differences():
         assert abs(got - want) <= 1e-4 * abs(want) + 1e-4, (i, got, want)
 
 
-def _encoders(fused_ffn, *, dropout_rate=0.0, d_model=256, d_ff=384):
+def _encoders(fused_ffn, *, dropout_rate=0.0, d_model=256, d_ff=384, **attention_options):
     return Encoder(d_model=d_model, num_heads=2, num_layers=2, d_ff=d_ff, max_len=40,
-                   attention="flurka-rnn", attention_options={"d_k": 16},
+                   attention="flurka-rnn", attention_options={"d_k": 16, **attention_options},
                    dropout_rate=dropout_rate, rngs=nnx.Rngs(params=0, dropout=1),
                    fused_ffn=fused_ffn)
 
@@ -113,6 +113,19 @@ def test_encoder_with_fused_ffn_computes_the_xla_encoders_function_and_gradient(
     assert len(g_xla) == len(g_fused)
     for gx, gf in zip(g_xla, g_fused):
         assert _rel(gf, gx) < 1e-4
+
+
+def test_the_whole_fused_block_computes_the_xla_encoders_function():
+    """Every kernel at once — the attention's W_Q, query side and W_O in one, the FFN block in
+    one — against the XLA encoder with the same parameters (float32, padded rows)."""
+    xla = _encoders(False)
+    fused = _encoders(ONE_KERNEL, fused=True, fused_projections=True)
+    assert fused.layers[0].attention.fused_projections
+    x = jax.random.normal(jax.random.key(5), (2, 40, 256))
+    mask = jnp.arange(40)[None, :] < jnp.array([[40], [29]])
+    real = np.asarray(mask)
+    got, want = np.asarray(fused(x, mask)), np.asarray(xla(x, mask))
+    assert _rel(got[real], want[real]) < 1e-5
 
 
 def test_a_tuned_tiling_reaches_encoders_built_under_it():

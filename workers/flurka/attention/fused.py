@@ -32,6 +32,9 @@ layout spills registers unless it runs 16 rows on the older per-warp MMA). Wide 
 the forward kernel only: the backward kernel keeps a program's dKV [f, d] in float32, which past
 128 × 128 no longer fits a GPU's registers, so their gradient is the XLA path's.
 
+With ``fused_projections`` the layer's W_Q and W_O join this kernel
+(:mod:`flurka.attention.fused_layer`: q and the per-head context never reach memory).
+
 flurka-eva's query side is a softmax, not a kernel feature map: one softmax over the short key
 set every query sees (its exact window and chunk summaries). :func:`fused_softmax_attention`
 runs it as flash attention does (online softmax over 64-key steps; backward: dq per row block,
@@ -182,7 +185,7 @@ def dot(a, b, contracting=((1,), (0,))):
     return jax.lax.dot_general(a, b, (contracting, ((), ())), preferred_element_type=F32)
 
 
-def _features(q, omega_t, feature_blocks, feature, head_dim, num_features):
+def row_features(q, omega_t, feature_blocks, feature, head_dim, num_features):
     """φ(q) per feature block, float32 [rows, block] (padded features zero), and ∂φ/∂logit (favor:
     the features without their eps, the stabiliser being a constant) or ∂φ/∂q (elu) —
     favor_features/elu_features' maths on one row block. ``q``: the rows' head-dim blocks;
@@ -238,12 +241,12 @@ def _kernel(*refs, feature, head_dim, num_features, denominator, n):
     fb, db = column_blocks(kv_ref.shape[0]), column_blocks(kv_ref.shape[1])
     block_n = q_ref.shape[0]
     real = _program_rows(block_n, n)
-    q = [masked_load(q_ref.at[:, c], real) for c in db]                        # [bn, ≤128] compute dtype
-    feats, _ = _features(q, lambda c, j: omega_t_ref[db[c], fb[j]], fb, feature, head_dim,
-                         num_features)
+    q = [masked_load(q_ref.at[:, c], real) for c in db]  # [bn, ≤128] compute dtype
+    feats, _ = row_features(q, lambda c, j: omega_t_ref[db[c], fb[j]], fb, feature, head_dim,
+                            num_features)
     feats = [x.astype(q[0].dtype) for x in feats]
     den = denominator(summed(jnp.sum(x.astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
-                                     keepdims=True) for x, j in zip(feats, fb)))
+                                      keepdims=True) for x, j in zip(feats, fb)))
     for c in db:
         out = summed(dot(x, kv_ref[j, c]) for x, j in zip(feats, fb)) / den
         plgpu.store(o_ref.at[:, c], out.astype(o_ref.dtype), mask=real)
@@ -269,7 +272,7 @@ def _wide_kernel(*refs, feature, head_dim, num_features, denominator, n):
     real = _program_rows(block_n, n)
     columns = [jax.lax.broadcasted_iota(jnp.int32, (1, j.size), 1) + j.start for j in fb]
     if feature == "favor":
-        q = [masked_load(q_ref.at[:, c], real) for c in db]                    # [bn, 128] compute dtype
+        q = [masked_load(q_ref.at[:, c], real) for c in db]  # [bn, 128] compute dtype
         sq = summed(jnp.sum(jnp.square(qc.astype(F32)), axis=1, keepdims=True) for qc in q)
         feats, tops, top = [], [], jnp.full((block_n, 1), -jnp.inf, F32)
         for j, column in zip(fb, columns):
@@ -289,7 +292,7 @@ def _wide_kernel(*refs, feature, head_dim, num_features, denominator, n):
                              0.0).astype(q_ref.dtype)
         scales = [1.0] * len(fb)
     den = summed(r * jnp.sum(feat(i).astype(F32) * k_sum_ref[:, j].astype(F32), axis=1,
-                             keepdims=True) for i, (r, j) in enumerate(zip(scales, fb)))
+                              keepdims=True) for i, (r, j) in enumerate(zip(scales, fb)))
     if feature == "favor":                          # φ = m^-½ (exp(logit - top) + eps)
         den = num_features ** -0.5 * (den + FAVOR_EPS * summed(
             jnp.sum(k_sum_ref[:, j].astype(F32), axis=1, keepdims=True) for j in fb))
@@ -319,15 +322,15 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n, n)
         rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
         real = real_rows(first + i * block_n, block_n, n) if n % program_rows else None
         q = masked_load(q_ref.at[rows, :], real)
-        (feat,), (slope,) = _features([q], lambda c, j: omega_t, column_blocks(f), feature, head_dim,
-                                      num_features)
+        (feat,), (slope,) = row_features([q], lambda c, j: omega_t, column_blocks(f), feature,
+                                         head_dim, num_features)
         feat = feat.astype(q.dtype)                                      # as the forward used it
         den = jnp.sum(feat.astype(F32) * k_sum.astype(F32), axis=1, keepdims=True)
         inv = 1.0 / denominator(den)                                     # D' = 1 for both maps
         g = masked_load(g_ref.at[rows, :], real).astype(F32)
         d_num = (g * inv).astype(q.dtype)                                # [bn, d]
         d_den = -jnp.sum(g * masked_load(out_ref.at[rows, :], real).astype(F32), axis=1,
-                         keepdims=True) * inv                                    # [bn, 1]
+                         keepdims=True) * inv                                            # [bn, 1]
         d_feat = dot(d_num, kv, ((1,), (1,))) + d_den * k_sum.astype(F32)        # [bn, f]
         dkv += dot(feat, d_num, ((0,), (0,)))                                    # [f, d]
         dk_sum += jnp.sum(feat.astype(F32) * d_den, axis=0, keepdims=True)        # [1, f]
@@ -470,9 +473,9 @@ def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = No
 
     q [b, n, h, d] (compute dtype; d may be zero-padded past ``head_dim``); kv [b, h, f, d] and
     k_sum [b, h, f] from the key side; omega [f, d] for ``feature="favor"`` (rows past
-    ``num_features`` zero). d and f are zero-padded here to :func:`tile_size`. Off the GPU (or with ``interpret=True``) Pallas's interpreter runs
-    the kernels. ``tiling``: their launch shape (anything but a :class:`Tiling`, e.g. a layer's
-    ``fused=True``: :func:`current_tiling`).
+    ``num_features`` zero). d and f are zero-padded here to :func:`tile_size`. Off the GPU (or
+    with ``interpret=True``) Pallas's interpreter runs the kernels. ``tiling``: their launch
+    shape (anything but a :class:`Tiling`, e.g. a layer's ``fused=True``: :func:`current_tiling`).
     """
     if feature not in FEATURES:
         raise ValueError(f"feature must be one of {FEATURES}, got {feature!r}")

@@ -28,8 +28,8 @@ from jax.experimental.pallas import triton as plgpu
 from flurka.attention.base import F32, merge_heads, split_heads, zero_padding
 from flurka.attention.feature_maps import favor_denominator, rnn_denominator
 from flurka.attention.fused import (
-    BLOCK, Tiling, _features, column_blocks, current_tiling, dot, fused_query_side, masked_load,
-    on_gpu_or_interpreted, real_rows, tile_size)
+    BLOCK, Tiling, column_blocks, current_tiling, dot, fused_query_side, masked_load,
+    on_gpu_or_interpreted, real_rows, row_features, tile_size)
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
@@ -92,8 +92,8 @@ def _kernel(*refs, feature, head_dim, num_features, n):
 
         q = jax.lax.fori_loop(0, d_model // BLOCK, product, jnp.zeros((rows, d), F32))
         q = (q + bq_ref[:, hc].astype(F32)).astype(x_ref.dtype)          # as XLA's Q is rounded
-        (feat,), _ = _features([q], lambda c, j: omega_t_ref[...], column_blocks(f), feature,
-                               head_dim, num_features)
+        (feat,), _ = row_features([q], lambda c, j: omega_t_ref[...], column_blocks(f),
+                                  feature, head_dim, num_features)
         feat = feat.astype(x_ref.dtype)
         den = denominator(jnp.sum(feat.astype(F32) * k_sum_ref[h].astype(F32), axis=1,
                                   keepdims=True))

@@ -63,10 +63,12 @@ class FfnTiling:
     def __post_init__(self):
         if self.kernels not in (1, 2):
             raise ValueError(f"FfnTiling.kernels must be 1 or 2, got {self.kernels!r}")
-        if not isinstance(self.block_n, int) or self.block_n < 16 or self.block_n & (self.block_n - 1):
-            raise ValueError(f"FfnTiling.block_n must be a power of two >= 16, got {self.block_n!r}")
+        rows = self.block_n
+        if not isinstance(rows, int) or rows < 16 or rows & (rows - 1):
+            raise ValueError(f"FfnTiling.block_n must be a power of two >= 16, got {rows!r}")
         if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"FfnTiling.num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps!r}")
+            raise ValueError(f"FfnTiling.num_warps must be 1, 2, 4, 8 or 16, "
+                             f"got {self.num_warps!r}")
         if not isinstance(self.num_stages, int) or self.num_stages < 1:
             raise ValueError(f"FfnTiling.num_stages must be an int >= 1, got {self.num_stages!r}")
 

@@ -107,23 +107,30 @@ class Tiling:
                 raise ValueError(f"Tiling.{name} must be an int >= 1, got {getattr(self, name)!r}")
 
 
-_TILINGS = [Tiling()]
+class TilingScope:
+    """The launch shape kernels built now take: ``use(t)`` sets it inside a ``with`` block (a GPU
+    session's tuned choice), ``current()`` reads it. Layers read it at construction and keep it;
+    a bare kernel call reads it when traced, so a jitted function already traced keeps the
+    tiling it was traced with."""
+
+    def __init__(self, default):
+        self._stack = [default]
+
+    @contextlib.contextmanager
+    def use(self, tiling):
+        self._stack.append(tiling)
+        try:
+            yield tiling
+        finally:
+            self._stack.pop()
+
+    def current(self):
+        return self._stack[-1]
 
 
-@contextlib.contextmanager
-def use_tiling(tiling: Tiling):
-    """Fused layers built inside this block launch their kernels with ``tiling`` (they keep it:
-    :func:`layer_tiling`); a bare :func:`fused_query_side` without one reads it when traced, so
-    a jitted function already traced keeps the tiling it was traced with."""
-    _TILINGS.append(tiling)
-    try:
-        yield tiling
-    finally:
-        _TILINGS.pop()
-
-
-def current_tiling() -> Tiling:
-    return _TILINGS[-1]
+# Fused layers built inside ``use_tiling(t)`` launch their kernels with t (:func:`layer_tiling`).
+_SCOPE = TilingScope(Tiling())
+use_tiling, current_tiling = _SCOPE.use, _SCOPE.current
 
 
 def layer_tiling(mechanism: str, fused: bool | Tiling, head_dim: int,

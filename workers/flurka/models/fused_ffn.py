@@ -28,7 +28,6 @@ FFN width multiples of 128; elsewhere the encoder's XLA path is the only one
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 
@@ -39,7 +38,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32
 from flurka.attention.fused import (
-    BLOCK, column_blocks, dot, masked_load, on_gpu_or_interpreted, real_rows)
+    BLOCK, TilingScope, column_blocks, dot, masked_load, on_gpu_or_interpreted, real_rows)
 
 ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] accumulators live
 
@@ -74,22 +73,10 @@ class FfnTiling:
 
 
 ONE_KERNEL = FfnTiling(kernels=1, block_n=64, num_warps=8, num_stages=1)
-_TILINGS = [FfnTiling()]
-
-
-@contextlib.contextmanager
-def use_ffn_tiling(tiling: FfnTiling):
-    """Encoders built inside this block with ``fused_ffn=True`` run their blocks with ``tiling``
-    (a GPU session's tuned choice; :func:`flurka.speed.tuning.tune_ffn`)."""
-    _TILINGS.append(tiling)
-    try:
-        yield tiling
-    finally:
-        _TILINGS.pop()
-
-
-def current_ffn_tiling() -> FfnTiling:
-    return _TILINGS[-1]
+# Encoders built inside ``use_ffn_tiling(t)`` with ``fused_ffn=True`` run their blocks with t (a
+# GPU session's tuned choice: flurka.speed.tuning.tune_ffn).
+_SCOPE = TilingScope(FfnTiling())
+use_ffn_tiling, current_ffn_tiling = _SCOPE.use, _SCOPE.current
 
 
 def check_fusable(d_model: int, d_ff: int, tiling: FfnTiling | None = None) -> None:

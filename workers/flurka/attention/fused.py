@@ -229,10 +229,20 @@ def real_rows(start, rows: int, n: int):
     return start + jax.lax.broadcasted_iota(jnp.int32, (rows, 1), 0) < n
 
 
-def _program_rows(block_n: int, n: int):
-    """The real-row mask of this program's block of ``block_n`` rows (the grid's last axis
-    walks the rows); None where every block is whole."""
-    return real_rows(pl.program_id(2) * block_n, block_n, n) if n % block_n else None
+def program_rows(block_n: int, n: int, axis: int = 2):
+    """The real-row mask of this program's block of ``block_n`` rows (grid axis ``axis`` walks
+    the rows: the query-side kernels' last); None where every block is whole."""
+    return real_rows(pl.program_id(axis) * block_n, block_n, n) if n % block_n else None
+
+
+def block_slice(i, width: int = BLOCK):
+    """The ``i``-th ``width``-wide block of an axis (``i`` traced: a loop's index)."""
+    return pl.ds(pl.multiple_of(i * width, width), width)
+
+
+def row_vector(v, dtype):
+    """A [d] parameter as the [1, d] block a kernel loads, in the compute dtype."""
+    return v.astype(dtype)[None, :]
 
 
 def masked_load(ref, real):
@@ -247,7 +257,7 @@ def _kernel(*refs, feature, head_dim, num_features, denominator, n):
     q_ref, omega_t_ref, kv_ref, k_sum_ref, o_ref = _split_refs(refs, feature)
     fb, db = column_blocks(kv_ref.shape[0]), column_blocks(kv_ref.shape[1])
     block_n = q_ref.shape[0]
-    real = _program_rows(block_n, n)
+    real = program_rows(block_n, n)
     q = [masked_load(q_ref.at[:, c], real) for c in db]  # [bn, ≤128] compute dtype
     feats, _ = row_features(q, lambda c, j: omega_t_ref[db[c], fb[j]], fb, feature, head_dim,
                             num_features)
@@ -276,7 +286,7 @@ def _wide_kernel(*refs, feature, head_dim, num_features, denominator, n):
         q_ref, kv_ref, k_sum_ref, o_ref = refs
     fb, db = column_blocks(kv_ref.shape[0]), column_blocks(kv_ref.shape[1])
     block_n = q_ref.shape[0]
-    real = _program_rows(block_n, n)
+    real = program_rows(block_n, n)
     columns = [jax.lax.broadcasted_iota(jnp.int32, (1, j.size), 1) + j.start for j in fb]
     if feature == "favor":
         q = [masked_load(q_ref.at[:, c], real) for c in db]  # [bn, 128] compute dtype
@@ -326,7 +336,7 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n, n)
 
     def step(i, partials):
         dkv, dk_sum = partials
-        rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
+        rows = block_slice(i, block_n)
         real = real_rows(first + i * block_n, block_n, n) if n % program_rows else None
         q = masked_load(q_ref.at[rows, :], real)
         (feat,), (slope,) = row_features([q], lambda c, j: omega_t, column_blocks(f), feature,
@@ -515,7 +525,7 @@ def _logits(q, k, first, keys, scale):
 
 def _key_rows(i):
     """Key block ``i``'s rows."""
-    return pl.ds(pl.multiple_of(i * KEY_BLOCK, KEY_BLOCK), KEY_BLOCK)
+    return block_slice(i, KEY_BLOCK)
 
 
 def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
@@ -525,7 +535,7 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
     the weights from."""
     db = column_blocks(q_ref.shape[1])
     block_n = q_ref.shape[0]
-    real = _program_rows(block_n, n)
+    real = program_rows(block_n, n)
     q = [masked_load(q_ref.at[:, c], real) for c in db]
 
     def step(i, carry):
@@ -564,7 +574,7 @@ def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n,
     """dq of a block of query rows: over the key blocks, P = exp(logits − lse),
     dS = P ⊙ (g vᵀ − δ), dq = scale · dS k (flash attention's backward, query side)."""
     block_n = q_ref.shape[0]
-    real = _program_rows(block_n, n)
+    real = program_rows(block_n, n)
     q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, pl.ds(0, block_n), real)
 
     def step(i, dq):
@@ -594,7 +604,7 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_r
 
     def step(i, carry):
         dk, dv = carry
-        rows = pl.ds(pl.multiple_of(i * block_n, block_n), block_n)
+        rows = block_slice(i, block_n)
         real = real_rows(first + i * block_n, block_n, n) if n % chunk_rows else None
         q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real)
         weights = jnp.exp(_logits([q], [k], first_key, keys, scale) - lse)

@@ -28,8 +28,8 @@ from jax.experimental.pallas import triton as plgpu
 from flurka.attention.base import F32, merge_heads, split_heads, zero_padding
 from flurka.attention.feature_maps import favor_denominator, rnn_denominator
 from flurka.attention.fused import (
-    BLOCK, Tiling, column_blocks, current_tiling, dot, fused_query_side, masked_load,
-    on_gpu_or_interpreted, real_rows, row_features, tile_size)
+    BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot, fused_query_side,
+    masked_load, on_gpu_or_interpreted, program_rows, row_features, row_vector, tile_size)
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
@@ -66,10 +66,6 @@ def reference_projected(x, wq, bq, kv, k_sum, omega, wo, bo, *, feature, head_di
     return jnp.dot(merge_heads(ctx), wo.astype(x.dtype)) + bo.astype(x.dtype)
 
 
-def _block(k, width=BLOCK):
-    return pl.ds(pl.multiple_of(k * width, width), width)
-
-
 def _kernel(*refs, feature, head_dim, num_features, n):
     """One program: a block of rows through every head and W_O."""
     if feature == "favor":
@@ -79,15 +75,15 @@ def _kernel(*refs, feature, head_dim, num_features, n):
         omega_t_ref = None
     rows, d_model = x_ref.shape
     heads, f, d = kv_ref.shape
-    real = real_rows(pl.program_id(0) * rows, rows, n) if n % rows else None
+    real = program_rows(rows, n, axis=0)
     cols = column_blocks(d_model)
     denominator = favor_denominator if feature == "favor" else rnn_denominator
 
     def head(h, accs):
-        hc = _block(h, d)
+        hc = block_slice(h, d)
 
         def product(k, acc):
-            c = _block(k)
+            c = block_slice(k)
             return acc + dot(masked_load(x_ref.at[:, c], real), wq_ref[c, hc])
 
         q = jax.lax.fori_loop(0, d_model // BLOCK, product, jnp.zeros((rows, d), F32))
@@ -116,13 +112,13 @@ def _pallas_projected(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, nu
     whole = lambda *shape: pl.BlockSpec(shape, lambda i, s: (0,) * len(shape))   # noqa: E731
     per_sequence = lambda *shape: pl.BlockSpec((pl.squeezed, *shape),           # noqa: E731
                                                lambda i, s: (s,) + (0,) * len(shape))
-    operands = [wq.astype(dtype), bq.astype(dtype)[None, :]]
+    operands = [wq.astype(dtype), row_vector(bq, dtype)]
     specs = [whole(d_model, d_model), whole(1, d_model)]
     if feature == "favor":
         operands.append(omega.astype(dtype).T)
         specs.append(whole(d, f))
     operands += [kv.astype(dtype), k_sum.astype(dtype)[:, :, None, :], wo.astype(dtype),
-                 bo.astype(dtype)[None, :]]
+                 row_vector(bo, dtype)]
     specs += [per_sequence(heads, f, d), per_sequence(heads, 1, f), whole(d_model, d_model),
               whole(1, d_model)]
     rows = pl.BlockSpec((pl.squeezed, block_n, d_model), lambda i, s: (s, i, 0))

@@ -38,7 +38,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32
 from flurka.attention.fused import (
-    BLOCK, TilingScope, column_blocks, dot, masked_load, on_gpu_or_interpreted, real_rows)
+    BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted,
+    program_rows, row_vector)
 
 ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] accumulators live
 
@@ -105,21 +106,6 @@ def reference_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float):
     return y + (jnp.dot(h, w2.astype(x.dtype)) + b2.astype(x.dtype))
 
 
-def _block(k):
-    """The ``k``-th 128-wide column block (a traced index: the contraction's loop)."""
-    return pl.ds(pl.multiple_of(k * BLOCK, BLOCK), BLOCK)
-
-
-def _program_rows(rows: int, n: int, axis: int):
-    """This program's real-row mask (grid axis ``axis`` walks the row blocks; None: all whole)."""
-    return real_rows(pl.program_id(axis) * rows, rows, n) if n % rows else None
-
-
-def _row_vector(v, dtype):
-    """A [d] parameter as the [1, d] block the kernels load, in the compute dtype."""
-    return v.astype(dtype)[None, :]
-
-
 def _residual(x_ref, a_ref, cols, real):
     """y = x + a on ``cols``, rounded to the compute dtype as the XLA path's sum is; float32."""
     return (masked_load(x_ref.at[:, cols], real)
@@ -131,7 +117,7 @@ def _moments(x_ref, a_ref, real, eps):
     rows, d_model = x_ref.shape
 
     def add(k, sums):
-        y = _residual(x_ref, a_ref, _block(k), real)
+        y = _residual(x_ref, a_ref, block_slice(k), real)
         return sums[0] + jnp.sum(y, axis=1, keepdims=True), sums[1] + jnp.sum(y * y, axis=1,
                                                                                keepdims=True)
 
@@ -145,7 +131,7 @@ def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv
     """GELU(LN(y)·W1 + b1) on the hidden columns ``hidden``, in the compute dtype: a loop over
     y's column blocks, each normalised (the LayerNorm as the GEMM's prologue) and multiplied."""
     def product(k, acc):
-        cols = _block(k)
+        cols = block_slice(k)
         normed = ((_residual(x_ref, a_ref, cols, real) - mean)
                   * (inv * scale_ref[:, cols].astype(F32)) + bias_ref[:, cols].astype(F32))
         return acc + dot(normed.astype(x_ref.dtype), w1_ref[cols, hidden])
@@ -158,7 +144,7 @@ def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv
 def _ln_fc1_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, h_ref, *, eps, n):
     """One program: GELU(LN(y)·W1 + b1) for a block of rows and one 128-wide hidden block."""
     rows = x_ref.shape[0]
-    real = _program_rows(rows, n, axis=1)
+    real = program_rows(rows, n, axis=1)
     mean, inv = _moments(x_ref, a_ref, real, eps)
     h = _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, slice(None), mean, inv, real)
     plgpu.store(h_ref, h, mask=real)
@@ -167,10 +153,10 @@ def _ln_fc1_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, h_ref, *, 
 def _fc2_kernel(h_ref, x_ref, a_ref, w2_ref, b2_ref, z_ref, *, n):
     """One program: z = y + h·W2 + b2 for a block of rows and one 128-wide output block."""
     rows, d_ff = h_ref.shape
-    real = _program_rows(rows, n, axis=1)
+    real = program_rows(rows, n, axis=1)
 
     def product(k, acc):
-        cols = _block(k)
+        cols = block_slice(k)
         return acc + dot(masked_load(h_ref.at[:, cols], real), w2_ref[cols, :])
 
     acc = jax.lax.fori_loop(0, d_ff // BLOCK, product, jnp.zeros((rows, BLOCK), F32))
@@ -196,14 +182,14 @@ def _pallas_two_kernels(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, inter
         out_shape=jax.ShapeDtypeStruct((n, f), x.dtype), grid=(f // BLOCK, rows),
         in_specs=[row_block(d), row_block(d), whole(1, d), whole(1, d), column(d), column(1)],
         out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_ln_fc1",
-    )(x, a, _row_vector(scale, x.dtype), _row_vector(bias, x.dtype), w1.astype(x.dtype),
-      _row_vector(b1, x.dtype))
+    )(x, a, row_vector(scale, x.dtype), row_vector(bias, x.dtype), w1.astype(x.dtype),
+      row_vector(b1, x.dtype))
     return pl.pallas_call(
         functools.partial(_fc2_kernel, n=n),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype), grid=(d // BLOCK, rows),
         in_specs=[row_block(f), tile, tile, column(f), column(1)],
         out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_fc2_residual",
-    )(h, x, a, w2.astype(x.dtype), _row_vector(b2, x.dtype))
+    )(h, x, a, w2.astype(x.dtype), row_vector(b2, x.dtype))
 
 
 def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_ref, z_ref, *,
@@ -211,14 +197,14 @@ def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_re
     """One program: z for a block of rows — a loop over the hidden layer's blocks, each
     multiplied into every output block's float32 accumulator as soon as it is computed."""
     rows = x_ref.shape[0]
-    real = _program_rows(rows, n, axis=0)
+    real = program_rows(rows, n, axis=0)
     mean, inv = _moments(x_ref, a_ref, real, eps)
     cols = column_blocks(x_ref.shape[1])
 
     def hidden_block(j, accs):
-        h = _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, _block(j), mean, inv,
+        h = _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, block_slice(j), mean, inv,
                     real)
-        return tuple(acc + dot(h, w2_ref[_block(j), c]) for acc, c in zip(accs, cols))
+        return tuple(acc + dot(h, w2_ref[block_slice(j), c]) for acc, c in zip(accs, cols))
 
     accs = jax.lax.fori_loop(0, w1_ref.shape[1] // BLOCK, hidden_block,
                              tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
@@ -242,8 +228,8 @@ def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interp
         compiler_params=plgpu.CompilerParams(num_warps=tiling.num_warps,
                                              num_stages=tiling.num_stages),
         interpret=interpret, name="flurka_ffn_block",
-    )(x, a, _row_vector(scale, x.dtype), _row_vector(bias, x.dtype), w1.astype(x.dtype),
-      _row_vector(b1, x.dtype), w2.astype(x.dtype), _row_vector(b2, x.dtype))
+    )(x, a, row_vector(scale, x.dtype), row_vector(bias, x.dtype), w1.astype(x.dtype),
+      row_vector(b1, x.dtype), w2.astype(x.dtype), row_vector(b2, x.dtype))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))

@@ -70,6 +70,7 @@ from flurka.attention.base import round_up
 from flurka.attention.fused import BLOCK as FFN_BLOCK   # the fused FFN kernels' column blocks
 from flurka.attention.fused_layer import check_projectable
 from flurka.attention.performer import DEFAULT_NUM_FEATURES
+from flurka.models.fused_ffn import check_fusable as check_ffn_fusable
 
 MODES: tuple[str, ...] = ("forward", "train")
 SCOPES: tuple[str, ...] = ("layer", "model")
@@ -139,18 +140,13 @@ class Point:
     @property
     def projectable(self) -> bool:
         """Whether ``fused_projections`` can be set on this point (it is fused, its layer fits)."""
-        if not self.fused or self.mechanism not in PROJECTABLE:
-            return False
-        try:
-            self.check_projectable()
-        except ValueError:
-            return False
-        return True
+        return (self.fused and self.mechanism in PROJECTABLE
+                and _passes(self.check_projectable))
 
     @property
     def ffn_fusable(self) -> bool:
         """Whether the fused FFN kernels take this point (:func:`flurka.models.fused_ffn.check_fusable`)."""
-        return self.scope == "model" and not (self.d_model % FFN_BLOCK or self.ffn % FFN_BLOCK)
+        return self.scope == "model" and _passes(check_ffn_fusable, self.d_model, self.ffn)
 
     @property
     def head_dim(self) -> int:
@@ -163,6 +159,15 @@ class Point:
 
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "xla": dict(self.xla)}
+
+
+def _passes(check, *args) -> bool:
+    """Whether ``check(*args)`` (one of the kernels' size checks) raises no ValueError."""
+    try:
+        check(*args)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)

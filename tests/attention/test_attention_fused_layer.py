@@ -34,8 +34,9 @@ def _inputs(seed, d_model=128):
     return x, jnp.asarray(mask)
 
 
-def test_projectable_mechanisms_are_the_kernel_layers():
-    assert set(PROJECTABLE) == {"performer", "rnn", "flurka-performer", "flurka-rnn"}
+def test_projectable_mechanisms_are_the_kernel_layers_and_flurka_eva():
+    assert set(PROJECTABLE) == {"performer", "rnn", "flurka-performer", "flurka-rnn",
+                                "flurka-eva"}
 
 
 @pytest.mark.parametrize("mechanism", PROJECTABLE)
@@ -46,14 +47,20 @@ def test_projected_layer_matches_float64_reference(mechanism, rng_seed):
     got = np.asarray(layer(x, mask))
     want = reference(_layer(mechanism, 5), x, mask)     # same parameters, unfused
     real = np.asarray(mask)
-    np.testing.assert_allclose(got[real], want[real], rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    # flurka-eva's proposal LayerNorms amplify float32 rounding: its XLA path lands 7e-6 of the
+    # output's largest value from the formulas here, the kernel (q̄ from x̄ W_Q) 8e-6.
+    tolerance = 2e-5 if mechanism == "flurka-eva" else 1e-5
+    np.testing.assert_allclose(got[real], want[real], rtol=1e-5,
+                               atol=tolerance * np.abs(want).max())
 
 
 @pytest.mark.parametrize("mechanism", PROJECTABLE)
 def test_projected_layer_bf16_and_gradient_match_the_fused_layer(mechanism, rng_seed):
     """bf16 within 1 % of the fused layer without projections in the kernel; in float32 every
     parameter's gradient (the fused layer's, recomputed: XLA's projections around the query-side
-    kernels) equals that layer's."""
+    kernels) equals that layer's — flurka-eva's to 1e-4 of the largest: its q̄ is x̄ W_Q there,
+    not the mean of Q, and the fused and XLA layers' own gradients differ by 1.4e-4 of a leaf's
+    largest here (the proposal LayerNorms amplify float32 rounding)."""
     x, mask = _inputs(rng_seed)
     real = np.asarray(mask)
     fused, projected = (_layer(mechanism, 3, fused=TILING, fused_projections=p,
@@ -70,7 +77,8 @@ def test_projected_layer_bf16_and_gradient_match_the_fused_layer(mechanism, rng_
     g_fused, g_projected = (jax.tree.leaves(nnx.grad(loss)(m)) for m in (fused, projected))
     scale = max(float(jnp.max(jnp.abs(g))) for g in g_fused)
     for gf, gp in zip(g_fused, g_projected):
-        np.testing.assert_allclose(gp, gf, atol=2e-5 * scale, rtol=0)
+        np.testing.assert_allclose(gp, gf, rtol=0,
+                                   atol=(1e-4 if mechanism == "flurka-eva" else 2e-5) * scale)
 
 
 def test_projections_are_refused_where_the_kernel_does_not_fit():
@@ -102,8 +110,8 @@ def test_projections_are_refused_where_the_kernel_does_not_fit():
 
 def test_points_take_projections_where_the_layer_fits():
     flash = [p for p in points("flash-compare", fused=True, fused_projections=True)]
-    assert {p.mechanism for p in flash if p.fused_projections} == {"flurka-performer",
-                                                                 "flurka-rnn"}
+    assert {p.mechanism for p in flash if p.fused_projections} == {
+        "flurka-performer", "flurka-rnn", "flurka-eva"}
     assert not any(p.fused_projections for p in points("n-sweep", fused=True,
                                                        fused_projections=True))   # d_h 325
 

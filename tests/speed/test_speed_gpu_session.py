@@ -74,8 +74,7 @@ def test_plans_name_real_points_in_priority_order():
         assert all(p.scope == "model" and p.seq_len == 52500 for p in ffn)
         assert all(p.fused and p.pad_to == 128 for p in ffn if p.mechanism != "flash")
         # ... and the whole fused layer (W_Q, W_O in the query-side kernel) where it fits
-        assert {p.mechanism for p in ffn if p.fused_projections} == {"flurka-performer",
-                                                                     "flurka-rnn"}
+        assert {p.mechanism for p in ffn if p.fused_projections} == set(g.FLURKA)
     targets = [p for sweep, where in g.PLANS["targets"] for _, p in g.planned(sweep, where)]
     # the targets on a card never measured: every alignable mechanism's N = 55.5k layer
     # aligned first, then flash against FLuRKA at 52.5k, both modes; the quadratic ones last

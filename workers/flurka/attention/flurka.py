@@ -38,10 +38,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flurka.attention.base import pad_to, zero_padding
+from flurka.attention.base import F32, pad_to, zero_padding
 from flurka.attention.eva import EVAAttention, chunk_control_variates, masked_mean
 from flurka.attention.fused import (
     Tiling, fused_softmax_attention, layer_tiling, reference_softmax_attention)
+from flurka.attention.fused_layer import SOFTMAX, ProjectedQuerySide
 from flurka.attention.lowrank import LowRankKV
 from flurka.attention.performer import PerformerAttention
 from flurka.attention.rnn import RNNAttention
@@ -61,6 +62,32 @@ class FlurkaRNN(LowRankKV, RNNAttention):
     mechanism = "flurka-rnn"
 
 
+def compressed_key_set(k, v, q_bar, *, window_size: int, chunk_size: int, mu_q, mu_k,
+                       noise=None):
+    """flurka-eva's joint key set, which every query attends: its window's compressed rows and
+    the chunk summaries (definition in the module docstring), (keys, values) [b, window_size + C,
+    h, d] in k's and v's dtype. k, v: [b, d_k, h, d] compressed (all rows real); q_bar [b, h, d]
+    float32, the mean of the sequence's real queries; noise None, [≥C, h, d] or [b, ≥C, h, d].
+    The short key sets are joined here (not the [N, ·] logits after the product: a concatenation
+    pass over [b, h, N, window_size + C] float32 per layer). Every chunk holds a real row
+    (nc = ⌈rest / chunk_size⌉), so no joint logit is masked."""
+    b, m, h, d = k.shape
+    keys, values = [k[:, :window_size]], [v[:, :window_size]]
+    rest = m - window_size
+    if rest > 0:
+        nc = -(-rest // chunk_size)
+        kc, vc = (pad_to(t[:, window_size:], nc * chunk_size).reshape(b, nc, chunk_size, h, d)
+                  for t in (k, v))
+        mc = pad_to(jnp.ones((b, rest), bool), nc * chunk_size).reshape(b, nc, chunk_size)
+        if noise is not None:
+            noise = noise[..., :nc, :, :]
+        k_tilde, beta = chunk_control_variates(
+            kc, vc, mc, jnp.broadcast_to(q_bar[:, None], (b, nc, h, d)), mu_q, mu_k, noise)
+        keys.append(k_tilde.astype(k.dtype))
+        values.append(beta.astype(v.dtype))
+    return jnp.concatenate(keys, axis=1), jnp.concatenate(values, axis=1)
+
+
 def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_size: int, mu_q,
                              mu_k, noise=None, fused=None):
     """flurka-eva's core (definition in the module docstring).
@@ -72,44 +99,32 @@ def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_siz
     the window_size + C keys — as one Pallas kernel (its gradient two more), its result in v's
     dtype.
     """
-    b, n, h, d = q.shape
-    m = k.shape[1]
-    scale = d ** -0.5
+    b, n = q.shape[:2]
     q = zero_padding(q, query_mask)
-    # The short key sets are joined before the product (not the [N, ·] logits after it: a
-    # concatenation pass over [b, h, N, window_size + C] float32 per layer). Every chunk holds
-    # a real row (nc = ⌈rest / chunk_size⌉), so no joint logit is masked.
-    keys, values = [k[:, :window_size]], [v[:, :window_size]]
-    rest = m - window_size
-    if rest > 0:
-        nc = -(-rest // chunk_size)
-        kc, vc = (pad_to(t[:, window_size:], nc * chunk_size).reshape(b, nc, chunk_size, h, d)
-                  for t in (k, v))
-        mc = pad_to(jnp.ones((b, rest), bool), nc * chunk_size).reshape(b, nc, chunk_size)
-        qmask = jnp.ones((b, n), bool) if query_mask is None else query_mask
-        q_bar = masked_mean(q[:, None], qmask[:, None], axis=2)            # [b, 1, h, d]
-        if noise is not None:
-            noise = noise[..., :nc, :, :]
-        k_tilde, beta = chunk_control_variates(kc, vc, mc, jnp.broadcast_to(q_bar, (b, nc, h, d)),
-                                               mu_q, mu_k, noise)
-        keys.append(k_tilde.astype(k.dtype))
-        values.append(beta.astype(v.dtype))
-    keys, values = jnp.concatenate(keys, axis=1), jnp.concatenate(values, axis=1)
+    qmask = jnp.ones((b, n), bool) if query_mask is None else query_mask
+    q_bar = masked_mean(q[:, None], qmask[:, None], axis=2)[:, 0]            # [b, h, d]
+    keys, values = compressed_key_set(k, v, q_bar, window_size=window_size,
+                                      chunk_size=chunk_size, mu_q=mu_q, mu_k=mu_k, noise=noise)
+    scale = q.shape[-1] ** -0.5
     if fused:
         return fused_softmax_attention(q, keys, values, scale=scale, tiling=fused,
                                        out_dtype=v.dtype)
     return reference_softmax_attention(q, keys, values, scale=scale)
 
 
-class FlurkaEVA(LowRankKV, EVAAttention):
-    """Linformer-EVA: exact global window of compressed rows + chunk control variates."""
+class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
+    """Linformer-EVA: exact global window of compressed rows + chunk control variates.
+    ``fused``: its query side (a softmax over the joint key set) as a Pallas kernel;
+    ``fused_projections`` too: with W_Q and W_O in it (:mod:`flurka.attention.fused_layer`)."""
 
     mechanism = "flurka-eva"
+    feature = SOFTMAX
 
     def __init__(self, *, window_size: int | None = None, chunk_size: int = 16,
-                 fused: bool | Tiling = False, **kwargs):
+                 fused: bool | Tiling = False, fused_projections: bool = False, **kwargs):
         super().__init__(window_size=window_size, chunk_size=chunk_size, **kwargs)
         self.fused = layer_tiling(self.mechanism, fused, self.head_dim)
+        self.init_projections(fused_projections)
 
     def check_window(self, window_size):
         if window_size is None:
@@ -127,6 +142,25 @@ class FlurkaEVA(LowRankKV, EVAAttention):
         """Aligned, the compressed rows stay d_k: its window and chunks are cut from the true
         rows (E·X still runs over the padded N and d_model)."""
         return xc
+
+    def key_set(self, k, v, q_bar, rng):
+        return compressed_key_set(k, v, q_bar, window_size=self.window_size,
+                                  chunk_size=self.chunk_size, mu_q=self.adaptive_mu_q,
+                                  mu_k=self.adaptive_mu_k,
+                                  noise=self.current_noise(k.shape[0], rng))
+
+    def projected_key_side(self, x, mask, rng):
+        """(keys, values) for the projected kernel. Q never exists there, so q̄ — the mean of
+        the real queries — is W_Q's image of the real rows' mean (Q is affine in x: the same
+        up to rounding)."""
+        b, n, _ = x.shape
+        k, v, _ = self.keys_values(x, mask)
+        count = jnp.full((b,), n, F32) if mask is None else jnp.sum(mask, axis=1).astype(F32)
+        x_bar = jnp.sum(x.astype(F32), axis=1) / jnp.maximum(count, 1.0)[:, None]
+        q_bar = x_bar @ self.query.kernel[...].astype(F32)
+        if self.query.bias is not None:
+            q_bar = q_bar + self.query.bias[...].astype(F32)
+        return self.key_set(k, v, q_bar.reshape(b, self.num_heads, self.head_dim), rng)
 
     def attend(self, x, mask, rng):
         q, k, v = self.low_rank_qkv(x, mask)

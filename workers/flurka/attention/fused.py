@@ -528,30 +528,40 @@ def _key_rows(i):
     return block_slice(i, KEY_BLOCK)
 
 
+def online_softmax(q, key_block, value_block, key_blocks: int, keys: int, scale: float):
+    """A block of query rows (``q``: its head-dim blocks) against ``key_blocks`` blocks of
+    :data:`KEY_BLOCK` keys, the first ``keys`` real: flash attention's running max ``top``,
+    ``total`` (Σ exp(logit − top)) [rows, 1] and the unnormalised output's head-dim blocks,
+    float32. ``key_block(rows)``/``value_block(rows)``: those keys' and values' head-dim blocks
+    (compute dtype)."""
+    def step(i, carry):
+        top, total, acc = carry
+        rows = _key_rows(i)
+        logits = _logits(q, key_block(rows), i * KEY_BLOCK, keys, scale)
+        new_top = jnp.maximum(top, jnp.max(logits, axis=1, keepdims=True))
+        weights, rescale = jnp.exp(logits - new_top), jnp.exp(top - new_top)
+        total = total * rescale + jnp.sum(weights, axis=1, keepdims=True)
+        values = value_block(rows)
+        weights = weights.astype(values[0].dtype)
+        return new_top, total, [a * rescale + dot(weights, v) for a, v in zip(acc, values)]
+
+    rows = q[0].shape[0]
+    carry = (jnp.full((rows, 1), -jnp.inf, F32), jnp.zeros((rows, 1), F32),
+             [jnp.zeros(qc.shape, F32) for qc in q])
+    return jax.lax.fori_loop(0, key_blocks, step, carry)
+
+
 def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
     """One program: a block of query rows against all ``keys`` rows of k and v (padded to
     :data:`KEY_BLOCK`: those logits masked), head dim in 128-wide blocks. With ``lse_ref``
     (differentiated steps) also each row's log Σ exp(logits), which the backward recomputes
     the weights from."""
     db = column_blocks(q_ref.shape[1])
-    block_n = q_ref.shape[0]
-    real = program_rows(block_n, n)
+    real = program_rows(q_ref.shape[0], n)
     q = [masked_load(q_ref.at[:, c], real) for c in db]
-
-    def step(i, carry):
-        top, total, acc = carry
-        rows = _key_rows(i)
-        logits = _logits(q, [k_ref[rows, c] for c in db], i * KEY_BLOCK, keys, scale)
-        new_top = jnp.maximum(top, jnp.max(logits, axis=1, keepdims=True))
-        weights, rescale = jnp.exp(logits - new_top), jnp.exp(top - new_top)
-        total = total * rescale + jnp.sum(weights, axis=1, keepdims=True)
-        weights = weights.astype(v_ref.dtype)
-        return new_top, total, [a * rescale + dot(weights, v_ref[rows, c])
-                                for a, c in zip(acc, db)]
-
-    carry = (jnp.full((block_n, 1), -jnp.inf, F32), jnp.zeros((block_n, 1), F32),
-             [jnp.zeros((block_n, c.size), F32) for c in db])
-    top, total, acc = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step, carry)
+    top, total, acc = online_softmax(q, lambda rows: [k_ref[rows, c] for c in db],
+                                     lambda rows: [v_ref[rows, c] for c in db],
+                                     k_ref.shape[0] // KEY_BLOCK, keys, scale)
     for a, c in zip(acc, db):
         plgpu.store(o_ref.at[:, c], (a / total).astype(o_ref.dtype), mask=real)
     if lse_ref:

@@ -1,14 +1,17 @@
 """The fused query side with the layer's own projections: out = concat_h(query side(x W_Q,h +
-b_Q,h)) W_O + b_O as one Pallas kernel, for a kernel mechanism's layer (``fused_projections``).
+b_Q,h)) W_O + b_O as one Pallas kernel (``fused_projections``), for a kernel mechanism's layer and
+for flurka-eva's (whose query side is a softmax over its short joint key set).
 
 :func:`flurka.attention.fused.fused_query_side` reads q and writes the per-head context once, but
 Q = x W_Q is still a GEMM writing [N, d_model] and W_O another reading it back: four passes over
 [N, d_model] around a kernel that makes two. Per block of rows this kernel loops over the heads —
-q_h = x·W_Q[:, h] + b (a loop over x's 128-wide column blocks), its features, φ(q_h)·KV_h over
-its denominator, in the compute dtype as the unfused layer rounds them — and multiplies each
-head's context straight into every output block's float32 accumulator (W_O's rows of that head),
-so q and the context never reach memory: x read once, the output written once. The FFN block's
-one-kernel form (:mod:`flurka.models.fused_ffn`) with the query side in place of the GELU.
+q_h = x·W_Q[:, h] + b (a loop over x's 128-wide column blocks), then its context in the compute
+dtype as the unfused layer rounds it: φ(q_h)·KV_h over its denominator, or flurka-eva's online
+softmax over the head's keys (:func:`~flurka.attention.fused.online_softmax`, as
+:func:`~flurka.attention.fused.fused_softmax_attention`) — and multiplies each head's context
+straight into every output block's float32 accumulator (W_O's rows of that head), so q and the
+context never reach memory: x read once, the output written once. The FFN block's one-kernel
+form (:mod:`flurka.models.fused_ffn`) with the query side in place of the GELU.
 
 Sizes: one block per head (d_h a power of two from 16 to 128), d_model a multiple of 128 up to
 512 (the output accumulators live in registers), m ≤ 128; no aligned execution. The gradient is
@@ -25,17 +28,20 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from flurka.attention.base import F32, merge_heads, split_heads, zero_padding
+from flurka.attention.base import F32, merge_heads, pad_to, round_up, split_heads, zero_padding
 from flurka.attention.feature_maps import favor_denominator, rnn_denominator
 from flurka.attention.fused import (
-    BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot, fused_query_side,
-    masked_load, on_gpu_or_interpreted, program_rows, row_features, row_vector, tile_size)
+    BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot,
+    fused_query_side, fused_softmax_attention, masked_load, on_gpu_or_interpreted,
+    online_softmax, program_rows, row_features, row_vector, tile_size)
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
-# sm_90 at the flash comparison's layer, 104 B (elu) / 172 B (FAVOR+) spilled; 4 warps or 128
-# rows spill 1.5-2 KB. Not the tiling's (whose wide launch the tuner sets for another kernel).
+# sm_90 at the flash comparison's layer, 104 B (elu) / 172 B (FAVOR+) / 332 B (flurka-eva's
+# softmax) spilled; 4 warps or 128 rows spill 1.5-2 KB. Not the tiling's (whose wide launch the
+# tuner sets for another kernel).
 ROWS, WARPS = 64, 8
+SOFTMAX = "softmax"   # flurka-eva's query side: a softmax over its short key set
 
 
 def check_projectable(mechanism: str, d_model: int, head_dim: int, num_features: int | None,
@@ -55,29 +61,62 @@ def check_projectable(mechanism: str, d_model: int, head_dim: int, num_features:
                          f"use fused=True alone")
 
 
-def reference_projected(x, wq, bq, kv, k_sum, omega, wo, bo, *, feature, head_dim,
-                        num_features, tiling):
-    """What the kernel computes, the unfused way: XLA's projections around
-    :func:`~flurka.attention.fused.fused_query_side` (its kernels, forward and backward)."""
-    heads = kv.shape[1]
+def reference_projected(x, wq, bq, wo, bo, side, *, feature, head_dim, num_features, scale,
+                        tiling):
+    """What the kernel computes, the unfused way: XLA's projections around the query-side
+    kernel — :func:`~flurka.attention.fused.fused_query_side` (side: KV, Σφ(K), ω) or
+    :func:`~flurka.attention.fused.fused_softmax_attention` (side: keys, values) — forward and
+    backward."""
+    heads = wq.shape[1] // head_dim if feature == SOFTMAX else side[0].shape[1]
     q = split_heads(jnp.dot(x, wq.astype(x.dtype)) + bq.astype(x.dtype), heads)
-    ctx = fused_query_side(q, kv, k_sum, omega, feature=feature, head_dim=head_dim,
-                           num_features=num_features, tiling=tiling, out_dtype=x.dtype)
+    if feature == SOFTMAX:
+        ctx = fused_softmax_attention(q, *side, scale=scale, tiling=tiling, out_dtype=x.dtype)
+    else:
+        ctx = fused_query_side(q, *side, feature=feature, head_dim=head_dim,
+                               num_features=num_features, tiling=tiling, out_dtype=x.dtype)
     return jnp.dot(merge_heads(ctx), wo.astype(x.dtype)) + bo.astype(x.dtype)
 
 
-def _kernel(*refs, feature, head_dim, num_features, n):
+def _kernel_context(side_refs, feature, head_dim, num_features):
+    """A head's context from its rows' q: φ(q)·KV_h over the denominator φ(q)·Σφ(K)_h."""
+    omega_t_ref, kv_ref, k_sum_ref = (None, *side_refs) if feature == "elu" else side_refs
+    f = kv_ref.shape[1]
+    denominator = favor_denominator if feature == "favor" else rnn_denominator
+
+    def context(h, q):
+        (feat,), _ = row_features([q], lambda c, j: omega_t_ref[...], column_blocks(f),
+                                  feature, head_dim, num_features)
+        feat = feat.astype(q.dtype)
+        den = denominator(jnp.sum(feat.astype(F32) * k_sum_ref[h].astype(F32), axis=1,
+                                  keepdims=True))
+        return dot(feat, kv_ref[h]) / den
+
+    return context
+
+
+def _softmax_context(side_refs, keys, scale):
+    """A head's context from its rows' q: softmax over the head's short key set times its
+    values (flurka-eva's window and chunk summaries; flash attention's online softmax)."""
+    k_ref, v_ref = side_refs
+
+    def context(h, q):
+        _, total, (acc,) = online_softmax([q], lambda rows: [k_ref[h, rows, :]],
+                                          lambda rows: [v_ref[h, rows, :]],
+                                          k_ref.shape[1] // KEY_BLOCK, keys, scale)
+        return acc / total
+
+    return context
+
+
+def _kernel(*refs, feature, head_dim, num_features, keys, scale, n):
     """One program: a block of rows through every head and W_O."""
-    if feature == "favor":
-        x_ref, wq_ref, bq_ref, omega_t_ref, kv_ref, k_sum_ref, wo_ref, bo_ref, o_ref = refs
-    else:
-        x_ref, wq_ref, bq_ref, kv_ref, k_sum_ref, wo_ref, bo_ref, o_ref = refs
-        omega_t_ref = None
+    x_ref, wq_ref, bq_ref, *side_refs, wo_ref, bo_ref, o_ref = refs
     rows, d_model = x_ref.shape
-    heads, f, d = kv_ref.shape
+    d = head_dim
     real = program_rows(rows, n, axis=0)
     cols = column_blocks(d_model)
-    denominator = favor_denominator if feature == "favor" else rnn_denominator
+    context = (_softmax_context(side_refs, keys, scale) if feature == SOFTMAX
+               else _kernel_context(side_refs, feature, head_dim, num_features))
 
     def head(h, accs):
         hc = block_slice(h, d)
@@ -88,43 +127,47 @@ def _kernel(*refs, feature, head_dim, num_features, n):
 
         q = jax.lax.fori_loop(0, d_model // BLOCK, product, jnp.zeros((rows, d), F32))
         q = (q + bq_ref[:, hc].astype(F32)).astype(x_ref.dtype)          # as XLA's Q is rounded
-        (feat,), _ = row_features([q], lambda c, j: omega_t_ref[...], column_blocks(f),
-                                  feature, head_dim, num_features)
-        feat = feat.astype(x_ref.dtype)
-        den = denominator(jnp.sum(feat.astype(F32) * k_sum_ref[h].astype(F32), axis=1,
-                                  keepdims=True))
-        ctx = (dot(feat, kv_ref[h]) / den).astype(x_ref.dtype)             # W_O's operand
+        ctx = context(h, q).astype(x_ref.dtype)                            # W_O's operand
         return tuple(acc + dot(ctx, wo_ref[hc, c]) for acc, c in zip(accs, cols))
 
+    heads = d_model // d
     accs = jax.lax.fori_loop(0, heads, head, tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
     for acc, c in zip(accs, cols):
         plgpu.store(o_ref.at[:, c], (acc + bo_ref[:, c].astype(F32)).astype(o_ref.dtype),
                     mask=real)
 
 
-def _pallas_projected(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features, *,
+def _side_operands(side, feature, dtype):
+    """The key side as the kernel reads it, per sequence: ωᵀ [d, f] (FAVOR+), KV [h, f, d] and
+    Σφ(K) [h, 1, f]; or the keys and values [h, J, d], J padded to :data:`KEY_BLOCK` rows."""
+    if feature == SOFTMAX:
+        k, v = side
+        padded = round_up(k.shape[1], KEY_BLOCK)
+        return [pad_to(t.astype(dtype), padded).transpose(0, 2, 1, 3) for t in (k, v)], []
+    kv, k_sum, omega = side
+    whole = [omega.astype(dtype).T] if feature == "favor" else []
+    return [kv.astype(dtype), k_sum.astype(dtype)[:, :, None, :]], whole
+
+
+def _pallas_projected(x, wq, bq, wo, bo, side, feature, head_dim, num_features, keys, scale, *,
                       interpret):
     """Grid (row blocks, batch): a sequence's key side is its own."""
     b, n, d_model = x.shape
-    heads, f, d = kv.shape[1:]
     block_n = ROWS
     dtype = x.dtype
     whole = lambda *shape: pl.BlockSpec(shape, lambda i, s: (0,) * len(shape))   # noqa: E731
     per_sequence = lambda *shape: pl.BlockSpec((pl.squeezed, *shape),           # noqa: E731
                                                lambda i, s: (s,) + (0,) * len(shape))
-    operands = [wq.astype(dtype), row_vector(bq, dtype)]
-    specs = [whole(d_model, d_model), whole(1, d_model)]
-    if feature == "favor":
-        operands.append(omega.astype(dtype).T)
-        specs.append(whole(d, f))
-    operands += [kv.astype(dtype), k_sum.astype(dtype)[:, :, None, :], wo.astype(dtype),
-                 row_vector(bo, dtype)]
-    specs += [per_sequence(heads, f, d), per_sequence(heads, 1, f), whole(d_model, d_model),
-              whole(1, d_model)]
+    sequence_side, whole_side = _side_operands(side, feature, dtype)
+    operands = [wq.astype(dtype), row_vector(bq, dtype), *whole_side, *sequence_side,
+                wo.astype(dtype), row_vector(bo, dtype)]
+    specs = [whole(d_model, d_model), whole(1, d_model), *(whole(*t.shape) for t in whole_side),
+             *(per_sequence(*t.shape[1:]) for t in sequence_side), whole(d_model, d_model),
+             whole(1, d_model)]
     rows = pl.BlockSpec((pl.squeezed, block_n, d_model), lambda i, s: (s, i, 0))
     return pl.pallas_call(
         functools.partial(_kernel, feature=feature, head_dim=head_dim,
-                          num_features=num_features, n=n),
+                          num_features=num_features, keys=keys, scale=scale, n=n),
         out_shape=jax.ShapeDtypeStruct((b, n, d_model), dtype), grid=(pl.cdiv(n, block_n), b),
         in_specs=[rows, *specs], out_specs=rows,
         compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
@@ -132,53 +175,57 @@ def _pallas_projected(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, nu
     )(x, *operands)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11, 12))
-def _fused(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features, tiling,
-           interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9, 10, 11))
+def _fused(x, wq, bq, wo, bo, side, feature, head_dim, num_features, scale, tiling, interpret):
+    keys = side[0].shape[1] if feature == SOFTMAX else None
     return on_gpu_or_interpreted(functools.partial(
-        _pallas_projected, x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features),
-        interpret)
+        _pallas_projected, x, wq, bq, wo, bo, side, feature, head_dim, num_features, keys,
+        scale), interpret)
 
 
-def _fused_fwd(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features, tiling,
+def _fused_fwd(x, wq, bq, wo, bo, side, feature, head_dim, num_features, scale, tiling,
                interpret):
-    out = _fused(x, wq, bq, kv, k_sum, omega, wo, bo, feature, head_dim, num_features, tiling,
+    out = _fused(x, wq, bq, wo, bo, side, feature, head_dim, num_features, scale, tiling,
                  interpret)
-    return out, (x, wq, bq, kv, k_sum, omega, wo, bo)
+    return out, (x, wq, bq, wo, bo, side)
 
 
-def _fused_bwd(feature, head_dim, num_features, tiling, interpret, saved, g):
-    x, wq, bq, kv, k_sum, omega, wo, bo = saved
-    reference = functools.partial(reference_projected, feature=feature, head_dim=head_dim,
-                                  num_features=num_features, tiling=tiling)
-    _, vjp = jax.vjp(lambda *a: reference(*a[:5], omega, *a[5:]), x, wq, bq, kv, k_sum, wo, bo)
-    dx, dwq, dbq, dkv, dk_sum, dwo, dbo = vjp(g)
-    return dx, dwq, dbq, dkv, dk_sum, jnp.zeros_like(omega), dwo, dbo
+def _fused_bwd(feature, head_dim, num_features, scale, tiling, interpret, saved, g):
+    """The reference's gradient, recomputed; ω (FAVOR+'s, a fixed draw) gets none."""
+    _, vjp = jax.vjp(functools.partial(reference_projected, feature=feature, head_dim=head_dim,
+                                       num_features=num_features, scale=scale, tiling=tiling),
+                     *saved)
+    return vjp(g)
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
-def fused_projected_query_side(x, wq, bq, kv, k_sum, omega=None, wo=None, bo=None, *,
-                               feature: str, head_dim: int, num_features: int | None = None,
+def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_dim: int,
+                               num_features: int | None = None, scale: float | None = None,
                                tiling: Tiling | None = None, interpret: bool = False):
     """[b, n, d_model] in x's dtype (the compute dtype): concat_h(query side of x W_Q,h + b_Q,h)
     W_O + b_O. x [b, n, d_model] (padded rows zeroed by the caller); W_Q, W_O [d_model, d_model],
-    biases [d_model]; kv [b, h, f, d_h] and k_sum [b, h, f] from the key side; ω [f, d_h] for
-    FAVOR+. ``tiling``: the query-side kernels' the gradient runs (their launch, not this
-    kernel's: :data:`ROWS`, :data:`WARPS`)."""
+    biases [d_model]. ``side``: for a kernel ``feature`` ("favor", "elu") (KV [b, h, f, d_h],
+    Σφ(K) [b, h, f], ω [f, d_h] or None) from the key side; for ``"softmax"`` (keys, values)
+    [b, J, h, d_h], every query attending all J with logits scaled by ``scale``. ``tiling``: the
+    query-side kernels' the gradient runs (their launch, not this kernel's: :data:`ROWS`,
+    :data:`WARPS`)."""
     tiling = tiling if isinstance(tiling, Tiling) else current_tiling()
-    if omega is None:
-        omega = jnp.zeros((0,), x.dtype)
-    return _fused(x, wq, bq, kv, k_sum, jax.lax.stop_gradient(omega), wo, bo, feature, head_dim,
-                  num_features, tiling, interpret)
+    if feature != SOFTMAX:
+        kv, k_sum, omega = side
+        omega = jnp.zeros((0,), x.dtype) if omega is None else jax.lax.stop_gradient(omega)
+        side = (kv, k_sum, omega)
+    return _fused(x, wq, bq, wo, bo, tuple(side), feature, head_dim, num_features, scale, tiling,
+                  interpret)
 
 
 class ProjectedQuerySide:
-    """Mixin for the kernel layers (performer, rnn and their FLuRKA variants): their
-    ``fused_projections`` option. The layer gives ``feature``, ``fused`` (its
-    :class:`~flurka.attention.fused.Tiling`), :meth:`keys_values` and ``kernel_key_side(k, v,
-    key_mask, rng) -> (KV, Σφ(K), ω or None)``."""
+    """Mixin for the layers whose query side the kernel takes (performer, rnn, their FLuRKA
+    variants, flurka-eva): their ``fused_projections`` option. The layer gives ``feature``
+    ("favor", "elu" or "softmax"), ``fused`` (its :class:`~flurka.attention.fused.Tiling`) and
+    :meth:`projected_key_side` — by default, for the kernel layers, :meth:`keys_values` through
+    ``kernel_key_side(k, v, key_mask, rng) -> (KV, Σφ(K), ω or None)``."""
 
     def init_projections(self, fused_projections: bool, num_features: int | None = None):
         if fused_projections:
@@ -188,17 +235,21 @@ class ProjectedQuerySide:
                               self.align)
         self.fused_projections = bool(fused_projections)
 
+    def projected_key_side(self, x, mask, rng):
+        """The kernel's ``side`` operands from the layer's input (padded rows zeroed)."""
+        k, v, key_mask = self.keys_values(x, mask)
+        return self.kernel_key_side(k, v, key_mask, rng)
+
     def fused_layer(self, x, mask, rng):
         """The layer's output through :func:`fused_projected_query_side`, in the compute dtype;
         padded rows zeroed first (the low-rank path's order: their outputs are nobody's)."""
         x = zero_padding(x, mask).astype(self.dtype or x.dtype)
-        k, v, key_mask = self.keys_values(x, mask)
-        kv, k_sum, omega = self.kernel_key_side(k, v, key_mask, rng)
 
         def bias(proj):
             return jnp.zeros(self.d_model, x.dtype) if proj.bias is None else proj.bias[...]
 
         return fused_projected_query_side(
-            x, self.query.kernel[...], bias(self.query), kv, k_sum, omega, self.out.kernel[...],
-            bias(self.out), feature=self.feature, head_dim=self.head_dim,
-            num_features=getattr(self, "num_features", None), tiling=self.fused)
+            x, self.query.kernel[...], bias(self.query), self.out.kernel[...], bias(self.out),
+            self.projected_key_side(x, mask, rng), feature=self.feature,
+            head_dim=self.head_dim, num_features=getattr(self, "num_features", None),
+            scale=self.head_dim ** -0.5, tiling=self.fused)

@@ -142,3 +142,65 @@ def test_projected_layer_lowers_to_one_triton_kernel_for_the_gpu():
         (projected,) = [c for c in calls if c["name"] == names[0]]
         assert (projected["grid_x"], projected["num_warps"], projected["num_stages"]) == \
             (str(1024 // 64), "8", "1")
+
+
+LOW_RANK_PROJECTABLE = ("flurka-performer", "flurka-rnn", "flurka-eva")
+
+
+def _norm(seed, d_model=128):
+    norm = nnx.LayerNorm(d_model, rngs=nnx.Rngs(0))
+    return randomize(norm, seed, scale=0.5)
+
+
+@pytest.mark.parametrize("mechanism", LOW_RANK_PROJECTABLE)
+def test_a_handed_over_layer_norm_runs_inside_the_kernels(mechanism):
+    """layer(x, norm=LN) where the layer fuses the LayerNorm (the compression kernel and the
+    projected query side normalise x as they load it) computes layer(LN(x)): every row (padded
+    ones too) in float32, and in float32 the gradients of x, the LayerNorm's and the layer's
+    parameters; in bf16 as close to the float32 layer as the XLA layer in bf16 is (the LayerNorm's
+    scale folded into W_Q rounds differently; flurka-eva's bf16 error is 2.5 % either way)."""
+    layer = _layer(mechanism, 7, fused=TILING, fused_projections=True)
+    assert layer.fuses_norm
+    norm = _norm(8)
+    x, mask = _inputs(9)
+    x = 3.0 + 2.0 * x                       # a mean and a spread the LayerNorm must remove
+    got, want = layer(x, mask, norm=norm), layer(norm(x), mask)
+    assert _rel(got, want) < 2e-6
+
+    weights = jax.random.normal(jax.random.key(10), x.shape) * mask[..., None]
+
+    def loss(x, layer, norm, fused):
+        out = layer(x, mask, norm=norm) if fused else layer(norm(x), mask)
+        return jnp.sum(out * weights)
+
+    def grads(fused):
+        gx, gl, gn = nnx.grad(loss, argnums=(0, 1, 2))(x, layer, norm, fused)
+        return [gx, *jax.tree.leaves(gl), *jax.tree.leaves(gn)]
+
+    for g_fused, g_xla in zip(grads(True), grads(False)):   # (EVA's μ_q gets none: both 0)
+        g_fused, g_xla = np.asarray(g_fused, np.float64), np.asarray(g_xla, np.float64)
+        assert np.linalg.norm(g_fused - g_xla) <= 2e-5 * np.linalg.norm(g_xla)
+    real = np.asarray(mask)
+    exact = np.asarray(layer(norm(x), mask))[real]
+    bf16 = _layer(mechanism, 7, fused=TILING, fused_projections=True, dtype=jnp.bfloat16)
+    xla = _layer(mechanism, 7, dtype=jnp.bfloat16)
+    xb = x.astype(jnp.bfloat16)
+    got, want = bf16(xb, mask, norm=norm), xla(norm(xb), mask)
+    assert got.dtype == want.dtype == jnp.float32          # the LayerNorm's (float32 params)
+    assert _rel(np.asarray(got)[real], exact) <= 1.5 * _rel(np.asarray(want)[real], exact)
+
+
+def test_only_the_projected_low_rank_layers_with_one_e_fuse_the_norm():
+    """Elsewhere the layer applies the handed-over LayerNorm itself (the same function)."""
+    assert not _layer("flurka-rnn", fused=TILING).fuses_norm
+    assert not _layer("rnn", fused=TILING, fused_projections=True).fuses_norm
+    per_head = _layer("flurka-rnn", 2, fused=TILING, fused_projections=True, sharing="none")
+    assert not per_head.fuses_norm
+    x, mask = _inputs(3)
+    norm = _norm(4)
+    assert _rel(per_head(x, mask, norm=norm), per_head(norm(x), mask)) == 0.0
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)

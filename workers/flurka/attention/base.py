@@ -114,6 +114,13 @@ def _contract_bwd(spec, dtype, operands, g):
 _contract.defvjp(_contract_fwd, _contract_bwd)
 
 
+def compress(e: Array, x: Array) -> Array:
+    """E·X over the sequence: [d_k, n]·[b, n, d] → [b, d_k, d] (or per-head [h, d_k, n] →
+    [b, h, d_k, d]); float32 accumulation, result in x's dtype."""
+    spec = "hkn,bnd->bhkd" if e.ndim == 3 else "kn,bnd->bkd"
+    return contract(spec, e, x, x.dtype).astype(x.dtype)
+
+
 def cast_floating(tree: Any, dtype: Any) -> Any:
     """The floating leaves of a pytree cast to ``dtype`` (integer, bool and key leaves untouched):
     the bf16 compute copies of float32 master parameters (speed harness, mixed-precision training)."""
@@ -141,6 +148,7 @@ class AttentionLayer(nnx.Module):
     align_unsupported: str | None = None  # why ``align`` cannot be exact here (None: it can)
     align_head_dim: bool = True  # False: aligned execution keeps d_h (the maths sees its width)
     fused_projections: bool = False  # kernel layers: W_Q + query side + W_O as one kernel
+    fuses_norm: bool = False  # the block's pre-attention LayerNorm runs inside its kernels
 
     def __init__(
         self,
@@ -246,8 +254,12 @@ class AttentionLayer(nnx.Module):
             mask = jnp.ones((b, n), bool)
         return x, None if mask is None else pad_to(mask, n_pad)
 
-    def keys_values(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array | None]:
-        """(K, V, their key mask) as :meth:`core` takes them; low-rank layers compress them."""
+    def keys_values(self, x: Array, mask: Array | None,
+                    norm=None) -> tuple[Array, Array, Array | None]:
+        """(K, V, their key mask) as :meth:`core` takes them; low-rank layers compress them.
+        ``norm`` (a :class:`~flurka.attention.fused_compress.PreNorm`): x is un-normalised."""
+        if norm is not None:
+            x = norm.apply(x)
         return self.heads(self.key, x), self.heads(self.value, x), mask
 
     def attend(self, x: Array, mask: Array | None, rng: Array | None) -> Array:
@@ -263,11 +275,17 @@ class AttentionLayer(nnx.Module):
         dtype, which :meth:`project_out` casts to anyway)."""
         raise NotImplementedError
 
-    def __call__(self, x: Array, mask: Array | None = None, *, rng: Array | None = None) -> Array:
+    def __call__(self, x: Array, mask: Array | None = None, *, rng: Array | None = None,
+                 norm: nnx.LayerNorm | None = None) -> Array:
+        """``norm``: the block's pre-attention LayerNorm, handed over un-applied — run inside
+        the kernels where the layer fuses it (``fuses_norm``: the fused low-rank layers with
+        ``fused_projections``), else applied here first."""
         self.check_inputs(x, mask)
+        if norm is not None and not self.fuses_norm:
+            x, norm = norm(x), None
         n, dtype = x.shape[1], x.dtype
         if self.fused_projections:   # W_Q, the query side and W_O in one kernel (fused_layer)
-            return self.fused_layer(x, mask, rng).astype(dtype)
+            return self.fused_layer(x, mask, rng, norm)
         if self.align:
             x, mask = self.pad_input(x, mask)
         ctx = self.attend(x, mask, rng)

@@ -148,7 +148,7 @@ def _projections(s: AttentionShape, kv_len: int) -> dict[str, int]:
 
 
 def _compression(s: AttentionShape) -> dict[str, int]:
-    """E·X over the sequence before W_K / W_V (lowrank.compress): [d_k, N]·[N, d_m] once per
+    """E·X over the sequence before W_K / W_V (base.compress): [d_k, N]·[N, d_m] once per
     distinct E — two (E1, E2) for ``sharing="headwise"``, one for ``"kv"``, two per head for
     ``"none"`` (per-head E: [H, d_k, N])."""
     per_e = _mm(s.batch, s.d_k, s.seq_len, s.d_model)

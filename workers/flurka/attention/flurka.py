@@ -149,12 +149,14 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
                                   mu_k=self.adaptive_mu_k,
                                   noise=self.current_noise(k.shape[0], rng))
 
-    def projected_key_side(self, x, mask, rng):
+    def projected_key_side(self, x, mask, rng, norm=None):
         """(keys, values) for the projected kernel. Q never exists there, so q̄ — the mean of
         the real queries — is W_Q's image of the real rows' mean (Q is affine in x: the same
-        up to rounding)."""
+        up to rounding). ``norm``: x is the block's input (x̂'s mean: one XLA reduction)."""
         b, n, _ = x.shape
-        k, v, _ = self.keys_values(x, mask)
+        k, v, _ = self.keys_values(x, mask, norm)
+        if norm is not None:
+            x = norm.apply(x)
         count = jnp.full((b,), n, F32) if mask is None else jnp.sum(mask, axis=1).astype(F32)
         x_bar = jnp.sum(x.astype(F32), axis=1) / jnp.maximum(count, 1.0)[:, None]
         q_bar = x_bar @ self.query.kernel[...].astype(F32)

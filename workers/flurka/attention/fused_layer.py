@@ -34,6 +34,7 @@ from flurka.attention.fused import (
     BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot,
     fused_query_side, fused_softmax_attention, masked_load, on_gpu_or_interpreted,
     online_softmax, program_rows, row_features, row_vector, tile_size)
+from flurka.attention.fused_compress import PreNorm, layer_norm, row_columns
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
@@ -61,12 +62,17 @@ def check_projectable(mechanism: str, d_model: int, head_dim: int, num_features:
                          f"use fused=True alone")
 
 
-def reference_projected(x, wq, bq, wo, bo, side, *, feature, head_dim, num_features, scale,
-                        tiling):
+def reference_projected(x, wq, bq, wo, bo, side, norm, *, feature, head_dim, num_features,
+                        scale, eps, tiling):
     """What the kernel computes, the unfused way: XLA's projections around the query-side
     kernel — :func:`~flurka.attention.fused.fused_query_side` (side: KV, Σφ(K), ω) or
     :func:`~flurka.attention.fused.fused_softmax_attention` (side: keys, values) — forward and
-    backward."""
+    backward; with ``norm`` (LayerNorm scale, bias, x's statistics, keep) x first normalised
+    (its statistics recomputed: their gradient too)."""
+    if norm is not None:
+        ln_scale, ln_bias, _, _, keep = norm
+        x = zero_padding(layer_norm(x, ln_scale, ln_bias, eps=eps),
+                         None if keep is None else keep != 0)
     heads = wq.shape[1] // head_dim if feature == SOFTMAX else side[0].shape[1]
     q = split_heads(jnp.dot(x, wq.astype(x.dtype)) + bq.astype(x.dtype), heads)
     if feature == SOFTMAX:
@@ -108,12 +114,40 @@ def _softmax_context(side_refs, keys, scale):
     return context
 
 
-def _kernel(*refs, feature, head_dim, num_features, keys, scale, n):
-    """One program: a block of rows through every head and W_O."""
-    x_ref, wq_ref, bq_ref, *side_refs, wo_ref, bo_ref, o_ref = refs
+def _input(x_ref, norm_refs, real):
+    """(``load(c)``: column block c of the program's rows of x, ``shift``: what the LayerNorm
+    adds to q). Given the LayerNorm's refs (statistics, keep or None, β·W_Q), x̂ = keep ⊙ LN(x)
+    enters as its standardised rows keep·(x − mean)·rstd — the LayerNorm's scale is in W_Q's
+    rows, its bias in ``shift(hc)`` = keep·(β·W_Q)[hc] (:func:`_pallas_projected`): with the
+    affine part applied per block as x is loaded, ptxas spilled 0.6-0.8 KB per thread."""
+    if not norm_refs:
+        return (lambda c: masked_load(x_ref.at[:, c], real)), (lambda hc: 0.0)
+    mean_ref, rstd_ref, keep_ref, shift_ref = norm_refs
+    mean, rstd, keep = row_columns((mean_ref, rstd_ref, keep_ref), slice(None), real)
+    if keep is not None:
+        rstd = rstd * keep
+
+    def load(c):
+        return ((masked_load(x_ref.at[:, c], real).astype(F32) - mean) * rstd).astype(x_ref.dtype)
+
+    def shift(hc):
+        return shift_ref[:, hc] if keep is None else keep * shift_ref[:, hc]
+
+    return load, shift
+
+
+def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm):
+    """One program: a block of rows through every head and W_O. ``norm``: how many LayerNorm
+    refs follow x (0: x is already x̂; 3 or 4: statistics, keep if any, β·W_Q)."""
+    x_ref, *refs = refs
+    norm_refs, refs = refs[:norm], refs[norm:]
+    if norm == 3:
+        norm_refs.insert(2, None)                                          # no keep: all real
+    wq_ref, bq_ref, *side_refs, wo_ref, bo_ref, o_ref = refs
     rows, d_model = x_ref.shape
     d = head_dim
     real = program_rows(rows, n, axis=0)
+    load, shift = _input(x_ref, norm_refs, real)
     cols = column_blocks(d_model)
     context = (_softmax_context(side_refs, keys, scale) if feature == SOFTMAX
                else _kernel_context(side_refs, feature, head_dim, num_features))
@@ -123,10 +157,10 @@ def _kernel(*refs, feature, head_dim, num_features, keys, scale, n):
 
         def product(k, acc):
             c = block_slice(k)
-            return acc + dot(masked_load(x_ref.at[:, c], real), wq_ref[c, hc])
+            return acc + dot(load(c), wq_ref[c, hc])
 
         q = jax.lax.fori_loop(0, d_model // BLOCK, product, jnp.zeros((rows, d), F32))
-        q = (q + bq_ref[:, hc].astype(F32)).astype(x_ref.dtype)          # as XLA's Q is rounded
+        q = (q + shift(hc) + bq_ref[:, hc].astype(F32)).astype(x_ref.dtype)   # as XLA rounds Q
         ctx = context(h, q).astype(x_ref.dtype)                            # W_O's operand
         return tuple(acc + dot(ctx, wo_ref[hc, c]) for acc, c in zip(accs, cols))
 
@@ -149,8 +183,8 @@ def _side_operands(side, feature, dtype):
     return [kv.astype(dtype), k_sum.astype(dtype)[:, :, None, :]], whole
 
 
-def _pallas_projected(x, wq, bq, wo, bo, side, feature, head_dim, num_features, keys, scale, *,
-                      interpret):
+def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, keys,
+                      scale, *, interpret):
     """Grid (row blocks, batch): a sequence's key side is its own."""
     b, n, d_model = x.shape
     block_n = ROWS
@@ -159,15 +193,25 @@ def _pallas_projected(x, wq, bq, wo, bo, side, feature, head_dim, num_features, 
     per_sequence = lambda *shape: pl.BlockSpec((pl.squeezed, *shape),           # noqa: E731
                                                lambda i, s: (s,) + (0,) * len(shape))
     sequence_side, whole_side = _side_operands(side, feature, dtype)
-    operands = [wq.astype(dtype), row_vector(bq, dtype), *whole_side, *sequence_side,
-                wo.astype(dtype), row_vector(bo, dtype)]
-    specs = [whole(d_model, d_model), whole(1, d_model), *(whole(*t.shape) for t in whole_side),
+    norm_operands, norm_specs = [], []
+    if norm is not None:   # statistics (and keep) per row; LN(x)·W_Q = std(x)·(γ ⊙ W_Q) + β·W_Q
+        ln_scale, ln_bias, mean, rstd, keep = norm
+        per_row = [t for t in (mean, rstd, keep) if t is not None]
+        norm_operands = [*per_row, (ln_bias.astype(F32) @ wq.astype(F32))[None, :]]
+        norm_specs = [*(pl.BlockSpec((pl.squeezed, block_n), lambda i, s: (s, i))
+                        for _ in per_row), whole(1, d_model)]
+        wq = ln_scale.astype(F32)[:, None] * wq.astype(F32)
+    operands = [*norm_operands, wq.astype(dtype), row_vector(bq, dtype), *whole_side,
+                *sequence_side, wo.astype(dtype), row_vector(bo, dtype)]
+    specs = [*norm_specs, whole(d_model, d_model), whole(1, d_model),
+             *(whole(*t.shape) for t in whole_side),
              *(per_sequence(*t.shape[1:]) for t in sequence_side), whole(d_model, d_model),
              whole(1, d_model)]
     rows = pl.BlockSpec((pl.squeezed, block_n, d_model), lambda i, s: (s, i, 0))
     return pl.pallas_call(
         functools.partial(_kernel, feature=feature, head_dim=head_dim,
-                          num_features=num_features, keys=keys, scale=scale, n=n),
+                          num_features=num_features, keys=keys, scale=scale, n=n,
+                          norm=len(norm_operands)),
         out_shape=jax.ShapeDtypeStruct((b, n, d_model), dtype), grid=(pl.cdiv(n, block_n), b),
         in_specs=[rows, *specs], out_specs=rows,
         compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
@@ -175,25 +219,28 @@ def _pallas_projected(x, wq, bq, wo, bo, side, feature, head_dim, num_features, 
     )(x, *operands)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9, 10, 11))
-def _fused(x, wq, bq, wo, bo, side, feature, head_dim, num_features, scale, tiling, interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11, 12, 13))
+def _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, eps, tiling,
+           interpret):
     keys = side[0].shape[1] if feature == SOFTMAX else None
     return on_gpu_or_interpreted(functools.partial(
-        _pallas_projected, x, wq, bq, wo, bo, side, feature, head_dim, num_features, keys,
+        _pallas_projected, x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, keys,
         scale), interpret)
 
 
-def _fused_fwd(x, wq, bq, wo, bo, side, feature, head_dim, num_features, scale, tiling,
-               interpret):
-    out = _fused(x, wq, bq, wo, bo, side, feature, head_dim, num_features, scale, tiling,
-                 interpret)
-    return out, (x, wq, bq, wo, bo, side)
+def _fused_fwd(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, eps,
+               tiling, interpret):
+    out = _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, eps,
+                 tiling, interpret)
+    return out, (x, wq, bq, wo, bo, side, norm)
 
 
-def _fused_bwd(feature, head_dim, num_features, scale, tiling, interpret, saved, g):
-    """The reference's gradient, recomputed; ω (FAVOR+'s, a fixed draw) gets none."""
+def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, saved, g):
+    """The reference's gradient, recomputed; ω (FAVOR+'s, a fixed draw), x's statistics and
+    keep (constants) get none."""
     _, vjp = jax.vjp(functools.partial(reference_projected, feature=feature, head_dim=head_dim,
-                                       num_features=num_features, scale=scale, tiling=tiling),
+                                       num_features=num_features, scale=scale, eps=eps,
+                                       tiling=tiling),
                      *saved)
     return vjp(g)
 
@@ -203,12 +250,15 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_dim: int,
                                num_features: int | None = None, scale: float | None = None,
-                               tiling: Tiling | None = None, interpret: bool = False):
+                               norm: PreNorm | None = None, tiling: Tiling | None = None,
+                               interpret: bool = False):
     """[b, n, d_model] in x's dtype (the compute dtype): concat_h(query side of x W_Q,h + b_Q,h)
     W_O + b_O. x [b, n, d_model] (padded rows zeroed by the caller); W_Q, W_O [d_model, d_model],
     biases [d_model]. ``side``: for a kernel ``feature`` ("favor", "elu") (KV [b, h, f, d_h],
     Σφ(K) [b, h, f], ω [f, d_h] or None) from the key side; for ``"softmax"`` (keys, values)
-    [b, J, h, d_h], every query attending all J with logits scaled by ``scale``. ``tiling``: the
+    [b, J, h, d_h], every query attending all J with logits scaled by ``scale``. ``norm``: x is
+    the block's input, its pre-attention LayerNorm applied in the kernel as x is loaded
+    (:class:`~flurka.attention.fused_compress.PreNorm`); without it x is x̂. ``tiling``: the
     query-side kernels' the gradient runs (their launch, not this kernel's: :data:`ROWS`,
     :data:`WARPS`)."""
     tiling = tiling if isinstance(tiling, Tiling) else current_tiling()
@@ -216,8 +266,9 @@ def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_di
         kv, k_sum, omega = side
         omega = jnp.zeros((0,), x.dtype) if omega is None else jax.lax.stop_gradient(omega)
         side = (kv, k_sum, omega)
-    return _fused(x, wq, bq, wo, bo, tuple(side), feature, head_dim, num_features, scale, tiling,
-                  interpret)
+    ln = None if norm is None else (norm.scale, norm.bias, norm.mean, norm.rstd, norm.keep)
+    return _fused(x, wq, bq, wo, bo, tuple(side), ln, feature, head_dim, num_features, scale,
+                  None if norm is None else float(norm.eps), tiling, interpret)
 
 
 class ProjectedQuerySide:
@@ -235,21 +286,31 @@ class ProjectedQuerySide:
                               self.align)
         self.fused_projections = bool(fused_projections)
 
-    def projected_key_side(self, x, mask, rng):
-        """The kernel's ``side`` operands from the layer's input (padded rows zeroed)."""
-        k, v, key_mask = self.keys_values(x, mask)
+    def projected_key_side(self, x, mask, rng, norm=None):
+        """The kernel's ``side`` operands from the layer's input: x̂ (padded rows zeroed), or
+        with ``norm`` (a :class:`~flurka.attention.fused_compress.PreNorm`) the block's x."""
+        k, v, key_mask = self.keys_values(x, mask, norm)
         return self.kernel_key_side(k, v, key_mask, rng)
 
-    def fused_layer(self, x, mask, rng):
-        """The layer's output through :func:`fused_projected_query_side`, in the compute dtype;
-        padded rows zeroed first (the low-rank path's order: their outputs are nobody's)."""
-        x = zero_padding(x, mask).astype(self.dtype or x.dtype)
+    def fused_layer(self, x, mask, rng, norm=None):
+        """The layer's output through :func:`fused_projected_query_side`; padded rows zeroed
+        first (the low-rank path's order: their outputs are nobody's). ``norm`` (an
+        ``nnx.LayerNorm``, where the layer ``fuses_norm``): x is the block's input, and the
+        LayerNorm runs inside the kernels; the output's dtype is then the LayerNorm's, as if it
+        had run first."""
+        if norm is None:
+            out_dtype = x.dtype
+            x = zero_padding(x, mask).astype(self.dtype or x.dtype)
+        else:
+            out_dtype = PreNorm.output_dtype(norm, x)
+            x = x.astype(self.dtype or out_dtype)
+            norm = PreNorm.of(norm, x, mask)
 
         def bias(proj):
             return jnp.zeros(self.d_model, x.dtype) if proj.bias is None else proj.bias[...]
 
         return fused_projected_query_side(
             x, self.query.kernel[...], bias(self.query), self.out.kernel[...], bias(self.out),
-            self.projected_key_side(x, mask, rng), feature=self.feature,
+            self.projected_key_side(x, mask, rng, norm), feature=self.feature,
             head_dim=self.head_dim, num_features=getattr(self, "num_features", None),
-            scale=self.head_dim ** -0.5, tiling=self.fused)
+            scale=self.head_dim ** -0.5, norm=norm, tiling=self.fused).astype(out_dtype)

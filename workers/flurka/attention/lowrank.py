@@ -25,7 +25,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.attention.base import (
-    check_positive_int, contract, pad_to, project_heads, round_up, zero_padding)
+    check_positive_int, compress, pad_to, project_heads, round_up, zero_padding)
+from flurka.attention.fused_compress import normalised_compression
 
 Array = jax.Array
 SHARINGS = ("headwise", "kv", "none")
@@ -57,13 +58,6 @@ class SeqProjection(nnx.Module):
         e1 = self.e1[...][..., :n]
         e2 = e1 if self.e2 is None else self.e2[...][..., :n]
         return e1, e2
-
-
-def compress(e: Array, x: Array) -> Array:
-    """E·X over the sequence: [d_k, n]·[b, n, d] → [b, d_k, d] (or per-head [h, d_k, n] →
-    [b, h, d_k, d]); float32 accumulation, result in x's dtype."""
-    spec = "hkn,bnd->bhkd" if e.ndim == 3 else "kn,bnd->bkd"
-    return contract(spec, e, x, x.dtype).astype(x.dtype)
 
 
 class LowRankKV:
@@ -101,15 +95,31 @@ class LowRankKV:
         x = zero_padding(x, mask)
         return (self.heads(self.query, x), *self.low_rank_kv(x))
 
-    def keys_values(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array | None]:
-        """K', V' and their key mask (compressed rows: none unless aligned); ``x``'s padded rows
-        zeroed by the caller."""
-        return (*self.low_rank_kv(x), self.compressed_mask(x.shape[0]))
+    @property
+    def fuses_norm(self) -> bool:
+        """With ``fused_projections`` and one E per layer, the block's pre-attention LayerNorm
+        runs inside the compression kernel and the projected query side
+        (:mod:`flurka.attention.fused_compress`): x̂ never reaches memory."""
+        return self.fused_projections and self.seq_proj.e1.ndim == 2
 
-    def low_rank_kv(self, x: Array) -> tuple[Array, Array]:
+    def keys_values(self, x: Array, mask: Array | None,
+                    norm=None) -> tuple[Array, Array, Array | None]:
+        """K', V' and their key mask (compressed rows: none unless aligned); ``x``'s padded rows
+        zeroed by the caller — or, with ``norm`` (a
+        :class:`~flurka.attention.fused_compress.PreNorm`), x the block's input."""
+        return (*self.low_rank_kv(x, norm), self.compressed_mask(x.shape[0]))
+
+    def low_rank_kv(self, x: Array, norm=None) -> tuple[Array, Array]:
         """K' = (E1·X) W_K, V' = (E2·X) W_V as heads [b, d_k, h, d_h] (aligned:
         [b, round_up(d_k), h, padded d_h], the rows past d_k masked by :meth:`compressed_mask`);
-        x: the layer's input with its padded rows zeroed (:func:`zero_padding`)."""
+        x: the layer's input with its padded rows zeroed (:func:`zero_padding`). With ``norm``,
+        x is un-normalised and E·x̂ one kernel that normalises x as it loads it, E as stored."""
+        if norm is not None:
+            e2 = self.seq_proj.e2
+            x1, x2 = normalised_compression(
+                x, norm.keep, norm.scale, norm.bias, self.seq_proj.e1[...],
+                None if e2 is None else e2[...], eps=norm.eps, stats=(norm.mean, norm.rstd))
+            return self.heads(self.key, x1), self.heads(self.value, x2)
         e1, e2 = (self.aligned_e(e, x.shape[1]) for e in self.seq_proj.matrices(x.shape[1]))
         x1 = self.aligned_rows(compress(e1, x))
         x2 = x1 if self.seq_proj.e2 is None else self.aligned_rows(compress(e2, x))

@@ -61,7 +61,9 @@ class EncoderBlock(nnx.Module):
 
     def __call__(self, x: jax.Array, mask: jax.Array | None, *, deterministic: bool,
                  rng: jax.Array | None = None) -> jax.Array:
-        a = self.dropout(self.attention(self.attention_norm(x), mask, rng=rng),
+        # The LayerNorm handed over: a layer that fuses it (``fuses_norm``) normalises x in
+        # its kernels as it loads it; any other applies it first.
+        a = self.dropout(self.attention(x, mask, rng=rng, norm=self.attention_norm),
                          deterministic=deterministic)
         if self.ffn_tiling is not None and (deterministic or self.dropout.rate == 0.0):
             norm, ffn = self.ffn_norm, self.ffn

@@ -1,0 +1,226 @@
+"""The pre-attention LayerNorm fused into the Linformer compression (row statistics and the
+split-N compression as Pallas kernels; Pallas's interpreter on CPU) against float64 formulas
+written here and against the XLA path, and compiled for an H100 that is not here."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from flurka.attention.fused_compress import (
+    normalised_compression, reference_normalised_compression, row_statistics,
+    split_rows)
+
+EPS = 1e-6
+REPO = Path(__file__).resolve().parents[2]
+CUDA_AOT = REPO / ".cuda-aot"
+
+
+def _moments_64(x):
+    """Each row's mean and 1/σ (population variance), float64."""
+    return x.mean(-1), 1 / np.sqrt(x.var(-1) + EPS)
+
+
+def _compression_64(x, keep, scale, bias, e1, e2):
+    """(E1·x̂, E2·x̂), x̂ = keep ⊙ LayerNorm(x), over the first n columns of E; float64."""
+    mean, rstd = _moments_64(x)
+    normed = ((x - mean[..., None]) * rstd[..., None] * scale + bias) * keep[..., None]
+    n = x.shape[1]
+    return tuple(np.einsum("kn,bnd->bkd", e[:, :n], normed) for e in (e1, e2))
+
+
+def _operands(seed, batch=2, n=150, d=256, d_k=80, max_len=200, real=(150, 110)):
+    """x [batch, n, d] (off-centre rows), keep (the second sequence padded), LayerNorm
+    scale/bias [d], E1, E2 [d_k, max_len] (max_len > n: columns the kernel must not read) —
+    float64. With the kernel's 64 × 32 tiles: a last row block of d_k and a last step of n that
+    are partial."""
+    rng = np.random.default_rng(seed)
+    keep = (np.arange(n)[None, :] < np.array(real[:batch])[:, None]).astype(np.float64)
+    return [0.5 + 1.5 * rng.normal(size=(batch, n, d)), keep,
+            1 + 0.2 * rng.normal(size=d), 0.2 * rng.normal(size=d),
+            *(rng.normal(size=(d_k, max_len)) / math.sqrt(n) for _ in range(2))]
+
+
+def _rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def _f32(values):
+    return [jnp.asarray(v, jnp.float32) for v in values]
+
+
+def test_row_statistics_and_the_compression_match_the_float64_formulas():
+    """float32: the statistics, and both compressions over three forced splits (the last with
+    22 real rows), padded rows zeroed, E's columns past n unread — and the XLA path too."""
+    ops = _operands(1)
+    x, keep, scale, bias, e1, e2 = _f32(ops)
+    mean, rstd = row_statistics(x, eps=EPS)
+    assert mean.shape == rstd.shape == (2, 150) and mean.dtype == rstd.dtype == jnp.float32
+    want_mean, want_rstd = _moments_64(ops[0])
+    assert _rel(mean, want_mean) < 2e-6 and _rel(rstd, want_rstd) < 2e-6
+    assert split_rows(150, 256, 80, 2, 3) == (64, 3)
+    want = _compression_64(*ops)
+    for stats in (None, (mean, rstd)):
+        got = normalised_compression(x, keep > 0, scale, bias, e1, e2, eps=EPS, stats=stats,
+                                     splits=3)
+        for g, w in zip(got, want):
+            assert g.shape == (2, 80, 256) and g.dtype == jnp.float32
+            assert _rel(g, w) < 2e-6
+    for g, w in zip(reference_normalised_compression(x, keep, scale, bias, e1, e2, eps=EPS), want):
+        assert _rel(g, w) < 2e-6
+
+
+def test_a_shared_e_is_returned_twice_and_no_keep_means_every_row():
+    """sharing "kv" (e2 None): one matrix, returned as both; keep None: no row zeroed (default
+    splits: one split of five steps here)."""
+    x, _, scale, bias, e1, _ = ops = _operands(2, n=150)
+    ones = np.ones(x.shape[:2])
+    x1, x2 = normalised_compression(*_f32([x]), None, *_f32([scale, bias, e1]), eps=EPS)
+    assert x1 is x2
+    assert _rel(x1, _compression_64(x, ones, scale, bias, e1, ops[5])[0]) < 2e-6
+
+
+def test_the_compression_in_bf16_is_as_close_as_the_xla_path():
+    """bf16 x and E (float32 LayerNorm parameters): within 1 % of the XLA path and at least as
+    close to the float64 formula (same roundings: x̂ rounded to bf16, float32 accumulation)."""
+    ops = _operands(3)
+    x, e1, e2 = (jnp.asarray(ops[i], jnp.bfloat16) for i in (0, 4, 5))
+    keep, scale, bias = _f32(ops[1:4])
+    exact = _compression_64(np.asarray(x, np.float64), *ops[1:4], np.asarray(e1, np.float64),
+                            np.asarray(e2, np.float64))
+    fused = normalised_compression(x, keep, scale, bias, e1, e2, eps=EPS, splits=2)
+    xla = reference_normalised_compression(x, keep, scale, bias, e1, e2, eps=EPS)
+    for f, r, w in zip(fused, xla, exact):
+        assert f.dtype == jnp.bfloat16
+        assert _rel(f, r) < 1e-2
+        assert _rel(f, w) <= 1.5 * _rel(r, w)
+
+
+def test_the_gradient_matches_float64_finite_differences():
+    """x, scale, bias, E1 and E2's gradients (the XLA path's, recomputed) of a random linear
+    functional of (x1, x2), along random directions, against central differences of the float64
+    formula."""
+    ops = _operands(4, n=40, d=128, d_k=24, max_len=50, real=(40, 31))
+    rng = np.random.default_rng(5)
+    weights = [rng.normal(size=(2, 24, 128)) for _ in range(2)]
+    differentiable = (0, 2, 3, 4, 5)
+
+    def loss(x, scale, bias, e1, e2):
+        out = normalised_compression(x, keep, scale, bias, e1, e2, eps=EPS, splits=2)
+        return sum(jnp.sum(o * w) for o, w in zip(out, weights))
+
+    keep = jnp.asarray(ops[1] > 0)
+    grads = jax.grad(loss, argnums=tuple(range(5)))(*_f32(ops[i] for i in differentiable))
+    for i, grad in zip(differentiable, grads):
+        assert grad.shape == ops[i].shape
+        direction = rng.normal(size=ops[i].shape)
+        step = 1e-5
+        plus, minus = list(ops), list(ops)
+        plus[i], minus[i] = ops[i] + step * direction, ops[i] - step * direction
+        want = sum(np.sum((p - m) * w) for p, m, w in
+                   zip(_compression_64(*plus), _compression_64(*minus), weights)) / (2 * step)
+        got = float(np.sum(np.asarray(grad, np.float64) * direction))
+        assert abs(got - want) <= 1e-4 * abs(want) + 1e-4, (i, got, want)
+
+
+def _triton_calls(fn, *specs):
+    text = jax.jit(fn).trace(*specs).lower(lowering_platforms=("cuda",)).as_text()
+    return [dict(re.findall(r'(name|grid_x|grid_y|grid_z|num_stages|num_warps) = "?(\w+)"?', line))
+            for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+
+
+def test_statistics_and_compression_lower_to_two_triton_kernels_for_the_gpu():
+    """Pallas's Triton lowering runs here without a GPU: at d = 512, d_k = 1024, N = 1000 (bf16)
+    the statistics (⌈1000 / 64⌉ row blocks, 4 warps) and the compression (4 column × 16 row
+    blocks collapsed into grid x, 4 splits, 8 warps, 4 stages) — two calls, whether the caller
+    passes the statistics or not."""
+    spec = jax.ShapeDtypeStruct
+    bf, f32 = jnp.bfloat16, jnp.float32
+    specs = (spec((1, 1000, 512), bf), spec((1, 1000), jnp.bool_), spec((512,), f32),
+             spec((512,), f32), spec((1024, 1024), bf), spec((1024, 1024), bf))
+
+    def given(x, keep, scale, bias, e1, e2):
+        stats = row_statistics(x, eps=EPS)
+        return normalised_compression(x, keep, scale, bias, e1, e2, eps=EPS, stats=stats)
+
+    def default(x, keep, scale, bias, e1, e2):
+        return normalised_compression(x, keep, scale, bias, e1, e2, eps=EPS)
+
+    for fn in (given, default):
+        calls = _triton_calls(fn, *specs)
+        assert [(c["name"], c["grid_x"], c["grid_y"], c["grid_z"], c["num_warps"],
+                 c["num_stages"]) for c in calls] == [
+            ("flurka_row_statistics", "16", "1", "1", "4", "2"),
+            ("flurka_normalised_compression", "64", "4", "1", "8", "4")], calls
+
+
+def _script(body: str, tmp_path: Path) -> dict:
+    """``body`` run with XLA's CUDA compiler importable (as tests/speed/test_speed_aot.py runs
+    its scripts), its JSON result read back."""
+    if not (CUDA_AOT / ".installed").exists():
+        pytest.fail(f"{CUDA_AOT} is missing: `make test` installs XLA's CUDA compiler there")
+    out = tmp_path / "out.json"
+    env = {**os.environ, "PYTHONPATH": str(CUDA_AOT)}
+    env.pop("JAX_PLATFORMS", None)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(body), str(out)],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
+    """At the flash comparison's size (N = 52 608, d = 512, d_k = 1024, bf16, batch 1, keep
+    given) compiled for the card: the statistics kernel (no MMA) and the compression (on
+    Hopper's warpgroup MMA), spill-free in the card's shared memory; the compression's traffic
+    is exactly x, E1, E2, the statistics, keep, the LayerNorm parameters and its four splits'
+    float32 partials — x̂ never reaches memory — and the step plans less than the XLA path."""
+    fused, xla = _script("""
+        import json, sys, tempfile, jax, jax.numpy as jnp
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.attention import fused_compress as fc
+        from flurka.speed import aot, profile
+        device = aot.target_device(aot.TARGETS["h100"])
+        spec, bf, f32 = jax.ShapeDtypeStruct, jnp.bfloat16, jnp.float32
+        args = (spec((1, 52_608, 512), bf), spec((1, 52_608), jnp.bool_), spec((512,), f32),
+                spec((512,), f32), spec((1024, 52_608), bf), spec((1024, 52_608), bf))
+        rows = []
+        for fn in (fc.normalised_compression, fc.reference_normalised_compression):
+            with tempfile.TemporaryDirectory() as dump:
+                _, compiled = aot.compile_for(jax.jit(lambda *a: fn(*a, eps=1e-6)), args,
+                                              device, dump)
+                rows.append({"kernels": aot.kernel_report(dump),
+                             "traffic": profile.planned_traffic(compiled.as_text())})
+        json.dump(rows, open(sys.argv[1], "w"))
+    """, tmp_path)
+    n, d, d_k = 52_608, 512, 1024
+    stats_kernel, compression = fused["kernels"]
+    assert (stats_kernel["kernel"], stats_kernel["grid"]) == ("flurka_row_statistics",
+                                                              [-(-n // 64), 1, 1])
+    assert stats_kernel["mma"] is None
+    assert (compression["kernel"], compression["grid"]) == ("flurka_normalised_compression",
+                                                            [4 * 16, 4, 1])
+    assert compression["mma"] == "wgmma" and compression["threads"] == 8 * 32
+    for kernel in fused["kernels"]:
+        assert kernel["spill_store_bytes"] == 0 and kernel["registers"] <= 255, kernel
+        assert 0 < kernel["shared_memory_bytes"] <= 232_448, kernel
+    x, e, row = n * d * 2, d_k * n * 2, n * 4                      # bf16 x and E, float32 rows
+    statistics = x + 2 * row                                       # x → mean, rstd
+    partials = 2 * 4 * d_k * d * 4                                # 2 E's × 4 splits, float32
+    compressing = x + 2 * e + 2 * row + row + 2 * d * 4 + partials  # stats, keep, scale, bias
+    pallas = sorted(k["bytes"] for k in fused["traffic"]["largest"] if k["kind"] == "pallas")
+    assert pallas == sorted([statistics, compressing])
+    assert fused["traffic"]["by_kind"]["pallas"] == statistics + compressing
+    assert "pallas" not in xla["traffic"]["by_kind"]
+    assert fused["traffic"]["bytes"] < 0.75 * xla["traffic"]["bytes"]

@@ -1,0 +1,322 @@
+"""The pre-attention LayerNorm fused into the Linformer sequence compression, as Pallas kernels.
+
+A pre-LN FLuRKA layer computes X1 = E1·x̂ and X2 = E2·x̂ over the sequence with x̂ = keep ⊙ LN(x)
+(padded rows zeroed, zero_padding). XLA's plan, per layer of the
+flash comparison (N = 52 608, d_model 512, d_k 1024, bf16), spends about 3 tensor-passes on the
+LayerNorm (one reduction per moment, each reading x, and the normalisation writing x̂) and 6.3
+on E1·x̂ and E2·x̂ (E1, E2 [1024, N] bf16 = 2 passes each, x̂ read twice). Here:
+
+* :func:`row_statistics`: each row's mean and 1/σ (flax's maths) in one kernel reading x once;
+* :func:`normalised_compression`: a split-N GEMM whose B operand's prologue is the LayerNorm —
+  each program loads a [STEP, 128] tile of x, normalises it (float32, rounded to x's dtype and
+  masked as the XLA path's x̂ is) and multiplies it into E1's and E2's [ROWS_K, STEP] tiles, so
+  x̂ never reaches memory: it reads x, E1 and E2 once and writes float32 partials
+  [splits, b, d_k, d] that XLA sums (splits: enough programs for ~2 per SM of a 132-SM card).
+  E is passed as stored ([d_k, max_len]): the kernel reads only its first n columns (a slice
+  E[:, :n] would copy E on every call).
+
+Grid (d's 128-wide column blocks, d_k's row blocks, splits, batch): axis 0 varies fastest on a
+GPU, so the programs sharing one N-range of x and E run side by side and re-read its tiles from
+L2, not memory. Same maths and precision policy as the XLA path
+(:func:`reference_normalised_compression`: flax's LayerNorm statistics in float32, products on
+compute-dtype operands with float32 accumulation), whose vjp is the gradient (recomputed from x,
+as :mod:`flurka.models.fused_ffn` does; no backward kernel). Pallas's Triton backend on GPU, its
+interpreter elsewhere (CPU tests).
+
+Launch: :data:`ROWS_K` and below (ptxas's numbers for the options tried). At the flash
+comparison's size (bf16, keep given, batch 1) XLA plans 522 MB for this step (489 MB with
+split-K off: its LayerNorm as one two-moment reduction, a select writing x̂, two GEMMs each
+reading x̂ and E); these kernels plan 360 MB (statistics 54.3, compression 286.8: x, E1, E2,
+statistics, keep, LayerNorm parameters and 4 splits' float32 partials; their sum 18.9).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from flurka.attention.base import F32, compress, round_up, zero_padding
+from flurka.attention.fused import (
+    BLOCK, block_slice, dot, masked_load, on_gpu_or_interpreted, program_rows, real_rows)
+
+Array = jax.Array
+
+# The compression's launch (none of it changes the result). By ptxas for sm_90 at the flash
+# comparison's size (N = 52 608, d = 512, d_k = 1024, bf16, E1 and E2, keep given), as
+# (ROWS_K, STEP, warps, stages): registers / spill / shared memory, all on the warpgroup MMA:
+#   (64, 32, 8, 4): 128 / 0 / 65 KiB (shared E: 96 regs; E float32: 128) — the default: a
+#     card's 64 K registers hold two programs of 256 threads per SM, 16 warps to hide latency;
+#   (64, 64, 4, 3): 252 / 0 / 97.5 KiB (no keep: 255, E float32: 255 — at the limit);
+#   (64, 64, 4, 2): 252 / 0 / 65 KiB;  (64, 32, 4, 3): 222 / 0 / 49 KiB;
+#   (64, 64, 8, 3): 154 / 0 / 97.5 KiB (one program per SM by registers; 4 stages: 130 KiB);
+#   (128, 64, 8, 2): 228 / 0 / 97 KiB;  (128, 64, 8, 3): 219 / 0 / 145.5 KiB;
+#   (128, 32, 8, 3): 200 / 0 / 73 KiB;  (128, 64, 8, 1): 241 / 0 / 64 KiB;
+#   (128, 128, 8, 2): 255 / 16 B / 193.5 KiB;  (64, 128, 4, 2): 255 / 4 B / 129.5 KiB;
+#   (64, 128, 8, 2): 200 / 0 / 129.5 KiB.
+# Which is fastest is the card's to say (none was timed).
+ROWS_K = 64           # d_k rows per program (× 128 columns of d)
+STEP = 32             # sequence rows per loop step
+NUM_WARPS = 8
+NUM_STAGES = 4
+MIN_STEPS = 4         # fewest steps a split takes when the splits are chosen here
+PROGRAMS = 2 * 132    # programs the default splits fill: two resident per SM of a 132-SM card
+# The statistics kernel's launch: rows per program, warps, stages (a reduction, no MMA; ptxas:
+# 48 registers, no spill, 256 B of shared memory).
+STAT_ROWS = 64
+STAT_WARPS = 4
+STAT_STAGES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class PreNorm:
+    """A block's pre-attention LayerNorm handed to its layer un-applied (the layer's
+    ``fuses_norm``): its parameters, x's row statistics (:func:`row_statistics`, one pass) and
+    the keep mask, with which the kernels normalise x as they load it — the compression
+    (:func:`normalised_compression`) and the projected query side
+    (:mod:`flurka.attention.fused_layer`) — so x̂ never reaches memory."""
+
+    scale: Array
+    bias: Array
+    eps: float
+    mean: Array
+    rstd: Array
+    keep: Array | None
+
+    @classmethod
+    def of(cls, norm, x: Array, mask: Array | None, *, interpret: bool = False) -> "PreNorm":
+        """``norm`` (an ``nnx.LayerNorm``) for x [b, n, d], mask [b, n] bool or None."""
+        d = x.shape[-1]
+        scale = jnp.ones(d, F32) if norm.scale is None else norm.scale[...]
+        bias = jnp.zeros(d, F32) if norm.bias is None else norm.bias[...]
+        mean, rstd = row_statistics(x, eps=norm.epsilon, interpret=interpret)
+        return cls(scale, bias, norm.epsilon, mean, rstd,
+                   None if mask is None else mask.astype(F32))
+
+    @staticmethod
+    def output_dtype(norm, x: Array):
+        """The dtype ``norm(x)`` returns: its own, or x's promoted with its parameters'."""
+        params = [p[...].dtype for p in (norm.scale, norm.bias) if p is not None]
+        return norm.dtype or jnp.result_type(x.dtype, *params)
+
+    def apply(self, x: Array) -> Array:
+        """x̂ = keep ⊙ LN(x) the XLA way, in x's dtype (from the kept statistics)."""
+        return zero_padding(layer_norm(x, self.scale, self.bias, eps=self.eps, mean=self.mean,
+                                       rstd=self.rstd),
+                            None if self.keep is None else self.keep != 0)
+
+
+def layer_norm(x, scale, bias, *, eps, mean=None, rstd=None):
+    """flax LayerNorm's maths: statistics in float32 (E[x²] − E[x]², clamped at 0),
+    (x − mean)·(rstd·scale) + bias in float32, result in x's dtype. ``mean``/``rstd``
+    [..., n] float32 given: used instead of recomputed."""
+    xf = x.astype(F32)
+    if mean is None or rstd is None:
+        mean = jnp.mean(xf, axis=-1, keepdims=True)
+        var = jnp.maximum(0.0, jnp.mean(jnp.square(xf), axis=-1, keepdims=True)
+                          - jnp.square(mean))
+        rstd = jax.lax.rsqrt(var + eps)
+    else:
+        mean, rstd = mean[..., None], rstd[..., None]
+    return ((xf - mean) * (rstd * scale.astype(F32)) + bias.astype(F32)).astype(x.dtype)
+
+
+def reference_normalised_compression(x, keep, scale, bias, e1, e2, *, eps):
+    """The XLA path (what the kernels compute): x̂ = layer_norm(x) in x's dtype, zeroed where
+    ``keep`` [b, n] is 0 (None: all rows real), then E·x̂ with E[:, :n] for e1 and e2 (e2 None:
+    one E for both, sharing "kv" — (x1, x1)). (x1, x2) [b, d_k, d] in x's dtype."""
+    n = x.shape[1]
+    normed = zero_padding(layer_norm(x, scale, bias, eps=eps),
+                          None if keep is None else keep != 0)
+    x1 = compress(e1[:, :n], normed)
+    return x1, (x1 if e2 is None else compress(e2[:, :n], normed))
+
+
+def _statistics_kernel(x_ref, mean_ref, rstd_ref, *, eps, n):
+    """One program: mean and 1/σ of a block of rows, from a loop over x's column blocks."""
+    rows, d = x_ref.shape
+    real = program_rows(rows, n, axis=0)
+
+    def add(k, sums):
+        y = masked_load(x_ref.at[:, block_slice(k)], real).astype(F32)
+        return sums[0] + jnp.sum(y, axis=1), sums[1] + jnp.sum(y * y, axis=1)
+
+    zero = jnp.zeros((rows,), F32)
+    total, total_sq = jax.lax.fori_loop(0, d // BLOCK, add, (zero, zero))
+    mean = total / d
+    rstd = jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d - mean * mean) + eps)
+    mask = None if real is None else real[:, 0]
+    plgpu.store(mean_ref, mean, mask=mask)
+    plgpu.store(rstd_ref, rstd, mask=mask)
+
+
+def _pallas_statistics(x, eps, *, interpret):
+    b, n, d = x.shape
+    row = pl.BlockSpec((pl.squeezed, STAT_ROWS), lambda r, i: (i, r))
+    return pl.pallas_call(
+        functools.partial(_statistics_kernel, eps=eps, n=n),
+        out_shape=[jax.ShapeDtypeStruct((b, n), F32)] * 2, grid=(pl.cdiv(n, STAT_ROWS), b),
+        in_specs=[pl.BlockSpec((pl.squeezed, STAT_ROWS, d), lambda r, i: (i, r, 0))],
+        out_specs=[row, row],
+        compiler_params=plgpu.CompilerParams(num_warps=STAT_WARPS, num_stages=STAT_STAGES),
+        interpret=interpret, name="flurka_row_statistics")(x)
+
+
+def row_statistics(x, *, eps, interpret=False):
+    """(mean, rstd), each float32 [..., n]: the LayerNorm statistics of x [..., n, d] (d a
+    multiple of 128) as one Pallas kernel reading x once (XLA's plan runs one reduction per
+    moment). Not differentiable (returned under stop_gradient): their consumers recompute the
+    LayerNorm from x in their backward."""
+    *lead, n, d = x.shape
+    if d % BLOCK:
+        raise ValueError(f"row_statistics takes rows whose width is a multiple of {BLOCK}, "
+                         f"got {d}")
+    mean, rstd = on_gpu_or_interpreted(functools.partial(
+        _pallas_statistics, jax.lax.stop_gradient(x).reshape(-1, n, d), float(eps)), interpret)
+    return tuple(jax.lax.stop_gradient(s.reshape(*lead, n)) for s in (mean, rstd))
+
+
+def row_columns(refs, rows, real):
+    """Per-row float32 vectors (statistics, keep) of a block of rows as [rows, 1] columns (None
+    for an absent ref)."""
+    mask = None if real is None else real[:, 0]
+    return [None if ref is None else masked_load(ref.at[rows], mask)[:, None] for ref in refs]
+
+
+def normalise(x, mean, rstd, keep, scale, bias):
+    """A kernel's block of x̂ = keep ⊙ LN(x) — :func:`layer_norm`'s maths on [rows, cols] with
+    the rows' statistics and keep [rows, 1] (keep None: all real) and the columns' float32
+    scale and bias [1, cols] — in x's dtype, as the XLA path rounds it."""
+    normed = (x.astype(F32) - mean) * (rstd * scale) + bias
+    if keep is not None:
+        normed = jnp.where(keep != 0, normed, 0.0)
+    return normed.astype(x.dtype)
+
+
+def _compression_kernel(*refs, n, d_k, has_keep, pair):
+    """One program: the [ROWS_K, 128] tile of E1·x̂ (and E2·x̂) over one split's rows of the
+    sequence, in float32. Rows of x past n load as zeros (and, with their statistics and keep
+    zero, normalise to the bias); E's columns past n and rows past d_k load as zeros, so those
+    rows add nothing."""
+    refs = list(refs)
+    x_ref, mean_ref, rstd_ref = refs[:3]
+    keep_ref = refs[3] if has_keep else None
+    scale_ref, bias_ref, *rest = refs[3 + has_keep:]
+    e_refs, out_refs = rest[:1 + pair], rest[1 + pair:]
+    rows_k, chunk = e_refs[0].shape
+    # program ids read outside the loop: the interpreter cannot lower them inside it
+    first = pl.program_id(2) * chunk
+    real_k = real_rows(pl.program_id(1) * rows_k, rows_k, d_k) if d_k % rows_k else None
+    scale, bias = scale_ref[...], bias_ref[...]                      # [1, 128] float32
+
+    def step(i, accs):
+        rows = block_slice(i, STEP)
+        start = first + i * STEP
+        real = real_rows(start, STEP, n)                             # [STEP, 1]
+        normed = normalise(masked_load(x_ref.at[rows, :], real),
+                           *row_columns((mean_ref, rstd_ref, keep_ref), rows, real), scale, bias)
+        columns = start + jax.lax.broadcasted_iota(jnp.int32, (1, STEP), 1) < n
+        mask = columns if real_k is None else real_k & columns
+        return tuple(acc + dot(plgpu.load(e_ref.at[:, rows], mask=mask, other=0)
+                               .astype(x_ref.dtype), normed)
+                     for acc, e_ref in zip(accs, e_refs))
+
+    accs = jax.lax.fori_loop(0, chunk // STEP, step,
+                             tuple(jnp.zeros((rows_k, BLOCK), F32) for _ in e_refs))
+    for acc, out_ref in zip(accs, out_refs):
+        plgpu.store(out_ref, acc, mask=real_k)
+
+
+def split_rows(n: int, d: int, d_k: int, batch: int, splits: int | None = None) -> tuple[int, int]:
+    """(rows per split, splits) of the compression: ``splits`` (default: as many as keep the
+    programs within :data:`PROGRAMS`, each split at least :data:`MIN_STEPS` steps) of whole
+    steps; the last split's rows past n are masked."""
+    if splits is None:   # rounded down: all programs in one wave of two per SM
+        programs = d // BLOCK * pl.cdiv(d_k, ROWS_K) * batch
+        splits = min(max(1, PROGRAMS // programs), max(1, n // (MIN_STEPS * STEP)))
+    rows = round_up(pl.cdiv(n, max(1, splits)), STEP)
+    return rows, pl.cdiv(n, rows)
+
+
+def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, *, interpret):
+    """Float32 partials [splits, b, d_k, d] of E1·x̂ (and of E2·x̂)."""
+    b, n, d = x.shape
+    d_k = e1.shape[0]
+    chunk, splits = split_rows(n, d, d_k, b, splits)
+    e_refs = [e1] if e2 is None else [e1, e2]
+    rows = pl.BlockSpec((pl.squeezed, chunk), lambda j, k, s, i: (i, s))
+    column = pl.BlockSpec((1, BLOCK), lambda j, k, s, i: (0, j))
+    specs = [pl.BlockSpec((pl.squeezed, chunk, BLOCK), lambda j, k, s, i: (i, s, j)), rows, rows,
+             *([rows] if keep is not None else []), column, column,
+             *[pl.BlockSpec((ROWS_K, chunk), lambda j, k, s, i: (k, s))] * len(e_refs)]
+    operands = [x, mean, rstd, *([keep] if keep is not None else []),
+                scale.astype(F32)[None, :], bias.astype(F32)[None, :], *e_refs]
+    out = pl.BlockSpec((pl.squeezed, pl.squeezed, ROWS_K, BLOCK), lambda j, k, s, i: (s, i, k, j))
+    return pl.pallas_call(
+        functools.partial(_compression_kernel, n=n, d_k=d_k, has_keep=keep is not None,
+                          pair=e2 is not None),
+        out_shape=[jax.ShapeDtypeStruct((splits, b, d_k, d), F32)] * len(e_refs),
+        grid=(d // BLOCK, pl.cdiv(d_k, ROWS_K), splits, b), in_specs=specs,
+        out_specs=[out] * len(e_refs),
+        compiler_params=plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=NUM_STAGES),
+        interpret=interpret, name="flurka_normalised_compression")(*operands)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
+def _fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, interpret):
+    partials = on_gpu_or_interpreted(functools.partial(
+        _pallas_compression, x, keep, scale, bias, e1, e2, mean, rstd, splits), interpret)
+    return tuple(p.sum(axis=0).astype(x.dtype) for p in partials)
+
+
+def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, interpret):
+    return (_fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, interpret),
+            (x, keep, scale, bias, e1, e2, mean, rstd))
+
+
+def _fused_bwd(eps, splits, interpret, saved, g):
+    """The XLA path's gradient, recomputed from x (statistics and keep: constants)."""
+    x, keep, scale, bias, e1, e2, mean, rstd = saved
+
+    def reference(x, scale, bias, e1, e2):
+        out = reference_normalised_compression(x, keep, scale, bias, e1, e2, eps=eps)
+        return out[:1] if e2 is None else out
+
+    _, vjp = jax.vjp(reference, x, scale, bias, e1, e2)
+    dx, dscale, dbias, de1, de2 = vjp(tuple(g))
+    return (dx, None if keep is None else jnp.zeros_like(keep), dscale, dbias, de1, de2,
+            jnp.zeros_like(mean), jnp.zeros_like(rstd))
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None, splits=None,
+                           interpret=False):
+    """(E1·x̂, E2·x̂) with x̂ = keep ⊙ LN(x), as one Pallas kernel (x̂ never reaches memory).
+    x [b, n, d] in the compute dtype (d a multiple of 128); ``keep`` [b, n] (bool or float: rows
+    where it is 0 are padding) or None (all real); ``scale``/``bias`` [d]; e1, e2 [d_k, ≥ n] as
+    stored (the kernel reads their first n columns; e2 None: one E for both, returned twice);
+    ``stats``: (mean, rstd) from :func:`row_statistics` where the caller has them, else computed
+    here; ``splits``: how many ranges of the sequence the programs split (default: enough
+    programs for the card). Differentiable in x, scale, bias, e1 and e2 (the XLA path's vjp,
+    recomputed). (x1, x2) [b, d_k, d] in x's dtype."""
+    b, n, d = x.shape
+    if d % BLOCK:
+        raise ValueError(f"normalised_compression takes a d_model that is a multiple of {BLOCK}, "
+                         f"got {d}")
+    for e in (e1, e2):
+        if e is not None and (e.ndim != 2 or e.shape[1] < n):
+            raise ValueError(f"normalised_compression takes E [d_k, >= n={n}], got "
+                             f"{e.shape}")
+    if stats is None:
+        stats = row_statistics(x, eps=eps, interpret=interpret)
+    mean, rstd = (jax.lax.stop_gradient(s.astype(F32)) for s in stats)
+    if keep is not None:
+        keep = jax.lax.stop_gradient((keep != 0).astype(F32))
+    out = _fused(x, keep, scale, bias, e1, e2, mean, rstd, float(eps), splits, interpret)
+    return out[0], out[-1]

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, PROJECTABLE, make_attention
+from flurka.attention import (
+    ALIGNABLE, FUSABLE, LOW_RANK, MECHANISMS, PROJECTABLE, make_attention)
 from flurka.attention.fused import Tiling, use_tiling
 from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
 from flurka.speed.configs import Point, points
@@ -315,11 +316,16 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
         cases += [(m, "bfloat16", {"fused": True, **WIDE}) for m in mechanisms if m in FUSABLE]
         cases += [(m, d, {"fused": True, "fused_projections": True, "d_model": 256})
                   for m in mechanisms if m in PROJECTABLE for d in ("float32", "bfloat16")]
+        # ... and the low-rank ones handed the block's LayerNorm (fused into their kernels)
+        cases += [(m, d, {"fused": True, "fused_projections": True, "d_model": 256,
+                          "norm": True})
+                  for m in mechanisms if m in PROJECTABLE and m in LOW_RANK
+                  for d in ("float32", "bfloat16")]
     for mech, dtype, extra in cases:
         t0 = time.monotonic()
         try:
             shape = {k: v for k, v in extra.items() if k in WIDE}
-            options = {k: v for k, v in extra.items() if k not in WIDE}
+            options = {k: v for k, v in extra.items() if k not in WIDE and k != "norm"}
             width = shape.get("d_model", d_model - 8 if "align" in extra else d_model)
             sizes = dict(d_model=width, num_heads=shape.get("num_heads", num_heads),
                          max_len=seq_len)
@@ -327,19 +333,26 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
                           num_features=shape.get("num_features", 64 if fused else 60))
             layer = make_attention(mech, **sizes, **kernel, rngs=nnx.Rngs(0),
                                    dtype=jnp.dtype(dtype), **options)
-            graphdef, state = nnx.split(layer)
+            norm = _layer_norm(width) if extra.get("norm") else None
+            graphdef, state = nnx.split((layer, norm))
 
             def apply(state, x, mask, graphdef=graphdef):
-                return nnx.merge(graphdef, state)(x, mask=mask).astype(jnp.float32)
+                layer, norm = nnx.merge(graphdef, state)
+                return layer(x, mask=mask, norm=norm).astype(jnp.float32)
 
             got = np.asarray(jax.jit(apply)(state, x[..., :width].astype(dtype), mask))
             ref_mech = "full" if mech == "flash" else mech
             ref_layer = (make_attention("full", **sizes, rngs=nnx.Rngs(0)) if mech == "flash"
                          else make_attention(mech, **sizes, **kernel, rngs=nnx.Rngs(0))
                          if extra else layer)
-            rg, rs = nnx.split(ref_layer)
+            rg, rs = nnx.split((ref_layer, norm))
+
+            def reference(state, x, mask, graphdef=rg):
+                layer, norm = nnx.merge(graphdef, state)
+                return layer(x if norm is None else norm(x), mask=mask)
+
             with jax.default_device(cpu):
-                ref = np.asarray(jax.jit(lambda s, x, m: nnx.merge(rg, s)(x, mask=m))(
+                ref = np.asarray(jax.jit(reference)(
                     jax.device_put(rs, cpu), jax.device_put(x[..., :width], cpu),
                     jax.device_put(mask, cpu)))
             keep = np.asarray(mask)[..., None]
@@ -348,7 +361,7 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
                          "reference": f"{ref_mech} cpu f32",
                          "implementation": getattr(layer, "implementation", None),
                          "rel_err": err, "finite": bool(np.isfinite(got).all())})
-            if extra and mech != "flash":  # the aligned / fused (backward kernel) gradients too
+            if extra and mech != "flash" and norm is None:  # aligned / fused: gradients too
                 rows[-1]["grad_rel_err"] = _grad_error(layer, ref_layer, x[..., :width], mask,
                                                        dtype, cpu)
         except Exception as exc:  # noqa: BLE001 - a failed check is a result
@@ -386,6 +399,15 @@ def check_ffn_on_card(seq_len: int = 1000, d_model: int = 512, d_ff: int = 512) 
             rows.append({"mechanism": "fused_ffn", "dtype": dtype, "error": repr(exc)[:500]})
         print(f"check ({time.monotonic() - t0:.1f} s)", rows[-1], flush=True)
     return rows
+
+
+def _layer_norm(width: int) -> nnx.LayerNorm:
+    """A LayerNorm with scale and bias away from 1 and 0 (the block's, handed to a layer)."""
+    norm = nnx.LayerNorm(width, rngs=nnx.Rngs(0))
+    keys = jax.random.split(jax.random.key(13))
+    norm.scale[...] = 1.0 + 0.3 * jax.random.normal(keys[0], (width,))
+    norm.bias[...] = 0.3 * jax.random.normal(keys[1], (width,))
+    return norm
 
 
 # The fused check's wide case: the N-sweep's head dim and feature count on one head.

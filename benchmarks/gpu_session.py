@@ -29,12 +29,13 @@ from flax import nnx
 from flurka.attention import (
     ALIGNABLE, FUSABLE, LOW_RANK, MECHANISMS, PROJECTABLE, make_attention)
 from flurka.attention.fused import Tiling, use_tiling
+from flurka.attention.fused_compress import CompressTiling, use_compress_tiling
 from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
 from flurka.speed.configs import Point, points
 from flurka.speed.profile import brief
 from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
                                  write_json)
-from flurka.speed.tuning import tune_ffn, tune_fused
+from flurka.speed.tuning import tune_compression, tune_ffn, tune_fused
 
 # Within a block: the paper's subjects first, the quadratic baselines (slow, memory-hungry) last.
 ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flurka-eva", "eva",
@@ -253,7 +254,6 @@ SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "x_w flash padded [52608,512]@[512,512]": ((52608, 512), (512, 512)),
 }
 
-
 def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 10, chain: int = 10) -> list[dict]:
     """Achieved FLOP/s of each product in ``probes`` (bf16 operands unless the name says f32),
     ``chain`` products per timed call (:func:`flurka.speed.ceilings.product_rate`): the third
@@ -267,7 +267,6 @@ def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 10, chain: int = 10
         print(f"probe {name}: {rate['median_s'] * 1e3:.3f} ms, "
               f"{rate['flops_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
     return rows
-
 
 def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
     """(index in the sweep's full point list, point) of one block, in :data:`ORDER`. A block
@@ -287,7 +286,6 @@ def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
                                                   fused_projections=fused_projections))
               if all(getattr(p, k) in v for k, v in where.items())]
     return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
-
 
 def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
                   mechanisms=MECHANISMS, align: int = 1, fused: bool = False) -> list[dict]:
@@ -370,7 +368,6 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
         print(f"check ({time.monotonic() - t0:.1f} s)", rows[-1], flush=True)
     return rows
 
-
 def check_ffn_on_card(seq_len: int = 1000, d_model: int = 512, d_ff: int = 512) -> list[dict]:
     """The fused FFN block (:mod:`flurka.models.fused_ffn`; on a GPU its Triton kernels) on the
     default device, float32 and bf16, against the XLA path on the host CPU in float32, at the
@@ -400,7 +397,6 @@ def check_ffn_on_card(seq_len: int = 1000, d_model: int = 512, d_ff: int = 512) 
         print(f"check ({time.monotonic() - t0:.1f} s)", rows[-1], flush=True)
     return rows
 
-
 def _layer_norm(width: int) -> nnx.LayerNorm:
     """A LayerNorm with scale and bias away from 1 and 0 (the block's, handed to a layer)."""
     norm = nnx.LayerNorm(width, rngs=nnx.Rngs(0))
@@ -409,10 +405,8 @@ def _layer_norm(width: int) -> nnx.LayerNorm:
     norm.bias[...] = 0.3 * jax.random.normal(keys[1], (width,))
     return norm
 
-
 # The fused check's wide case: the N-sweep's head dim and feature count on one head.
 WIDE = {"d_model": 325, "num_heads": 1, "num_features": 325}
-
 
 def _grad_error(layer, ref_layer, x, mask, dtype, cpu) -> float:
     """Largest relative error (norm) over the parameter gradients of Σ sin(out) on this device
@@ -435,7 +429,6 @@ def _grad_error(layer, ref_layer, x, mask, dtype, cpu) -> float:
     floor = 1e-3 * float(np.sqrt(sum(np.sum(r ** 2) for r in ref)))
     return max(float(np.linalg.norm(g - r) / max(np.linalg.norm(r), floor))
                for g, r in zip(got, ref))
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -463,7 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="before the plan's first fused point, time a grid of launch shapes "
                              "of the fused kernels at the flash comparison's size and build the "
                              "fused layers with the fastest (fused_tuning.json); before its first "
-                             "fused FFN point the same for the FFN block (ffn_tuning.json)")
+                             "fused FFN point the same for the FFN block (ffn_tuning.json), and "
+                             "before its first point with fused projections for the fused "
+                             "LayerNorm + compression (compress_tuning.json)")
     parser.add_argument("--tiny", action="store_true",
                         help="CPU dry run: four tiny points (one fused, one fused FFN)")
     parser.add_argument("--aot", choices=("h100", "h200"), default=None,
@@ -499,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = {"warmup": args.warmup, "repeats": args.repeats, "memory_budget_bytes": budget,
                 "runner": "local", "driver": "benchmarks/gpu_session.py",
                 "fused_tiling": dataclasses.asdict(Tiling()),
-                "ffn_tiling": dataclasses.asdict(FfnTiling())}
+                "ffn_tiling": dataclasses.asdict(FfnTiling()),
+                "compress_tiling": dataclasses.asdict(CompressTiling())}
     steps = [(sweep, index, point) for sweep, where in plan for index, point in planned(sweep, where)]
     with contextlib.ExitStack() as stack:
         tune = tuners(args, settings, stack, device, vers) if args.tune_fused else None
@@ -507,7 +503,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.theory_s and not args.tiny:
         theory(os.path.join(args.out, "theory.json"))
     return 0
-
 
 def compile_plan(args) -> int:
     """``--aot``: every point of the plan compiled for the target card on this host, in plan
@@ -523,11 +518,13 @@ def compile_plan(args) -> int:
                        device, os.path.join(args.out, "aot.json"))
     return 0
 
-
 def tuners(args, settings: dict, stack: contextlib.ExitStack, device, vers) -> dict:
-    """``--tune-fused``: per execution flag of a point ("fused", "fused_ffn"), what ``run_plan``
-    calls before the first point that has it: the query-side kernels' launch
-    (``fused_tuning.json``) and the fused FFN block's form and launch (``ffn_tuning.json``)."""
+    """``--tune-fused``: per execution flag of a point ("fused", "fused_ffn",
+    "fused_projections"), what ``run_plan`` calls before the first point that has it: the
+    query-side kernels' launch (``fused_tuning.json``), the fused FFN block's form and launch
+    (``ffn_tuning.json``) and the fused LayerNorm + compression's launch
+    (``compress_tuning.json``: the low-rank layers with projections take the block's LayerNorm
+    into it)."""
     return {
         "fused": _tuner(lambda: tune_fused(**(TINY_TUNING if args.tiny else {})), use_tiling,
                         Tiling, "fused_tiling", os.path.join(args.out, "fused_tuning.json"),
@@ -535,8 +532,11 @@ def tuners(args, settings: dict, stack: contextlib.ExitStack, device, vers) -> d
         "fused_ffn": _tuner(lambda: tune_ffn(**(TINY_FFN_TUNING if args.tiny else {})),
                             use_ffn_tiling, FfnTiling, "ffn_tiling",
                             os.path.join(args.out, "ffn_tuning.json"), settings, stack, device,
-                            vers)}
-
+                            vers),
+        "fused_projections": _tuner(
+            lambda: tune_compression(**(TINY_COMPRESS_TUNING if args.tiny else {})),
+            use_compress_tiling, CompressTiling, "compress_tiling",
+            os.path.join(args.out, "compress_tuning.json"), settings, stack, device, vers)}
 
 def _tuner(run, use, tiling, key: str, path: str, settings: dict, stack: contextlib.ExitStack,
            device, vers):
@@ -556,7 +556,6 @@ def _tuner(run, use, tiling, key: str, path: str, settings: dict, stack: context
               + (f" (tuning failed: {tuning['error'][:200]})" if "error" in tuning else ""),
               flush=True)
     return tune
-
 
 def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers,
              tuners=None) -> None:
@@ -593,13 +592,13 @@ def run_plan(steps, args, start, deadline, ceilings, settings, budget, device, v
     else:
         print(f"plan done in {time.monotonic() - start:.0f} s", flush=True)
 
-
-# --tiny: the XLA points, then a fused one and a fused FFN one (Pallas's interpreter), to
-# dry-run the path.
+# --tiny: the XLA points, then a fused one, a fused FFN one and the whole fused block (Pallas's
+# interpreter), to dry-run the path.
 TINY_PLAN = [("tiny", {"mechanism": {"rnn", "flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"}}),
              ("tiny", {"mechanism": {"flurka-rnn"}, "mode": {"forward"}, "scope": {"layer"},
                        "fused": {True}}),
-             ("tiny-ffn", {"fused_ffn": {True}})]
+             ("tiny-ffn", {"fused_ffn": {True}}),
+             ("tiny-ffn", {"fused_ffn": {True}, "fused": {True}, "fused_projections": {True}})]
 
 # --tune-fused --tiny: a CPU-sized grid (Pallas's interpreter), to dry-run the path.
 TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dtype=jnp.float32,
@@ -609,13 +608,13 @@ TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dt
                    warmup=0, repeats=1)
 TINY_FFN_TUNING = dict(rows=64, d_model=128, d_ff=128, dtype=jnp.float32,
                        grid=[(1, 64, 8, 1)], warmup=0, repeats=1)
-
+TINY_COMPRESS_TUNING = dict(seq_len=64, d_model=128, d_k=16, dtype=jnp.float32,
+                            grid=[(16, 16, 4, 1)], warmup=0, repeats=1)
 
 # Theorem 1's approximation errors and Fig. 1's ranks at sizes a GPU makes cheap: N = 2048,
 # d_model 256, 4 heads, d_k up to N/2, m up to 256 (the CPU runs use N = 1024 and less).
 THEORY_ARGS = ["--seq-len", "2048", "--d-model", "256", "--heads", "4",
                "--d-k", "64,128,256,512,1024", "--features", "16,32,64,128,256", "--seeds", "0,1"]
-
 
 def theory(out: str) -> None:
     """``python -m flurka.speed.theory`` with :data:`THEORY_ARGS` on the card
@@ -624,7 +623,6 @@ def theory(out: str) -> None:
     t0 = time.monotonic()
     status = theory_cli.main([*THEORY_ARGS, "--out", out])
     print(f"theory: exit {status} in {time.monotonic() - t0:.0f} s -> {out}", flush=True)
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -143,10 +143,15 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert all(r["profile"]["steps"] == 1 and r["profile"]["by_kind"] for r in tiny["results"])
     ffn = json.loads((tmp_path / "tiny-ffn.json").read_text())["results"]
     ffn_tuning = json.loads((tmp_path / "ffn_tuning.json").read_text())  # before that point
-    assert [(r["mechanism"], r["scope"], r["fused_ffn"], r["status"]) for r in ffn] == [
-        ("flurka-rnn", "model", True, "ok")]
+    assert [(r["mechanism"], r["scope"], r["fused_ffn"], r["fused_projections"], r["status"])
+            for r in ffn] == [("flurka-rnn", "model", True, False, "ok"),
+                              ("flurka-rnn", "model", True, True, "ok")]  # the whole fused block
     assert [r["tiling"]["kernels"] for r in ffn_tuning["rows"]] == [2, 1]   # default, the grid
     assert ffn[0]["ffn_tiling"] == ffn_tuning["best"] != tiny["results"][-1].get("ffn_tiling")
+    compress = json.loads((tmp_path / "compress_tuning.json").read_text())  # before the last
+    assert [r["status"] for r in compress["rows"]] == ["ok", "ok"]          # default, the grid
+    assert json.loads((tmp_path / "tiny-ffn.json").read_text())["settings"][
+        "compress_tiling"] == compress["best"]
     tuning = json.loads((tmp_path / "fused_tuning.json").read_text())   # --tune-fused
     ran = [r for r in tuning["rows"] if r["status"] == "ok"]
     assert [r["stage"] for r in ran] == ["forward"] * 3 + ["gradient"] * 2 + ["wide"] * 2
@@ -161,6 +166,9 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert log.index(" rnn forward") < tuned < log.index("flurka-rnn forward", tuned)
     ffn_tuned = log.index("ffn_tiling in")          # the FFN's, at the first fused FFN point
     assert log.index("flurka-rnn forward", tuned) < ffn_tuned < log.index("] tiny-ffn", ffn_tuned)
+    compress_tuned = log.index("compress_tiling in")   # at the first point with projections
+    assert log.index("] tiny-ffn", ffn_tuned) < compress_tuned < log.index("] tiny-ffn",
+                                                                           compress_tuned)
 
 
 def test_shape_probes_count_each_products_flops():

@@ -8,8 +8,8 @@ on E1·x̂ and E2·x̂ (E1, E2 [1024, N] bf16 = 2 passes each, x̂ read twice). 
 
 * :func:`row_statistics`: each row's mean and 1/σ (flax's maths) in one kernel reading x once;
 * :func:`normalised_compression`: a split-N GEMM whose B operand's prologue is the LayerNorm —
-  each program loads a [STEP, 128] tile of x, normalises it (float32, rounded to x's dtype and
-  masked as the XLA path's x̂ is) and multiplies it into E1's and E2's [ROWS_K, STEP] tiles, so
+  each program loads a [step, 128] tile of x, normalises it (float32, rounded to x's dtype and
+  masked as the XLA path's x̂ is) and multiplies it into E1's and E2's [rows_k, step] tiles, so
   x̂ never reaches memory: it reads x, E1 and E2 once and writes float32 partials
   [splits, b, d_k, d] that XLA sums (splits: enough programs for ~2 per SM of a 132-SM card).
   E is passed as stored ([d_k, max_len]): the kernel reads only its first n columns (a slice
@@ -23,7 +23,7 @@ compute-dtype operands with float32 accumulation), whose vjp is the gradient (re
 as :mod:`flurka.models.fused_ffn` does; no backward kernel). Pallas's Triton backend on GPU, its
 interpreter elsewhere (CPU tests).
 
-Launch: :data:`ROWS_K` and below (ptxas's numbers for the options tried). At the flash
+Launch: :class:`CompressTiling` and below (ptxas's numbers for the options tried). At the flash
 comparison's size (bf16, keep given, batch 1) XLA plans 522 MB for this step (489 MB with
 split-K off: its LayerNorm as one two-moment reduction, a select writing x̂, two GEMMs each
 reading x̂ and E); these kernels plan 360 MB (statistics 54.3, compression 286.8: x, E1, E2,
@@ -42,13 +42,13 @@ from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32, compress, round_up, zero_padding
 from flurka.attention.fused import (
-    BLOCK, block_slice, dot, masked_load, on_gpu_or_interpreted, program_rows, real_rows)
+    BLOCK, TilingScope, block_slice, dot, masked_load, on_gpu_or_interpreted, program_rows, real_rows)
 
 Array = jax.Array
 
 # The compression's launch (none of it changes the result). By ptxas for sm_90 at the flash
 # comparison's size (N = 52 608, d = 512, d_k = 1024, bf16, E1 and E2, keep given), as
-# (ROWS_K, STEP, warps, stages): registers / spill / shared memory, all on the warpgroup MMA:
+# (rows_k, step, warps, stages): registers / spill / shared memory, all on the warpgroup MMA:
 #   (64, 32, 8, 4): 128 / 0 / 65 KiB (shared E: 96 regs; E float32: 128) — the default: a
 #     card's 64 K registers hold two programs of 256 threads per SM, 16 warps to hide latency;
 #   (64, 64, 4, 3): 252 / 0 / 97.5 KiB (no keep: 255, E float32: 255 — at the limit);
@@ -58,11 +58,38 @@ Array = jax.Array
 #   (128, 32, 8, 3): 200 / 0 / 73 KiB;  (128, 64, 8, 1): 241 / 0 / 64 KiB;
 #   (128, 128, 8, 2): 255 / 16 B / 193.5 KiB;  (64, 128, 4, 2): 255 / 4 B / 129.5 KiB;
 #   (64, 128, 8, 2): 200 / 0 / 129.5 KiB.
-# Which is fastest is the card's to say (none was timed).
-ROWS_K = 64           # d_k rows per program (× 128 columns of d)
-STEP = 32             # sequence rows per loop step
-NUM_WARPS = 8
-NUM_STAGES = 4
+# Which is fastest is the card's to say (none was timed): a GPU session's tuner times
+# flurka.speed.tuning.COMPRESS_GRID at the flash comparison's size first (--tune-fused).
+
+
+@dataclasses.dataclass(frozen=True)
+class CompressTiling:
+    """The compression's launch (none of it changes the result): ``rows_k`` rows of d_k per
+    program (× 128 columns of d), ``step`` sequence rows per loop step, ``num_warps``,
+    ``num_stages`` of software pipelining over the steps (ptxas's numbers above)."""
+
+    rows_k: int = 64
+    step: int = 32
+    num_warps: int = 8
+    num_stages: int = 4
+
+    def __post_init__(self):
+        for name in ("rows_k", "step"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 16 or value & (value - 1):
+                raise ValueError(f"CompressTiling.{name} must be a power of two >= 16, "
+                                 f"got {value!r}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"CompressTiling.num_warps must be 1, 2, 4, 8 or 16, "
+                             f"got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"CompressTiling.num_stages must be an int >= 1, "
+                             f"got {self.num_stages!r}")
+
+
+# Layers built inside ``use_compress_tiling(t)`` compress with t (a GPU session's tuned choice).
+_SCOPE = TilingScope(CompressTiling())
+use_compress_tiling, current_compress_tiling = _SCOPE.use, _SCOPE.current
 MIN_STEPS = 4         # fewest steps a split takes when the splits are chosen here
 PROGRAMS = 2 * 132    # programs the default splits fill: two resident per SM of a 132-SM card
 # The statistics kernel's launch: rows per program, warps, stages (a reduction, no MMA; ptxas:
@@ -197,8 +224,8 @@ def normalise(x, mean, rstd, keep, scale, bias):
     return normed.astype(x.dtype)
 
 
-def _compression_kernel(*refs, n, d_k, has_keep, pair):
-    """One program: the [ROWS_K, 128] tile of E1·x̂ (and E2·x̂) over one split's rows of the
+def _compression_kernel(*refs, n, d_k, has_keep, pair, step):
+    """One program: the [rows_k, 128] tile of E1·x̂ (and E2·x̂) over one split's rows of the
     sequence, in float32. Rows of x past n load as zeros (and, with their statistics and keep
     zero, normalise to the bias); E's columns past n and rows past d_k load as zeros, so those
     rows add nothing."""
@@ -213,72 +240,77 @@ def _compression_kernel(*refs, n, d_k, has_keep, pair):
     real_k = real_rows(pl.program_id(1) * rows_k, rows_k, d_k) if d_k % rows_k else None
     scale, bias = scale_ref[...], bias_ref[...]                      # [1, 128] float32
 
-    def step(i, accs):
-        rows = block_slice(i, STEP)
-        start = first + i * STEP
-        real = real_rows(start, STEP, n)                             # [STEP, 1]
+    def accumulate(i, accs):
+        rows = block_slice(i, step)
+        start = first + i * step
+        real = real_rows(start, step, n)                             # [step, 1]
         normed = normalise(masked_load(x_ref.at[rows, :], real),
                            *row_columns((mean_ref, rstd_ref, keep_ref), rows, real), scale, bias)
-        columns = start + jax.lax.broadcasted_iota(jnp.int32, (1, STEP), 1) < n
+        columns = start + jax.lax.broadcasted_iota(jnp.int32, (1, step), 1) < n
         mask = columns if real_k is None else real_k & columns
         return tuple(acc + dot(plgpu.load(e_ref.at[:, rows], mask=mask, other=0)
                                .astype(x_ref.dtype), normed)
                      for acc, e_ref in zip(accs, e_refs))
 
-    accs = jax.lax.fori_loop(0, chunk // STEP, step,
+    accs = jax.lax.fori_loop(0, chunk // step, accumulate,
                              tuple(jnp.zeros((rows_k, BLOCK), F32) for _ in e_refs))
     for acc, out_ref in zip(accs, out_refs):
         plgpu.store(out_ref, acc, mask=real_k)
 
 
-def split_rows(n: int, d: int, d_k: int, batch: int, splits: int | None = None) -> tuple[int, int]:
+def split_rows(n: int, d: int, d_k: int, batch: int, splits: int | None = None,
+               tiling: CompressTiling = CompressTiling()) -> tuple[int, int]:
     """(rows per split, splits) of the compression: ``splits`` (default: as many as keep the
     programs within :data:`PROGRAMS`, each split at least :data:`MIN_STEPS` steps) of whole
     steps; the last split's rows past n are masked."""
     if splits is None:   # rounded down: all programs in one wave of two per SM
-        programs = d // BLOCK * pl.cdiv(d_k, ROWS_K) * batch
-        splits = min(max(1, PROGRAMS // programs), max(1, n // (MIN_STEPS * STEP)))
-    rows = round_up(pl.cdiv(n, max(1, splits)), STEP)
+        programs = d // BLOCK * pl.cdiv(d_k, tiling.rows_k) * batch
+        splits = min(max(1, PROGRAMS // programs), max(1, n // (MIN_STEPS * tiling.step)))
+    rows = round_up(pl.cdiv(n, max(1, splits)), tiling.step)
     return rows, pl.cdiv(n, rows)
 
 
-def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, *, interpret):
+def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling, *,
+                        interpret):
     """Float32 partials [splits, b, d_k, d] of E1·x̂ (and of E2·x̂)."""
     b, n, d = x.shape
     d_k = e1.shape[0]
-    chunk, splits = split_rows(n, d, d_k, b, splits)
+    rows_k = tiling.rows_k
+    chunk, splits = split_rows(n, d, d_k, b, splits, tiling)
     e_refs = [e1] if e2 is None else [e1, e2]
     rows = pl.BlockSpec((pl.squeezed, chunk), lambda j, k, s, i: (i, s))
     column = pl.BlockSpec((1, BLOCK), lambda j, k, s, i: (0, j))
     specs = [pl.BlockSpec((pl.squeezed, chunk, BLOCK), lambda j, k, s, i: (i, s, j)), rows, rows,
              *([rows] if keep is not None else []), column, column,
-             *[pl.BlockSpec((ROWS_K, chunk), lambda j, k, s, i: (k, s))] * len(e_refs)]
+             *[pl.BlockSpec((rows_k, chunk), lambda j, k, s, i: (k, s))] * len(e_refs)]
     operands = [x, mean, rstd, *([keep] if keep is not None else []),
                 scale.astype(F32)[None, :], bias.astype(F32)[None, :], *e_refs]
-    out = pl.BlockSpec((pl.squeezed, pl.squeezed, ROWS_K, BLOCK), lambda j, k, s, i: (s, i, k, j))
+    out = pl.BlockSpec((pl.squeezed, pl.squeezed, rows_k, BLOCK), lambda j, k, s, i: (s, i, k, j))
     return pl.pallas_call(
         functools.partial(_compression_kernel, n=n, d_k=d_k, has_keep=keep is not None,
-                          pair=e2 is not None),
+                          pair=e2 is not None, step=tiling.step),
         out_shape=[jax.ShapeDtypeStruct((splits, b, d_k, d), F32)] * len(e_refs),
-        grid=(d // BLOCK, pl.cdiv(d_k, ROWS_K), splits, b), in_specs=specs,
+        grid=(d // BLOCK, pl.cdiv(d_k, rows_k), splits, b), in_specs=specs,
         out_specs=[out] * len(e_refs),
-        compiler_params=plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=NUM_STAGES),
+        compiler_params=plgpu.CompilerParams(num_warps=tiling.num_warps,
+                                             num_stages=tiling.num_stages),
         interpret=interpret, name="flurka_normalised_compression")(*operands)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
-def _fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11))
+def _fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret):
     partials = on_gpu_or_interpreted(functools.partial(
-        _pallas_compression, x, keep, scale, bias, e1, e2, mean, rstd, splits), interpret)
+        _pallas_compression, x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling),
+        interpret)
     return tuple(p.sum(axis=0).astype(x.dtype) for p in partials)
 
 
-def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, interpret):
-    return (_fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, interpret),
+def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret):
+    return (_fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret),
             (x, keep, scale, bias, e1, e2, mean, rstd))
 
 
-def _fused_bwd(eps, splits, interpret, saved, g):
+def _fused_bwd(eps, splits, tiling, interpret, saved, g):
     """The XLA path's gradient, recomputed from x (statistics and keep: constants)."""
     x, keep, scale, bias, e1, e2, mean, rstd = saved
 
@@ -296,14 +328,15 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
 def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None, splits=None,
-                           interpret=False):
+                           tiling: CompressTiling | None = None, interpret=False):
     """(E1·x̂, E2·x̂) with x̂ = keep ⊙ LN(x), as one Pallas kernel (x̂ never reaches memory).
     x [b, n, d] in the compute dtype (d a multiple of 128); ``keep`` [b, n] (bool or float: rows
     where it is 0 are padding) or None (all real); ``scale``/``bias`` [d]; e1, e2 [d_k, ≥ n] as
     stored (the kernel reads their first n columns; e2 None: one E for both, returned twice);
     ``stats``: (mean, rstd) from :func:`row_statistics` where the caller has them, else computed
     here; ``splits``: how many ranges of the sequence the programs split (default: enough
-    programs for the card). Differentiable in x, scale, bias, e1 and e2 (the XLA path's vjp,
+    programs for the card); ``tiling``: the launch (default: :func:`current_compress_tiling`,
+    when traced). Differentiable in x, scale, bias, e1 and e2 (the XLA path's vjp,
     recomputed). (x1, x2) [b, d_k, d] in x's dtype."""
     b, n, d = x.shape
     if d % BLOCK:
@@ -318,5 +351,6 @@ def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None
     mean, rstd = (jax.lax.stop_gradient(s.astype(F32)) for s in stats)
     if keep is not None:
         keep = jax.lax.stop_gradient((keep != 0).astype(F32))
-    out = _fused(x, keep, scale, bias, e1, e2, mean, rstd, float(eps), splits, interpret)
+    out = _fused(x, keep, scale, bias, e1, e2, mean, rstd, float(eps), splits,
+                 tiling or current_compress_tiling(), interpret)
     return out[0], out[-1]

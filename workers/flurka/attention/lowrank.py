@@ -26,7 +26,7 @@ from flax import nnx
 
 from flurka.attention.base import (
     check_positive_int, compress, pad_to, project_heads, round_up, zero_padding)
-from flurka.attention.fused_compress import normalised_compression
+from flurka.attention.fused_compress import current_compress_tiling, normalised_compression
 
 Array = jax.Array
 SHARINGS = ("headwise", "kv", "none")
@@ -87,6 +87,7 @@ class LowRankKV:
             raise ValueError(f"{self.mechanism}: shared seq_proj has max_len={seq_proj.max_len} "
                              f"< layer max_len={self.max_len}")
         self.seq_proj = seq_proj
+        self.compress_tiling = current_compress_tiling()   # the fused compression's launch
 
     def low_rank_qkv(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array]:
         """Q, K', V' (:meth:`low_rank_kv`) from the layer's input. Its padded rows are zeroed
@@ -118,7 +119,8 @@ class LowRankKV:
             e2 = self.seq_proj.e2
             x1, x2 = normalised_compression(
                 x, norm.keep, norm.scale, norm.bias, self.seq_proj.e1[...],
-                None if e2 is None else e2[...], eps=norm.eps, stats=(norm.mean, norm.rstd))
+                None if e2 is None else e2[...], eps=norm.eps, stats=(norm.mean, norm.rstd),
+                tiling=self.compress_tiling)
             return self.heads(self.key, x1), self.heads(self.value, x2)
         e1, e2 = (self.aligned_e(e, x.shape[1]) for e in self.seq_proj.matrices(x.shape[1]))
         x1 = self.aligned_rows(compress(e1, x))

@@ -13,7 +13,10 @@ stage's candidates are timed side by side (every candidate once per round), not 
 another: on the H200 the default, timed first, read 10–15 % slower than the same launch timed
 later. A candidate that fails to compile (e.g. shared memory) is a row with its error, not a crash.
 :func:`tune_ffn` does the same for the fused FFN block (:class:`flurka.models.fused_ffn.FfnTiling`:
-two kernels or one, and their launch) at the flash comparison's size, forward.
+two kernels or one, and their launch) at the flash comparison's size, forward; and
+:func:`tune_compression` for the fused LayerNorm + compression
+(:class:`flurka.attention.fused_compress.CompressTiling`), the largest GEMM of a fused low-rank
+layer there (E1·x̂ and E2·x̂: 110 of its ~235 GFLOP).
 JAX alone, like the rest of :mod:`flurka.speed`.
 """
 
@@ -28,6 +31,8 @@ import jax.numpy as jnp
 from flurka.attention.feature_maps import (
     elu_features, favor_features, gaussian_orthogonal_matrix, key_side)
 from flurka.attention.fused import FEATURES, Tiling, fused_query_side
+from flurka.attention.fused_compress import (
+    CompressTiling, normalised_compression, row_statistics)
 from flurka.models.fused_ffn import FfnTiling, fused_ffn_block
 from flurka.speed.timing import random_normal, time_interleaved
 
@@ -51,6 +56,11 @@ WIDE_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, num_features=325, d_k=15
 # 104 B), at the flash comparison's FFN (the padded batch: 52 608 rows).
 FFN_GRID = ((2, 128, 8, 2), (2, 64, 8, 3), (1, 64, 8, 1), (1, 64, 8, 2))
 FFN_SIZE = dict(rows=52_608, d_model=512, d_ff=512, dtype=jnp.bfloat16)
+# The fused LayerNorm + compression's (rows_k, step, num_warps, num_stages): spill-free on sm_90
+# at COMPRESS_SIZE (CompressTiling's comment: 128–252 registers), from two 8-warp programs per SM
+# to one 4-warp program with deeper rows — at the flash comparison's layer (padded batch).
+COMPRESS_GRID = ((64, 64, 4, 2), (64, 32, 4, 3), (64, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3))
+COMPRESS_SIZE = dict(batch=1, seq_len=52_608, d_model=512, d_k=1024, dtype=jnp.bfloat16)
 
 
 def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_dim: int,
@@ -171,13 +181,49 @@ def tune_ffn(*, grid: Sequence[tuple] = FFN_GRID, warmup: int = 2, repeats: int 
     timed = time_interleaved(
         {i: (jax.jit(lambda *a, t=t: fused_ffn_block(*a, eps=1e-6, tiling=t)), args)
          for i, t in enumerate(tilings)}, warmup=warmup, repeats=repeats)
-    rows = [{"stage": "ffn", "tiling": dataclasses.asdict(t), "status": timed[i]["status"],
+    return _tuned("ffn", tilings, timed, size, FfnTiling())
+
+
+def compress_inputs(*, batch: int, seq_len: int, d_model: int, d_k: int, dtype: Any) -> tuple:
+    """(x, keep, LayerNorm scale and bias, E1, E2) as a fused low-rank layer hands them over:
+    x the block's input (un-normalised), E as stored ([d_k, N]), a sequence's last 10 % padded."""
+    keys = jax.random.split(jax.random.key(0), 5)
+    x = random_normal(keys[0], (batch, seq_len, d_model), dtype)
+    keep = jnp.arange(seq_len)[None, :] < jnp.full((batch, 1), seq_len - seq_len // 10)
+    scale, bias = (random_normal(k, (d_model,), jnp.float32) for k in keys[1:3])
+    e1, e2 = (random_normal(k, (d_k, seq_len), dtype) for k in keys[3:])
+    return x, keep, 1.0 + 0.1 * scale, 0.1 * bias, e1, e2
+
+
+def tune_compression(*, grid: Sequence[tuple] = COMPRESS_GRID, warmup: int = 2,
+                     repeats: int = 10, **size) -> dict[str, Any]:
+    """The fused LayerNorm + compression (its statistics given, as a layer computes them once)
+    at :data:`COMPRESS_SIZE` (or the keys of it given) under the default
+    :class:`CompressTiling` and each of ``grid``, timed side by side; ``{"rows": [...],
+    "best": CompressTiling as dict, "default": ...}``."""
+    size = {**COMPRESS_SIZE, **size}
+    x, keep, scale, bias, e1, e2 = compress_inputs(**size)
+    stats = row_statistics(x, eps=1e-6)
+    tilings = [CompressTiling()]
+    tilings += [t for t in (CompressTiling(*g) for g in grid) if t not in tilings]
+    timed = time_interleaved(
+        {i: (jax.jit(lambda *a, t=t: normalised_compression(*a, eps=1e-6, stats=stats,
+                                                            tiling=t)),
+             (x, keep, scale, bias, e1, e2)) for i, t in enumerate(tilings)},
+        warmup=warmup, repeats=repeats)
+    return _tuned("compression", tilings, timed, size, CompressTiling())
+
+
+def _tuned(stage: str, tilings: list, timed: dict, size: dict, default) -> dict[str, Any]:
+    """A side-by-side timing's rows and its fastest candidate (a failed candidate: its row's
+    error; none ran: an error)."""
+    rows = [{"stage": stage, "tiling": dataclasses.asdict(t), "status": timed[i]["status"],
              **({"median_s": timed[i]["median_s"]} if timed[i]["status"] == "ok"
                 else {"error": timed[i].get("error")})} for i, t in enumerate(tilings)]
     ok = [r for r in rows if r["status"] == "ok"]
     if not ok:
-        raise RuntimeError(f"no FFN tiling ran: {rows[0].get('error')}")
-    return {"size": _named(size), "rows": rows, "default": dataclasses.asdict(FfnTiling()),
+        raise RuntimeError(f"no {stage} tiling ran: {rows[0].get('error')}")
+    return {"size": _named(size), "rows": rows, "default": dataclasses.asdict(default),
             "best": min(ok, key=lambda r: r["median_s"])["tiling"]}
 
 

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from flurka.attention.fused_compress import (
-    normalised_compression, reference_normalised_compression, row_statistics,
-    split_rows)
+    normalised_compression, normalised_mean, reference_normalised_compression,
+    reference_normalised_mean, row_statistics, split_rows)
 
 EPS = 1e-6
 REPO = Path(__file__).resolve().parents[2]
@@ -133,6 +133,41 @@ def test_the_gradient_matches_float64_finite_differences():
                    zip(_compression_64(*plus), _compression_64(*minus), weights)) / (2 * step)
         got = float(np.sum(np.asarray(grad, np.float64) * direction))
         assert abs(got - want) <= 1e-4 * abs(want) + 1e-4, (i, got, want)
+
+
+def _real_mean_64(x, keep, scale, bias):
+    """x̂ = LayerNorm(x)'s mean over the rows keep marks, float64 [b, d]."""
+    mean, rstd = _moments_64(x)
+    normed = (x - mean[..., None]) * rstd[..., None] * scale + bias
+    return np.einsum("bnd,bn->bd", normed, keep) / keep.sum(1)[:, None]
+
+
+def test_the_real_rows_mean_comes_from_the_statistics_pass_with_its_gradient():
+    """flurka-eva's q̄ input: the statistics kernel's Σ keep·(x − μ)·r (150 rows in 64-row
+    programs, the second sequence padded) turned into x̂'s mean over the real rows against the
+    float64 formula; its gradient (the XLA path's, recomputed: through the statistics too)
+    against central differences of that formula."""
+    x, keep, scale, bias = _operands(6, d=128)[:4]
+    xf, kf, sf, bf = _f32([x, keep, scale, bias])
+    stats = row_statistics(xf, eps=EPS, keep=kf, with_sum=True)
+    assert stats[2].shape == (2, 128)
+    got = normalised_mean(xf, kf, sf, bf, stats[2], EPS)
+    assert _rel(got, _real_mean_64(x, keep, scale, bias)) < 2e-6
+    assert _rel(reference_normalised_mean(xf, kf, sf, bf, eps=EPS),
+                _real_mean_64(x, keep, scale, bias)) < 2e-6
+    rng = np.random.default_rng(7)
+    weights = rng.normal(size=(2, 128))
+    grads = jax.grad(lambda x, s, b: jnp.sum(normalised_mean(x, kf, s, b, stats[2], EPS)
+                                             * weights), argnums=(0, 1, 2))(xf, sf, bf)
+    ops = [x, scale, bias]
+    for i, grad in enumerate(grads):
+        direction = rng.normal(size=ops[i].shape)
+        plus, minus = list(ops), list(ops)
+        plus[i], minus[i] = ops[i] + 1e-5 * direction, ops[i] - 1e-5 * direction
+        want = np.sum((_real_mean_64(plus[0], keep, *plus[1:])
+                       - _real_mean_64(minus[0], keep, *minus[1:])) * weights) / 2e-5
+        got = float(np.sum(np.asarray(grad, np.float64) * direction))
+        assert abs(got - want) <= 1e-4 * abs(want) + 1e-5, (i, got, want)
 
 
 def _triton_calls(fn, *specs):

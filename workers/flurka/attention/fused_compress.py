@@ -42,7 +42,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32, compress, round_up, zero_padding
 from flurka.attention.fused import (
-    BLOCK, TilingScope, block_slice, dot, masked_load, on_gpu_or_interpreted, program_rows, real_rows)
+    BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted, program_rows, real_rows)
 
 Array = jax.Array
 
@@ -105,7 +105,8 @@ class PreNorm:
     ``fuses_norm``): its parameters, x's row statistics (:func:`row_statistics`, one pass) and
     the keep mask, with which the kernels normalise x as they load it — the compression
     (:func:`normalised_compression`) and the projected query side
-    (:mod:`flurka.attention.fused_layer`) — so x̂ never reaches memory."""
+    (:mod:`flurka.attention.fused_layer`) — so x̂ never reaches memory. ``standardised_sum``
+    (``with_sum``): what :meth:`real_mean` takes, from the same pass."""
 
     scale: Array
     bias: Array
@@ -113,16 +114,19 @@ class PreNorm:
     mean: Array
     rstd: Array
     keep: Array | None
+    standardised_sum: Array | None = None
 
     @classmethod
-    def of(cls, norm, x: Array, mask: Array | None, *, interpret: bool = False) -> "PreNorm":
+    def of(cls, norm, x: Array, mask: Array | None, *, with_sum: bool = False,
+           interpret: bool = False) -> "PreNorm":
         """``norm`` (an ``nnx.LayerNorm``) for x [b, n, d], mask [b, n] bool or None."""
         d = x.shape[-1]
         scale = jnp.ones(d, F32) if norm.scale is None else norm.scale[...]
         bias = jnp.zeros(d, F32) if norm.bias is None else norm.bias[...]
-        mean, rstd = row_statistics(x, eps=norm.epsilon, interpret=interpret)
-        return cls(scale, bias, norm.epsilon, mean, rstd,
-                   None if mask is None else mask.astype(F32))
+        keep = None if mask is None else mask.astype(F32)
+        stats = row_statistics(x, eps=norm.epsilon, keep=keep, with_sum=with_sum,
+                               interpret=interpret)
+        return cls(scale, bias, norm.epsilon, *stats[:2], keep, *stats[2:])
 
     @staticmethod
     def output_dtype(norm, x: Array):
@@ -131,10 +135,16 @@ class PreNorm:
         return norm.dtype or jnp.result_type(x.dtype, *params)
 
     def apply(self, x: Array) -> Array:
-        """x̂ = keep ⊙ LN(x) the XLA way, in x's dtype (from the kept statistics)."""
-        return zero_padding(layer_norm(x, self.scale, self.bias, eps=self.eps, mean=self.mean,
-                                       rstd=self.rstd),
+        """x̂ = keep ⊙ LN(x) the XLA way, in x's dtype (its statistics recomputed: their
+        gradient too)."""
+        return zero_padding(layer_norm(x, self.scale, self.bias, eps=self.eps),
                             None if self.keep is None else self.keep != 0)
+
+    def real_mean(self, x: Array) -> Array:
+        """x̂'s mean over the real rows, float32 [b, d] (:func:`normalised_mean`; needs
+        ``with_sum``)."""
+        return normalised_mean(x, self.keep, self.scale, self.bias, self.standardised_sum,
+                               self.eps)
 
 
 def layer_norm(x, scale, bias, *, eps, mean=None, rstd=None):
@@ -163,8 +173,12 @@ def reference_normalised_compression(x, keep, scale, bias, e1, e2, *, eps):
     return x1, (x1 if e2 is None else compress(e2[:, :n], normed))
 
 
-def _statistics_kernel(x_ref, mean_ref, rstd_ref, *, eps, n):
-    """One program: mean and 1/σ of a block of rows, from a loop over x's column blocks."""
+def _statistics_kernel(x_ref, *refs, eps, n, has_keep, with_sum):
+    """One program: mean and 1/σ of a block of rows, from a loop over x's column blocks; with
+    ``with_sum`` also its rows' Σ keep·(x − mean)·rstd per column (a second pass over the rows
+    the program holds: flurka-eva's mean of x̂, for q̄)."""
+    keep_ref = refs[0] if has_keep else None
+    mean_ref, rstd_ref, *sum_ref = refs[has_keep:]
     rows, d = x_ref.shape
     real = program_rows(rows, n, axis=0)
 
@@ -179,32 +193,91 @@ def _statistics_kernel(x_ref, mean_ref, rstd_ref, *, eps, n):
     mask = None if real is None else real[:, 0]
     plgpu.store(mean_ref, mean, mask=mask)
     plgpu.store(rstd_ref, rstd, mask=mask)
+    if sum_ref:            # rows past n load as zeros: (0 − 0)·rstd adds nothing
+        weight = rstd[:, None]
+        if keep_ref is not None:
+            weight = weight * masked_load(keep_ref, mask)[:, None]
+        for c in column_blocks(d):
+            y = masked_load(x_ref.at[:, c], real).astype(F32)
+            sum_ref[0][:, c] = jnp.sum((y - mean[:, None]) * weight, axis=0, keepdims=True)
 
 
-def _pallas_statistics(x, eps, *, interpret):
+def _pallas_statistics(x, keep, eps, with_sum, *, interpret):
     b, n, d = x.shape
+    blocks = pl.cdiv(n, STAT_ROWS)
     row = pl.BlockSpec((pl.squeezed, STAT_ROWS), lambda r, i: (i, r))
+    out_shape = [jax.ShapeDtypeStruct((b, n), F32)] * 2
+    out_specs = [row, row]
+    if with_sum:           # per program: [1, d] partial sums, XLA adds them
+        out_shape.append(jax.ShapeDtypeStruct((b, blocks, 1, d), F32))
+        out_specs.append(pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d),
+                                      lambda r, i: (i, r, 0, 0)))
     return pl.pallas_call(
-        functools.partial(_statistics_kernel, eps=eps, n=n),
-        out_shape=[jax.ShapeDtypeStruct((b, n), F32)] * 2, grid=(pl.cdiv(n, STAT_ROWS), b),
-        in_specs=[pl.BlockSpec((pl.squeezed, STAT_ROWS, d), lambda r, i: (i, r, 0))],
-        out_specs=[row, row],
+        functools.partial(_statistics_kernel, eps=eps, n=n, has_keep=keep is not None,
+                          with_sum=with_sum),
+        out_shape=out_shape, grid=(blocks, b),
+        in_specs=[pl.BlockSpec((pl.squeezed, STAT_ROWS, d), lambda r, i: (i, r, 0)),
+                  *([row] if keep is not None else [])],
+        out_specs=out_specs,
         compiler_params=plgpu.CompilerParams(num_warps=STAT_WARPS, num_stages=STAT_STAGES),
-        interpret=interpret, name="flurka_row_statistics")(x)
+        interpret=interpret, name="flurka_row_statistics")(x, *([] if keep is None else [keep]))
 
 
-def row_statistics(x, *, eps, interpret=False):
-    """(mean, rstd), each float32 [..., n]: the LayerNorm statistics of x [..., n, d] (d a
+def row_statistics(x, *, eps, keep=None, with_sum=False, interpret=False):
+    """(mean, rstd), each float32 [b, n]: the LayerNorm statistics of x [b, n, d] (d a
     multiple of 128) as one Pallas kernel reading x once (XLA's plan runs one reduction per
-    moment). Not differentiable (returned under stop_gradient): their consumers recompute the
-    LayerNorm from x in their backward."""
-    *lead, n, d = x.shape
+    moment); ``with_sum``: and Σ_i keep_i·(x_i − mean_i)·rstd_i, float32 [b, d] (``keep`` [b, n]
+    float, None: every row). Not differentiable (under stop_gradient): their consumers recompute
+    the LayerNorm from x in their backward (:func:`normalised_mean`)."""
+    b, n, d = x.shape
     if d % BLOCK:
         raise ValueError(f"row_statistics takes rows whose width is a multiple of {BLOCK}, "
                          f"got {d}")
-    mean, rstd = on_gpu_or_interpreted(functools.partial(
-        _pallas_statistics, jax.lax.stop_gradient(x).reshape(-1, n, d), float(eps)), interpret)
-    return tuple(jax.lax.stop_gradient(s.reshape(*lead, n)) for s in (mean, rstd))
+    keep = None if keep is None or not with_sum else jax.lax.stop_gradient(keep.astype(F32))
+    out = on_gpu_or_interpreted(functools.partial(
+        _pallas_statistics, jax.lax.stop_gradient(x), keep, float(eps), with_sum), interpret)
+    if with_sum:
+        out = (*out[:2], out[2].sum(axis=(1, 2)))
+    return tuple(jax.lax.stop_gradient(s) for s in out)
+
+
+def reference_normalised_mean(x, keep, scale, bias, *, eps):
+    """The mean of x̂ = keep ⊙ LN(x) over the real rows (keep None: all), float32 [b, d], the
+    XLA way (x̂ rounded to x's dtype, as a layer's input is)."""
+    normed = layer_norm(x, scale, bias, eps=eps).astype(F32)
+    if keep is None:
+        return jnp.mean(normed, axis=1)
+    keep = keep.astype(F32)
+    count = jnp.maximum(jnp.sum(keep, axis=1), 1.0)
+    return jnp.einsum("bnd,bn->bd", normed, keep) / count[:, None]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def normalised_mean(x, keep, scale, bias, standardised_sum, eps):
+    """:func:`reference_normalised_mean` from :func:`row_statistics`'s ``with_sum`` output (the
+    LayerNorm is affine per column: γ ⊙ Σ keep·(x − μ)·r + β·Σ keep, over Σ keep): no pass of
+    its own over x. Its gradient is the reference's, recomputed."""
+    count = (jnp.full(x.shape[:1], x.shape[1], F32) if keep is None
+             else jnp.sum(keep.astype(F32), axis=1))
+    return ((scale.astype(F32) * standardised_sum + bias.astype(F32) * count[:, None])
+            / jnp.maximum(count, 1.0)[:, None])
+
+
+def _normalised_mean_fwd(x, keep, scale, bias, standardised_sum, eps):
+    return (normalised_mean(x, keep, scale, bias, standardised_sum, eps),
+            (x, keep, scale, bias, standardised_sum))
+
+
+def _normalised_mean_bwd(eps, saved, g):
+    x, keep, scale, bias, standardised_sum = saved
+    _, vjp = jax.vjp(lambda x, s, b: reference_normalised_mean(x, keep, s, b, eps=eps),
+                     x, scale, bias)
+    dx, dscale, dbias = vjp(g)
+    return (dx, None if keep is None else jnp.zeros_like(keep), dscale, dbias,
+            jnp.zeros_like(standardised_sum))
+
+
+normalised_mean.defvjp(_normalised_mean_fwd, _normalised_mean_bwd)
 
 
 def row_columns(refs, rows, real):

@@ -145,19 +145,25 @@ def test_without_the_cuda_compiler_the_error_says_how_to_get_it(tmp_path):
 
 
 def test_the_lease_plan_compiles_for_the_card_before_the_lease(tmp_path):
-    """``gpu_session.py --aot h100``: the plan's points (here the dry run's four) compiled for
+    """``gpu_session.py --aot h100``: the plan's points (here the dry run's five) compiled for
     the card in plan order, not timed: the XLA points launch none of our kernels, the fused one
-    exactly its query-side kernel, the fused FFN one its two kernels, all spill-free."""
+    exactly its query-side kernel, the fused FFN one its two kernels, the whole fused block the
+    LayerNorm's statistics, the compression, the projected query side and the FFN's two, all
+    spill-free."""
     proc = _run(["benchmarks/gpu_session.py", "--out", str(tmp_path), "--tiny", "--aot", "h100"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "aot.json").read_text())
     assert doc["target"]["name"] == "NVIDIA H100 80GB HBM3" and doc["settings"]["plan"] == "tiny"
-    assert [(r["mechanism"], r["fused"], r["fused_ffn"]) for r in doc["results"]] == \
-        [("flurka-rnn", False, False), ("rnn", False, False), ("flurka-rnn", True, False),
-         ("flurka-rnn", False, True)]
+    assert [(r["mechanism"], r["fused"], r["fused_ffn"], r["fused_projections"])
+            for r in doc["results"]] == \
+        [("flurka-rnn", False, False, False), ("rnn", False, False, False),
+         ("flurka-rnn", True, False, False), ("flurka-rnn", False, True, False),
+         ("flurka-rnn", True, True, True)]
     assert all(r["status"] == "ok" and r["memory"]["peak_bytes"] > 0 for r in doc["results"])
-    assert [[k["kernel"] for k in r["kernels"]] for r in doc["results"]] == [
-        [], [], ["flurka_elu_query_side"], ["flurka_ln_fc1", "flurka_fc2_residual"]]
+    assert [sorted(k["kernel"] for k in r["kernels"]) for r in doc["results"]] == [
+        [], [], ["flurka_elu_query_side"], ["flurka_fc2_residual", "flurka_ln_fc1"],
+        ["flurka_elu_projected_query_side", "flurka_fc2_residual", "flurka_ln_fc1",
+         "flurka_normalised_compression", "flurka_row_statistics"]]
     assert all(k["spill_store_bytes"] == 0 for r in doc["results"] for k in r["kernels"])
     assert not (tmp_path / "check.json").exists()      # nothing ran on a device
 

@@ -37,8 +37,9 @@ With ``fused_projections`` the layer's W_Q and W_O join this kernel
 
 flurka-eva's query side is a softmax, not a kernel feature map: one softmax over the short key
 set every query sees (its exact window and chunk summaries). :func:`fused_softmax_attention`
-runs it as flash attention does (online softmax over 64-key steps; backward: dq per row block,
-dK and dV per key block, from each row's saved log-sum-exp), same tiling and masking.
+runs it as flash attention does (online softmax over 64-key steps, :func:`online_softmax`, which
+the projected kernel shares; backward: dq per row block, dK and dV per key block, from each row's
+saved log-sum-exp), same tiling and masking.
 """
 
 from __future__ import annotations

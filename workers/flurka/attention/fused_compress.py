@@ -15,6 +15,13 @@ on E1·x̂ and E2·x̂ (E1, E2 [1024, N] bf16 = 2 passes each, x̂ read twice). 
   E is passed as stored ([d_k, max_len]): the kernel reads only its first n columns (a slice
   E[:, :n] would copy E on every call).
 
+A layer gets there through :class:`PreNorm`: the encoder block hands its LayerNorm over
+un-applied (``layer(x, mask, norm=...)``), and a low-rank layer with ``fused_projections``
+(``fuses_norm``) takes the statistics once for both of its kernels — this one and the projected
+query side (:mod:`flurka.attention.fused_layer`, on the standardised rows with the LayerNorm's
+scale folded into W_Q) — and, for flurka-eva's q̄, x̂'s real-row mean from the same pass
+(:func:`normalised_mean`).
+
 Grid (d's 128-wide column blocks, d_k's row blocks, splits, batch): axis 0 varies fastest on a
 GPU, so the programs sharing one N-range of x and E run side by side and re-read its tiles from
 L2, not memory. Same maths and precision policy as the XLA path

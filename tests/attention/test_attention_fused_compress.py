@@ -259,3 +259,27 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     assert fused["traffic"]["by_kind"]["pallas"] == statistics + compressing
     assert "pallas" not in xla["traffic"]["by_kind"]
     assert fused["traffic"]["bytes"] < 0.75 * xla["traffic"]["bytes"]
+
+
+def test_a_tuned_launch_reaches_layers_built_under_it_and_bad_launches_are_refused():
+    """``use_compress_tiling`` (a GPU session's tuned choice) is what low-rank layers keep at
+    construction; the launch's fields are checked before any compute."""
+    from flax import nnx
+
+    from flurka.attention import make_attention
+    from flurka.attention.fused_compress import CompressTiling, use_compress_tiling
+
+    def build():
+        return make_attention("flurka-rnn", d_model=128, num_heads=2, max_len=32, d_k=8,
+                              fused=True, fused_projections=True, rngs=nnx.Rngs(0))
+
+    tuned = CompressTiling(rows_k=128, step=64, num_warps=8, num_stages=2)
+    with use_compress_tiling(tuned):
+        layer = build()
+    assert layer.compress_tiling == tuned and build().compress_tiling == CompressTiling()
+    for bad, message in (({"rows_k": 48}, "rows_k must be a power of two"),
+                         ({"step": 8}, "step must be a power of two"),
+                         ({"num_warps": 3}, "num_warps must be"),
+                         ({"num_stages": 0}, "num_stages must be")):
+        with pytest.raises(ValueError, match=message):
+            CompressTiling(**bad)

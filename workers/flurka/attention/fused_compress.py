@@ -144,8 +144,7 @@ class PreNorm:
     def apply(self, x: Array) -> Array:
         """x̂ = keep ⊙ LN(x) the XLA way, in x's dtype (its statistics recomputed: their
         gradient too)."""
-        return zero_padding(layer_norm(x, self.scale, self.bias, eps=self.eps),
-                            None if self.keep is None else self.keep != 0)
+        return normalised(x, self.keep, self.scale, self.bias, eps=self.eps)
 
     def real_mean(self, x: Array) -> Array:
         """x̂'s mean over the real rows, float32 [b, d] (:func:`normalised_mean`; needs
@@ -154,19 +153,34 @@ class PreNorm:
                                self.eps)
 
 
-def layer_norm(x, scale, bias, *, eps, mean=None, rstd=None):
+def layer_norm(x, scale, bias, *, eps):
     """flax LayerNorm's maths: statistics in float32 (E[x²] − E[x]², clamped at 0),
-    (x − mean)·(rstd·scale) + bias in float32, result in x's dtype. ``mean``/``rstd``
-    [..., n] float32 given: used instead of recomputed."""
+    (x − mean)·(rstd·scale) + bias in float32, result in x's dtype."""
     xf = x.astype(F32)
-    if mean is None or rstd is None:
-        mean = jnp.mean(xf, axis=-1, keepdims=True)
-        var = jnp.maximum(0.0, jnp.mean(jnp.square(xf), axis=-1, keepdims=True)
-                          - jnp.square(mean))
-        rstd = jax.lax.rsqrt(var + eps)
-    else:
-        mean, rstd = mean[..., None], rstd[..., None]
-    return ((xf - mean) * (rstd * scale.astype(F32)) + bias.astype(F32)).astype(x.dtype)
+    mean = jnp.mean(xf, axis=-1, keepdims=True)
+    var = jnp.maximum(0.0, jnp.mean(jnp.square(xf), axis=-1, keepdims=True) - jnp.square(mean))
+    return ((xf - mean) * (jax.lax.rsqrt(var + eps) * scale.astype(F32))
+            + bias.astype(F32)).astype(x.dtype)
+
+
+def normalised(x, keep, scale, bias, *, eps):
+    """x̂ = keep ⊙ LN(x) the XLA way (:func:`layer_norm`, rows where ``keep`` [b, n] is 0
+    zeroed; None: all real): what every kernel here computes x̂ as, and their gradients."""
+    return zero_padding(layer_norm(x, scale, bias, eps=eps), None if keep is None else keep != 0)
+
+
+def row_moments(load, d: int, rows: int, eps: float):
+    """In a kernel: (mean, 1/σ) [rows, 1] float32 of the rows ``load(cols)`` gives block by
+    block (float32 [rows, 128]), flax's E[y²] − E[y]², from one loop over the column blocks."""
+    def add(k, sums):
+        y = load(block_slice(k))
+        return (sums[0] + jnp.sum(y, axis=1, keepdims=True),
+                sums[1] + jnp.sum(y * y, axis=1, keepdims=True))
+
+    zero = jnp.zeros((rows, 1), F32)
+    total, total_sq = jax.lax.fori_loop(0, d // BLOCK, add, (zero, zero))
+    mean = total / d
+    return mean, jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d - mean * mean) + eps)
 
 
 def reference_normalised_compression(x, keep, scale, bias, e1, e2, *, eps):
@@ -174,8 +188,7 @@ def reference_normalised_compression(x, keep, scale, bias, e1, e2, *, eps):
     ``keep`` [b, n] is 0 (None: all rows real), then E·x̂ with E[:, :n] for e1 and e2 (e2 None:
     one E for both, sharing "kv" — (x1, x1)). (x1, x2) [b, d_k, d] in x's dtype."""
     n = x.shape[1]
-    normed = zero_padding(layer_norm(x, scale, bias, eps=eps),
-                          None if keep is None else keep != 0)
+    normed = normalised(x, keep, scale, bias, eps=eps)
     x1 = compress(e1[:, :n], normed)
     return x1, (x1 if e2 is None else compress(e2[:, :n], normed))
 
@@ -188,25 +201,18 @@ def _statistics_kernel(x_ref, *refs, eps, n, has_keep, with_sum):
     mean_ref, rstd_ref, *sum_ref = refs[has_keep:]
     rows, d = x_ref.shape
     real = program_rows(rows, n, axis=0)
-
-    def add(k, sums):
-        y = masked_load(x_ref.at[:, block_slice(k)], real).astype(F32)
-        return sums[0] + jnp.sum(y, axis=1), sums[1] + jnp.sum(y * y, axis=1)
-
-    zero = jnp.zeros((rows,), F32)
-    total, total_sq = jax.lax.fori_loop(0, d // BLOCK, add, (zero, zero))
-    mean = total / d
-    rstd = jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d - mean * mean) + eps)
+    mean, rstd = row_moments(lambda c: masked_load(x_ref.at[:, c], real).astype(F32), d, rows,
+                             eps)
     mask = None if real is None else real[:, 0]
-    plgpu.store(mean_ref, mean, mask=mask)
-    plgpu.store(rstd_ref, rstd, mask=mask)
+    plgpu.store(mean_ref, mean[:, 0], mask=mask)
+    plgpu.store(rstd_ref, rstd[:, 0], mask=mask)
     if sum_ref:            # rows past n load as zeros: (0 − 0)·rstd adds nothing
-        weight = rstd[:, None]
+        weight = rstd
         if keep_ref is not None:
             weight = weight * masked_load(keep_ref, mask)[:, None]
         for c in column_blocks(d):
             y = masked_load(x_ref.at[:, c], real).astype(F32)
-            sum_ref[0][:, c] = jnp.sum((y - mean[:, None]) * weight, axis=0, keepdims=True)
+            sum_ref[0][:, c] = jnp.sum((y - mean) * weight, axis=0, keepdims=True)
 
 
 def _pallas_statistics(x, keep, eps, with_sum, *, interpret):
@@ -251,12 +257,11 @@ def row_statistics(x, *, eps, keep=None, with_sum=False, interpret=False):
 def reference_normalised_mean(x, keep, scale, bias, *, eps):
     """The mean of x̂ = keep ⊙ LN(x) over the real rows (keep None: all), float32 [b, d], the
     XLA way (x̂ rounded to x's dtype, as a layer's input is)."""
-    normed = layer_norm(x, scale, bias, eps=eps).astype(F32)
+    normed = normalised(x, keep, scale, bias, eps=eps).astype(F32)
     if keep is None:
         return jnp.mean(normed, axis=1)
-    keep = keep.astype(F32)
-    count = jnp.maximum(jnp.sum(keep, axis=1), 1.0)
-    return jnp.einsum("bnd,bn->bd", normed, keep) / count[:, None]
+    count = jnp.maximum(jnp.sum(keep.astype(F32), axis=1), 1.0)
+    return jnp.sum(normed, axis=1) / count[:, None]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))

@@ -34,7 +34,7 @@ from flurka.attention.fused import (
     BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot,
     fused_query_side, fused_softmax_attention, masked_load, on_gpu_or_interpreted,
     online_softmax, program_rows, row_features, row_vector, tile_size)
-from flurka.attention.fused_compress import PreNorm, layer_norm, row_columns
+from flurka.attention.fused_compress import PreNorm, normalised, row_columns
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
@@ -71,8 +71,7 @@ def reference_projected(x, wq, bq, wo, bo, side, norm, *, feature, head_dim, num
     (its statistics recomputed: their gradient too)."""
     if norm is not None:
         ln_scale, ln_bias, _, _, keep = norm
-        x = zero_padding(layer_norm(x, ln_scale, ln_bias, eps=eps),
-                         None if keep is None else keep != 0)
+        x = normalised(x, keep, ln_scale, ln_bias, eps=eps)
     heads = wq.shape[1] // head_dim if feature == SOFTMAX else side[0].shape[1]
     q = split_heads(jnp.dot(x, wq.astype(x.dtype)) + bq.astype(x.dtype), heads)
     if feature == SOFTMAX:

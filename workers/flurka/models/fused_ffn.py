@@ -40,6 +40,7 @@ from flurka.attention.base import F32
 from flurka.attention.fused import (
     BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted,
     program_rows, row_vector)
+from flurka.attention.fused_compress import layer_norm, row_moments
 
 ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] accumulators live
 
@@ -97,11 +98,7 @@ def reference_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float):
     """The XLA path: z = y + fc2(GELU(fc1(LN(y)))), y = x + a, as flax's LayerNorm and Linear
     compute it (each result in the compute dtype, x's)."""
     y = x + a
-    yf = y.astype(F32)
-    mean = jnp.mean(yf, axis=-1, keepdims=True)
-    var = jnp.maximum(0.0, jnp.mean(jnp.square(yf), axis=-1, keepdims=True) - jnp.square(mean))
-    normed = ((yf - mean) * (jax.lax.rsqrt(var + eps) * scale.astype(F32))
-              + bias.astype(F32)).astype(x.dtype)
+    normed = layer_norm(y, scale, bias, eps=eps).astype(x.dtype)
     h = jax.nn.gelu(jnp.dot(normed, w1.astype(x.dtype)) + b1.astype(x.dtype))
     return y + (jnp.dot(h, w2.astype(x.dtype)) + b2.astype(x.dtype))
 
@@ -115,16 +112,7 @@ def _residual(x_ref, a_ref, cols, real):
 def _moments(x_ref, a_ref, real, eps):
     """(mean, 1/σ) of y's rows, [rows, 1] float32, from a loop over its column blocks."""
     rows, d_model = x_ref.shape
-
-    def add(k, sums):
-        y = _residual(x_ref, a_ref, block_slice(k), real)
-        return sums[0] + jnp.sum(y, axis=1, keepdims=True), sums[1] + jnp.sum(y * y, axis=1,
-                                                                               keepdims=True)
-
-    zero = jnp.zeros((rows, 1), F32)
-    total, total_sq = jax.lax.fori_loop(0, d_model // BLOCK, add, (zero, zero))
-    mean = total / d_model
-    return mean, jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d_model - mean * mean) + eps)
+    return row_moments(lambda cols: _residual(x_ref, a_ref, cols, real), d_model, rows, eps)
 
 
 def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv, real):

@@ -23,6 +23,7 @@ JAX alone, like the rest of :mod:`flurka.speed`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Sequence
 
 import jax
@@ -175,13 +176,9 @@ def tune_ffn(*, grid: Sequence[tuple] = FFN_GRID, warmup: int = 2, repeats: int 
     default :class:`FfnTiling` and each of ``grid``, timed side by side; ``{"rows": [...],
     "best": FfnTiling as dict, "default": ...}``."""
     size = {**FFN_SIZE, **size}
-    args = ffn_inputs(**size)
-    tilings = [FfnTiling()]
-    tilings += [t for t in (FfnTiling(*g) for g in grid) if t not in tilings]
-    timed = time_interleaved(
-        {i: (jax.jit(lambda *a, t=t: fused_ffn_block(*a, eps=1e-6, tiling=t)), args)
-         for i, t in enumerate(tilings)}, warmup=warmup, repeats=repeats)
-    return _tuned("ffn", tilings, timed, size, FfnTiling())
+    return _side_by_side("ffn", FfnTiling, grid, ffn_inputs(**size), size,
+                         lambda *a, tiling: fused_ffn_block(*a, eps=1e-6, tiling=tiling),
+                         warmup=warmup, repeats=repeats)
 
 
 def compress_inputs(*, batch: int, seq_len: int, d_model: int, d_k: int, dtype: Any) -> tuple:
@@ -202,21 +199,25 @@ def tune_compression(*, grid: Sequence[tuple] = COMPRESS_GRID, warmup: int = 2,
     :class:`CompressTiling` and each of ``grid``, timed side by side; ``{"rows": [...],
     "best": CompressTiling as dict, "default": ...}``."""
     size = {**COMPRESS_SIZE, **size}
-    x, keep, scale, bias, e1, e2 = compress_inputs(**size)
-    stats = row_statistics(x, eps=1e-6)
-    tilings = [CompressTiling()]
-    tilings += [t for t in (CompressTiling(*g) for g in grid) if t not in tilings]
-    timed = time_interleaved(
-        {i: (jax.jit(lambda *a, t=t: normalised_compression(*a, eps=1e-6, stats=stats,
-                                                            tiling=t)),
-             (x, keep, scale, bias, e1, e2)) for i, t in enumerate(tilings)},
+    args = compress_inputs(**size)
+    stats = row_statistics(args[0], eps=1e-6)
+    return _side_by_side(
+        "compression", CompressTiling, grid, args, size,
+        lambda *a, tiling: normalised_compression(*a, eps=1e-6, stats=stats, tiling=tiling),
         warmup=warmup, repeats=repeats)
-    return _tuned("compression", tilings, timed, size, CompressTiling())
 
 
-def _tuned(stage: str, tilings: list, timed: dict, size: dict, default) -> dict[str, Any]:
-    """A side-by-side timing's rows and its fastest candidate (a failed candidate: its row's
-    error; none ran: an error)."""
+def _side_by_side(stage: str, tiling_class, grid: Sequence[tuple], args: tuple, size: dict,
+                  step, *, warmup: int, repeats: int) -> dict[str, Any]:
+    """``step(*args, tiling=t)`` under ``tiling_class()`` and each of ``grid``, timed side by
+    side: the rows and the fastest candidate (a failed candidate: its row's error; none ran:
+    an error)."""
+    default = tiling_class()
+    tilings = [default]
+    tilings += [t for t in (tiling_class(*g) for g in grid) if t not in tilings]
+    timed = time_interleaved(
+        {i: (jax.jit(functools.partial(step, tiling=t)), args) for i, t in enumerate(tilings)},
+        warmup=warmup, repeats=repeats)
     rows = [{"stage": stage, "tiling": dataclasses.asdict(t), "status": timed[i]["status"],
              **({"median_s": timed[i]["median_s"]} if timed[i]["status"] == "ok"
                 else {"error": timed[i].get("error")})} for i, t in enumerate(tilings)]

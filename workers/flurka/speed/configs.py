@@ -36,9 +36,11 @@ align=128)`` aligns the mechanisms that support it and leaves the others (EVA, f
 result records the value it ran with, and the FLOPs stay the FLOP model's (true shapes).
 ``fused`` runs the kernel mechanisms' query side as one Pallas kernel (:mod:`flurka.attention.fused`;
 head dim and m up to 512, padded by the kernel to the blocks Triton takes).
-``fused_projections`` (with ``fused``) runs the kernel layers' W_Q and W_O inside that kernel too
-(:mod:`flurka.attention.fused_layer`: q and the per-head context never reach memory; d_model a
-multiple of 128 up to 512, a power-of-two head dim up to 128, m ≤ 128, no ``align``).
+``fused_projections`` (with ``fused``) runs the layer's W_Q and W_O inside that kernel too
+(:mod:`flurka.attention.fused_layer`, :data:`flurka.attention.PROJECTABLE`: q and the per-head
+context never reach memory; d_model a multiple of 128 up to 512, a power-of-two head dim up to
+128, m ≤ 128, no ``align``); in a model the low-rank layers then take the block's LayerNorm into
+their kernels too (:mod:`flurka.attention.fused_compress`).
 ``fused_ffn`` (model scope) runs each block's second residual, LayerNorm and FFN as Pallas kernels
 (:mod:`flurka.models.fused_ffn`: d_model and FFN multiples of 128), for every mechanism alike — the
 flash comparison's FLuRKA spends most of its memory traffic there; ``points(..., fused_ffn=True)``

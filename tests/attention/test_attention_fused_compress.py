@@ -4,27 +4,20 @@ written here and against the XLA path, and compiled for an H100 that is not here
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from testsupport import cuda_compiler_script
 
 from flurka.attention.fused_compress import (
     normalised_compression, normalised_mean, reference_normalised_compression,
     reference_normalised_mean, row_statistics, split_rows)
 
 EPS = 1e-6
-REPO = Path(__file__).resolve().parents[2]
-CUDA_AOT = REPO / ".cuda-aot"
 
 
 def _moments_64(x):
@@ -201,27 +194,13 @@ def test_statistics_and_compression_lower_to_two_triton_kernels_for_the_gpu():
             ("flurka_normalised_compression", "64", "4", "1", "8", "4")], calls
 
 
-def _script(body: str, tmp_path: Path) -> dict:
-    """``body`` run with XLA's CUDA compiler importable (as tests/speed/test_speed_aot.py runs
-    its scripts), its JSON result read back."""
-    if not (CUDA_AOT / ".installed").exists():
-        pytest.fail(f"{CUDA_AOT} is missing: `make test` installs XLA's CUDA compiler there")
-    out = tmp_path / "out.json"
-    env = {**os.environ, "PYTHONPATH": str(CUDA_AOT)}
-    env.pop("JAX_PLATFORMS", None)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(body), str(out)],
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
-
-
 def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     """At the flash comparison's size (N = 52 608, d = 512, d_k = 1024, bf16, batch 1, keep
     given) compiled for the card: the statistics kernel (no MMA) and the compression (on
     Hopper's warpgroup MMA), spill-free in the card's shared memory; the compression's traffic
     is exactly x, E1, E2, the statistics, keep, the LayerNorm parameters and its four splits'
     float32 partials — x̂ never reaches memory — and the step plans less than the XLA path."""
-    fused, xla = _script("""
+    fused, xla = cuda_compiler_script("""
         import json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
         from flurka.attention import fused_compress as fc

@@ -6,35 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
+from testsupport import cuda_compiler_script, run_with_cuda_compiler
 
 from flurka.attention.fused import Tiling
 
-REPO = Path(__file__).resolve().parents[2]
-CUDA_AOT = REPO / ".cuda-aot"
 H100_MEMORY = 84_929_347_584
 
 
-def _run(args: list[str], *, with_compiler: bool = True, timeout: int = 600):
-    if with_compiler and not (CUDA_AOT / ".installed").exists():
-        pytest.fail(f"{CUDA_AOT} is missing: `make test` installs XLA's CUDA compiler there")
-    env = {**os.environ, "PYTHONPATH": str(CUDA_AOT) if with_compiler else ""}
-    env.pop("JAX_PLATFORMS", None)
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=timeout)
-
-
-def _script(body: str, tmp_path: Path) -> dict:
-    out = tmp_path / "out.json"
-    proc = _run(["-c", textwrap.dedent(body), str(out)])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(out.read_text())
+_run, _script = run_with_cuda_compiler, cuda_compiler_script
 
 
 @pytest.mark.slow

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import socket
+import subprocess
+import sys
+import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,3 +93,29 @@ def ray_node_ports(head: bool, avoid: tuple[int, int] | None = None) -> tuple[li
     ports = dict(zip(names, free_ports(len(names))))
     ports["min-worker-port"], ports["max-worker-port"] = worker_port_range(avoid=avoid)
     return [a for name, port in ports.items() for a in (f"--{name}", str(port))], ports
+
+
+REPO = Path(__file__).resolve().parents[2]
+CUDA_AOT = REPO / ".cuda-aot"
+
+
+def run_with_cuda_compiler(args: list[str], *, with_compiler: bool = True, timeout: int = 600):
+    """``python args`` in the repository with XLA's CUDA compiler importable (``make test``
+    installs it under ``.cuda-aot``): in a subprocess, since it must be importable before JAX
+    starts and the test process's JAX has started without it."""
+    if with_compiler and not (CUDA_AOT / ".installed").exists():
+        import pytest
+        pytest.fail(f"{CUDA_AOT} is missing: `make test` installs XLA's CUDA compiler there")
+    env = {**os.environ, "PYTHONPATH": str(CUDA_AOT) if with_compiler else ""}
+    env.pop("JAX_PLATFORMS", None)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=timeout)
+
+
+def cuda_compiler_script(body: str, tmp_path: Path):
+    """``body`` (a script writing JSON to the path in its argv[1]) run by
+    :func:`run_with_cuda_compiler`; its JSON read back."""
+    out = tmp_path / "out.json"
+    proc = run_with_cuda_compiler(["-c", textwrap.dedent(body), str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())

@@ -26,9 +26,8 @@ Grid (d's 128-wide column blocks, d_k's row blocks, splits, batch): axis 0 varie
 GPU, so the programs sharing one N-range of x and E run side by side and re-read its tiles from
 L2, not memory. Same maths and precision policy as the XLA path
 (:func:`reference_normalised_compression`: flax's LayerNorm statistics in float32, products on
-compute-dtype operands with float32 accumulation), whose vjp is the gradient (recomputed from x,
-as :mod:`flurka.models.fused_ffn` does; no backward kernel). Pallas's Triton backend on GPU, its
-interpreter elsewhere (CPU tests).
+compute-dtype operands with float32 accumulation), whose vjp is the gradient (recomputed from x;
+no backward kernel). Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
 
 Launch: :class:`CompressTiling` and below (ptxas's numbers for the options tried). At the flash
 comparison's size (bf16, keep given, batch 1) XLA plans 522 MB for this step (489 MB with

@@ -20,9 +20,13 @@ the card's to say:
 
 Same maths and precision policy as the XLA path (:func:`reference_ffn_block`, what flax's
 LayerNorm and Linear compute: statistics in float32 with flax's E[y²] − E[y]², products on
-compute-dtype operands with float32 accumulation); its gradient is that path's, recomputed from
-x and a (flash attention's recipe for the forward; no backward kernel). Sizes: d_model and the
-FFN width multiples of 128; elsewhere the encoder's XLA path is the only one
+compute-dtype operands with float32 accumulation). The gradient is one more kernel
+(:func:`_backward_kernel`), the hidden layer recomputed from x and a per block of rows (flash
+attention's recipe): it writes ∂y (x's and a's gradient), LN(y), h and ∂p (the pre-activation's
+gradient) once each, and XLA's GEMMs take fc1's and fc2's weight gradients from them. In the flash
+comparison's plan (N = 52 608, bf16, one-kernel forward) forward and gradient move 1.02 GB, the
+XLA path's 1.98 GB; d_model past 2048 takes the XLA path's gradient, recomputed. Sizes: d_model
+and the FFN width multiples of 128; elsewhere the encoder's XLA path is the only one
 (:func:`check_fusable`). Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
 """
 
@@ -115,9 +119,11 @@ def _moments(x_ref, a_ref, real, eps):
     return row_moments(lambda cols: _residual(x_ref, a_ref, cols, real), d_model, rows, eps)
 
 
-def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv, real):
-    """GELU(LN(y)·W1 + b1) on the hidden columns ``hidden``, in the compute dtype: a loop over
-    y's column blocks, each normalised (the LayerNorm as the GEMM's prologue) and multiplied."""
+def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv, real,
+            activation=jax.nn.gelu):
+    """GELU(LN(y)·W1 + b1) on the hidden columns ``hidden``, in the compute dtype (activation
+    None: the float32 pre-activation): a loop over y's column blocks, each normalised (the
+    LayerNorm as the GEMM's prologue) and multiplied."""
     def product(k, acc):
         cols = block_slice(k)
         normed = ((_residual(x_ref, a_ref, cols, real) - mean)
@@ -125,8 +131,10 @@ def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv
         return acc + dot(normed.astype(x_ref.dtype), w1_ref[cols, hidden])
 
     rows, d_model = x_ref.shape
-    acc = jax.lax.fori_loop(0, d_model // BLOCK, product, jnp.zeros((rows, BLOCK), F32))
-    return jax.nn.gelu(acc + b1_ref[:, hidden].astype(F32)).astype(x_ref.dtype)
+    width = w1_ref.at[:, hidden].shape[1]          # the hidden block's (static) width
+    acc = jax.lax.fori_loop(0, d_model // BLOCK, product, jnp.zeros((rows, width), F32))
+    pre = acc + b1_ref[:, hidden].astype(F32)
+    return pre if activation is None else activation(pre).astype(x_ref.dtype)
 
 
 def _ln_fc1_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, h_ref, *, eps, n):
@@ -220,6 +228,111 @@ def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interp
       row_vector(b1, x.dtype), w2.astype(x.dtype), row_vector(b2, x.dtype))
 
 
+# The gradient kernel's launch: rows per program such that its [rows, d_model] float32
+# accumulator (∂LN(y)) takes 128 registers a thread over 8 warps; past d_model 2048 (fewer than
+# 16 rows) the gradient is the XLA path's, recomputed.
+BWD_WARPS = 8
+# Hidden columns per loop step. ptxas, sm_90, d_model = FFN = 512, bf16, 64 rows × 8 warps, all
+# on the warpgroup MMA: 32: 246 registers, no spill, 24 KiB; 64: 255, 4 B spilled; 128: 255,
+# 248 B. (32 rows: 255, no spill, but mma.sync — Hopper's warpgroup MMA takes 64 rows.)
+BWD_HIDDEN = 32
+BWD_ACCUMULATOR = 128 * 32 * BWD_WARPS    # float32 elements: 128 registers × 256 threads
+
+
+def backward_rows(d_model: int) -> int | None:
+    """Rows per program of the gradient kernel at this width (None: too wide for it)."""
+    rows = min(64, BWD_ACCUMULATOR // d_model)
+    return rows if rows >= 16 else None
+
+
+def _backward_kernel(x_ref, a_ref, dz_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, dy_ref,
+                     normed_ref, h_ref, dh_ref, dscale_ref, dbias_ref, db1_ref, db2_ref, *, eps,
+                     n):
+    """One program, a block of rows: the block's gradient with its hidden layer recomputed
+    block by block (flash attention's recipe). Per 128-wide hidden block j: the pre-activation
+    p_j = LN(y)·W1[:, j] + b1_j, h_j = GELU(p_j) (written: fc2's weight gradient takes it),
+    ∂h_j = ∂z·W2[j, :]ᵀ, ∂p_j = GELU'(p_j)·∂h_j (written: fc1's takes it) multiplied into every
+    column block of ∂LN(y) at once (float32 accumulators carried by the loop). Then the
+    LayerNorm's backward per row — ∂y = r·(u − mean(u) − ŝ·mean(u·ŝ)) + ∂z with u = γ·∂LN(y),
+    ŝ = (y − μ)·r — and this block's shares of the column sums ∂γ = Σ ∂LN(y)·ŝ, ∂β = Σ ∂LN(y),
+    ∂b1 = Σ ∂p and ∂b2 = Σ ∂z. LN(y) is written for fc1's weight gradient. Rows past n load as
+    zeros: their ∂z is zero, so they add nothing."""
+    rows, d_model = x_ref.shape
+    real = program_rows(rows, n, axis=0)
+    mean, inv = _moments(x_ref, a_ref, real, eps)
+    cols = column_blocks(d_model)
+    for c in cols:
+        normed = ((_residual(x_ref, a_ref, c, real) - mean) * (inv * scale_ref[:, c].astype(F32))
+                  + bias_ref[:, c].astype(F32))
+        plgpu.store(normed_ref.at[:, c], normed.astype(normed_ref.dtype), mask=real)
+
+    def hidden_block(j, accs):
+        hidden = block_slice(j, BWD_HIDDEN)
+        pre = _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv, real,
+                      activation=None)
+        dh = jax.lax.fori_loop(
+            0, d_model // BLOCK,
+            lambda k, acc: acc + dot(masked_load(dz_ref.at[:, block_slice(k)], real),
+                                     w2_ref[hidden, block_slice(k)], ((1,), (1,))),
+            jnp.zeros((rows, BWD_HIDDEN), F32))
+        h, gelu_vjp = jax.vjp(jax.nn.gelu, pre)
+        (dpre,) = gelu_vjp(dh)
+        plgpu.store(h_ref.at[:, hidden], h.astype(h_ref.dtype), mask=real)
+        dpre = dpre.astype(dh_ref.dtype)
+        plgpu.store(dh_ref.at[:, hidden], dpre, mask=real)
+        db1_ref[:, hidden] = jnp.sum(dpre.astype(F32), axis=0, keepdims=True)
+        return tuple(acc + dot(dpre, w1_ref[c, hidden], ((1,), (1,)))
+                     for acc, c in zip(accs, cols))
+
+    dnormed = jax.lax.fori_loop(0, w1_ref.shape[1] // BWD_HIDDEN, hidden_block,
+                                tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
+    # The LayerNorm's backward in two passes over the column blocks, ŝ and u recomputed per
+    # block (all four blocks' ŝ and u live beside ∂LN(y) spill 1.2 KB a thread at 64 rows).
+    def block(c, g):
+        standard = (_residual(x_ref, a_ref, c, real) - mean) * inv
+        return standard, g * scale_ref[:, c].astype(F32)
+
+    sum_u = sum_us = jnp.zeros((rows, 1), F32)
+    for g, c in zip(dnormed, cols):
+        standard, u = block(c, g)
+        sum_u += jnp.sum(u, axis=1, keepdims=True)
+        sum_us += jnp.sum(u * standard, axis=1, keepdims=True)
+        dscale_ref[:, c] = jnp.sum(g * standard, axis=0, keepdims=True)
+        dbias_ref[:, c] = jnp.sum(g, axis=0, keepdims=True)
+    for g, c in zip(dnormed, cols):
+        standard, u = block(c, g)
+        dz = masked_load(dz_ref.at[:, c], real).astype(F32)
+        dy = inv * (u - (sum_u + standard * sum_us) / d_model) + dz
+        plgpu.store(dy_ref.at[:, c], dy.astype(dy_ref.dtype), mask=real)
+        db2_ref[:, c] = jnp.sum(dz, axis=0, keepdims=True)
+
+
+def _pallas_backward(x, a, dz, scale, bias, w1, b1, w2, eps, *, interpret):
+    """(∂y, LN(y), h, ∂p) [n, ·] in the compute dtype and the programs' float32 shares of ∂γ,
+    ∂β, ∂b1 and ∂b2 [programs, 1, ·]."""
+    n, d = x.shape
+    f = w1.shape[1]
+    block_n = backward_rows(d)
+    programs = pl.cdiv(n, block_n)
+    rows = lambda width: pl.BlockSpec((block_n, width), lambda i: (i, 0))   # noqa: E731
+    whole = lambda *shape: pl.BlockSpec(shape, lambda i: (0, 0))          # noqa: E731
+    share = lambda width: pl.BlockSpec((pl.squeezed, 1, width), lambda i: (i, 0, 0))  # noqa: E731
+    shares = lambda width: jax.ShapeDtypeStruct((programs, 1, width), F32)     # noqa: E731
+    return pl.pallas_call(
+        functools.partial(_backward_kernel, eps=eps, n=n),
+        out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype), jax.ShapeDtypeStruct((n, d), x.dtype),
+                   jax.ShapeDtypeStruct((n, f), x.dtype), jax.ShapeDtypeStruct((n, f), x.dtype),
+                   shares(d), shares(d), shares(f), shares(d)],
+        grid=(programs,),
+        in_specs=[rows(d), rows(d), rows(d), whole(1, d), whole(1, d), whole(d, f), whole(1, f),
+                  whole(f, d)],
+        out_specs=[rows(d), rows(d), rows(f), rows(f), share(d), share(d), share(f), share(d)],
+        compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
+        interpret=interpret, name="flurka_ffn_block_bwd",
+    )(x, a, dz.astype(x.dtype), row_vector(scale, x.dtype), row_vector(bias, x.dtype),
+      w1.astype(x.dtype), row_vector(b1, x.dtype), w2.astype(x.dtype))
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
 def _fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
     call = _pallas_two_kernels if tiling.kernels == 2 else _pallas_one_kernel
@@ -233,8 +346,19 @@ def _fused_fwd(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
 
 
 def _fused_bwd(eps, tiling, interpret, saved, g):
-    _, vjp = jax.vjp(functools.partial(reference_ffn_block, eps=eps), *saved)
-    return vjp(g)
+    """The gradient kernel (:func:`_backward_kernel`), then the weights' gradients as XLA GEMMs
+    over the rows it wrote (a [d, f] sum over N belongs to a GEMM, not to per-program shares);
+    too wide for it: the XLA path's, recomputed."""
+    x, a, scale, bias, w1, b1, w2, b2 = saved
+    if backward_rows(x.shape[1]) is None:
+        _, vjp = jax.vjp(functools.partial(reference_ffn_block, eps=eps), *saved)
+        return vjp(g)
+    dy, normed, h, dpre, *shares = on_gpu_or_interpreted(functools.partial(
+        _pallas_backward, x, a, g, scale, bias, w1, b1, w2, eps), interpret)
+    dscale, dbias, db1, db2 = (s.sum(axis=(0, 1)).astype(p.dtype)
+                               for s, p in zip(shares, (scale, bias, b1, b2)))
+    return (dy, dy, dscale, dbias, dot(normed, dpre, ((0,), (0,))).astype(w1.dtype), db1,
+            dot(h, g.astype(x.dtype), ((0,), (0,))).astype(w2.dtype), db2)
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)

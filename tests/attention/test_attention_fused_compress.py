@@ -14,7 +14,7 @@ import pytest
 from testsupport import cuda_compiler_script
 
 from flurka.attention.fused_compress import (
-    normalised_compression, normalised_mean, reference_normalised_compression,
+    backward_fits, normalised_compression, normalised_mean, reference_normalised_compression,
     reference_normalised_mean, row_statistics, split_rows)
 
 EPS = 1e-6
@@ -25,12 +25,14 @@ def _moments_64(x):
     return x.mean(-1), 1 / np.sqrt(x.var(-1) + EPS)
 
 
-def _compression_64(x, keep, scale, bias, e1, e2):
-    """(E1·x̂, E2·x̂), x̂ = keep ⊙ LayerNorm(x), over the first n columns of E; float64."""
-    mean, rstd = _moments_64(x)
+def _compression_64(x, keep, scale, bias, e1, e2, xp=np):
+    """(E1·x̂, E2·x̂), x̂ = keep ⊙ LayerNorm(x), over the first n columns of E; float64.
+    ``xp``: numpy, or jax.numpy to differentiate it."""
+    mean, var = x.mean(-1), x.var(-1)
+    rstd = 1 / xp.sqrt(var + EPS)
     normed = ((x - mean[..., None]) * rstd[..., None] * scale + bias) * keep[..., None]
     n = x.shape[1]
-    return tuple(np.einsum("kn,bnd->bkd", e[:, :n], normed) for e in (e1, e2))
+    return tuple(xp.einsum("kn,bnd->bkd", e[:, :n], normed) for e in (e1, e2))
 
 
 def _operands(seed, batch=2, n=150, d=256, d_k=80, max_len=200, real=(150, 110)):
@@ -101,31 +103,74 @@ def test_the_compression_in_bf16_is_as_close_as_the_xla_path():
         assert _rel(f, w) <= 1.5 * _rel(r, w)
 
 
-def test_the_gradient_matches_float64_finite_differences():
-    """x, scale, bias, E1 and E2's gradients (the XLA path's, recomputed) of a random linear
+@pytest.mark.parametrize("size, shared", [
+    (dict(n=40, d=128, d_k=24, max_len=50, real=(40, 31)), False),
+    (dict(n=150, d=256, d_k=140, max_len=200, real=(150, 110)), False),
+    (dict(n=150, d=256, d_k=140, max_len=200, real=(150, 110)), True)],
+    ids=["one-program", "several-programs", "shared-e"])
+def test_the_gradient_matches_float64_finite_differences(size, shared):
+    """x, scale, bias, E1 and E2's gradients (the gradient kernels) of a random linear
     functional of (x1, x2), along random directions, against central differences of the float64
-    formula."""
-    ops = _operands(4, n=40, d=128, d_k=24, max_len=50, real=(40, 31))
+    formula: one program of each kernel, then several with partial last blocks (150 rows in
+    64-row programs; d_k 140 in 128-row blocks and 64-row steps; E's 200 columns in blocks of 64,
+    those past n getting none), and one E for both (sharing "kv")."""
+    ops = _operands(4, **size)
+    if shared:
+        ops[5] = ops[4]
     rng = np.random.default_rng(5)
-    weights = [rng.normal(size=(2, 24, 128)) for _ in range(2)]
-    differentiable = (0, 2, 3, 4, 5)
+    weights = [rng.normal(size=(2, size["d_k"], size["d"])) for _ in range(2)]
+    differentiable = (0, 2, 3, 4) if shared else (0, 2, 3, 4, 5)
 
-    def loss(x, scale, bias, e1, e2):
+    def loss(x, scale, bias, e1, e2=None):
         out = normalised_compression(x, keep, scale, bias, e1, e2, eps=EPS, splits=2)
         return sum(jnp.sum(o * w) for o, w in zip(out, weights))
 
     keep = jnp.asarray(ops[1] > 0)
-    grads = jax.grad(loss, argnums=tuple(range(5)))(*_f32(ops[i] for i in differentiable))
+    grads = jax.grad(loss, argnums=tuple(range(len(differentiable))))(
+        *_f32(ops[i] for i in differentiable))
     for i, grad in zip(differentiable, grads):
         assert grad.shape == ops[i].shape
         direction = rng.normal(size=ops[i].shape)
         step = 1e-5
         plus, minus = list(ops), list(ops)
         plus[i], minus[i] = ops[i] + step * direction, ops[i] - step * direction
+        if shared:
+            plus[5], minus[5] = plus[4], minus[4]
         want = sum(np.sum((p - m) * w) for p, m, w in
                    zip(_compression_64(*plus), _compression_64(*minus), weights)) / (2 * step)
         got = float(np.sum(np.asarray(grad, np.float64) * direction))
         assert abs(got - want) <= 1e-4 * abs(want) + 1e-4, (i, got, want)
+
+
+def test_the_gradient_in_bf16_is_as_close_as_the_xla_paths():
+    """bf16 x and E: every gradient from the kernels lands as close to the float64 formula's
+    (float64 autodiff of the formula on the same bf16 values) as the XLA path's does, and
+    within 2 % of it."""
+    ops = _operands(8)
+    x, e1, e2 = (jnp.asarray(ops[i], jnp.bfloat16) for i in (0, 4, 5))
+    keep, scale, bias = _f32(ops[1:4])
+    rng = np.random.default_rng(9)
+    weights = [jnp.asarray(rng.normal(size=(2, 80, 256)), jnp.float32) for _ in range(2)]
+
+    def grads(compression, operands):
+        def loss(x, scale, bias, e1, e2):
+            out = compression(x, operands[1], scale, bias, e1, e2)
+            return sum(jnp.sum(o.astype(w.dtype) * w) for o, w in zip(out, weights))
+        return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(operands[0], *operands[2:])
+
+    fused = grads(lambda *a: normalised_compression(*a, eps=EPS), (x, keep, scale, bias, e1, e2))
+    xla = grads(lambda *a: reference_normalised_compression(*a, eps=EPS),
+                (x, keep, scale, bias, e1, e2))
+    with jax.enable_x64():
+        weights = [w.astype(jnp.float64) for w in weights]
+        exact = grads(lambda *a: _compression_64(*a, xp=jnp), [
+            jnp.asarray(np.asarray(jnp.asarray(v, jnp.float32)), jnp.float64)
+            for v in (x, keep, scale, bias, e1, e2)])
+    for i, (got, ref, want) in enumerate(zip(fused, xla, exact)):
+        assert got.dtype == ref.dtype
+        assert _rel(got, ref) < 2e-2, i
+        assert _rel(got, want) <= 1.5 * _rel(ref, want) + 1e-3, (i, _rel(got, want),
+                                                                  _rel(ref, want))
 
 
 def _real_mean_64(x, keep, scale, bias):
@@ -194,14 +239,42 @@ def test_statistics_and_compression_lower_to_two_triton_kernels_for_the_gpu():
             ("flurka_normalised_compression", "64", "4", "1", "8", "4")], calls
 
 
+def test_the_gradient_kernels_take_d_model_up_to_512_and_leave_wider_to_xla():
+    """The ∂x kernel's [64, d] float32 accumulator fits its registers up to d = 512: there the
+    gradient lowers to its two kernels (⌈1000 / 64⌉ row programs; d_k's 128-row blocks × E's
+    64-column blocks) beside the statistics, past it to none (the XLA path's gradient, its own
+    statistics; the loss is linear, so no forward either)."""
+    assert [backward_fits(d) for d in (128, 512, 640)] == [True, True, False]
+    spec = jax.ShapeDtypeStruct
+
+    def calls(d):
+        specs = (spec((1, 1000, d), jnp.bfloat16), spec((d,), jnp.float32),
+                 spec((d,), jnp.float32), spec((256, 1000), jnp.bfloat16))
+
+        def loss(x, scale, bias, e1):
+            out = normalised_compression(x, None, scale, bias, e1, eps=EPS)[0]
+            return jnp.sum(out.astype(jnp.float32))
+        return [(c["name"], c["grid_x"], c["grid_y"])
+                for c in _triton_calls(jax.grad(loss, argnums=(0, 3)), *specs)]
+
+    assert calls(512) == [("flurka_row_statistics", "16", "1"),
+                          ("flurka_compression_e_bwd", "2", "16"),
+                          ("flurka_compression_x_bwd", "16", "1")], calls(512)
+    assert calls(640) == [], calls(640)
+
+
 def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     """At the flash comparison's size (N = 52 608, d = 512, d_k = 1024, bf16, batch 1, keep
     given) compiled for the card: the statistics kernel (no MMA) and the compression (on
     Hopper's warpgroup MMA), spill-free in the card's shared memory; the compression's traffic
     is exactly x, E1, E2, the statistics, keep, the LayerNorm parameters and its four splits'
-    float32 partials — x̂ never reaches memory — and the step plans less than the XLA path."""
-    fused, xla = cuda_compiler_script("""
-        import json, sys, tempfile, jax, jax.numpy as jnp
+    float32 partials — x̂ never reaches memory — and the step plans less than the XLA path. With
+    the gradient (bf16 cotangents): its two kernels spill-free on the warpgroup MMA, ∂x's
+    reading x, E1, E2, the statistics and the cotangents and writing ∂x and the programs' ∂γ,
+    ∂β shares, ∂E's reading x, the statistics and the cotangents and writing ∂E1, ∂E2 — each
+    once — and forward plus gradient plan under 70 % of the XLA path's."""
+    fused, xla, fused_grad, xla_grad = cuda_compiler_script("""
+        import functools, json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
         from flurka.attention import fused_compress as fc
         from flurka.speed import aot, profile
@@ -209,13 +282,23 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
         spec, bf, f32 = jax.ShapeDtypeStruct, jnp.bfloat16, jnp.float32
         args = (spec((1, 52_608, 512), bf), spec((1, 52_608), jnp.bool_), spec((512,), f32),
                 spec((512,), f32), spec((1024, 52_608), bf), spec((1024, 52_608), bf))
+        cotangents = (spec((1, 1024, 512), bf), spec((1, 1024, 512), bf))
         rows = []
-        for fn in (fc.normalised_compression, fc.reference_normalised_compression):
-            with tempfile.TemporaryDirectory() as dump:
-                _, compiled = aot.compile_for(jax.jit(lambda *a: fn(*a, eps=1e-6)), args,
-                                              device, dump)
-                rows.append({"kernels": aot.kernel_report(dump),
-                             "traffic": profile.planned_traffic(compiled.as_text())})
+
+        def with_gradient(fn):
+            def step(x, keep, scale, bias, e1, e2, g1, g2):
+                out, vjp = jax.vjp(lambda x, *p: fn(x, keep, *p), x, scale, bias, e1, e2)
+                return out, vjp((g1, g2))
+            return step
+
+        for grad in (False, True):
+            for fn in (fc.normalised_compression, fc.reference_normalised_compression):
+                fn = functools.partial(fn, eps=1e-6)
+                step = jax.jit(with_gradient(fn) if grad else fn)
+                with tempfile.TemporaryDirectory() as dump:
+                    _, compiled = aot.compile_for(step, args + cotangents * grad, device, dump)
+                    rows.append({"kernels": aot.kernel_report(dump),
+                                 "traffic": profile.planned_traffic(compiled.as_text())})
         json.dump(rows, open(sys.argv[1], "w"))
     """, tmp_path)
     n, d, d_k = 52_608, 512, 1024
@@ -238,6 +321,26 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     assert fused["traffic"]["by_kind"]["pallas"] == statistics + compressing
     assert "pallas" not in xla["traffic"]["by_kind"]
     assert fused["traffic"]["bytes"] < 0.75 * xla["traffic"]["bytes"]
+
+    kernels = {k["kernel"]: k for k in fused_grad["kernels"]}
+    assert sorted(kernels) == ["flurka_compression_e_bwd", "flurka_compression_x_bwd",
+                               "flurka_normalised_compression", "flurka_row_statistics"]
+    assert kernels["flurka_compression_x_bwd"]["grid"] == [-(-n // 64), 1, 1]
+    assert kernels["flurka_compression_e_bwd"]["grid"] == [d_k // 128, -(-n // 64), 1]
+    for kernel in kernels.values():
+        assert kernel["spill_store_bytes"] == 0 and kernel["registers"] <= 255, kernel
+        assert 0 < kernel["shared_memory_bytes"] <= 232_448, kernel
+        assert kernel["mma"] == (None if kernel["kernel"] == "flurka_row_statistics"
+                                 else "wgmma"), kernel
+    g = 2 * d_k * d * 2                                            # bf16 cotangents
+    shares = 2 * -(-n // 64) * d * 4                               # ∂γ, ∂β, float32
+    x_gradient = x + 2 * e + 3 * row + d * 4 + g + x + shares      # reads; ∂x; shares
+    e_gradient = x + 3 * row + 2 * d * 4 + g + 2 * e               # reads; ∂E1, ∂E2
+    pallas = sorted(k["bytes"] for k in fused_grad["traffic"]["largest"]
+                    if k["kind"] == "pallas")
+    assert pallas == sorted([statistics, compressing, x_gradient, e_gradient])
+    assert fused_grad["traffic"]["bytes"] < 0.7 * xla_grad["traffic"]["bytes"], (
+        fused_grad["traffic"]["bytes"], xla_grad["traffic"]["bytes"])
 
 
 def test_a_tuned_launch_reaches_layers_built_under_it_and_bad_launches_are_refused():

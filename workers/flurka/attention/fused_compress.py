@@ -26,8 +26,11 @@ Grid (d's 128-wide column blocks, d_k's row blocks, splits, batch): axis 0 varie
 GPU, so the programs sharing one N-range of x and E run side by side and re-read its tiles from
 L2, not memory. Same maths and precision policy as the XLA path
 (:func:`reference_normalised_compression`: flax's LayerNorm statistics in float32, products on
-compute-dtype operands with float32 accumulation), whose vjp is the gradient (recomputed from x;
-no backward kernel). Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
+compute-dtype operands with float32 accumulation). The gradient is two more kernels, x̂
+recomputed from x and the statistics: ∂E = G·x̂ᵀ (x̂ normalised as loaded, as in the forward) and
+∂x = the LayerNorm's backward of Σ E_iᵀ·G_i per block of rows; forward and gradient plan 0.96 GB
+at the flash comparison's size, the XLA path's 1.50 (d_model past 512: the XLA path's gradient,
+recomputed). Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
 
 Launch: :class:`CompressTiling` and below (ptxas's numbers for the options tried). At the flash
 comparison's size (bf16, keep given, batch 1) XLA plans 522 MB for this step (489 MB with
@@ -381,6 +384,157 @@ def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling
         interpret=interpret, name="flurka_normalised_compression")(*operands)
 
 
+# The gradient kernels' launch (ptxas's numbers for sm_90 at the flash comparison's size below):
+# ∂E: [BWD_ROWS_K, BWD_COLUMNS] tiles of ∂E1 and ∂E2 per program, a loop over d's 128-wide
+# blocks; ∂x: BWD_ROWS rows of x per program, a loop over d_k in BWD_STEP-row steps into their
+# [rows, d] float32 accumulator (128 registers a thread over 8 warps at d = 512).
+BWD_ROWS_K = 128
+BWD_COLUMNS = 64
+BWD_ROWS = 64
+BWD_STEP = 64
+BWD_WARPS = 8
+BWD_ACCUMULATOR = 128 * 32 * BWD_WARPS    # float32 elements: 128 registers × 256 threads
+
+
+def _e_gradient_kernel(*refs, n, d_k, max_len, batch, has_keep, pair):
+    """One program: the [rows_k, columns] tile of ∂E1 = Σ_b G1·x̂ᵀ (and of ∂E2) — x̂'s rows
+    normalised as they are loaded (the forward's prologue), zero past n (E's columns there get
+    no gradient), G's from L2 — over d's column blocks and the batch."""
+    refs = list(refs)
+    x_ref, mean_ref, rstd_ref = refs[:3]
+    keep_ref = refs[3] if has_keep else None
+    scale_ref, bias_ref, *rest = refs[3 + has_keep:]
+    g_refs, out_refs = rest[:1 + pair], rest[1 + pair:]
+    rows_k = g_refs[0].shape[1]
+    columns, d = x_ref.shape[1:]
+    first = pl.program_id(1) * columns
+    real = real_rows(first, columns, n)                                  # [columns, 1]
+    real_k = real_rows(pl.program_id(0) * rows_k, rows_k, d_k)           # [rows_k, 1]
+
+    def sequence(i, accs):
+        stats = row_columns((mean_ref, rstd_ref, keep_ref), (i, slice(None)), real)
+
+        def accumulate(c, accs):
+            k = block_slice(c)
+            normed = normalise(masked_load(x_ref.at[i, :, k], real), *stats, scale_ref[:, k],
+                               bias_ref[:, k])
+            normed = jnp.where(real, normed, 0).astype(x_ref.dtype)
+            return tuple(acc + dot(masked_load(g_ref.at[i, :, k], real_k).astype(x_ref.dtype),
+                                   normed, ((1,), (1,)))
+                         for acc, g_ref in zip(accs, g_refs))
+
+        return jax.lax.fori_loop(0, d // BLOCK, accumulate, accs)
+
+    accs = jax.lax.fori_loop(0, batch, sequence,
+                             tuple(jnp.zeros((rows_k, columns), F32) for _ in g_refs))
+    stored = real_k & (first + jax.lax.broadcasted_iota(jnp.int32, (1, columns), 1) < max_len)
+    for acc, out_ref in zip(accs, out_refs):
+        plgpu.store(out_ref, acc.astype(out_ref.dtype), mask=stored)
+
+
+def _x_gradient_kernel(*refs, n, d_k, has_keep, pair, step):
+    """One program, a block of rows: ∂x̂ = Σ_i E_i[:, rows]ᵀ·G_i over d_k (float32 accumulators
+    for every column block), then the LayerNorm's backward per row — with u = γ·keep·∂x̂ and
+    ŝ = (x − μ)·r, ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ)) — and this block's shares of
+    ∂γ = Σ keep·∂x̂·ŝ and ∂β = Σ keep·∂x̂ (two passes over the column blocks, ŝ recomputed: all
+    of them live beside the accumulators would spill)."""
+    refs = list(refs)
+    x_ref, mean_ref, rstd_ref = refs[:3]
+    keep_ref = refs[3] if has_keep else None
+    scale_ref, *rest = refs[3 + has_keep:]
+    e_refs, g_refs = rest[:1 + pair], rest[1 + pair:2 * (1 + pair)]
+    dx_ref, dscale_ref, dbias_ref = rest[2 * (1 + pair):]
+    rows, d = x_ref.shape
+    first = pl.program_id(0) * rows
+    real = real_rows(first, rows, n)
+    mean, rstd, keep = row_columns((mean_ref, rstd_ref, keep_ref), slice(None), real)
+    cols = column_blocks(d)
+
+    def accumulate(e_ref, g_ref):
+        def step_k(i, accs):
+            k_rows = block_slice(i, step)
+            real_k = real_rows(i * step, step, d_k)                      # [step, 1]
+            mask = real_k & (first + jax.lax.broadcasted_iota(jnp.int32, (1, rows), 1) < n)
+            e = plgpu.load(e_ref.at[k_rows, :], mask=mask, other=0).astype(x_ref.dtype)
+            return tuple(acc + dot(e, masked_load(g_ref.at[k_rows, c], real_k)
+                                   .astype(x_ref.dtype), ((0,), (0,)))
+                         for acc, c in zip(accs, cols))
+        return step_k
+
+    dnormed = tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols)
+    for e_ref, g_ref in zip(e_refs, g_refs):     # one E at a time: both in one loop spill
+        dnormed = jax.lax.fori_loop(0, pl.cdiv(d_k, step), accumulate(e_ref, g_ref), dnormed)
+    if keep is not None:
+        dnormed = tuple(jnp.where(keep != 0, g, 0.0) for g in dnormed)
+
+    def block(c, g):
+        standard = (masked_load(x_ref.at[:, c], real).astype(F32) - mean) * rstd
+        return standard, g * scale_ref[:, c]
+
+    sum_u = sum_us = jnp.zeros((rows, 1), F32)
+    for g, c in zip(dnormed, cols):
+        standard, u = block(c, g)
+        sum_u += jnp.sum(u, axis=1, keepdims=True)
+        sum_us += jnp.sum(u * standard, axis=1, keepdims=True)
+        dscale_ref[:, c] = jnp.sum(g * standard, axis=0, keepdims=True)
+        dbias_ref[:, c] = jnp.sum(g, axis=0, keepdims=True)
+    for g, c in zip(dnormed, cols):
+        standard, u = block(c, g)
+        dx = rstd * (u - (sum_u + standard * sum_us) / d)
+        plgpu.store(dx_ref.at[:, c], dx.astype(dx_ref.dtype), mask=real)
+
+
+def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, *, interpret):
+    """(∂x, ∂E1, ∂E2 or None, the programs' float32 shares of ∂γ and ∂β [b, programs, 1, d]).
+    ∂E has E's stored shape (zero past n); grads: the cotangents [b, d_k, d], one per E."""
+    b, n, d = x.shape
+    d_k, max_len = e1.shape
+    pair = e2 is not None
+    e_refs = [e1, e2] if pair else [e1]
+    has_keep = keep is not None
+    stats = [mean, rstd, *([keep] if has_keep else [])]
+    params = plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1)
+    # ∂E: grid (d_k blocks, E's column blocks), axis 0 fastest so the programs that share x's
+    # rows run side by side and re-read them from L2.
+    per_row = pl.BlockSpec((b, BWD_COLUMNS), lambda k, j: (0, j))
+    de = pl.pallas_call(
+        functools.partial(_e_gradient_kernel, n=n, d_k=d_k, max_len=max_len, batch=b,
+                          has_keep=has_keep, pair=pair),
+        out_shape=[jax.ShapeDtypeStruct(e.shape, e.dtype) for e in e_refs],
+        grid=(pl.cdiv(d_k, BWD_ROWS_K), pl.cdiv(max_len, BWD_COLUMNS)),
+        in_specs=[pl.BlockSpec((b, BWD_COLUMNS, d), lambda k, j: (0, j, 0)),
+                  *[per_row] * len(stats), pl.BlockSpec((1, d), lambda k, j: (0, 0)),
+                  pl.BlockSpec((1, d), lambda k, j: (0, 0)),
+                  *[pl.BlockSpec((b, BWD_ROWS_K, d), lambda k, j: (0, k, 0))] * len(e_refs)],
+        out_specs=[pl.BlockSpec((BWD_ROWS_K, BWD_COLUMNS), lambda k, j: (k, j))] * len(e_refs),
+        compiler_params=params, interpret=interpret, name="flurka_compression_e_bwd",
+    )(x, *stats, scale.astype(F32)[None, :], bias.astype(F32)[None, :], *grads)
+    # ∂x: grid (row blocks, batch).
+    programs = pl.cdiv(n, BWD_ROWS)
+    rows = pl.BlockSpec((pl.squeezed, BWD_ROWS), lambda r, i: (i, r))
+    share = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda r, i: (i, r, 0, 0))
+    dx, dscale, dbias = pl.pallas_call(
+        functools.partial(_x_gradient_kernel, n=n, d_k=d_k, has_keep=has_keep, pair=pair,
+                          step=BWD_STEP),
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype),
+                   *[jax.ShapeDtypeStruct((b, programs, 1, d), F32)] * 2],
+        grid=(programs, b),
+        in_specs=[pl.BlockSpec((pl.squeezed, BWD_ROWS, d), lambda r, i: (i, r, 0)),
+                  *[rows] * len(stats), pl.BlockSpec((1, d), lambda r, i: (0, 0)),
+                  *[pl.BlockSpec((d_k, BWD_ROWS), lambda r, i: (0, r))] * len(e_refs),
+                  *[pl.BlockSpec((pl.squeezed, d_k, d), lambda r, i: (i, 0, 0))] * len(e_refs)],
+        out_specs=[pl.BlockSpec((pl.squeezed, BWD_ROWS, d), lambda r, i: (i, r, 0)), share,
+                   share],
+        compiler_params=params, interpret=interpret, name="flurka_compression_x_bwd",
+    )(x, *stats, scale.astype(F32)[None, :], *e_refs, *grads)
+    return dx, de[0], de[1] if pair else None, dscale, dbias
+
+
+def backward_fits(d: int) -> bool:
+    """Whether the ∂x kernel's [rows, d] float32 accumulator fits its registers."""
+    return BWD_ROWS * d <= BWD_ACCUMULATOR
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11))
 def _fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret):
     partials = on_gpu_or_interpreted(functools.partial(
@@ -395,15 +549,23 @@ def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, in
 
 
 def _fused_bwd(eps, splits, tiling, interpret, saved, g):
-    """The XLA path's gradient, recomputed from x (statistics and keep: constants)."""
+    """Two kernels (:func:`_e_gradient_kernel`, :func:`_x_gradient_kernel`) reading x, E and
+    the statistics once each; too wide a d_model: the XLA path's gradient, recomputed from x.
+    Statistics and keep are constants (their cotangents zero)."""
     x, keep, scale, bias, e1, e2, mean, rstd = saved
+    if backward_fits(x.shape[-1]):
+        dx, de1, de2, dscale, dbias = on_gpu_or_interpreted(functools.partial(
+            _pallas_compression_bwd, x, keep, scale, bias, e1, e2, mean, rstd, tuple(g)),
+            interpret)
+        dscale, dbias = (s.sum(axis=(0, 1, 2)).astype(p.dtype)
+                         for s, p in ((dscale, scale), (dbias, bias)))
+    else:
+        def reference(x, scale, bias, e1, e2):
+            out = reference_normalised_compression(x, keep, scale, bias, e1, e2, eps=eps)
+            return out[:1] if e2 is None else out
 
-    def reference(x, scale, bias, e1, e2):
-        out = reference_normalised_compression(x, keep, scale, bias, e1, e2, eps=eps)
-        return out[:1] if e2 is None else out
-
-    _, vjp = jax.vjp(reference, x, scale, bias, e1, e2)
-    dx, dscale, dbias, de1, de2 = vjp(tuple(g))
+        _, vjp = jax.vjp(reference, x, scale, bias, e1, e2)
+        dx, dscale, dbias, de1, de2 = vjp(tuple(g))
     return (dx, None if keep is None else jnp.zeros_like(keep), dscale, dbias, de1, de2,
             jnp.zeros_like(mean), jnp.zeros_like(rstd))
 
@@ -420,8 +582,8 @@ def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None
     ``stats``: (mean, rstd) from :func:`row_statistics` where the caller has them, else computed
     here; ``splits``: how many ranges of the sequence the programs split (default: enough
     programs for the card); ``tiling``: the launch (default: :func:`current_compress_tiling`,
-    when traced). Differentiable in x, scale, bias, e1 and e2 (the XLA path's vjp,
-    recomputed). (x1, x2) [b, d_k, d] in x's dtype."""
+    when traced). Differentiable in x, scale, bias, e1 and e2 (the gradient kernels). (x1, x2)
+    [b, d_k, d] in x's dtype."""
     b, n, d = x.shape
     if d % BLOCK:
         raise ValueError(f"normalised_compression takes a d_model that is a multiple of {BLOCK}, "

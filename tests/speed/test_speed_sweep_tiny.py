@@ -133,7 +133,7 @@ def test_padded_batches_run_masked_and_count_the_real_rows():
     model_point = next(p for p in configs.points("tiny", scopes=["model"], pad_to=48)
                        if p.mechanism == "flurka-rnn" and p.mode == "train")
     module = bench.build(model_point)
-    step, (params, opt_state, rest, x, y) = bench.make_step(model_point, module)[:2]
+    step, (params, compute, opt_state, rest, x, y) = bench.make_step(model_point, module)[:2]
     assert x.shape == (2, 96, 32)
     graphdef = nnx.graphdef(module)
     run = jax.jit(lambda x: nnx.merge(graphdef, params, rest)(x, deterministic=True))
@@ -143,7 +143,7 @@ def test_padded_batches_run_masked_and_count_the_real_rows():
     assert jnp.allclose(masked(x)[:, :64], masked(x.at[:, 64:].set(7.0))[:, :64])
     # the model built for 96 rows, run unpadded on the 64 real ones, gives the same real outputs
     assert jnp.allclose(masked(x)[:, :64], run(real), atol=1e-5)
-    loss = step(params, opt_state, rest, x, y)[2]
+    loss = step(params, compute, opt_state, rest, x, y)[-1]
     expected = jnp.mean((run(real).astype(jnp.float32) - y[:, :64]) ** 2)
     assert jnp.allclose(loss, expected, rtol=1e-5)
     with pytest.raises(ValueError, match="pad_to must be a positive int"):
@@ -187,3 +187,43 @@ def test_bf16_model_step_multiplies_bf16_operands(mode):
         fn, args, *_ = bench.make_step(p, bench.build(p))
         flops = flop_model.hlo_dot_flops_by_type(fn.lower(*args).as_text(dialect="hlo"))
         assert flops.get("bf16", 0) >= 0.99 * sum(flops.values()), (p.mechanism, flops)
+
+
+def test_the_mixed_precision_step_is_autodiff_through_the_cast_of_float32_masters():
+    """bf16 train step (model scope, flurka-rnn): the step that takes the masters' bf16 copy
+    from the previous update computes what differentiating through a cast of the float32
+    masters does — same loss, same AdamW update of every master — and returns the next copy
+    as the new masters cast to bf16."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    from flurka.attention.base import cast_floating
+    from flurka.speed import bench
+    point = next(p for p in configs.points("tiny", scopes=["model"], modes=["train"],
+                                           dtype="bfloat16") if p.mechanism == "flurka-rnn")
+    module = bench.build(point)
+    step, (params, compute, opt_state, rest, x, y) = bench.make_step(point, module)[:2]
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(
+        lambda c, p: c.dtype == jnp.bfloat16 and p.dtype == jnp.float32, compute, params))
+    graphdef, bf = nnx.graphdef(module), jnp.bfloat16
+
+    def loss_of_masters(p):        # the textbook form: the cast inside the differentiated loss
+        m = nnx.merge(graphdef, cast_floating(p, bf), cast_floating(rest, bf))
+        diff = m(x, deterministic=True).astype(jnp.float32) - y.astype(jnp.float32)
+        return jnp.mean(diff * diff)
+
+    @jax.jit
+    def reference(params):
+        loss, grads = jax.value_and_grad(loss_of_masters)(params)
+        updates, _ = optax.adamw(1e-4).update(grads, opt_state, params)
+        return loss, optax.apply_updates(params, updates)
+
+    loss, want = reference(params)
+    new, new_compute, _, got_loss = step(params, compute, opt_state, rest, x, y)
+    assert jnp.allclose(got_loss, loss, rtol=1e-6)
+    for got, ref in zip(jax.tree_util.tree_leaves(new), jax.tree_util.tree_leaves(want)):
+        assert got.dtype == jnp.float32 and jnp.allclose(got, ref, rtol=1e-6, atol=1e-9)
+    for c, p in zip(jax.tree_util.tree_leaves(new_compute), jax.tree_util.tree_leaves(new)):
+        assert c.dtype == bf and jnp.array_equal(c, p.astype(bf))

@@ -16,8 +16,9 @@ padding; the loss is the real rows'), the model built for that length (E1/E2 [d_
 
 Precision: ``dtype`` is the compute dtype (passed to the attention layer as ``dtype`` so flash
 can pick cuDNN). Forward points store every floating parameter in ``dtype`` (bf16 inference
-weights); train points keep float32 master parameters and AdamW state and cast them to ``dtype``
-inside the step (mixed precision), so gradients and updates are float32.
+weights); train points keep float32 master parameters and AdamW state (mixed precision):
+the step takes the masters' ``dtype`` copy as its previous update wrote it, differentiates
+through it, and updates the masters in float32, writing the next copy in the same pass.
 
 Random features are drawn once at construction and not redrawn (``rng=None``); the cost of a
 redraw is not part of the step.
@@ -154,21 +155,30 @@ def make_step(point: Point, module: nnx.Module):
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     tx = optax.adamw(1e-4)
     opt_state = tx.init(params)
+    mixed = dtype != jnp.float32
 
     @jax.jit
-    def train_step(params, opt_state, rest, x, y):
+    def train_step(params, compute, opt_state, rest, x, y):
+        """``compute``: mixed precision's compute copy of the float32 ``params`` (``dtype``), as
+        the previous step's update wrote it (returned beside the new masters: XLA writes it in
+        AdamW's pass, so no pass of its own re-reads the masters to cast them — a cast of
+        E1/E2 read 4 and wrote 2 bytes a parameter every step); () when ``dtype`` is float32.
+        Its gradient, cast to float32, is the masters' (the cast's vjp)."""
         def loss_fn(p):
-            m = nnx.merge(graphdef, cast_floating(p, dtype), cast_floating(rest, dtype))
+            m = nnx.merge(graphdef, p, cast_floating(rest, dtype))
             diff = apply(m, x).astype(jnp.float32) - y.astype(jnp.float32)
             if padded:  # the loss of the real rows only, as a padded batch's would be
                 diff = diff * real_rows()[..., None]
             return jnp.sum(diff * diff) / (point.batch * point.seq_len * point.d_model)
 
-        loss, grads = jax.value_and_grad(loss_fn)(params)
+        loss, grads = jax.value_and_grad(loss_fn)(compute if mixed else params)
+        grads = jax.tree_util.tree_map(lambda g, p: g.astype(p.dtype), grads, params)
         updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        params = optax.apply_updates(params, updates)
+        return params, cast_floating(params, dtype) if mixed else (), opt_state, loss
 
-    return (train_step, (params, opt_state, rest, x, y), ceil.tree_bytes(params),
+    compute = cast_floating(params, dtype) if mixed else ()
+    return (train_step, (params, compute, opt_state, rest, x, y), ceil.tree_bytes(params),
             ceil.tree_bytes(rest))
 
 

@@ -73,6 +73,12 @@ FLASH_FUSED_FFN_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forwa
                                              "fused_ffn": {True}, "mechanism": {"flash"}})
 FUSED_FFN_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
                                      "fused_ffn": {True}, "pad_to": {128}, "mechanism": FLURKA})
+# ... and the whole fused layer's training step: its gradient kernels (the FFN block's, the
+# compression's) and the carried bf16 compute copy — flurka-rnn's plan 39.6 GB, 50.6 without
+# them (benchmarks/results/aot-2026-11-27-train); flash's training step in the same lease.
+FUSED_LAYER_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
+                                       "fused_projections": {True}, "fused_ffn": {True},
+                                       "pad_to": {128}, "mechanism": FLURKA})
 BOUNDARY_ALIGNED = ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
                                         "mode": {"forward"}, **ALIGNED, "mechanism": FIVE})
 PLANS: dict[str, list[tuple[str, dict]]] = {
@@ -169,6 +175,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         CUBLAS_FORWARD,
         FUSED_PADDED_TRAIN,
         FLASH_TRAIN,
+        FUSED_LAYER_TRAIN,
         FUSED_FFN_TRAIN,
         ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, **ALIGNED,
                            "mechanism": {"flurka-performer", "flurka-rnn"}}),
@@ -204,6 +211,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
                      "mechanism": FIVE | {"eva", "flurka-eva"}}),
         FUSED_PADDED_TRAIN,
         FLASH_TRAIN,
+        FUSED_LAYER_TRAIN,
         FUSED_FFN_TRAIN,
         CUBLAS_FORWARD,
         ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,

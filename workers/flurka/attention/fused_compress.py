@@ -185,6 +185,31 @@ def row_moments(load, d: int, rows: int, eps: float):
     return mean, jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d - mean * mean) + eps)
 
 
+def layer_norm_backward(dnormed, cols, standardised, scale_ref, rstd, dscale_ref, dbias_ref,
+                        emit):
+    """In a kernel: the LayerNorm's backward for a block of rows from ∂LN(y) (float32 [rows, 128]
+    per column block of ``cols``, a loop's carried accumulators). With ŝ = (y − μ)·r
+    (``standardised(c)``, recomputed per block: every block's ŝ and u live beside the
+    accumulators spill at 64 rows) and u = γ·∂LN(y): ∂y = r·(u − mean(u) − ŝ·mean(u·ŝ)), handed
+    to ``emit(c, ∂y_c)`` block by block; this block's shares of ∂γ = Σ ∂LN(y)·ŝ and
+    ∂β = Σ ∂LN(y) stored in ``dscale_ref``/``dbias_ref`` [1, d]."""
+    d = len(cols) * BLOCK
+
+    def block(c, g):
+        return standardised(c), g * scale_ref[:, c].astype(F32)
+
+    sum_u = sum_us = jnp.zeros((dnormed[0].shape[0], 1), F32)
+    for g, c in zip(dnormed, cols):
+        standard, u = block(c, g)
+        sum_u += jnp.sum(u, axis=1, keepdims=True)
+        sum_us += jnp.sum(u * standard, axis=1, keepdims=True)
+        dscale_ref[:, c] = jnp.sum(g * standard, axis=0, keepdims=True)
+        dbias_ref[:, c] = jnp.sum(g, axis=0, keepdims=True)
+    for g, c in zip(dnormed, cols):
+        standard, u = block(c, g)
+        emit(c, rstd * (u - (sum_u + standard * sum_us) / d))
+
+
 def reference_normalised_compression(x, keep, scale, bias, e1, e2, *, eps):
     """The XLA path (what the kernels compute): x̂ = layer_norm(x) in x's dtype, zeroed where
     ``keep`` [b, n] is 0 (None: all rows real), then E·x̂ with E[:, :n] for e1 and e2 (e2 None:
@@ -436,8 +461,7 @@ def _x_gradient_kernel(*refs, n, d_k, has_keep, pair, step):
     """One program, a block of rows: ∂x̂ = Σ_i E_i[:, rows]ᵀ·G_i over d_k (float32 accumulators
     for every column block), then the LayerNorm's backward per row — with u = γ·keep·∂x̂ and
     ŝ = (x − μ)·r, ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ)) — and this block's shares of
-    ∂γ = Σ keep·∂x̂·ŝ and ∂β = Σ keep·∂x̂ (two passes over the column blocks, ŝ recomputed: all
-    of them live beside the accumulators would spill)."""
+    ∂γ = Σ keep·∂x̂·ŝ and ∂β = Σ keep·∂x̂ (:func:`layer_norm_backward`)."""
     refs = list(refs)
     x_ref, mean_ref, rstd_ref = refs[:3]
     keep_ref = refs[3] if has_keep else None
@@ -467,21 +491,12 @@ def _x_gradient_kernel(*refs, n, d_k, has_keep, pair, step):
     if keep is not None:
         dnormed = tuple(jnp.where(keep != 0, g, 0.0) for g in dnormed)
 
-    def block(c, g):
-        standard = (masked_load(x_ref.at[:, c], real).astype(F32) - mean) * rstd
-        return standard, g * scale_ref[:, c]
-
-    sum_u = sum_us = jnp.zeros((rows, 1), F32)
-    for g, c in zip(dnormed, cols):
-        standard, u = block(c, g)
-        sum_u += jnp.sum(u, axis=1, keepdims=True)
-        sum_us += jnp.sum(u * standard, axis=1, keepdims=True)
-        dscale_ref[:, c] = jnp.sum(g * standard, axis=0, keepdims=True)
-        dbias_ref[:, c] = jnp.sum(g, axis=0, keepdims=True)
-    for g, c in zip(dnormed, cols):
-        standard, u = block(c, g)
-        dx = rstd * (u - (sum_u + standard * sum_us) / d)
+    def store(c, dx):
         plgpu.store(dx_ref.at[:, c], dx.astype(dx_ref.dtype), mask=real)
+
+    layer_norm_backward(
+        dnormed, cols, lambda c: (masked_load(x_ref.at[:, c], real).astype(F32) - mean) * rstd,
+        scale_ref, rstd, dscale_ref, dbias_ref, store)
 
 
 def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, *, interpret):

@@ -44,7 +44,7 @@ from flurka.attention.base import F32
 from flurka.attention.fused import (
     BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted,
     program_rows, row_vector)
-from flurka.attention.fused_compress import layer_norm, row_moments
+from flurka.attention.fused_compress import layer_norm, layer_norm_backward, row_moments
 
 ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] accumulators live
 
@@ -286,25 +286,13 @@ def _backward_kernel(x_ref, a_ref, dz_ref, scale_ref, bias_ref, w1_ref, b1_ref, 
 
     dnormed = jax.lax.fori_loop(0, w1_ref.shape[1] // BWD_HIDDEN, hidden_block,
                                 tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
-    # The LayerNorm's backward in two passes over the column blocks, ŝ and u recomputed per
-    # block (all four blocks' ŝ and u live beside ∂LN(y) spill 1.2 KB a thread at 64 rows).
-    def block(c, g):
-        standard = (_residual(x_ref, a_ref, c, real) - mean) * inv
-        return standard, g * scale_ref[:, c].astype(F32)
-
-    sum_u = sum_us = jnp.zeros((rows, 1), F32)
-    for g, c in zip(dnormed, cols):
-        standard, u = block(c, g)
-        sum_u += jnp.sum(u, axis=1, keepdims=True)
-        sum_us += jnp.sum(u * standard, axis=1, keepdims=True)
-        dscale_ref[:, c] = jnp.sum(g * standard, axis=0, keepdims=True)
-        dbias_ref[:, c] = jnp.sum(g, axis=0, keepdims=True)
-    for g, c in zip(dnormed, cols):
-        standard, u = block(c, g)
+    def emit(c, dy):               # the residual's gradient joins the LayerNorm's
         dz = masked_load(dz_ref.at[:, c], real).astype(F32)
-        dy = inv * (u - (sum_u + standard * sum_us) / d_model) + dz
-        plgpu.store(dy_ref.at[:, c], dy.astype(dy_ref.dtype), mask=real)
+        plgpu.store(dy_ref.at[:, c], (dy + dz).astype(dy_ref.dtype), mask=real)
         db2_ref[:, c] = jnp.sum(dz, axis=0, keepdims=True)
+
+    layer_norm_backward(dnormed, cols, lambda c: (_residual(x_ref, a_ref, c, real) - mean) * inv,
+                        scale_ref, inv, dscale_ref, dbias_ref, emit)
 
 
 def _pallas_backward(x, a, dz, scale, bias, w1, b1, w2, eps, *, interpret):

@@ -322,6 +322,34 @@ def _wide_kernel(*refs, feature, head_dim, num_features, denominator, n):
         plgpu.store(o_ref.at[:, c], (out / den).astype(o_ref.dtype), mask=real)
 
 
+def query_side_gradient(q, g, out, kv, k_sum, omega_t, *, feature, head_dim, num_features,
+                        denominator):
+    """In a kernel: one block of rows' share of the query side's gradient — (dq float32
+    [rows, d], its φᵀ·∂num [f, d] and Σ_rows φ·∂den [1, f] partials, the context ``out``). ``q``
+    and ``out`` in the compute dtype as the forward had them (``out`` None: recomputed here as
+    the forward rounds it); ``g`` float32 [rows, d]; KV [f, d], Σφ(K) [1, f], ωᵀ [d, f] or
+    None."""
+    f = kv.shape[0]
+    (feat,), (slope,) = row_features([q], lambda c, j: omega_t, column_blocks(f), feature,
+                                     head_dim, num_features)
+    feat = feat.astype(q.dtype)                                          # as the forward used it
+    den = denominator(jnp.sum(feat.astype(F32) * k_sum.astype(F32), axis=1, keepdims=True))
+    if out is None:
+        out = (dot(feat, kv) / den).astype(q.dtype)
+    inv = 1.0 / den                                                      # D' = 1 for both maps
+    d_num = (g * inv).astype(q.dtype)                                    # [rows, d]
+    d_den = -jnp.sum(g * out.astype(F32), axis=1, keepdims=True) * inv   # [rows, 1]
+    d_feat = dot(d_num, kv, ((1,), (1,))) + d_den * k_sum.astype(F32)    # [rows, f]
+    d_logit = d_feat * slope
+    if feature == "favor":   # logit = d^-¼ qωᵀ − d^-½ |q|²/2
+        dq = (head_dim ** -0.25 * dot(d_logit.astype(q.dtype), omega_t, ((1,), (1,)))
+              - head_dim ** -0.5 * q.astype(F32) * jnp.sum(d_logit, axis=1, keepdims=True))
+    else:                    # φ is elementwise: f = d
+        dq = d_logit
+    return (dq, dot(feat, d_num, ((0,), (0,))),
+            jnp.sum(feat.astype(F32) * d_den, axis=0, keepdims=True), out)
+
+
 def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n, n):
     """One program: ``bwd_rows`` query rows in steps of ``block_n``; writes their dq and its
     partial dKV [f, d] and dΣφ(K) [1, f]. Query sides up to one block wide (see :func:`_fused_bwd`).
@@ -336,30 +364,14 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n, n)
     omega_t = None if omega_t_ref is None else omega_t_ref[...]
 
     def step(i, partials):
-        dkv, dk_sum = partials
         rows = block_slice(i, block_n)
         real = real_rows(first + i * block_n, block_n, n) if n % program_rows else None
-        q = masked_load(q_ref.at[rows, :], real)
-        (feat,), (slope,) = row_features([q], lambda c, j: omega_t, column_blocks(f), feature,
-                                         head_dim, num_features)
-        feat = feat.astype(q.dtype)                                      # as the forward used it
-        den = jnp.sum(feat.astype(F32) * k_sum.astype(F32), axis=1, keepdims=True)
-        inv = 1.0 / denominator(den)                                     # D' = 1 for both maps
-        g = masked_load(g_ref.at[rows, :], real).astype(F32)
-        d_num = (g * inv).astype(q.dtype)                                # [bn, d]
-        d_den = -jnp.sum(g * masked_load(out_ref.at[rows, :], real).astype(F32), axis=1,
-                         keepdims=True) * inv                                            # [bn, 1]
-        d_feat = dot(d_num, kv, ((1,), (1,))) + d_den * k_sum.astype(F32)        # [bn, f]
-        dkv += dot(feat, d_num, ((0,), (0,)))                                    # [f, d]
-        dk_sum += jnp.sum(feat.astype(F32) * d_den, axis=0, keepdims=True)        # [1, f]
-        d_logit = d_feat * slope
-        if feature == "favor":   # logit = d^-¼ qωᵀ − d^-½ |q|²/2
-            dq = (head_dim ** -0.25 * dot(d_logit.astype(q.dtype), omega_t, ((1,), (1,)))
-                  - head_dim ** -0.5 * q.astype(F32) * jnp.sum(d_logit, axis=1, keepdims=True))
-        else:                    # φ is elementwise: f = d
-            dq = d_logit
+        dq, dkv, dk_sum, _ = query_side_gradient(
+            masked_load(q_ref.at[rows, :], real), masked_load(g_ref.at[rows, :], real).astype(F32),
+            masked_load(out_ref.at[rows, :], real), kv, k_sum, omega_t, feature=feature,
+            head_dim=head_dim, num_features=num_features, denominator=denominator)
         plgpu.store(dq_ref.at[rows, :], dq.astype(dq_ref.dtype), mask=real)
-        return dkv, dk_sum
+        return partials[0] + dkv, partials[1] + dk_sum
 
     dkv, dk_sum = jax.lax.fori_loop(0, program_rows // block_n, step,
                                     (jnp.zeros((f, d), F32), jnp.zeros((1, f), F32)))

@@ -14,9 +14,12 @@ context never reach memory: x read once, the output written once. The FFN block'
 form (:mod:`flurka.models.fused_ffn`) with the query side in place of the GELU.
 
 Sizes: one block per head (d_h a power of two from 16 to 128), d_model a multiple of 128 up to
-512 (the output accumulators live in registers), m ≤ 128; no aligned execution. The gradient is
-the unfused fused layer's (XLA's projections around the query-side kernels and their backward),
-recomputed from x. Pallas's Triton backend on GPU, its interpreter elsewhere.
+512 (the output accumulators live in registers), m ≤ 128; no aligned execution. The gradient,
+for the kernel features, is one more kernel per head and chunk of rows (:func:`_bwd_kernel`): q_h
+and the context's cotangent recomputed from x and ∂out as the forward computes q, then the query
+side's gradient; it writes ∂q and the context, from which XLA's GEMMs take x̂'s gradient and W_Q's
+and W_O's. flurka-eva's softmax takes the unfused fused layer's gradient (XLA's projections around
+the softmax kernels), recomputed from x. Pallas's Triton backend on GPU, its interpreter elsewhere.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from flurka.attention.feature_maps import favor_denominator, rnn_denominator
 from flurka.attention.fused import (
     BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot,
     fused_query_side, fused_softmax_attention, masked_load, on_gpu_or_interpreted,
-    online_softmax, program_rows, row_features, row_vector, tile_size)
+    online_softmax, program_rows, query_side_gradient, real_rows, row_features, row_vector,
+    tile_size)
 from flurka.attention.fused_compress import PreNorm, normalised, row_columns
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
@@ -113,21 +117,22 @@ def _softmax_context(side_refs, keys, scale):
     return context
 
 
-def _input(x_ref, norm_refs, real):
-    """(``load(c)``: column block c of the program's rows of x, ``shift``: what the LayerNorm
-    adds to q). Given the LayerNorm's refs (statistics, keep or None, β·W_Q), x̂ = keep ⊙ LN(x)
-    enters as its standardised rows keep·(x − mean)·rstd — the LayerNorm's scale is in W_Q's
-    rows, its bias in ``shift(hc)`` = keep·(β·W_Q)[hc] (:func:`_pallas_projected`): with the
-    affine part applied per block as x is loaded, ptxas spilled 0.6-0.8 KB per thread."""
+def _input(x_ref, norm_refs, real, rows=slice(None)):
+    """(``load(c)``: column block c of x's ``rows``, ``shift``: what the LayerNorm adds to q).
+    Given the LayerNorm's refs (statistics, keep or None, β·W_Q), x̂ = keep ⊙ LN(x) enters as
+    its standardised rows keep·(x − mean)·rstd — the LayerNorm's scale is in W_Q's rows, its
+    bias in ``shift(hc)`` = keep·(β·W_Q)[hc] (:func:`_norm_operands`): with the affine part
+    applied per block as x is loaded, ptxas spilled 0.6-0.8 KB per thread."""
     if not norm_refs:
-        return (lambda c: masked_load(x_ref.at[:, c], real)), (lambda hc: 0.0)
+        return (lambda c: masked_load(x_ref.at[rows, c], real)), (lambda hc: 0.0)
     mean_ref, rstd_ref, keep_ref, shift_ref = norm_refs
-    mean, rstd, keep = row_columns((mean_ref, rstd_ref, keep_ref), slice(None), real)
+    mean, rstd, keep = row_columns((mean_ref, rstd_ref, keep_ref), rows, real)
     if keep is not None:
         rstd = rstd * keep
 
     def load(c):
-        return ((masked_load(x_ref.at[:, c], real).astype(F32) - mean) * rstd).astype(x_ref.dtype)
+        return ((masked_load(x_ref.at[rows, c], real).astype(F32) - mean)
+                * rstd).astype(x_ref.dtype)
 
     def shift(hc):
         return shift_ref[:, hc] if keep is None else keep * shift_ref[:, hc]
@@ -135,13 +140,21 @@ def _input(x_ref, norm_refs, real):
     return load, shift
 
 
-def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm):
-    """One program: a block of rows through every head and W_O. ``norm``: how many LayerNorm
-    refs follow x (0: x is already x̂; 3 or 4: statistics, keep if any, β·W_Q)."""
+def _split_norm(refs, norm):
+    """(x's ref, the LayerNorm's refs — statistics, keep or None, β·W_Q — or [] where ``norm``
+    is None, the rest); ``norm``: whether there is a LayerNorm and whether it has a keep."""
     x_ref, *refs = refs
-    norm_refs, refs = refs[:norm], refs[norm:]
-    if norm == 3:
-        norm_refs.insert(2, None)                                          # no keep: all real
+    if norm is None:
+        return x_ref, [], refs
+    has_keep = norm == "keep"
+    stats, refs = refs[:3 + has_keep], refs[3 + has_keep:]
+    return x_ref, stats if has_keep else [*stats[:2], None, stats[2]], refs
+
+
+def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm):
+    """One program: a block of rows through every head and W_O. ``norm``: None (x is already
+    x̂), "keep" or "all" (x's LayerNorm refs follow it, with a keep or every row real)."""
+    x_ref, norm_refs, refs = _split_norm(refs, norm)
     wq_ref, bq_ref, *side_refs, wo_ref, bo_ref, o_ref = refs
     rows, d_model = x_ref.shape
     d = head_dim
@@ -182,6 +195,23 @@ def _side_operands(side, feature, dtype):
     return [kv.astype(dtype), k_sum.astype(dtype)[:, :, None, :]], whole
 
 
+def _norm_kind(norm):
+    return None if norm is None else ("all" if norm[4] is None else "keep")
+
+
+def _norm_operands(norm, wq, row_spec, shift_spec):
+    """(operands, specs, W_Q as the kernels read it) for the LayerNorm the kernels apply as x is
+    loaded (:func:`_input`): statistics (and keep) per row, β·W_Q; γ folded into W_Q's rows —
+    LN(x)·W_Q = std(x)·(γ ⊙ W_Q) + β·W_Q."""
+    if norm is None:
+        return [], [], wq
+    ln_scale, ln_bias, mean, rstd, keep = norm
+    per_row = [t for t in (mean, rstd, keep) if t is not None]
+    return ([*per_row, (ln_bias.astype(F32) @ wq.astype(F32))[None, :]],
+            [*[row_spec] * len(per_row), shift_spec],
+            ln_scale.astype(F32)[:, None] * wq.astype(F32))
+
+
 def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, keys,
                       scale, *, interpret):
     """Grid (row blocks, batch): a sequence's key side is its own."""
@@ -192,14 +222,8 @@ def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_feat
     per_sequence = lambda *shape: pl.BlockSpec((pl.squeezed, *shape),           # noqa: E731
                                                lambda i, s: (s,) + (0,) * len(shape))
     sequence_side, whole_side = _side_operands(side, feature, dtype)
-    norm_operands, norm_specs = [], []
-    if norm is not None:   # statistics (and keep) per row; LN(x)·W_Q = std(x)·(γ ⊙ W_Q) + β·W_Q
-        ln_scale, ln_bias, mean, rstd, keep = norm
-        per_row = [t for t in (mean, rstd, keep) if t is not None]
-        norm_operands = [*per_row, (ln_bias.astype(F32) @ wq.astype(F32))[None, :]]
-        norm_specs = [*(pl.BlockSpec((pl.squeezed, block_n), lambda i, s: (s, i))
-                        for _ in per_row), whole(1, d_model)]
-        wq = ln_scale.astype(F32)[:, None] * wq.astype(F32)
+    norm_operands, norm_specs, wq = _norm_operands(
+        norm, wq, pl.BlockSpec((pl.squeezed, block_n), lambda i, s: (s, i)), whole(1, d_model))
     operands = [*norm_operands, wq.astype(dtype), row_vector(bq, dtype), *whole_side,
                 *sequence_side, wo.astype(dtype), row_vector(bo, dtype)]
     specs = [*norm_specs, whole(d_model, d_model), whole(1, d_model),
@@ -210,7 +234,7 @@ def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_feat
     return pl.pallas_call(
         functools.partial(_kernel, feature=feature, head_dim=head_dim,
                           num_features=num_features, keys=keys, scale=scale, n=n,
-                          norm=len(norm_operands)),
+                          norm=_norm_kind(norm)),
         out_shape=jax.ShapeDtypeStruct((b, n, d_model), dtype), grid=(pl.cdiv(n, block_n), b),
         in_specs=[rows, *specs], out_specs=rows,
         compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
@@ -234,14 +258,132 @@ def _fused_fwd(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, s
     return out, (x, wq, bq, wo, bo, side, norm)
 
 
+# The gradient kernel's launch (kernel features): a program per (head, BWD_CHUNK rows,
+# sequence), in steps of BWD_STEP rows, its dKV and dΣφ(K) partials summed over the chunk.
+BWD_STEP, BWD_CHUNK, BWD_WARPS = 32, 1024, 8
+
+
+def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
+    """One program: one head over a chunk of rows, step by step — q_h = x̂·W_Q[:, h] + b_h and
+    the context's cotangent ∂c_h = ∂out·W_O[h, :]ᵀ recomputed from x and ∂out (loops over
+    their 128-wide column blocks), then the query side's gradient
+    (:func:`~flurka.attention.fused.query_side_gradient`). Writes ∂q_h and the context c_h (W_Q's
+    and W_O's weight gradients take them) and the chunk's partial dKV_h, dΣφ(K)_h. Rows past n
+    load as zeros (a zero ∂out adds nothing) and store nothing."""
+    x_ref, norm_refs, refs = _split_norm(refs, norm)
+    wq_ref, bq_ref, *side_refs, wo_ref, g_ref, dq_ref, ctx_ref, dkv_ref, dk_sum_ref = refs
+    omega_t_ref, kv_ref, k_sum_ref = (None, *side_refs) if feature == "elu" else side_refs
+    chunk, d_model = x_ref.shape
+    first = pl.program_id(1) * chunk       # outside the loop: the interpreter needs it there
+    kv, k_sum = kv_ref[...], k_sum_ref[...]
+    omega_t = None if omega_t_ref is None else omega_t_ref[...]
+    dtype = x_ref.dtype
+
+    def rows_step(i, partials):
+        rows = block_slice(i, step)
+        real = real_rows(first + i * step, step, n)
+        load, shift = _input(x_ref, norm_refs, real, rows)
+
+        def products(k, accs):
+            c = block_slice(k)
+            return (accs[0] + dot(load(c), wq_ref[c, :]),
+                    accs[1] + dot(masked_load(g_ref.at[rows, c], real), wo_ref[:, c],
+                                  ((1,), (1,))))
+
+        zero = jnp.zeros((step, head_dim), F32)
+        q, g = jax.lax.fori_loop(0, d_model // BLOCK, products, (zero, zero))
+        q = (q + shift(slice(None)) + bq_ref[...].astype(F32)).astype(dtype)  # as XLA rounds Q
+        g = g.astype(dtype).astype(F32)                # as XLA rounds the context's cotangent
+        dq, dkv, dk_sum, ctx = query_side_gradient(
+            q, g, None, kv, k_sum, omega_t, feature=feature, head_dim=head_dim,
+            num_features=num_features,
+            denominator=favor_denominator if feature == "favor" else rnn_denominator)
+        plgpu.store(dq_ref.at[rows, :], dq.astype(dq_ref.dtype), mask=real)
+        plgpu.store(ctx_ref.at[rows, :], ctx, mask=real)
+        return partials[0] + dkv, partials[1] + dk_sum
+
+    f = kv_ref.shape[0]
+    dkv, dk_sum = jax.lax.fori_loop(0, chunk // step, rows_step,
+                                    (jnp.zeros((f, head_dim), F32), jnp.zeros((1, f), F32)))
+    dkv_ref[...] = dkv
+    dk_sum_ref[...] = dk_sum
+
+
+def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features, *,
+                          interpret):
+    """(∂q, the context c) [b, n, d_model] (heads side by side) in x's dtype and the chunks'
+    float32 partial dKV [b, h, chunks, f, d_h], dΣφ(K) [b, h, chunks, 1, f]. Grid (heads,
+    chunks, sequences): a chunk's heads side by side re-read its x and ∂out from L2."""
+    b, n, d_model = x.shape
+    heads, f = side[0].shape[1], side[0].shape[2]
+    dtype = x.dtype
+    chunk = min(BWD_CHUNK, pl.next_power_of_2(round_up(n, BWD_STEP)))
+    chunks = pl.cdiv(n, chunk)
+    rows = pl.BlockSpec((pl.squeezed, chunk, d_model), lambda h, r, s: (s, r, 0))
+    head_rows = pl.BlockSpec((pl.squeezed, chunk, head_dim), lambda h, r, s: (s, r, h))
+    head_columns = lambda height: pl.BlockSpec((height, head_dim),          # noqa: E731
+                                               lambda h, r, s: (0, h))
+    per_head = lambda *shape: pl.BlockSpec((pl.squeezed, pl.squeezed, *shape),  # noqa: E731
+                                           lambda h, r, s: (s, h, 0, 0))
+    partial = lambda *shape: pl.BlockSpec((pl.squeezed,) * 3 + shape,       # noqa: E731
+                                          lambda h, r, s: (s, h, r, 0, 0))
+    norm_operands, norm_specs, wq = _norm_operands(
+        norm, wq, pl.BlockSpec((pl.squeezed, chunk), lambda h, r, s: (s, r)), head_columns(1))
+    sequence_side, whole_side = _side_operands(side, feature, dtype)
+    dq, ctx, dkv, dk_sum = pl.pallas_call(
+        functools.partial(_bwd_kernel, feature=feature, head_dim=head_dim,
+                          num_features=num_features, step=BWD_STEP, n=n, norm=_norm_kind(norm)),
+        out_shape=[jax.ShapeDtypeStruct((b, n, d_model), dtype)] * 2
+        + [jax.ShapeDtypeStruct((b, heads, chunks, f, head_dim), F32),
+           jax.ShapeDtypeStruct((b, heads, chunks, 1, f), F32)],
+        grid=(heads, chunks, b),
+        in_specs=[rows, *norm_specs, head_columns(d_model), head_columns(1),
+                  *(pl.BlockSpec(t.shape, lambda h, r, s: (0, 0)) for t in whole_side),
+                  *(per_head(*t.shape[2:]) for t in sequence_side),
+                  pl.BlockSpec((head_dim, d_model), lambda h, r, s: (h, 0)), rows],
+        out_specs=[head_rows, head_rows, partial(f, head_dim), partial(1, f)],
+        compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
+        interpret=interpret, name=f"flurka_{feature}_projected_query_side_bwd",
+    )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), *whole_side, *sequence_side,
+      wo.astype(dtype), g.astype(dtype))
+    return dq, ctx, dkv.sum(axis=2), dk_sum.sum(axis=(2, 3))
+
+
 def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, saved, g):
-    """The reference's gradient, recomputed; ω (FAVOR+'s, a fixed draw), x's statistics and
-    keep (constants) get none."""
-    _, vjp = jax.vjp(functools.partial(reference_projected, feature=feature, head_dim=head_dim,
-                                       num_features=num_features, scale=scale, eps=eps,
-                                       tiling=tiling),
-                     *saved)
-    return vjp(g)
+    """Kernel features: the gradient kernel (:func:`_bwd_kernel`), then XLA's GEMMs for x̂'s
+    gradient (∂q·W_Qᵀ, through the LayerNorm's backward where it is fused) and the weights'
+    (x̂ᵀ·∂q, cᵀ·∂out); flurka-eva's softmax: the reference's gradient, recomputed. ω (FAVOR+'s,
+    a fixed draw), x's statistics and keep (constants) get none."""
+    x, wq, bq, wo, bo, side, norm = saved
+    if feature == SOFTMAX:
+        _, vjp = jax.vjp(functools.partial(
+            reference_projected, feature=feature, head_dim=head_dim, num_features=num_features,
+            scale=scale, eps=eps, tiling=tiling), *saved)
+        return vjp(g)
+    dq, ctx, dkv, dk_sum = on_gpu_or_interpreted(functools.partial(
+        _pallas_projected_bwd, x, wq, bq, wo, side, norm, g, feature, head_dim, num_features),
+        interpret)
+    dtype = x.dtype
+    g = g.astype(dtype)
+    if norm is None:
+        normed = x
+    else:
+        ln_scale, ln_bias, mean, rstd, keep = norm
+        normed, input_vjp = jax.vjp(lambda x, s, b: normalised(x, keep, s, b, eps=eps), x,
+                                    ln_scale, ln_bias)
+    rows = lambda t: t.reshape(-1, t.shape[-1])                      # noqa: E731
+    dnormed = jnp.dot(dq, wq.astype(dtype).T).astype(dtype)
+    grads = [jnp.dot(rows(normed).T, rows(dq), preferred_element_type=F32).astype(wq.dtype),
+             rows(dq).astype(F32).sum(axis=0).astype(bq.dtype),
+             jnp.dot(rows(ctx).T, rows(g), preferred_element_type=F32).astype(wo.dtype),
+             rows(g).astype(F32).sum(axis=0).astype(bo.dtype)]
+    kv, k_sum, omega = side
+    dside = (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega))
+    if norm is None:
+        return (dnormed, *grads, dside, None)
+    dx, dscale, dbias = input_vjp(dnormed)
+    return (dx, *grads, dside, (dscale, dbias, jnp.zeros_like(mean), jnp.zeros_like(rstd),
+                                None if keep is None else jnp.zeros_like(keep)))
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)

@@ -457,37 +457,22 @@ def _e_gradient_kernel(*refs, n, d_k, max_len, batch, has_keep, pair):
         plgpu.store(out_ref, acc.astype(out_ref.dtype), mask=stored)
 
 
-def _x_gradient_kernel(*refs, n, d_k, has_keep, pair, step):
-    """One program, a block of rows: ∂x̂ = Σ_i E_i[:, rows]ᵀ·G_i over d_k (float32 accumulators
-    for every column block), then the LayerNorm's backward per row — with u = γ·keep·∂x̂ and
-    ŝ = (x − μ)·r, ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ)) — and this block's shares of
-    ∂γ = Σ keep·∂x̂·ŝ and ∂β = Σ keep·∂x̂ (:func:`layer_norm_backward`)."""
+def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate):
+    """One program, a block of rows: ∂x̂ from ``accumulate`` (float32 accumulators for every
+    column block, from the ``operands`` refs that follow γ), then the LayerNorm's backward per
+    row — with u = γ·keep·∂x̂ and ŝ = (x − μ)·r, ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ)) — and this
+    block's shares of ∂γ = Σ keep·∂x̂·ŝ and ∂β = Σ keep·∂x̂ (:func:`layer_norm_backward`)."""
     refs = list(refs)
     x_ref, mean_ref, rstd_ref = refs[:3]
     keep_ref = refs[3] if has_keep else None
     scale_ref, *rest = refs[3 + has_keep:]
-    e_refs, g_refs = rest[:1 + pair], rest[1 + pair:2 * (1 + pair)]
-    dx_ref, dscale_ref, dbias_ref = rest[2 * (1 + pair):]
+    operand_refs, (dx_ref, dscale_ref, dbias_ref) = rest[:operands], rest[operands:]
     rows, d = x_ref.shape
-    first = pl.program_id(0) * rows
+    first = pl.program_id(0) * rows      # outside any loop: the interpreter needs it there
     real = real_rows(first, rows, n)
     mean, rstd, keep = row_columns((mean_ref, rstd_ref, keep_ref), slice(None), real)
     cols = column_blocks(d)
-
-    def accumulate(e_ref, g_ref):
-        def step_k(i, accs):
-            k_rows = block_slice(i, step)
-            real_k = real_rows(i * step, step, d_k)                      # [step, 1]
-            mask = real_k & (first + jax.lax.broadcasted_iota(jnp.int32, (1, rows), 1) < n)
-            e = plgpu.load(e_ref.at[k_rows, :], mask=mask, other=0).astype(x_ref.dtype)
-            return tuple(acc + dot(e, masked_load(g_ref.at[k_rows, c], real_k)
-                                   .astype(x_ref.dtype), ((0,), (0,)))
-                         for acc, c in zip(accs, cols))
-        return step_k
-
-    dnormed = tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols)
-    for e_ref, g_ref in zip(e_refs, g_refs):     # one E at a time: both in one loop spill
-        dnormed = jax.lax.fori_loop(0, pl.cdiv(d_k, step), accumulate(e_ref, g_ref), dnormed)
+    dnormed = accumulate(operand_refs, cols, rows, first, real, x_ref.dtype)
     if keep is not None:
         dnormed = tuple(jnp.where(keep != 0, g, 0.0) for g in dnormed)
 
@@ -497,6 +482,84 @@ def _x_gradient_kernel(*refs, n, d_k, has_keep, pair, step):
     layer_norm_backward(
         dnormed, cols, lambda c: (masked_load(x_ref.at[:, c], real).astype(F32) - mean) * rstd,
         scale_ref, rstd, dscale_ref, dbias_ref, store)
+
+
+def _compressed_cotangents(refs, cols, rows, first, real, dtype, *, n, d_k, step):
+    """∂x̂ = Σ_i E_i[:, rows]ᵀ·G_i over d_k (refs: the E's, then the G's), one E at a time: both
+    in one loop spill."""
+    pair = len(refs) // 2
+
+    def accumulate(e_ref, g_ref):
+        def step_k(i, accs):
+            k_rows = block_slice(i, step)
+            real_k = real_rows(i * step, step, d_k)                      # [step, 1]
+            mask = real_k & (first + jax.lax.broadcasted_iota(jnp.int32, (1, rows), 1) < n)
+            e = plgpu.load(e_ref.at[k_rows, :], mask=mask, other=0).astype(dtype)
+            return tuple(acc + dot(e, masked_load(g_ref.at[k_rows, c], real_k).astype(dtype),
+                                   ((0,), (0,)))
+                         for acc, c in zip(accs, cols))
+        return step_k
+
+    dnormed = tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols)
+    for e_ref, g_ref in zip(refs[:pair], refs[pair:]):
+        dnormed = jax.lax.fori_loop(0, pl.cdiv(d_k, step), accumulate(e_ref, g_ref), dnormed)
+    return dnormed
+
+
+def _projected_cotangents(refs, cols, rows, first, real, dtype):
+    """∂x̂ = ∂y·Wᵀ for a downstream y = x̂·W (refs: ∂y's rows, W): a loop over ∂y's column
+    blocks."""
+    dy_ref, w_ref = refs
+
+    def step_k(k, accs):
+        kc = block_slice(k)
+        dy = masked_load(dy_ref.at[:, kc], real)
+        return tuple(acc + dot(dy, w_ref[c, kc], ((1,), (1,))) for acc, c in zip(accs, cols))
+
+    return jax.lax.fori_loop(0, dy_ref.shape[1] // BLOCK, step_k,
+                             tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
+
+
+def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumulate, name, *,
+                           interpret):
+    """(∂x, the programs' float32 shares of ∂γ and ∂β [b, programs, 1, d]) through
+    x̂ = keep ⊙ LN(x), ∂x̂ from ``accumulate`` over ``operands`` (with their block ``specs`` on
+    the (row blocks, batch) grid)."""
+    b, n, d = x.shape
+    programs = pl.cdiv(n, BWD_ROWS)
+    stats = [mean, rstd, *([] if keep is None else [keep])]
+    rows = pl.BlockSpec((pl.squeezed, BWD_ROWS), lambda r, i: (i, r))
+    block = pl.BlockSpec((pl.squeezed, BWD_ROWS, d), lambda r, i: (i, r, 0))
+    share = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda r, i: (i, r, 0, 0))
+    return pl.pallas_call(
+        functools.partial(_input_gradient_kernel, n=n, has_keep=keep is not None,
+                          operands=len(operands), accumulate=accumulate),
+        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype),
+                   *[jax.ShapeDtypeStruct((b, programs, 1, d), F32)] * 2],
+        grid=(programs, b),
+        in_specs=[block, *[rows] * len(stats), pl.BlockSpec((1, d), lambda r, i: (0, 0)),
+                  *specs],
+        out_specs=[block, share, share],
+        compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
+        interpret=interpret, name=name,
+    )(x, *stats, scale.astype(F32)[None, :], *operands)
+
+
+def normalised_input_gradient(x, keep, scale, mean, rstd, dy, w, *, interpret=False):
+    """(∂x, ∂γ, ∂β) of a downstream y = x̂·W with x̂ = keep ⊙ LN(x), given ∂y [b, n, e]: ∂x̂ =
+    ∂y·Wᵀ and the LayerNorm's backward as one kernel per block of rows (∂x̂ never reaches
+    memory); x's statistics as the forward took them. The projected query side's gradient
+    (:mod:`flurka.attention.fused_layer`); d_model within :func:`backward_fits`. ∂γ, ∂β
+    float32."""
+    b, n, d = x.shape
+    e = dy.shape[-1]
+    keep = None if keep is None else (keep != 0).astype(F32)
+    dx, dscale, dbias = on_gpu_or_interpreted(functools.partial(
+        _pallas_input_gradient, x, keep, scale, mean, rstd, [dy.astype(x.dtype), w.astype(x.dtype)],
+        [pl.BlockSpec((pl.squeezed, BWD_ROWS, e), lambda r, i: (i, r, 0)),
+         pl.BlockSpec((d, e), lambda r, i: (0, 0))],
+        _projected_cotangents, "flurka_normalised_input_bwd"), interpret)
+    return dx, dscale.sum(axis=(0, 1, 2)), dbias.sum(axis=(0, 1, 2))
 
 
 def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, *, interpret):
@@ -525,23 +588,12 @@ def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, *, 
         compiler_params=params, interpret=interpret, name="flurka_compression_e_bwd",
     )(x, *stats, scale.astype(F32)[None, :], bias.astype(F32)[None, :], *grads)
     # ∂x: grid (row blocks, batch).
-    programs = pl.cdiv(n, BWD_ROWS)
-    rows = pl.BlockSpec((pl.squeezed, BWD_ROWS), lambda r, i: (i, r))
-    share = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda r, i: (i, r, 0, 0))
-    dx, dscale, dbias = pl.pallas_call(
-        functools.partial(_x_gradient_kernel, n=n, d_k=d_k, has_keep=has_keep, pair=pair,
-                          step=BWD_STEP),
-        out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype),
-                   *[jax.ShapeDtypeStruct((b, programs, 1, d), F32)] * 2],
-        grid=(programs, b),
-        in_specs=[pl.BlockSpec((pl.squeezed, BWD_ROWS, d), lambda r, i: (i, r, 0)),
-                  *[rows] * len(stats), pl.BlockSpec((1, d), lambda r, i: (0, 0)),
-                  *[pl.BlockSpec((d_k, BWD_ROWS), lambda r, i: (0, r))] * len(e_refs),
-                  *[pl.BlockSpec((pl.squeezed, d_k, d), lambda r, i: (i, 0, 0))] * len(e_refs)],
-        out_specs=[pl.BlockSpec((pl.squeezed, BWD_ROWS, d), lambda r, i: (i, r, 0)), share,
-                   share],
-        compiler_params=params, interpret=interpret, name="flurka_compression_x_bwd",
-    )(x, *stats, scale.astype(F32)[None, :], *e_refs, *grads)
+    dx, dscale, dbias = _pallas_input_gradient(
+        x, keep, scale, mean, rstd, [*e_refs, *grads],
+        [*[pl.BlockSpec((d_k, BWD_ROWS), lambda r, i: (0, r))] * len(e_refs),
+         *[pl.BlockSpec((pl.squeezed, d_k, d), lambda r, i: (i, 0, 0))] * len(e_refs)],
+        functools.partial(_compressed_cotangents, n=n, d_k=d_k, step=BWD_STEP),
+        "flurka_compression_x_bwd", interpret=interpret)
     return dx, de[0], de[1] if pair else None, dscale, dbias
 
 

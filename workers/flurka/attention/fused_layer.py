@@ -38,7 +38,8 @@ from flurka.attention.fused import (
     fused_query_side, fused_softmax_attention, masked_load, on_gpu_or_interpreted,
     online_softmax, program_rows, query_side_gradient, real_rows, row_features, row_vector,
     tile_size)
-from flurka.attention.fused_compress import PreNorm, normalised, row_columns
+from flurka.attention.fused_compress import (
+    PreNorm, normalised, normalised_input_gradient, row_columns)
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
@@ -350,10 +351,11 @@ def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_f
 
 
 def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, saved, g):
-    """Kernel features: the gradient kernel (:func:`_bwd_kernel`), then XLA's GEMMs for x̂'s
-    gradient (∂q·W_Qᵀ, through the LayerNorm's backward where it is fused) and the weights'
-    (x̂ᵀ·∂q, cᵀ·∂out); flurka-eva's softmax: the reference's gradient, recomputed. ω (FAVOR+'s,
-    a fixed draw), x's statistics and keep (constants) get none."""
+    """Kernel features: the gradient kernel (:func:`_bwd_kernel`), then x̂'s gradient ∂q·W_Qᵀ —
+    through the LayerNorm's backward in one more kernel where the LayerNorm is fused
+    (:func:`~flurka.attention.fused_compress.normalised_input_gradient`) — and XLA's GEMMs for
+    the weights' (x̂ᵀ·∂q, cᵀ·∂out); flurka-eva's softmax: the reference's gradient, recomputed.
+    ω (FAVOR+'s, a fixed draw), x's statistics and keep (constants) get none."""
     x, wq, bq, wo, bo, side, norm = saved
     if feature == SOFTMAX:
         _, vjp = jax.vjp(functools.partial(
@@ -365,14 +367,8 @@ def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, s
         interpret)
     dtype = x.dtype
     g = g.astype(dtype)
-    if norm is None:
-        normed = x
-    else:
-        ln_scale, ln_bias, mean, rstd, keep = norm
-        normed, input_vjp = jax.vjp(lambda x, s, b: normalised(x, keep, s, b, eps=eps), x,
-                                    ln_scale, ln_bias)
+    normed = x if norm is None else normalised(x, norm[4], *norm[:2], eps=eps)
     rows = lambda t: t.reshape(-1, t.shape[-1])                      # noqa: E731
-    dnormed = jnp.dot(dq, wq.astype(dtype).T).astype(dtype)
     grads = [jnp.dot(rows(normed).T, rows(dq), preferred_element_type=F32).astype(wq.dtype),
              rows(dq).astype(F32).sum(axis=0).astype(bq.dtype),
              jnp.dot(rows(ctx).T, rows(g), preferred_element_type=F32).astype(wo.dtype),
@@ -380,9 +376,12 @@ def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, s
     kv, k_sum, omega = side
     dside = (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega))
     if norm is None:
-        return (dnormed, *grads, dside, None)
-    dx, dscale, dbias = input_vjp(dnormed)
-    return (dx, *grads, dside, (dscale, dbias, jnp.zeros_like(mean), jnp.zeros_like(rstd),
+        return (jnp.dot(dq, wq.astype(dtype).T).astype(dtype), *grads, dside, None)
+    ln_scale, ln_bias, mean, rstd, keep = norm     # ∂x̂ = ∂q·W_Qᵀ and the LayerNorm's backward
+    dx, dscale, dbias = normalised_input_gradient(x, keep, ln_scale, mean, rstd, dq, wq,
+                                                  interpret=interpret)
+    return (dx, *grads, dside, (dscale.astype(ln_scale.dtype), dbias.astype(ln_bias.dtype),
+                                jnp.zeros_like(mean), jnp.zeros_like(rstd),
                                 None if keep is None else jnp.zeros_like(keep)))
 
 

@@ -14,7 +14,7 @@ import pytest
 from testsupport import cuda_compiler_script
 
 from flurka.attention.fused_compress import (
-    backward_fits, normalised_compression, normalised_mean, reference_normalised_compression,
+    backward_fits, normalised_compression, normalised_input_gradient, normalised_mean, reference_normalised_compression,
     reference_normalised_mean, row_statistics, split_rows)
 
 EPS = 1e-6
@@ -173,6 +173,28 @@ def test_the_gradient_in_bf16_is_as_close_as_the_xla_paths():
                                                                   _rel(ref, want))
 
 
+def test_the_input_gradient_through_the_layer_norm_matches_float64_autodiff():
+    """normalised_input_gradient — the projected side's ∂x through x̂ = keep ⊙ LN(x) of a
+    downstream y = x̂·W, from ∂y and the forward's statistics (150 rows in 64-row programs, the
+    second sequence padded) — against float64 autodiff of the formula: ∂x, ∂γ, ∂β."""
+    x, keep, scale, bias = _operands(11)[:4]
+    rng = np.random.default_rng(12)
+    w, dy = rng.normal(size=(256, 384)) / 16, rng.normal(size=(2, 150, 384))
+    xf, kf, sf = _f32([x, keep, scale])
+    mean, rstd = row_statistics(xf, eps=EPS)
+    got = normalised_input_gradient(xf, kf, sf, mean, rstd, *_f32([dy, w]))
+    with jax.enable_x64():
+        def downstream(x, scale, bias):
+            mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+            normed = ((x - mu) / jnp.sqrt(var + EPS) * scale + bias) * keep[..., None]
+            return jnp.sum((normed @ w) * dy)
+        want = jax.grad(downstream, argnums=(0, 1, 2))(
+            *(jnp.asarray(v, jnp.float64) for v in (x, scale, bias)))
+    for g, w_ in zip(got, want):
+        assert g.shape == w_.shape
+        assert _rel(g, w_) < 2e-5
+
+
 def _real_mean_64(x, keep, scale, bias):
     """x̂ = LayerNorm(x)'s mean over the rows keep marks, float64 [b, d]."""
     mean, rstd = _moments_64(x)
@@ -272,8 +294,9 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     the gradient (bf16 cotangents): its two kernels spill-free on the warpgroup MMA, ∂x's
     reading x, E1, E2, the statistics and the cotangents and writing ∂x and the programs' ∂γ,
     ∂β shares, ∂E's reading x, the statistics and the cotangents and writing ∂E1, ∂E2 — each
-    once — and forward plus gradient plan under 70 % of the XLA path's."""
-    fused, xla, fused_grad, xla_grad = cuda_compiler_script("""
+    once — and forward plus gradient plan under 70 % of the XLA path's. The projected side's
+    input gradient (∂q·W_Qᵀ through the LayerNorm) spill-free on the warpgroup MMA too."""
+    fused, xla, fused_grad, xla_grad, input_grad = cuda_compiler_script("""
         import functools, json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
         from flurka.attention import fused_compress as fc
@@ -299,6 +322,12 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
                     _, compiled = aot.compile_for(step, args + cotangents * grad, device, dump)
                     rows.append({"kernels": aot.kernel_report(dump),
                                  "traffic": profile.planned_traffic(compiled.as_text())})
+        with tempfile.TemporaryDirectory() as dump:           # the projected side's ∂x
+            aot.compile_for(jax.jit(fc.normalised_input_gradient),
+                            (spec((1, 52_608, 512), bf), spec((1, 52_608), jnp.bool_),
+                             spec((512,), f32), spec((1, 52_608), f32), spec((1, 52_608), f32),
+                             spec((1, 52_608, 512), bf), spec((512, 512), bf)), device, dump)
+            rows.append({"kernels": aot.kernel_report(dump)})
         json.dump(rows, open(sys.argv[1], "w"))
     """, tmp_path)
     n, d, d_k = 52_608, 512, 1024
@@ -341,6 +370,10 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     assert pallas == sorted([statistics, compressing, x_gradient, e_gradient])
     assert fused_grad["traffic"]["bytes"] < 0.7 * xla_grad["traffic"]["bytes"], (
         fused_grad["traffic"]["bytes"], xla_grad["traffic"]["bytes"])
+    (kernel,) = input_grad["kernels"]
+    assert (kernel["kernel"], kernel["grid"], kernel["mma"]) == (
+        "flurka_normalised_input_bwd", [-(-n // 64), 1, 1], "wgmma")
+    assert kernel["spill_store_bytes"] == 0 and 0 < kernel["shared_memory_bytes"] <= 232_448
 
 
 def test_a_tuned_launch_reaches_layers_built_under_it_and_bad_launches_are_refused():

@@ -30,7 +30,9 @@ compute-dtype operands with float32 accumulation). The gradient is two more kern
 recomputed from x and the statistics: ∂E = G·x̂ᵀ (x̂ normalised as loaded, as in the forward) and
 ∂x = the LayerNorm's backward of Σ E_iᵀ·G_i per block of rows; forward and gradient plan 0.96 GB
 at the flash comparison's size, the XLA path's 1.50 (d_model past 512: the XLA path's gradient,
-recomputed). Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
+recomputed). The ∂x kernel is one input-gradient kernel, its ∂x̂ accumulation passed in: the
+projected query side's ∂q·W_Qᵀ takes it too (:func:`normalised_input_gradient`). Pallas's
+Triton backend on GPU, its interpreter elsewhere (CPU tests).
 
 Launch: :class:`CompressTiling` and below (ptxas's numbers for the options tried). At the flash
 comparison's size (bf16, keep given, batch 1) XLA plans 522 MB for this step (489 MB with

@@ -368,9 +368,9 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
                          "reference": f"{ref_mech} cpu f32",
                          "implementation": getattr(layer, "implementation", None),
                          "rel_err": err, "finite": bool(np.isfinite(got).all())})
-            if extra and mech != "flash" and norm is None:  # aligned / fused: gradients too
+            if extra and mech != "flash":  # aligned / fused (the LayerNorm's too): gradients
                 rows[-1]["grad_rel_err"] = _grad_error(layer, ref_layer, x[..., :width], mask,
-                                                       dtype, cpu)
+                                                       dtype, cpu, norm)
         except Exception as exc:  # noqa: BLE001 - a failed check is a result
             rows.append({"mechanism": mech, "dtype": dtype, **extra,
                          "error": repr(exc)[:500]})
@@ -378,9 +378,10 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
     return rows
 
 def check_ffn_on_card(seq_len: int = 1000, d_model: int = 512, d_ff: int = 512) -> list[dict]:
-    """The fused FFN block (:mod:`flurka.models.fused_ffn`; on a GPU its Triton kernels) on the
-    default device, float32 and bf16, against the XLA path on the host CPU in float32, at the
-    flash comparison's widths over a length its 128-row blocks do not divide."""
+    """The fused FFN block (:mod:`flurka.models.fused_ffn`; on a GPU its Triton kernels, the
+    gradient's too) on the default device, float32 and bf16, against the XLA path on the host
+    CPU in float32, at the flash comparison's widths over a length its 128-row blocks do not
+    divide: ``rel_err`` of the output, ``grad_rel_err`` of every operand's gradient."""
     from flurka.models.fused_ffn import fused_ffn_block, reference_ffn_block
     cpu = jax.devices("cpu")[0]
     keys = jax.random.split(jax.random.key(11), 8)
@@ -388,19 +389,28 @@ def check_ffn_on_card(seq_len: int = 1000, d_model: int = 512, d_ff: int = 512) 
               (d_model, d_ff), (d_ff,), (d_ff, d_model), (d_model,)]
     ops = [jax.random.normal(k, s, jnp.float32) / (np.sqrt(s[0]) if len(s) == 2 else 1)
            for k, s in zip(keys, shapes)]
+    def grads(block, operands):
+        loss = lambda *p: jnp.sum(jnp.sin(block(*p, eps=1e-6).astype(jnp.float32)))  # noqa: E731
+        return [np.asarray(g, np.float64)
+                for g in jax.jit(jax.grad(loss, argnums=tuple(range(8))))(*operands)]
+
     with jax.default_device(cpu):
-        ref = np.asarray(reference_ffn_block(*jax.device_put(ops, cpu), eps=1e-6))
+        on_cpu = jax.device_put(ops, cpu)
+        ref = np.asarray(reference_ffn_block(*on_cpu, eps=1e-6))
+        ref_grads = grads(reference_ffn_block, on_cpu)
     rows = []
     for dtype in ("float32", "bfloat16"):
         t0 = time.monotonic()
         try:
-            got = jax.jit(lambda *p: fused_ffn_block(*p, eps=1e-6))(
-                *(o.astype(dtype) for o in ops))
+            operands = [o.astype(dtype) for o in ops]
+            got = jax.jit(lambda *p: fused_ffn_block(*p, eps=1e-6))(*operands)
             got = np.asarray(got.astype(jnp.float32))
             rows.append({"mechanism": "fused_ffn", "dtype": dtype, "seq_len": seq_len,
                          "d_model": d_model, "d_ff": d_ff, "reference": "xla cpu f32",
                          "rel_err": float(np.linalg.norm(got - ref) / np.linalg.norm(ref)),
-                         "finite": bool(np.isfinite(got).all())})
+                         "finite": bool(np.isfinite(got).all()),
+                         "grad_rel_err": _relative_error(grads(fused_ffn_block, operands),
+                                                         ref_grads)})
         except Exception as exc:  # noqa: BLE001 - a failed check is a result
             rows.append({"mechanism": "fused_ffn", "dtype": dtype, "error": repr(exc)[:500]})
         print(f"check ({time.monotonic() - t0:.1f} s)", rows[-1], flush=True)
@@ -417,24 +427,36 @@ def _layer_norm(width: int) -> nnx.LayerNorm:
 # The fused check's wide case: the N-sweep's head dim and feature count on one head.
 WIDE = {"d_model": 325, "num_heads": 1, "num_features": 325}
 
-def _grad_error(layer, ref_layer, x, mask, dtype, cpu) -> float:
-    """Largest relative error (norm) over the parameter gradients of Σ sin(out) on this device
-    against the reference layer's on the CPU in float32. Each leaf's error is over its own norm
-    or a thousandth of the whole gradient's, whichever is larger: a softmax's key bias has a zero
-    gradient in exact arithmetic (a shift shared by every key's score), so only roundoff to
-    compare (aligned full and linformer read 1.6 and 1.3 on the H200, 0.66 on a CPU, by
-    their own norm)."""
-    def grads(module, x, mask):
+def _grad_error(layer, ref_layer, x, mask, dtype, cpu, norm=None) -> float:
+    """:func:`_relative_error` of the parameter gradients of Σ sin(out) on this device against
+    the reference layer's on the CPU in float32. ``norm``: the block's LayerNorm, handed over to
+    ``layer`` (fused into its kernels) and applied before ``ref_layer``; its parameters' gradients
+    count too."""
+    def grads(modules, x, mask, hand_over):
         def loss(m):
-            out = m(x, mask=mask).astype(jnp.float32)
-            return jnp.sum(jnp.sin(out) * mask[..., None])
-        graphdef, state = nnx.split(module)
+            layer, norm = m
+            if norm is None or hand_over:
+                out = layer(x, mask=mask, norm=norm)
+            else:
+                out = layer(norm(x), mask=mask)
+            return jnp.sum(jnp.sin(out.astype(jnp.float32)) * mask[..., None])
+        graphdef, state = nnx.split(modules)
         leaves = jax.tree.leaves(jax.jit(lambda s: nnx.grad(loss)(nnx.merge(graphdef, s)))(state))
         return [np.asarray(g, np.float64) for g in leaves]
 
-    got = grads(layer, x.astype(dtype), mask)
+    got = grads((layer, norm), x.astype(dtype), mask, True)
     with jax.default_device(cpu):
-        ref = grads(jax.device_put(ref_layer, cpu), jax.device_put(x, cpu), jax.device_put(mask, cpu))
+        ref = grads(jax.device_put((ref_layer, norm), cpu), jax.device_put(x, cpu),
+                    jax.device_put(mask, cpu), False)
+    return _relative_error(got, ref)
+
+
+def _relative_error(got, ref) -> float:
+    """Largest relative error (norm) over gradient leaves, each over its own norm or a
+    thousandth of the whole gradient's, whichever is larger: a softmax's key bias has a zero
+    gradient in exact arithmetic (a shift shared by every key's score), so only roundoff to
+    compare (aligned full and linformer read 1.6 and 1.3 on the H200, 0.66 on a CPU, by their
+    own norm)."""
     floor = 1e-3 * float(np.sqrt(sum(np.sum(r ** 2) for r in ref)))
     return max(float(np.linalg.norm(g - r) / max(np.linalg.norm(r), floor))
                for g, r in zip(got, ref))

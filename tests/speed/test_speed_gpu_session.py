@@ -135,6 +135,9 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     # the fused FFN block (its two kernels, interpreted here) against the XLA path in float32
     assert 0.0 < by[("fused_ffn", "float32", None)]["rel_err"] < 1e-5
     assert 1e-4 < by[("fused_ffn", "bfloat16", None)]["rel_err"] < 2e-2
+    # ... and its gradient kernel's every operand gradient
+    assert 0.0 < by[("fused_ffn", "float32", None)]["grad_rel_err"] < 1e-5
+    assert 1e-4 < by[("fused_ffn", "bfloat16", None)]["grad_rel_err"] < 5e-2
     tiny = json.loads((tmp_path / "tiny.json").read_text())
     assert tiny["schema"] == "flurka.speed/1"
     assert [(r["mechanism"], r["fused"]) for r in tiny["results"]] == [     # ORDER: FLuRKA first
@@ -321,3 +324,27 @@ def test_chained_products_compute_every_step_inside_the_loop():
     assert calls_dot(body)
     assert not any(" dot(" in line or any(calls_dot(c) for c in re.findall(r"calls=%([\w.\-]+)", line))
                    for line in bodies[entry])
+
+
+def test_the_card_check_takes_gradients_through_a_handed_over_layer_norm():
+    """The on-card check's gradient error with the block's LayerNorm handed to a projected
+    low-rank layer (its gradient kernels: the compression's, the projected query side's, x's
+    through the LayerNorm — interpreted here) against the unfused layer after the LayerNorm on
+    the CPU: float32 rounding apart, LayerNorm parameters included; a reference with other
+    parameters is caught."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from flurka.attention import make_attention
+    g = _driver()
+    sizes = dict(d_model=128, num_heads=2, max_len=96, d_k=24)
+    fused = make_attention("flurka-rnn", fused=True, fused_projections=True, **sizes,
+                           rngs=nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(1), (2, 96, 128), jnp.float32)
+    mask = jnp.arange(96)[None, :] < jnp.array([[96], [70]])
+    cpu, norm = jax.devices("cpu")[0], g._layer_norm(128)
+    plain = make_attention("flurka-rnn", **sizes, rngs=nnx.Rngs(0))
+    assert 0.0 < g._grad_error(fused, plain, x, mask, "float32", cpu, norm) < 1e-5
+    other = make_attention("flurka-rnn", **sizes, rngs=nnx.Rngs(1))   # another layer: caught
+    assert g._grad_error(fused, other, x, mask, "float32", cpu, norm) > 0.1

@@ -176,13 +176,17 @@ def test_the_gradient_in_bf16_is_as_close_as_the_xla_paths():
 def test_the_input_gradient_through_the_layer_norm_matches_float64_autodiff():
     """normalised_input_gradient — the projected side's ∂x through x̂ = keep ⊙ LN(x) of a
     downstream y = x̂·W, from ∂y and the forward's statistics (150 rows in 64-row programs, the
-    second sequence padded) — against float64 autodiff of the formula: ∂x, ∂γ, ∂β."""
+    second sequence padded) — against float64 autodiff of the formula: ∂x, ∂γ, ∂β; and the x̂
+    it writes for W's gradient against the float64 formula (padded rows zero)."""
     x, keep, scale, bias = _operands(11)[:4]
     rng = np.random.default_rng(12)
     w, dy = rng.normal(size=(256, 384)) / 16, rng.normal(size=(2, 150, 384))
-    xf, kf, sf = _f32([x, keep, scale])
+    xf, kf, sf, bf = _f32([x, keep, scale, bias])
     mean, rstd = row_statistics(xf, eps=EPS)
-    got = normalised_input_gradient(xf, kf, sf, mean, rstd, *_f32([dy, w]))
+    *got, normed = normalised_input_gradient(xf, kf, sf, bf, mean, rstd, *_f32([dy, w]))
+    mu, sigma = _moments_64(x)
+    want_normed = ((x - mu[..., None]) * sigma[..., None] * scale + bias) * keep[..., None]
+    assert normed.dtype == jnp.float32 and _rel(normed, want_normed) < 2e-6
     with jax.enable_x64():
         def downstream(x, scale, bias):
             mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
@@ -325,8 +329,9 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
         with tempfile.TemporaryDirectory() as dump:           # the projected side's ∂x
             aot.compile_for(jax.jit(fc.normalised_input_gradient),
                             (spec((1, 52_608, 512), bf), spec((1, 52_608), jnp.bool_),
-                             spec((512,), f32), spec((1, 52_608), f32), spec((1, 52_608), f32),
-                             spec((1, 52_608, 512), bf), spec((512, 512), bf)), device, dump)
+                             spec((512,), f32), spec((512,), f32), spec((1, 52_608), f32),
+                             spec((1, 52_608), f32), spec((1, 52_608, 512), bf),
+                             spec((512, 512), bf)), device, dump)
             rows.append({"kernels": aot.kernel_report(dump)})
         json.dump(rows, open(sys.argv[1], "w"))
     """, tmp_path)

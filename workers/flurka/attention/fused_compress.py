@@ -459,16 +459,19 @@ def _e_gradient_kernel(*refs, n, d_k, max_len, batch, has_keep, pair):
         plgpu.store(out_ref, acc.astype(out_ref.dtype), mask=stored)
 
 
-def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate):
+def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate, with_normed):
     """One program, a block of rows: ∂x̂ from ``accumulate`` (float32 accumulators for every
-    column block, from the ``operands`` refs that follow γ), then the LayerNorm's backward per
-    row — with u = γ·keep·∂x̂ and ŝ = (x − μ)·r, ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ)) — and this
-    block's shares of ∂γ = Σ keep·∂x̂·ŝ and ∂β = Σ keep·∂x̂ (:func:`layer_norm_backward`)."""
+    column block, from the ``operands`` refs that follow γ (and β)), then the LayerNorm's
+    backward per row — with u = γ·keep·∂x̂ and ŝ = (x − μ)·r, ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ))
+    — and this block's shares of ∂γ = Σ keep·∂x̂·ŝ and ∂β = Σ keep·∂x̂
+    (:func:`layer_norm_backward`). ``with_normed``: x̂ = keep ⊙ LN(x) written too, for a
+    weight gradient downstream."""
     refs = list(refs)
     x_ref, mean_ref, rstd_ref = refs[:3]
     keep_ref = refs[3] if has_keep else None
     scale_ref, *rest = refs[3 + has_keep:]
-    operand_refs, (dx_ref, dscale_ref, dbias_ref) = rest[:operands], rest[operands:]
+    bias_ref, rest = (rest[0], rest[1:]) if with_normed else (None, rest)
+    operand_refs, (dx_ref, dscale_ref, dbias_ref, *normed_ref) = rest[:operands], rest[operands:]
     rows, d = x_ref.shape
     first = pl.program_id(0) * rows      # outside any loop: the interpreter needs it there
     real = real_rows(first, rows, n)
@@ -478,12 +481,18 @@ def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate):
     if keep is not None:
         dnormed = tuple(jnp.where(keep != 0, g, 0.0) for g in dnormed)
 
+    def standardised(c):
+        return (masked_load(x_ref.at[:, c], real).astype(F32) - mean) * rstd
+
     def store(c, dx):
         plgpu.store(dx_ref.at[:, c], dx.astype(dx_ref.dtype), mask=real)
 
-    layer_norm_backward(
-        dnormed, cols, lambda c: (masked_load(x_ref.at[:, c], real).astype(F32) - mean) * rstd,
-        scale_ref, rstd, dscale_ref, dbias_ref, store)
+    layer_norm_backward(dnormed, cols, standardised, scale_ref, rstd, dscale_ref, dbias_ref,
+                        store)
+    for c in cols if normed_ref else ():   # after the accumulators die: beside them it spilled
+        plgpu.store(normed_ref[0].at[:, c],
+                    normalise(masked_load(x_ref.at[:, c], real), mean, rstd, keep,
+                              scale_ref[:, c], bias_ref[:, c]), mask=real)
 
 
 def _compressed_cotangents(refs, cols, rows, first, real, dtype, *, n, d_k, step):
@@ -522,46 +531,50 @@ def _projected_cotangents(refs, cols, rows, first, real, dtype):
                              tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
 
 
-def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumulate, name, *,
-                           interpret):
-    """(∂x, the programs' float32 shares of ∂γ and ∂β [b, programs, 1, d]) through
-    x̂ = keep ⊙ LN(x), ∂x̂ from ``accumulate`` over ``operands`` (with their block ``specs`` on
-    the (row blocks, batch) grid)."""
+def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumulate, name,
+                           bias=None, *, interpret):
+    """(∂x, the programs' float32 shares of ∂γ and ∂β [b, programs, 1, d], and with ``bias``
+    x̂) through x̂ = keep ⊙ LN(x), ∂x̂ from ``accumulate`` over ``operands`` (with their block
+    ``specs`` on the (row blocks, batch) grid)."""
     b, n, d = x.shape
     programs = pl.cdiv(n, BWD_ROWS)
     stats = [mean, rstd, *([] if keep is None else [keep])]
     rows = pl.BlockSpec((pl.squeezed, BWD_ROWS), lambda r, i: (i, r))
     block = pl.BlockSpec((pl.squeezed, BWD_ROWS, d), lambda r, i: (i, r, 0))
     share = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda r, i: (i, r, 0, 0))
+    column = pl.BlockSpec((1, d), lambda r, i: (0, 0))
+    params = [scale] if bias is None else [scale, bias]
     return pl.pallas_call(
         functools.partial(_input_gradient_kernel, n=n, has_keep=keep is not None,
-                          operands=len(operands), accumulate=accumulate),
+                          operands=len(operands), accumulate=accumulate,
+                          with_normed=bias is not None),
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype),
-                   *[jax.ShapeDtypeStruct((b, programs, 1, d), F32)] * 2],
+                   *[jax.ShapeDtypeStruct((b, programs, 1, d), F32)] * 2,
+                   *([] if bias is None else [jax.ShapeDtypeStruct(x.shape, x.dtype)])],
         grid=(programs, b),
-        in_specs=[block, *[rows] * len(stats), pl.BlockSpec((1, d), lambda r, i: (0, 0)),
-                  *specs],
-        out_specs=[block, share, share],
+        in_specs=[block, *[rows] * len(stats), *[column] * len(params), *specs],
+        out_specs=[block, share, share, *([] if bias is None else [block])],
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name=name,
-    )(x, *stats, scale.astype(F32)[None, :], *operands)
+    )(x, *stats, *(p.astype(F32)[None, :] for p in params), *operands)
 
 
-def normalised_input_gradient(x, keep, scale, mean, rstd, dy, w, *, interpret=False):
-    """(∂x, ∂γ, ∂β) of a downstream y = x̂·W with x̂ = keep ⊙ LN(x), given ∂y [b, n, e]: ∂x̂ =
-    ∂y·Wᵀ and the LayerNorm's backward as one kernel per block of rows (∂x̂ never reaches
-    memory); x's statistics as the forward took them. The projected query side's gradient
+def normalised_input_gradient(x, keep, scale, bias, mean, rstd, dy, w, *, interpret=False):
+    """(∂x, ∂γ, ∂β, x̂) of a downstream y = x̂·W with x̂ = keep ⊙ LN(x), given ∂y [b, n, e]:
+    ∂x̂ = ∂y·Wᵀ and the LayerNorm's backward as one kernel per block of rows (∂x̂ never reaches
+    memory), x's statistics as the forward took them; x̂ (x's dtype) written beside ∂x for W's
+    own gradient x̂ᵀ·∂y. The projected query side's gradient
     (:mod:`flurka.attention.fused_layer`); d_model within :func:`backward_fits`. ∂γ, ∂β
     float32."""
     b, n, d = x.shape
     e = dy.shape[-1]
     keep = None if keep is None else (keep != 0).astype(F32)
-    dx, dscale, dbias = on_gpu_or_interpreted(functools.partial(
+    dx, dscale, dbias, normed = on_gpu_or_interpreted(functools.partial(
         _pallas_input_gradient, x, keep, scale, mean, rstd, [dy.astype(x.dtype), w.astype(x.dtype)],
         [pl.BlockSpec((pl.squeezed, BWD_ROWS, e), lambda r, i: (i, r, 0)),
          pl.BlockSpec((d, e), lambda r, i: (0, 0))],
-        _projected_cotangents, "flurka_normalised_input_bwd"), interpret)
-    return dx, dscale.sum(axis=(0, 1, 2)), dbias.sum(axis=(0, 1, 2))
+        _projected_cotangents, "flurka_normalised_input_bwd", bias), interpret)
+    return dx, dscale.sum(axis=(0, 1, 2)), dbias.sum(axis=(0, 1, 2)), normed
 
 
 def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, *, interpret):

@@ -367,7 +367,12 @@ def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, s
         interpret)
     dtype = x.dtype
     g = g.astype(dtype)
-    normed = x if norm is None else normalised(x, norm[4], *norm[:2], eps=eps)
+    if norm is None:
+        normed, dx = x, jnp.dot(dq, wq.astype(dtype).T).astype(dtype)
+    else:                          # ∂x̂ = ∂q·W_Qᵀ and the LayerNorm's backward, x̂ written too
+        ln_scale, ln_bias, mean, rstd, keep = norm
+        dx, dscale, dbias, normed = normalised_input_gradient(
+            x, keep, ln_scale, ln_bias, mean, rstd, dq, wq, interpret=interpret)
     rows = lambda t: t.reshape(-1, t.shape[-1])                      # noqa: E731
     grads = [jnp.dot(rows(normed).T, rows(dq), preferred_element_type=F32).astype(wq.dtype),
              rows(dq).astype(F32).sum(axis=0).astype(bq.dtype),
@@ -376,10 +381,7 @@ def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, s
     kv, k_sum, omega = side
     dside = (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega))
     if norm is None:
-        return (jnp.dot(dq, wq.astype(dtype).T).astype(dtype), *grads, dside, None)
-    ln_scale, ln_bias, mean, rstd, keep = norm     # ∂x̂ = ∂q·W_Qᵀ and the LayerNorm's backward
-    dx, dscale, dbias = normalised_input_gradient(x, keep, ln_scale, mean, rstd, dq, wq,
-                                                  interpret=interpret)
+        return (dx, *grads, dside, None)
     return (dx, *grads, dside, (dscale.astype(ln_scale.dtype), dbias.astype(ln_bias.dtype),
                                 jnp.zeros_like(mean), jnp.zeros_like(rstd),
                                 None if keep is None else jnp.zeros_like(keep)))

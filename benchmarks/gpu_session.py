@@ -75,7 +75,7 @@ FUSED_FFN_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fus
                                      "fused_ffn": {True}, "pad_to": {128}, "mechanism": FLURKA})
 # ... and the whole fused layer's training step: its gradient kernels (the FFN block's, the
 # compression's, the projected query side's) and the carried bf16 compute copy — flurka-rnn's
-# plan 36.8 GB, 50.4 without them (benchmarks/results/aot-2026-11-27-train); flash's training
+# plan 36.1 GB, 50.4 without them (benchmarks/results/aot-2026-11-27-train); flash's training
 # step in the same lease.
 FUSED_LAYER_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
                                        "fused_projections": {True}, "fused_ffn": {True},

@@ -379,7 +379,8 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, denominator, block_n, n)
     dk_sum_ref[...] = dk_sum
 
 
-def _denominator(feature):
+def feature_denominator(feature):
+    """The denominator function of ``feature``'s query side (FAVOR+'s or the RNN's)."""
     return favor_denominator if feature == "favor" else rnn_denominator
 
 
@@ -417,7 +418,7 @@ def _pallas_query_side(q, kv, k_sum, omega, feature, head_dim, num_features, til
         specs.append(pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda i, j, k: (i, j, 0, 0)))
     return pl.pallas_call(
         functools.partial(kernel, feature=feature, head_dim=head_dim, num_features=num_features,
-                          denominator=_denominator(feature), n=n),
+                          denominator=feature_denominator(feature), n=n),
         out_shape=jax.ShapeDtypeStruct((b, n, h, d), out_dtype),
         grid=(b, h, pl.cdiv(n, block_n)), in_specs=[_row_spec(block_n, d), *specs],
         out_specs=_row_spec(block_n, d),
@@ -439,7 +440,7 @@ def _pallas_query_side_bwd(q, kv, k_sum, omega, out, g, feature, head_dim, num_f
                                                lambda i, j, k: (i, j, k, 0, 0))
     dq, dkv, dk_sum = pl.pallas_call(
         functools.partial(_bwd_kernel, feature=feature, head_dim=head_dim,
-                          num_features=num_features, denominator=_denominator(feature),
+                          num_features=num_features, denominator=feature_denominator(feature),
                           block_n=block_n, n=n),
         out_shape=(jax.ShapeDtypeStruct((b, n, h, d), q.dtype),
                    jax.ShapeDtypeStruct((b, h, chunks, f, d), F32),

@@ -445,7 +445,7 @@ def _e_gradient_kernel(*refs, n, d_k, max_len, batch, has_keep, pair):
             k = block_slice(c)
             normed = normalise(masked_load(x_ref.at[i, :, k], real), *stats, scale_ref[:, k],
                                bias_ref[:, k])
-            normed = jnp.where(real, normed, 0).astype(x_ref.dtype)
+            normed = jnp.where(real, normed, 0)
             return tuple(acc + dot(masked_load(g_ref.at[i, :, k], real_k).astype(x_ref.dtype),
                                    normed, ((1,), (1,)))
                          for acc, g_ref in zip(accs, g_refs))
@@ -631,7 +631,7 @@ def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, in
 
 
 def _fused_bwd(eps, splits, tiling, interpret, saved, g):
-    """Two kernels (:func:`_e_gradient_kernel`, :func:`_x_gradient_kernel`) reading x, E and
+    """Two kernels (:func:`_e_gradient_kernel`, :func:`_input_gradient_kernel`) reading x, E and
     the statistics once each; too wide a d_model: the XLA path's gradient, recomputed from x.
     Statistics and keep are constants (their cotangents zero)."""
     x, keep, scale, bias, e1, e2, mean, rstd = saved

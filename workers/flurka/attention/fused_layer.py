@@ -32,9 +32,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32, merge_heads, pad_to, round_up, split_heads, zero_padding
-from flurka.attention.feature_maps import favor_denominator, rnn_denominator
 from flurka.attention.fused import (
-    BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot,
+    BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot, feature_denominator,
     fused_query_side, fused_softmax_attention, masked_load, on_gpu_or_interpreted,
     online_softmax, program_rows, query_side_gradient, real_rows, row_features, row_vector,
     tile_size)
@@ -91,7 +90,7 @@ def _kernel_context(side_refs, feature, head_dim, num_features):
     """A head's context from its rows' q: φ(q)·KV_h over the denominator φ(q)·Σφ(K)_h."""
     omega_t_ref, kv_ref, k_sum_ref = (None, *side_refs) if feature == "elu" else side_refs
     f = kv_ref.shape[1]
-    denominator = favor_denominator if feature == "favor" else rnn_denominator
+    denominator = feature_denominator(feature)
 
     def context(h, q):
         (feat,), _ = row_features([q], lambda c, j: omega_t_ref[...], column_blocks(f),
@@ -298,7 +297,7 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
         dq, dkv, dk_sum, ctx = query_side_gradient(
             q, g, None, kv, k_sum, omega_t, feature=feature, head_dim=head_dim,
             num_features=num_features,
-            denominator=favor_denominator if feature == "favor" else rnn_denominator)
+            denominator=feature_denominator(feature))
         plgpu.store(dq_ref.at[rows, :], dq.astype(dq_ref.dtype), mask=real)
         plgpu.store(ctx_ref.at[rows, :], ctx, mask=real)
         return partials[0] + dkv, partials[1] + dk_sum

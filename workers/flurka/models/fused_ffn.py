@@ -44,7 +44,8 @@ from flurka.attention.base import F32
 from flurka.attention.fused import (
     BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted,
     program_rows, row_vector)
-from flurka.attention.fused_compress import layer_norm, layer_norm_backward, row_moments
+from flurka.attention.fused_compress import (
+    layer_norm, layer_norm_backward, normalise, row_moments)
 
 ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] accumulators live
 
@@ -126,8 +127,8 @@ def _ln_fc1(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, hidden, mean, inv
     LayerNorm as the GEMM's prologue) and multiplied."""
     def product(k, acc):
         cols = block_slice(k)
-        normed = ((_residual(x_ref, a_ref, cols, real) - mean)
-                  * (inv * scale_ref[:, cols].astype(F32)) + bias_ref[:, cols].astype(F32))
+        normed = normalise(_residual(x_ref, a_ref, cols, real), mean, inv, None,
+                           scale_ref[:, cols].astype(F32), bias_ref[:, cols].astype(F32))
         return acc + dot(normed.astype(x_ref.dtype), w1_ref[cols, hidden])
 
     rows, d_model = x_ref.shape
@@ -262,8 +263,8 @@ def _backward_kernel(x_ref, a_ref, dz_ref, scale_ref, bias_ref, w1_ref, b1_ref, 
     mean, inv = _moments(x_ref, a_ref, real, eps)
     cols = column_blocks(d_model)
     for c in cols:
-        normed = ((_residual(x_ref, a_ref, c, real) - mean) * (inv * scale_ref[:, c].astype(F32))
-                  + bias_ref[:, c].astype(F32))
+        normed = normalise(_residual(x_ref, a_ref, c, real), mean, inv, None,
+                           scale_ref[:, c].astype(F32), bias_ref[:, c].astype(F32))
         plgpu.store(normed_ref.at[:, c], normed.astype(normed_ref.dtype), mask=real)
 
     def hidden_block(j, accs):
@@ -286,6 +287,7 @@ def _backward_kernel(x_ref, a_ref, dz_ref, scale_ref, bias_ref, w1_ref, b1_ref, 
 
     dnormed = jax.lax.fori_loop(0, w1_ref.shape[1] // BWD_HIDDEN, hidden_block,
                                 tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
+
     def emit(c, dy):               # the residual's gradient joins the LayerNorm's
         dz = masked_load(dz_ref.at[:, c], real).astype(F32)
         plgpu.store(dy_ref.at[:, c], (dy + dz).astype(dy_ref.dtype), mask=real)

@@ -5,13 +5,12 @@ written here and against the XLA path, and compiled for an H100 that is not here
 from __future__ import annotations
 
 import math
-import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from testsupport import cuda_compiler_script
+from testsupport import cuda_compiler_script, triton_calls
 
 from flurka.attention.fused_compress import (
     backward_fits, normalised_compression, normalised_input_gradient, normalised_mean, reference_normalised_compression,
@@ -234,12 +233,6 @@ def test_the_real_rows_mean_comes_from_the_statistics_pass_with_its_gradient():
         assert abs(got - want) <= 1e-4 * abs(want) + 1e-5, (i, got, want)
 
 
-def _triton_calls(fn, *specs):
-    text = jax.jit(fn).trace(*specs).lower(lowering_platforms=("cuda",)).as_text()
-    return [dict(re.findall(r'(name|grid_x|grid_y|grid_z|num_stages|num_warps) = "?(\w+)"?', line))
-            for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
-
-
 def test_statistics_and_compression_lower_to_two_triton_kernels_for_the_gpu():
     """Pallas's Triton lowering runs here without a GPU: at d = 512, d_k = 1024, N = 1000 (bf16)
     the statistics (⌈1000 / 64⌉ row blocks, 4 warps) and the compression (4 column × 16 row
@@ -258,7 +251,7 @@ def test_statistics_and_compression_lower_to_two_triton_kernels_for_the_gpu():
         return normalised_compression(x, keep, scale, bias, e1, e2, eps=EPS)
 
     for fn in (given, default):
-        calls = _triton_calls(fn, *specs)
+        calls = triton_calls(fn, *specs)
         assert [(c["name"], c["grid_x"], c["grid_y"], c["grid_z"], c["num_warps"],
                  c["num_stages"]) for c in calls] == [
             ("flurka_row_statistics", "16", "1", "1", "4", "2"),
@@ -281,7 +274,7 @@ def test_the_gradient_kernels_take_d_model_up_to_512_and_leave_wider_to_xla():
             out = normalised_compression(x, None, scale, bias, e1, eps=EPS)[0]
             return jnp.sum(out.astype(jnp.float32))
         return [(c["name"], c["grid_x"], c["grid_y"])
-                for c in _triton_calls(jax.grad(loss, argnums=(0, 3)), *specs)]
+                for c in triton_calls(jax.grad(loss, argnums=(0, 3)), *specs)]
 
     assert calls(512) == [("flurka_row_statistics", "16", "1"),
                           ("flurka_compression_e_bwd", "2", "16"),

@@ -3,13 +3,13 @@ CPU) against the float64 formulas and the fused layer without it."""
 
 from __future__ import annotations
 
-import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_reference import randomize, reference
+from testsupport import triton_calls
 from flax import nnx
 
 from flurka.attention import PROJECTABLE, handover_class, make_attention
@@ -136,10 +136,7 @@ def test_projected_layer_lowers_to_one_triton_kernel_for_the_gpu():
     for fn, names in ((forward, ["flurka_elu_projected_query_side"]),
                       (grad, ["flurka_elu_projected_query_side",
                               "flurka_elu_projected_query_side_bwd"])):
-        text = jax.jit(fn).trace(state, x).lower(lowering_platforms=("cuda",)).as_text()
-        calls = [dict(re.findall(r'(name|grid_x|grid_y|num_stages|num_warps) = "?(\w+)"?',
-                                 line))
-                 for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+        calls = triton_calls(fn, state, x)
         assert sorted(c["name"] for c in calls) == sorted(names), calls
         launches = {c["name"]: (c["grid_x"], c["grid_y"], c["num_warps"], c["num_stages"])
                     for c in calls}

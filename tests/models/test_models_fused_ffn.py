@@ -4,14 +4,13 @@ interpreter on CPU) against float64 formulas written here and against the encode
 from __future__ import annotations
 
 import math
-import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from testsupport import cuda_compiler_script
+from testsupport import cuda_compiler_script, triton_calls
 
 from flurka.models.encoder import Encoder
 from flurka.models.fused_ffn import (
@@ -130,9 +129,7 @@ def test_the_gradient_kernel_takes_rows_by_width_and_leaves_the_widest_to_xla():
                  ((1, 100, d), (1, 100, d), (d,), (d,), (d, 256), (256,), (256, d), (d,))]
         grad = jax.grad(lambda *p: jnp.sum(fused_ffn_block(*p, eps=EPS).astype(jnp.float32)),
                         argnums=(0, 4))
-        text = jax.jit(grad).trace(*specs).lower(lowering_platforms=("cuda",)).as_text()
-        return [dict(re.findall(r'(name|grid_x) = "?(\w+)"?', line))
-                for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+        return triton_calls(grad, *specs, fields=("name", "grid_x"))
 
     assert kernels(2048) == [{"name": "flurka_ffn_block_bwd", "grid_x": "7"}]   # 100 rows / 16
     assert kernels(4096) == []
@@ -238,9 +235,7 @@ def test_fused_ffn_lowers_to_two_triton_kernels_for_the_gpu():
         return jax.grad(lambda *q: jnp.sum(forward(*q).astype(jnp.float32) ** 2), argnums=(0, 4))(*p)
 
     for fn in (forward, grad):
-        text = jax.jit(fn).trace(*specs).lower(lowering_platforms=("cuda",)).as_text()
-        calls = [dict(re.findall(r'(name|grid_x|grid_y|num_stages|num_warps) = "?(\w+)"?', line))
-                 for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+        calls = triton_calls(fn, *specs)
         rows = -(-n // tiling.block_n)
         backward = [("flurka_ffn_block_bwd", -(-n // 64), 1, 1, 8)] if fn is grad else []
         assert [(c["name"], int(c["grid_x"]), int(c["grid_y"]), int(c["num_stages"]),
@@ -248,10 +243,9 @@ def test_fused_ffn_lowers_to_two_triton_kernels_for_the_gpu():
             ("flurka_ln_fc1", 4, rows, 2, 8), ("flurka_fc2_residual", 4, rows, 2, 8),
             *backward], calls
     with use_ffn_tiling(ONE_KERNEL):   # one kernel: 64-row programs, 8 warps, 1 stage (a new
-        text = jax.jit(lambda *p: fused_ffn_block(*p, eps=EPS)).trace(   # function: jit's trace
-            *specs).lower(lowering_platforms=("cuda",)).as_text()         # of forward is cached)
-    (call,) = [dict(re.findall(r'(name|grid_x|grid_y|num_stages|num_warps) = "?(\w+)"?', line))
-               for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+        (call,) = triton_calls(lambda *p: fused_ffn_block(*p, eps=EPS), *specs,  # function: jit's
+                               fields=("name", "grid_x", "grid_y", "num_stages",  # trace of
+                                       "num_warps"))                             # forward is cached
     assert call == {"name": "flurka_ffn_block", "grid_x": str(-(-n // 64)), "grid_y": "1",
                     "num_stages": "1", "num_warps": "8"}
 

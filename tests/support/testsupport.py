@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -119,3 +120,17 @@ def cuda_compiler_script(body: str, tmp_path: Path):
     proc = run_with_cuda_compiler(["-c", textwrap.dedent(body), str(out)])
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
+
+
+LAUNCH_FIELDS = ("name", "grid_x", "grid_y", "grid_z", "num_stages", "num_warps")
+
+
+def triton_calls(fn, *args, fields=LAUNCH_FIELDS) -> list[dict[str, str]]:
+    """The Pallas (Triton) kernels of ``jit(fn)(*args)`` lowered for a CUDA GPU — no GPU needed —
+    each as its launch ``fields`` (name, grid, stages, warps: strings as the lowering writes
+    them), in program order."""
+    import jax
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+    pattern = rf'({"|".join(fields)}) = "?(\w+)"?'
+    return [dict(re.findall(pattern, line))
+            for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]

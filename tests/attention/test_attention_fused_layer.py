@@ -14,6 +14,8 @@ from flax import nnx
 
 from flurka.attention import PROJECTABLE, handover_class, make_attention
 from flurka.attention.fused import Tiling
+from flurka.attention.fused_compress import PreNorm, row_statistics
+from flurka.attention.fused_layer import fused_projected_query_side
 from flurka.speed.configs import Point, points
 
 TILING = Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)   # the gradient's query-side kernels
@@ -205,3 +207,88 @@ def test_only_the_projected_low_rank_layers_with_one_e_fuse_the_norm():
 def _rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return np.linalg.norm(a - b) / np.linalg.norm(b)
+
+
+def _softmax_layer_64(x, keep, ln_scale, ln_bias, wq, bq, wo, bo, k, v, *, heads, norm):
+    """flurka-eva's projected query side from the formulas, float64: x̂ = keep ⊙ LN(x) (or x),
+    q = x̂·W_Q + b_Q, per head softmax(q·kᵀ/√d_h)·v over the shared keys, then W_O."""
+    if norm:
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        x = ((x - mu) / jnp.sqrt(var + 1e-6) * ln_scale + ln_bias) * keep[..., None]
+    b, n, d_model = x.shape
+    q = (x @ wq + bq).reshape(b, n, heads, -1)
+    logits = jnp.einsum("bnhd,bjhd->bhnj", q, k) * q.shape[-1] ** -0.5
+    ctx = jnp.einsum("bhnj,bjhd->bnhd", jax.nn.softmax(logits, axis=-1), v)
+    return ctx.reshape(b, n, d_model) @ wo + bo
+
+
+@pytest.mark.parametrize("norm", [True, False], ids=["layer-norm", "normalised-input"])
+def test_the_softmax_projected_gradient_matches_float64_autodiff(norm):
+    """flurka-eva's gradient kernels (q and ∂c recomputed per head and 64-row block, the
+    context and lse by the online softmax, dq; then the key side's dK, dV) and the XLA GEMMs
+    around them: every operand's gradient against float64 autodiff of the formulas — 150 rows
+    (a ragged last block; the second sequence's last 40 rows padded out by the LayerNorm's
+    keep), 70 keys (a ragged second key block), 2 heads of 64."""
+    rng = np.random.default_rng(21)
+    b, d_model, heads, keys = 2, 128, 2, 70
+    keep = (np.arange(N)[None, :] < np.array([[N], [110]])).astype(np.float64)
+    values = [0.5 + 1.5 * rng.normal(size=(b, N, d_model)), keep,
+              1 + 0.2 * rng.normal(size=d_model), 0.2 * rng.normal(size=d_model),
+              rng.normal(size=(d_model, d_model)) / 11, 0.3 * rng.normal(size=d_model),
+              rng.normal(size=(d_model, d_model)) / 11, 0.3 * rng.normal(size=d_model),
+              rng.normal(size=(b, keys, heads, 64)), rng.normal(size=(b, keys, heads, 64))]
+    weights = rng.normal(size=(b, N, d_model))
+    x, keep32, ln_scale, ln_bias, wq, bq, wo, bo, k, v = (jnp.asarray(t, jnp.float32)
+                                                         for t in values)
+    if not norm:                              # the kernel takes x̂ itself
+        x = x - x.mean(-1, keepdims=True)
+        values[0] = np.asarray(x, np.float64)
+
+    def loss(x, ln_scale, ln_bias, wq, bq, wo, bo, k, v):
+        pre = None
+        if norm:
+            mean, rstd = row_statistics(x, eps=1e-6, keep=keep32)
+            pre = PreNorm(ln_scale, ln_bias, 1e-6, mean, rstd, keep32)
+        out = fused_projected_query_side(x, wq, bq, wo, bo, (k, v), feature="softmax",
+                                         head_dim=64, scale=64 ** -0.5, norm=pre, tiling=TILING)
+        return jnp.sum(out * weights)
+
+    argnums = tuple(range(9))
+    got = jax.grad(loss, argnums)(x, ln_scale, ln_bias, wq, bq, wo, bo, k, v)
+    with jax.enable_x64():
+        def loss_64(x, ln_scale, ln_bias, wq, bq, wo, bo, k, v):
+            out = _softmax_layer_64(x, keep, ln_scale, ln_bias, wq, bq, wo, bo, k, v,
+                                    heads=heads, norm=norm)
+            return jnp.sum(out * weights)
+
+        want = jax.grad(loss_64, argnums)(*(jnp.asarray(values[i], jnp.float64)
+                                            for i in (0, 2, 3, 4, 5, 6, 7, 8, 9)))
+    names = ("x", "ln_scale", "ln_bias", "wq", "bq", "wo", "bo", "k", "v")
+    for name, g, w in zip(names, got, want):
+        if not norm and name.startswith("ln_"):
+            continue                                   # no LayerNorm: no gradient to check
+        assert g.shape == w.shape, name
+        assert _rel(g, w) < 5e-6, (name, _rel(g, w))
+
+
+def test_the_softmax_projected_gradient_lowers_to_its_two_kernels_for_the_gpu():
+    """At the flash comparison's layer (d_model 512, 4 heads of 128, 304 keys, bf16): the
+    gradient is the forward kernel, one kernel per (head, 64-row block) for the query side,
+    and the key side's kernel — not XLA's projections around the softmax's kernels."""
+    x = jax.ShapeDtypeStruct((1, 1024, 512), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((512, 512), jnp.bfloat16)
+    bias = jax.ShapeDtypeStruct((512,), jnp.bfloat16)
+    side = jax.ShapeDtypeStruct((1, 304, 4, 128), jnp.bfloat16)
+
+    def loss(x, wq, bq, wo, bo, k, v):
+        out = fused_projected_query_side(x, wq, bq, wo, bo, (k, v), feature="softmax",
+                                         head_dim=128, scale=128 ** -0.5)
+        return jnp.sum(out.astype(jnp.float32) ** 2)
+
+    calls = triton_calls(jax.grad(loss, argnums=tuple(range(7))), x, w, bias, w, bias, side,
+                         side)
+    launches = {c["name"]: (c["grid_x"], c["grid_y"], c["num_warps"]) for c in calls}
+    assert sorted(launches) == ["flurka_softmax_projected_query_side",
+                                "flurka_softmax_projected_query_side_bwd",
+                                "flurka_softmax_query_side_dkv"], calls
+    assert launches["flurka_softmax_projected_query_side_bwd"] == ("4", str(1024 // 64), "8")

@@ -594,22 +594,28 @@ def _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real):
     return q, g, lse, delta
 
 
-def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n, keys, scale):
-    """dq of a block of query rows: over the key blocks, P = exp(logits − lse),
-    dS = P ⊙ (g vᵀ − δ), dq = scale · dS k (flash attention's backward, query side)."""
-    block_n = q_ref.shape[0]
-    real = program_rows(block_n, n)
-    q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, pl.ds(0, block_n), real)
-
+def softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys: int, scale: float):
+    """In a kernel: dq (float32, ``scale`` applied) of a block of query rows — q and g in the
+    compute dtype, lse and δ = Σ_d g·out [rows, 1] — over the key blocks of ``k_ref``/``v_ref``
+    ([J padded, d]): P = exp(logits − lse), dS = P ⊙ (g vᵀ − δ), dq = scale · dS k (flash
+    attention's backward, query side)."""
     def step(i, dq):
         k = k_ref[_key_rows(i), :]
         weights = jnp.exp(_logits([q], [k], i * KEY_BLOCK, keys, scale) - lse)
         d_logits = weights * (dot(g, v_ref[_key_rows(i), :], ((1,), (1,))) - delta)
         return dq + dot(d_logits.astype(q.dtype), k)
 
-    dq = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step,
-                           jnp.zeros(q.shape, F32))
-    plgpu.store(dq_ref, (scale * dq).astype(dq_ref.dtype), mask=real)
+    dq = jax.lax.fori_loop(0, k_ref.shape[0] // KEY_BLOCK, step, jnp.zeros(q.shape, F32))
+    return scale * dq
+
+
+def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n, keys, scale):
+    """dq of a block of query rows (:func:`softmax_query_gradient`)."""
+    block_n = q_ref.shape[0]
+    real = program_rows(block_n, n)
+    q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, pl.ds(0, block_n), real)
+    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale)
+    plgpu.store(dq_ref, dq.astype(dq_ref.dtype), mask=real)
 
 
 def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_ref, *, n, keys,
@@ -680,18 +686,27 @@ def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, with_lse, *, interp
 def _pallas_softmax_bwd(q, k, v, out, lse, g, keys, scale, tiling, *, interpret):
     """(dq, dk, dv) from the two backward kernels (query side up to one block wide)."""
     b, n, h, d = q.shape
-    block_n = tiling.bwd_block_n
-    rows = min(tiling.bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
-    chunks, key_blocks = pl.cdiv(n, rows), k.shape[1] // KEY_BLOCK
     dq_rows = max(16, tiling.block_n // 2)
-    params = _compiler_params(d, KEY_BLOCK, tiling.bwd_num_warps, tiling.num_stages)
     row_spec = _row_spec(dq_rows, d)
     dq = pl.pallas_call(
         functools.partial(_softmax_dq_kernel, n=n, keys=keys, scale=scale),
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(b, h, pl.cdiv(n, dq_rows)),
         in_specs=[row_spec, _whole(k), _whole(v), row_spec, row_spec, _lse_spec(dq_rows)],
-        out_specs=row_spec, compiler_params=params, interpret=interpret,
-        name="flurka_softmax_query_side_dq")(q, k, v, out, g, lse)
+        out_specs=row_spec,
+        compiler_params=_compiler_params(d, KEY_BLOCK, tiling.bwd_num_warps, tiling.num_stages),
+        interpret=interpret, name="flurka_softmax_query_side_dq")(q, k, v, out, g, lse)
+    return (dq, *softmax_key_gradient(q, k, v, out, lse, g, keys, scale, tiling,
+                                      interpret=interpret))
+
+
+def softmax_key_gradient(q, k, v, out, lse, g, keys, scale, tiling, *, interpret):
+    """(dk, dv) [b, J padded, h, d] in k's dtype: the key side's backward kernel over q, the
+    output, its cotangent g [b, n, h, d] (compute dtype) and each row's lse [b, h, n], k and v
+    [b, J padded to :data:`KEY_BLOCK`, h, d] with ``keys`` real."""
+    b, n, h, d = q.shape
+    block_n = tiling.bwd_block_n
+    rows = min(tiling.bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
+    chunks, key_blocks = pl.cdiv(n, rows), k.shape[1] // KEY_BLOCK
     chunk = pl.BlockSpec((pl.squeezed, rows, pl.squeezed, d),
                          lambda i, j, t: (i, t // key_blocks, j, 0))
     key_block = pl.BlockSpec((pl.squeezed, KEY_BLOCK, pl.squeezed, d),
@@ -706,10 +721,10 @@ def _pallas_softmax_bwd(q, k, v, out, lse, g, keys, scale, tiling, *, interpret)
         in_specs=[chunk, key_block, key_block, chunk, chunk,
                   pl.BlockSpec((pl.squeezed, pl.squeezed, rows),
                                lambda i, j, t: (i, j, t // key_blocks))],
-        out_specs=[partial, partial], compiler_params=params, interpret=interpret,
-        name="flurka_softmax_query_side_dkv")(q, k, v, out, g, lse)
-    dk, dv = (t.sum(axis=2).transpose(0, 2, 1, 3).astype(k.dtype) for t in (dk, dv))
-    return dq, dk, dv
+        out_specs=[partial, partial],
+        compiler_params=_compiler_params(d, KEY_BLOCK, tiling.bwd_num_warps, tiling.num_stages),
+        interpret=interpret, name="flurka_softmax_query_side_dkv")(q, k, v, out, g, lse)
+    return tuple(t.sum(axis=2).transpose(0, 2, 1, 3).astype(k.dtype) for t in (dk, dv))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))

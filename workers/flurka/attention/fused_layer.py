@@ -18,8 +18,10 @@ Sizes: one block per head (d_h a power of two from 16 to 128), d_model a multipl
 for the kernel features, is one more kernel per head and chunk of rows (:func:`_bwd_kernel`): q_h
 and the context's cotangent recomputed from x and ∂out as the forward computes q, then the query
 side's gradient; it writes ∂q and the context, from which XLA's GEMMs take x̂'s gradient and W_Q's
-and W_O's. flurka-eva's softmax takes the unfused fused layer's gradient (XLA's projections around
-the softmax kernels), recomputed from x. Pallas's Triton backend on GPU, its interpreter elsewhere.
+and W_O's. flurka-eva's softmax likewise, per head and block of rows: its context and lse by the
+online softmax again, then flash attention's dq; the key side's dK, dV are the softmax's own
+kernel over the q, ∂c and lse this one writes. Pallas's Triton backend on GPU, its interpreter
+elsewhere.
 """
 
 from __future__ import annotations
@@ -31,14 +33,12 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from flurka.attention.base import F32, merge_heads, pad_to, round_up, split_heads, zero_padding
+from flurka.attention.base import F32, pad_to, round_up, split_heads, zero_padding
 from flurka.attention.fused import (
     BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot, feature_denominator,
-    fused_query_side, fused_softmax_attention, masked_load, on_gpu_or_interpreted,
-    online_softmax, program_rows, query_side_gradient, real_rows, row_features, row_vector,
-    tile_size)
-from flurka.attention.fused_compress import (
-    PreNorm, normalised, normalised_input_gradient, row_columns)
+    masked_load, on_gpu_or_interpreted, online_softmax, program_rows, query_side_gradient,
+    real_rows, row_features, row_vector, softmax_key_gradient, softmax_query_gradient, tile_size)
+from flurka.attention.fused_compress import PreNorm, normalised_input_gradient, row_columns
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
@@ -64,26 +64,6 @@ def check_projectable(mechanism: str, d_model: int, head_dim: int, num_features:
     if problems:
         raise ValueError(f"{mechanism}: fused_projections does not take {', '.join(problems)}; "
                          f"use fused=True alone")
-
-
-def reference_projected(x, wq, bq, wo, bo, side, norm, *, feature, head_dim, num_features,
-                        scale, eps, tiling):
-    """What the kernel computes, the unfused way: XLA's projections around the query-side
-    kernel — :func:`~flurka.attention.fused.fused_query_side` (side: KV, Σφ(K), ω) or
-    :func:`~flurka.attention.fused.fused_softmax_attention` (side: keys, values) — forward and
-    backward; with ``norm`` (LayerNorm scale, bias, x's statistics, keep) x first normalised
-    (its statistics recomputed: their gradient too)."""
-    if norm is not None:
-        ln_scale, ln_bias, _, _, keep = norm
-        x = normalised(x, keep, ln_scale, ln_bias, eps=eps)
-    heads = wq.shape[1] // head_dim if feature == SOFTMAX else side[0].shape[1]
-    q = split_heads(jnp.dot(x, wq.astype(x.dtype)) + bq.astype(x.dtype), heads)
-    if feature == SOFTMAX:
-        ctx = fused_softmax_attention(q, *side, scale=scale, tiling=tiling, out_dtype=x.dtype)
-    else:
-        ctx = fused_query_side(q, *side, feature=feature, head_dim=head_dim,
-                               num_features=num_features, tiling=tiling, out_dtype=x.dtype)
-    return jnp.dot(merge_heads(ctx), wo.astype(x.dtype)) + bo.astype(x.dtype)
 
 
 def _kernel_context(side_refs, feature, head_dim, num_features):
@@ -242,8 +222,8 @@ def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_feat
     )(x, *operands)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11, 12, 13))
-def _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, eps, tiling,
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11, 12))
+def _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
            interpret):
     keys = side[0].shape[1] if feature == SOFTMAX else None
     return on_gpu_or_interpreted(functools.partial(
@@ -251,53 +231,59 @@ def _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale
         scale), interpret)
 
 
-def _fused_fwd(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, eps,
-               tiling, interpret):
-    out = _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, eps,
-                 tiling, interpret)
+def _fused_fwd(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
+               interpret):
+    out = _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
+                 interpret)
     return out, (x, wq, bq, wo, bo, side, norm)
 
 
-# The gradient kernel's launch (kernel features): a program per (head, BWD_CHUNK rows,
-# sequence), in steps of BWD_STEP rows, its dKV and dΣφ(K) partials summed over the chunk.
+# The gradient kernels' launch. Kernel features: a program per (head, BWD_CHUNK rows, sequence),
+# in steps of BWD_STEP rows, its dKV and dΣφ(K) partials summed over the chunk. flurka-eva's
+# softmax: a program per (head, SOFTMAX_BWD_ROWS rows, sequence) — no partials to amortise.
 BWD_STEP, BWD_CHUNK, BWD_WARPS = 32, 1024, 8
+SOFTMAX_BWD_ROWS = 64
+
+
+def _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, rows, real, head_dim):
+    """A step's q_h = x̂·W_Q[:, h] + b_h and the context's cotangent ∂c_h = ∂out·W_O[h, :]ᵀ,
+    recomputed from x and ∂out (loops over their 128-wide column blocks) and rounded to x's
+    dtype as XLA rounds Q and ∂c. Rows past n load as zeros (a zero ∂out adds nothing)."""
+    load, shift = _input(x_ref, norm_refs, real, rows)
+
+    def products(k, accs):
+        c = block_slice(k)
+        return (accs[0] + dot(load(c), wq_ref[c, :]),
+                accs[1] + dot(masked_load(g_ref.at[rows, c], real), wo_ref[:, c], ((1,), (1,))))
+
+    zero = jnp.zeros((real.shape[0], head_dim), F32)
+    q, g = jax.lax.fori_loop(0, x_ref.shape[1] // BLOCK, products, (zero, zero))
+    dtype = x_ref.dtype
+    return (q + shift(slice(None)) + bq_ref[...].astype(F32)).astype(dtype), g.astype(dtype)
 
 
 def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
-    """One program: one head over a chunk of rows, step by step — q_h = x̂·W_Q[:, h] + b_h and
-    the context's cotangent ∂c_h = ∂out·W_O[h, :]ᵀ recomputed from x and ∂out (loops over
-    their 128-wide column blocks), then the query side's gradient
+    """One program: one head over a chunk of rows, step by step — q_h and ∂c_h recomputed
+    (:func:`_recomputed`), then the query side's gradient
     (:func:`~flurka.attention.fused.query_side_gradient`). Writes ∂q_h and the context c_h (W_Q's
-    and W_O's weight gradients take them) and the chunk's partial dKV_h, dΣφ(K)_h. Rows past n
-    load as zeros (a zero ∂out adds nothing) and store nothing."""
+    and W_O's weight gradients take them) and the chunk's partial dKV_h, dΣφ(K)_h; rows past n
+    store nothing."""
     x_ref, norm_refs, refs = _split_norm(refs, norm)
     wq_ref, bq_ref, *side_refs, wo_ref, g_ref, dq_ref, ctx_ref, dkv_ref, dk_sum_ref = refs
     omega_t_ref, kv_ref, k_sum_ref = (None, *side_refs) if feature == "elu" else side_refs
-    chunk, d_model = x_ref.shape
+    chunk = x_ref.shape[0]
     first = pl.program_id(1) * chunk       # outside the loop: the interpreter needs it there
     kv, k_sum = kv_ref[...], k_sum_ref[...]
     omega_t = None if omega_t_ref is None else omega_t_ref[...]
-    dtype = x_ref.dtype
 
     def rows_step(i, partials):
         rows = block_slice(i, step)
         real = real_rows(first + i * step, step, n)
-        load, shift = _input(x_ref, norm_refs, real, rows)
-
-        def products(k, accs):
-            c = block_slice(k)
-            return (accs[0] + dot(load(c), wq_ref[c, :]),
-                    accs[1] + dot(masked_load(g_ref.at[rows, c], real), wo_ref[:, c],
-                                  ((1,), (1,))))
-
-        zero = jnp.zeros((step, head_dim), F32)
-        q, g = jax.lax.fori_loop(0, d_model // BLOCK, products, (zero, zero))
-        q = (q + shift(slice(None)) + bq_ref[...].astype(F32)).astype(dtype)  # as XLA rounds Q
-        g = g.astype(dtype).astype(F32)                # as XLA rounds the context's cotangent
+        q, g = _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, rows, real,
+                           head_dim)
         dq, dkv, dk_sum, ctx = query_side_gradient(
-            q, g, None, kv, k_sum, omega_t, feature=feature, head_dim=head_dim,
-            num_features=num_features,
-            denominator=feature_denominator(feature))
+            q, g.astype(F32), None, kv, k_sum, omega_t, feature=feature, head_dim=head_dim,
+            num_features=num_features, denominator=feature_denominator(feature))
         plgpu.store(dq_ref.at[rows, :], dq.astype(dq_ref.dtype), mask=real)
         plgpu.store(ctx_ref.at[rows, :], ctx, mask=real)
         return partials[0] + dkv, partials[1] + dk_sum
@@ -307,6 +293,31 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
                                     (jnp.zeros((f, head_dim), F32), jnp.zeros((1, f), F32)))
     dkv_ref[...] = dkv
     dk_sum_ref[...] = dk_sum
+
+
+def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm):
+    """One program: one head over a block of rows — q_h and ∂c_h recomputed
+    (:func:`_recomputed`), the context and each row's lse by the forward's online softmax, then
+    flash attention's query-side backward
+    (:func:`~flurka.attention.fused.softmax_query_gradient`). Writes ∂q_h and c_h (for W_Q's
+    and W_O's gradients) and q_h, ∂c_h and lse_h, from which the key side's kernel
+    (:func:`~flurka.attention.fused.softmax_key_gradient`) takes dK_h, dV_h: their float32
+    [J, d_h] accumulators do not fit beside these."""
+    x_ref, norm_refs, refs = _split_norm(refs, norm)
+    wq_ref, bq_ref, k_ref, v_ref, wo_ref, g_ref, dq_ref, ctx_ref, q_ref, dctx_ref, lse_ref = refs
+    rows = x_ref.shape[0]
+    real = real_rows(pl.program_id(1) * rows, rows, n)
+    q, g = _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, slice(None), real,
+                       head_dim)
+    top, total, (acc,) = online_softmax([q], lambda r: [k_ref[r, :]], lambda r: [v_ref[r, :]],
+                                        k_ref.shape[0] // KEY_BLOCK, keys, scale)
+    ctx = (acc / total).astype(q.dtype)                        # as the forward kernel rounds it
+    lse = top + jnp.log(total)
+    delta = jnp.sum(g.astype(F32) * ctx.astype(F32), axis=1, keepdims=True)
+    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale)
+    for ref, value in ((dq_ref, dq.astype(q.dtype)), (ctx_ref, ctx), (q_ref, q), (dctx_ref, g)):
+        plgpu.store(ref, value, mask=real)
+    plgpu.store(lse_ref, lse[:, 0], mask=real[:, 0])
 
 
 def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features, *,
@@ -349,21 +360,75 @@ def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_f
     return dq, ctx, dkv.sum(axis=2), dk_sum.sum(axis=(2, 3))
 
 
-def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, saved, g):
-    """Kernel features: the gradient kernel (:func:`_bwd_kernel`), then x̂'s gradient ∂q·W_Qᵀ —
-    through the LayerNorm's backward in one more kernel where the LayerNorm is fused
-    (:func:`~flurka.attention.fused_compress.normalised_input_gradient`) — and XLA's GEMMs for
-    the weights' (x̂ᵀ·∂q, cᵀ·∂out); flurka-eva's softmax: the reference's gradient, recomputed.
-    ω (FAVOR+'s, a fixed draw), x's statistics and keep (constants) get none."""
-    x, wq, bq, wo, bo, side, norm = saved
-    if feature == SOFTMAX:
-        _, vjp = jax.vjp(functools.partial(
-            reference_projected, feature=feature, head_dim=head_dim, num_features=num_features,
-            scale=scale, eps=eps, tiling=tiling), *saved)
-        return vjp(g)
-    dq, ctx, dkv, dk_sum = on_gpu_or_interpreted(functools.partial(
-        _pallas_projected_bwd, x, wq, bq, wo, side, norm, g, feature, head_dim, num_features),
+def _pallas_projected_softmax_bwd(x, wq, bq, wo, side, norm, g, head_dim, keys, scale, *,
+                                  interpret):
+    """(∂q, c, q, ∂c) [b, n, d_model] (heads side by side) in x's dtype and lse [b, h, n].
+    Grid (heads, row blocks, sequences): a block's heads side by side re-read its x and ∂out
+    from L2."""
+    b, n, d_model = x.shape
+    heads, rows = d_model // head_dim, SOFTMAX_BWD_ROWS
+    dtype = x.dtype
+    row_block = pl.BlockSpec((pl.squeezed, rows, d_model), lambda h, r, s: (s, r, 0))
+    head_rows = pl.BlockSpec((pl.squeezed, rows, head_dim), lambda h, r, s: (s, r, h))
+    head_columns = lambda height: pl.BlockSpec((height, head_dim),          # noqa: E731
+                                               lambda h, r, s: (0, h))
+    norm_operands, norm_specs, wq = _norm_operands(
+        norm, wq, pl.BlockSpec((pl.squeezed, rows), lambda h, r, s: (s, r)), head_columns(1))
+    (k, v), _ = _side_operands(side, SOFTMAX, dtype)                         # [b, h, J, d_h]
+    head_keys = pl.BlockSpec((pl.squeezed, pl.squeezed, *k.shape[2:]),
+                             lambda h, r, s: (s, h, 0, 0))
+    return pl.pallas_call(
+        functools.partial(_softmax_bwd_kernel, head_dim=head_dim, keys=keys, scale=scale, n=n,
+                          norm=_norm_kind(norm)),
+        out_shape=[jax.ShapeDtypeStruct((b, n, d_model), dtype)] * 4
+        + [jax.ShapeDtypeStruct((b, heads, n), F32)],
+        grid=(heads, pl.cdiv(n, rows), b),
+        in_specs=[row_block, *norm_specs, head_columns(d_model), head_columns(1), head_keys,
+                  head_keys, pl.BlockSpec((head_dim, d_model), lambda h, r, s: (h, 0)),
+                  row_block],
+        out_specs=[head_rows] * 4
+        + [pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda h, r, s: (s, h, r))],
+        compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
+        interpret=interpret, name="flurka_softmax_projected_query_side_bwd",
+    )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), k, v, wo.astype(dtype),
+      g.astype(dtype))
+
+
+def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features, scale,
+                   tiling, interpret):
+    """(∂q, the context c) [b, n, d_model] and the key side's gradient, from the gradient
+    kernels: kernel features' (:func:`_bwd_kernel`, its dKV and dΣφ(K) partials summed; ω, a
+    fixed draw, gets none), or flurka-eva's softmax (:func:`_softmax_bwd_kernel`, then the key
+    side's kernel over the q, ∂c and lse it wrote)."""
+    if feature != SOFTMAX:
+        dq, ctx, dkv, dk_sum = on_gpu_or_interpreted(functools.partial(
+            _pallas_projected_bwd, x, wq, bq, wo, side, norm, g, feature, head_dim,
+            num_features), interpret)
+        kv, k_sum, omega = side
+        return dq, ctx, (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega))
+    k, v = side
+    keys = k.shape[1]
+    dq, ctx, q, dctx, lse = on_gpu_or_interpreted(functools.partial(
+        _pallas_projected_softmax_bwd, x, wq, bq, wo, side, norm, g, head_dim, keys, scale),
         interpret)
+    heads, padded = wq.shape[1] // head_dim, round_up(keys, KEY_BLOCK)
+    k_padded, v_padded = (pad_to(t.astype(x.dtype), padded, axis=1) for t in side)
+    dk, dv = on_gpu_or_interpreted(functools.partial(
+        softmax_key_gradient, split_heads(q, heads), k_padded, v_padded,
+        split_heads(ctx, heads), lse, split_heads(dctx, heads), keys, scale, tiling),
+        interpret)
+    return dq, ctx, (dk[:, :keys].astype(k.dtype), dv[:, :keys].astype(v.dtype))
+
+
+def _fused_bwd(feature, head_dim, num_features, scale, tiling, interpret, saved, g):
+    """The gradient kernels (:func:`_side_gradient`: ∂q, the context and the key side's
+    gradient), then x̂'s gradient ∂q·W_Qᵀ — through the LayerNorm's backward in one more kernel
+    where the LayerNorm is fused
+    (:func:`~flurka.attention.fused_compress.normalised_input_gradient`) — and XLA's GEMMs for
+    the weights' (x̂ᵀ·∂q, cᵀ·∂out). x's statistics and keep (constants) get none."""
+    x, wq, bq, wo, bo, side, norm = saved
+    dq, ctx, dside = _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim,
+                                    num_features, scale, tiling, interpret)
     dtype = x.dtype
     g = g.astype(dtype)
     if norm is None:
@@ -377,8 +442,6 @@ def _fused_bwd(feature, head_dim, num_features, scale, eps, tiling, interpret, s
              rows(dq).astype(F32).sum(axis=0).astype(bq.dtype),
              jnp.dot(rows(ctx).T, rows(g), preferred_element_type=F32).astype(wo.dtype),
              rows(g).astype(F32).sum(axis=0).astype(bo.dtype)]
-    kv, k_sum, omega = side
-    dside = (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega))
     if norm is None:
         return (dx, *grads, dside, None)
     return (dx, *grads, dside, (dscale.astype(ln_scale.dtype), dbias.astype(ln_bias.dtype),
@@ -399,9 +462,10 @@ def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_di
     Σφ(K) [b, h, f], ω [f, d_h] or None) from the key side; for ``"softmax"`` (keys, values)
     [b, J, h, d_h], every query attending all J with logits scaled by ``scale``. ``norm``: x is
     the block's input, its pre-attention LayerNorm applied in the kernel as x is loaded
-    (:class:`~flurka.attention.fused_compress.PreNorm`); without it x is x̂. ``tiling``: the
-    query-side kernels' the gradient runs (their launch, not this kernel's: :data:`ROWS`,
-    :data:`WARPS`)."""
+    (:class:`~flurka.attention.fused_compress.PreNorm`: its statistics carry its eps); without
+    it x is x̂. ``tiling``: the launch of the softmax key side's gradient kernel
+    (:func:`~flurka.attention.fused.softmax_key_gradient`); this kernel's and the other gradient
+    kernels' are their own (:data:`ROWS`, :data:`WARPS`, :data:`BWD_STEP`, ...)."""
     tiling = tiling if isinstance(tiling, Tiling) else current_tiling()
     if feature != SOFTMAX:
         kv, k_sum, omega = side
@@ -409,7 +473,7 @@ def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_di
         side = (kv, k_sum, omega)
     ln = None if norm is None else (norm.scale, norm.bias, norm.mean, norm.rstd, norm.keep)
     return _fused(x, wq, bq, wo, bo, tuple(side), ln, feature, head_dim, num_features, scale,
-                  None if norm is None else float(norm.eps), tiling, interpret)
+                  tiling, interpret)
 
 
 class ProjectedQuerySide:

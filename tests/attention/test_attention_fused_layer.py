@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_reference import randomize, reference
-from testsupport import triton_calls
+from testsupport import cuda_compiler_script, triton_calls
 from flax import nnx
 
 from flurka.attention import PROJECTABLE, handover_class, make_attention
@@ -209,12 +209,11 @@ def _rel(a, b):
     return np.linalg.norm(a - b) / np.linalg.norm(b)
 
 
-def _softmax_layer_64(x, keep, ln_scale, ln_bias, wq, bq, wo, bo, k, v, *, heads, norm):
-    """flurka-eva's projected query side from the formulas, float64: x̂ = keep ⊙ LN(x) (or x),
+def _softmax_layer_64(x, keep, ln_scale, ln_bias, wq, bq, wo, bo, k, v, *, heads):
+    """flurka-eva's projected query side from the formulas, float64: x̂ = keep ⊙ LN(x),
     q = x̂·W_Q + b_Q, per head softmax(q·kᵀ/√d_h)·v over the shared keys, then W_O."""
-    if norm:
-        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-        x = ((x - mu) / jnp.sqrt(var + 1e-6) * ln_scale + ln_bias) * keep[..., None]
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    x = ((x - mu) / jnp.sqrt(var + 1e-6) * ln_scale + ln_bias) * keep[..., None]
     b, n, d_model = x.shape
     q = (x @ wq + bq).reshape(b, n, heads, -1)
     logits = jnp.einsum("bnhd,bjhd->bhnj", q, k) * q.shape[-1] ** -0.5
@@ -222,13 +221,14 @@ def _softmax_layer_64(x, keep, ln_scale, ln_bias, wq, bq, wo, bo, k, v, *, heads
     return ctx.reshape(b, n, d_model) @ wo + bo
 
 
-@pytest.mark.parametrize("norm", [True, False], ids=["layer-norm", "normalised-input"])
-def test_the_softmax_projected_gradient_matches_float64_autodiff(norm):
+def test_the_softmax_projected_gradient_matches_float64_autodiff():
     """flurka-eva's gradient kernels (q and ∂c recomputed per head and 64-row block, the
     context and lse by the online softmax, dq; then the key side's dK, dV) and the XLA GEMMs
     around them: every operand's gradient against float64 autodiff of the formulas — 150 rows
     (a ragged last block; the second sequence's last 40 rows padded out by the LayerNorm's
-    keep), 70 keys (a ragged second key block), 2 heads of 64."""
+    keep), 70 keys (a ragged second key block), 2 heads of 64, the LayerNorm inside the kernels
+    (without it, the layer's gradient equals the fused layer's:
+    :func:`test_projected_layer_bf16_and_gradient_match_the_fused_layer`)."""
     rng = np.random.default_rng(21)
     b, d_model, heads, keys = 2, 128, 2, 70
     keep = (np.arange(N)[None, :] < np.array([[N], [110]])).astype(np.float64)
@@ -240,15 +240,10 @@ def test_the_softmax_projected_gradient_matches_float64_autodiff(norm):
     weights = rng.normal(size=(b, N, d_model))
     x, keep32, ln_scale, ln_bias, wq, bq, wo, bo, k, v = (jnp.asarray(t, jnp.float32)
                                                          for t in values)
-    if not norm:                              # the kernel takes x̂ itself
-        x = x - x.mean(-1, keepdims=True)
-        values[0] = np.asarray(x, np.float64)
 
     def loss(x, ln_scale, ln_bias, wq, bq, wo, bo, k, v):
-        pre = None
-        if norm:
-            mean, rstd = row_statistics(x, eps=1e-6, keep=keep32)
-            pre = PreNorm(ln_scale, ln_bias, 1e-6, mean, rstd, keep32)
+        mean, rstd = row_statistics(x, eps=1e-6, keep=keep32)
+        pre = PreNorm(ln_scale, ln_bias, 1e-6, mean, rstd, keep32)
         out = fused_projected_query_side(x, wq, bq, wo, bo, (k, v), feature="softmax",
                                          head_dim=64, scale=64 ** -0.5, norm=pre, tiling=TILING)
         return jnp.sum(out * weights)
@@ -258,15 +253,13 @@ def test_the_softmax_projected_gradient_matches_float64_autodiff(norm):
     with jax.enable_x64():
         def loss_64(x, ln_scale, ln_bias, wq, bq, wo, bo, k, v):
             out = _softmax_layer_64(x, keep, ln_scale, ln_bias, wq, bq, wo, bo, k, v,
-                                    heads=heads, norm=norm)
+                                    heads=heads)
             return jnp.sum(out * weights)
 
         want = jax.grad(loss_64, argnums)(*(jnp.asarray(values[i], jnp.float64)
                                             for i in (0, 2, 3, 4, 5, 6, 7, 8, 9)))
     names = ("x", "ln_scale", "ln_bias", "wq", "bq", "wo", "bo", "k", "v")
     for name, g, w in zip(names, got, want):
-        if not norm and name.startswith("ln_"):
-            continue                                   # no LayerNorm: no gradient to check
         assert g.shape == w.shape, name
         assert _rel(g, w) < 5e-6, (name, _rel(g, w))
 
@@ -292,3 +285,53 @@ def test_the_softmax_projected_gradient_lowers_to_its_two_kernels_for_the_gpu():
                                 "flurka_softmax_projected_query_side_bwd",
                                 "flurka_softmax_query_side_dkv"], calls
     assert launches["flurka_softmax_projected_query_side_bwd"] == ("4", str(1024 // 64), "8")
+
+
+def test_the_softmax_projected_gradient_kernel_is_spill_free_on_an_h100(tmp_path):
+    """Compiled for the card at the flash comparison's layer (d_model 512, 4 heads of 128,
+    304 keys, bf16, the LayerNorm handed over with a keep) over a length its 64-row blocks do
+    not divide: the query side's gradient kernel runs on Hopper's warpgroup MMA without
+    spilling, and its traffic is exactly x, ∂out, the statistics, keep, β·W_Q, the weights and
+    the head's keys and values in, ∂q, c, q, ∂c and lse out — q, ∂c and the context are
+    recomputed from x and ∂out, not read back; the key side's kernel does not spill either."""
+    row = cuda_compiler_script("""
+        import json, sys, tempfile, jax, jax.numpy as jnp
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.attention.fused_compress import PreNorm
+        from flurka.attention.fused_layer import fused_projected_query_side
+        from flurka.speed import aot, profile
+        device = aot.target_device(aot.TARGETS["h100"])
+        spec, bf, f32 = jax.ShapeDtypeStruct, jnp.bfloat16, jnp.float32
+        n, d = 1000, 512
+        args = [spec((1, n, d), bf), spec((d, d), bf), spec((d,), bf), spec((d, d), bf),
+                spec((d,), bf), spec((1, 304, 4, 128), bf), spec((1, 304, 4, 128), bf),
+                spec((d,), f32), spec((d,), f32), spec((1, n), f32), spec((1, n), f32),
+                spec((1, n), f32), spec((1, n, d), bf)]
+
+        def gradient(x, wq, bq, wo, bo, k, v, scale, bias, mean, rstd, keep, g):
+            def layer(x, wq, bq, wo, bo, k, v, scale, bias):
+                return fused_projected_query_side(
+                    x, wq, bq, wo, bo, (k, v), feature="softmax", head_dim=128,
+                    scale=128 ** -0.5, norm=PreNorm(scale, bias, 1e-6, mean, rstd, keep))
+            out, vjp = jax.vjp(layer, x, wq, bq, wo, bo, k, v, scale, bias)
+            return out, vjp(g)
+
+        with tempfile.TemporaryDirectory() as dump:
+            _, compiled = aot.compile_for(jax.jit(gradient), args, device, dump)
+            json.dump({"kernels": aot.kernel_report(dump),
+                       "traffic": profile.planned_traffic(compiled.as_text(), top=40)},
+                      open(sys.argv[1], "w"))
+    """, tmp_path)
+    kernels = {k["kernel"]: k for k in row["kernels"]}
+    backward = kernels["flurka_softmax_projected_query_side_bwd"]
+    assert backward["grid"] == [4, -(-1000 // 64), 1] and backward["mma"] == "wgmma"
+    for name in ("flurka_softmax_projected_query_side_bwd", "flurka_softmax_query_side_dkv"):
+        assert kernels[name]["spill_store_bytes"] == 0, kernels[name]
+        assert kernels[name]["registers"] <= 255, kernels[name]
+    n, d, heads, keys = 1000, 512, 4, 320                       # keys padded to 64-key blocks
+    rows = n * d * 2                                             # bf16
+    reads = (2 * rows + 3 * n * 4 + d * 4                        # x, ∂out; mean, rstd, keep; β·W_Q
+             + 2 * (d * d * 2) + d * 2 + 2 * heads * keys * 128 * 2)   # W_Q, W_O, b_Q; k, v
+    writes = 4 * rows + heads * n * 4                            # ∂q, c, q, ∂c; lse
+    pallas = [k["bytes"] for k in row["traffic"]["largest"] if k["kind"] == "pallas"]
+    assert reads + writes in pallas, (reads + writes, pallas)

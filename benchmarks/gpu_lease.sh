@@ -29,8 +29,10 @@ fi
 
 # Points whose compiled step needs more than 92 % of the card's memory are reported OOM unrun.
 # Checks: flurka-rnn (plain, aligned, fused: both Pallas kernels) and flash (cuDNN) against the
-# CPU, ~10 s each; every mechanism (CHECK naming them all, as above) took 340 s
-# of a 420 s budget on the H200 (2026-11-27), where all of them passed.
+# CPU, ~10 s each, and flurka-performer and flurka-eva projected with the LayerNorm handed over
+# (their training steps' gradient kernels, gpu_session.HANDED_OVER); every mechanism (CHECK
+# naming them all, as above) took 340 s of a 420 s budget on the H200 (2026-11-27), where all of
+# them passed.
 MEMORY=()
 if command -v nvidia-smi >/dev/null; then
   MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)

@@ -44,6 +44,9 @@ ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flu
 # (sweep, filter on the point's fields); blocks run in this order until the budget is spent.
 FIVE = {"flurka-performer", "flurka-rnn", "linformer", "performer", "rnn"}
 FLURKA = {"flurka-performer", "flurka-rnn", "flurka-eva"}
+# --check-fused checks these with the LayerNorm handed over whatever --check names: each has
+# gradient kernels of its own (the training step's) that only a card compiles.
+HANDED_OVER = ("flurka-performer", "flurka-rnn", "flurka-eva")
 GEMM_FUSION_V2 = (("xla_gpu_experimental_gemm_fusion_v2", True),)
 CUBLAS = (("xla_gpu_enable_triton_gemm", False),)
 ALIGNED = {"align": {128}, "pad_to": {128}}   # GEMM shapes and the batch padded to 128
@@ -297,7 +300,8 @@ def planned(sweep: str, where: dict) -> list[tuple[int, Point]]:
     return sorted(chosen, key=lambda ip: (ORDER.index(ip[1].mechanism), ip[1].seq_len))
 
 def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
-                  mechanisms=MECHANISMS, align: int = 1, fused: bool = False) -> list[dict]:
+                  mechanisms=MECHANISMS, align: int = 1, fused: bool = False,
+                  handed_over=()) -> list[dict]:
     """Relative error of each mechanism on the default device vs the same layer on the CPU
     (flash in bf16 with both padding modes; the mask is right-padded so both are exact). With
     ``align`` > 1 the alignable mechanisms are also checked aligned (at d_model - 8, so every
@@ -306,7 +310,9 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
     XLA layer on the CPU — on a GPU that compiles and runs the Triton kernels — and once more in
     bf16 at the N-sweep's width (one head, d_h = m = 325: the forward kernel in 128-wide blocks).
     Aligned and fused rows also hold ``grad_rel_err``: their parameter gradients (for fused: the
-    backward kernel) against the CPU layer's."""
+    backward kernel) against the CPU layer's. ``handed_over``: projected low-rank mechanisms
+    checked with the block's LayerNorm handed over (float32) even where ``mechanisms`` leaves
+    them out — the training steps' gradient kernels, every one of them on the card."""
     cpu = jax.devices("cpu")[0]
     x = jax.random.normal(jax.random.key(7), (2, seq_len, max(d_model, WIDE["d_model"])),
                           jnp.float32)
@@ -328,6 +334,9 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
                           "norm": True})
                   for m in mechanisms if m in PROJECTABLE and m in LOW_RANK
                   for d in ("float32", "bfloat16")]
+        cases += [(m, "float32", {"fused": True, "fused_projections": True, "d_model": 256,
+                                  "norm": True})
+                  for m in handed_over if m not in mechanisms]
     for mech, dtype, extra in cases:
         t0 = time.monotonic()
         try:
@@ -475,8 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check-align", type=int, default=1,
                         help="also check the alignable mechanisms aligned to this (e.g. 128)")
     parser.add_argument("--check-fused", action="store_true",
-                        help="also check the fused (Pallas) query side of the kernel mechanisms "
-                             "and the fused FFN block")
+                        help="also check the fused (Pallas) query side of the kernel mechanisms, "
+                             "the projected low-rank layers with the LayerNorm handed over "
+                             "(HANDED_OVER, float32, whatever --check names) and the fused FFN "
+                             "block")
     parser.add_argument("--theory-s", type=float, default=0,
                         help="keep this many seconds of the budget for the theory run at the end "
                              "(theory.json; 0 = no theory run)")
@@ -507,7 +518,9 @@ def main(argv: list[str] | None = None) -> int:
 
     mechanisms = [m for m in args.check.split(",") if m]
     with jax.default_matmul_precision("highest"):  # kernels' numerics, not TF32's
-        opts = dict(align=args.check_align, fused=args.check_fused)
+        opts = dict(align=args.check_align, fused=args.check_fused,
+                    handed_over=() if not args.check_fused else ("flurka-eva",) if args.tiny
+                    else HANDED_OVER)
         check = (check_on_card(64, 64, 4, mechanisms, **opts) if args.tiny
                  else check_on_card(mechanisms=mechanisms, **opts))
         if args.check_fused:

@@ -132,6 +132,10 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert 0.0 < by[("rnn", "float32", "projections")]["rel_err"] < 1e-5
     assert 0.0 < by[("rnn", "float32", "projections")]["grad_rel_err"] < 1e-5
     assert 1e-4 < by[("rnn", "bfloat16", "projections")]["rel_err"] < 2e-2
+    # flurka-eva, which --check does not name: its projected layer with the LayerNorm handed
+    # over (the softmax's gradient kernels) in float32
+    eva = by[("flurka-eva", "float32", "projections")]
+    assert eva["norm"] and 0.0 < eva["rel_err"] < 1e-5 and 0.0 < eva["grad_rel_err"] < 1e-5, eva
     # the fused FFN block (its two kernels, interpreted here) against the XLA path in float32
     assert 0.0 < by[("fused_ffn", "float32", None)]["rel_err"] < 1e-5
     assert 1e-4 < by[("fused_ffn", "bfloat16", None)]["rel_err"] < 2e-2

@@ -262,17 +262,26 @@ def _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, rows, real, hea
     return (q + shift(slice(None)) + bq_ref[...].astype(F32)).astype(dtype), g.astype(dtype)
 
 
+def _column_sum(t):
+    """A block's share of a bias's gradient, float32 [1, columns]: Σ over its rows (the kernels
+    write these shares of b_Q's — Σ ∂q_h as stored — and b_O's — Σ ∂out on head h's columns:
+    XLA's reductions would read ∂q and ∂out once more for them)."""
+    return jnp.sum(t.astype(F32), axis=0, keepdims=True)
+
+
 def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
     """One program: one head over a chunk of rows, step by step — q_h and ∂c_h recomputed
     (:func:`_recomputed`), then the query side's gradient
     (:func:`~flurka.attention.fused.query_side_gradient`). Writes ∂q_h and the context c_h (W_Q's
-    and W_O's weight gradients take them) and the chunk's partial dKV_h, dΣφ(K)_h; rows past n
-    store nothing."""
+    and W_O's weight gradients take them), the chunk's partial dKV_h, dΣφ(K)_h and its shares of
+    the biases' gradients (:func:`_column_sum`); rows past n store nothing."""
     x_ref, norm_refs, refs = _split_norm(refs, norm)
-    wq_ref, bq_ref, *side_refs, wo_ref, g_ref, dq_ref, ctx_ref, dkv_ref, dk_sum_ref = refs
+    (wq_ref, bq_ref, *side_refs, wo_ref, g_ref, dq_ref, ctx_ref, dkv_ref, dk_sum_ref, dbq_ref,
+     dbo_ref) = refs
     omega_t_ref, kv_ref, k_sum_ref = (None, *side_refs) if feature == "elu" else side_refs
     chunk = x_ref.shape[0]
     first = pl.program_id(1) * chunk       # outside the loop: the interpreter needs it there
+    head_columns = block_slice(pl.program_id(0), head_dim)
     kv, k_sum = kv_ref[...], k_sum_ref[...]
     omega_t = None if omega_t_ref is None else omega_t_ref[...]
 
@@ -284,15 +293,24 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
         dq, dkv, dk_sum, ctx = query_side_gradient(
             q, g.astype(F32), None, kv, k_sum, omega_t, feature=feature, head_dim=head_dim,
             num_features=num_features, denominator=feature_denominator(feature))
-        plgpu.store(dq_ref.at[rows, :], dq.astype(dq_ref.dtype), mask=real)
+        dq = dq.astype(dq_ref.dtype)
+        plgpu.store(dq_ref.at[rows, :], dq, mask=real)
         plgpu.store(ctx_ref.at[rows, :], ctx, mask=real)
-        return partials[0] + dkv, partials[1] + dk_sum
+        return partials[0] + dkv, partials[1] + dk_sum, partials[2] + _column_sum(dq)
+
+    def g_step(i, total):          # b_O's share after the accumulators die (beside them: spills)
+        rows = block_slice(i, step)
+        real = real_rows(first + i * step, step, n)
+        return total + _column_sum(masked_load(g_ref.at[rows, head_columns], real))
 
     f = kv_ref.shape[0]
-    dkv, dk_sum = jax.lax.fori_loop(0, chunk // step, rows_step,
-                                    (jnp.zeros((f, head_dim), F32), jnp.zeros((1, f), F32)))
+    row = jnp.zeros((1, head_dim), F32)
+    dkv, dk_sum, dbq = jax.lax.fori_loop(
+        0, chunk // step, rows_step, (jnp.zeros((f, head_dim), F32), jnp.zeros((1, f), F32), row))
     dkv_ref[...] = dkv
     dk_sum_ref[...] = dk_sum
+    dbq_ref[...] = dbq
+    dbo_ref[...] = jax.lax.fori_loop(0, chunk // step, g_step, row)
 
 
 def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm):
@@ -300,11 +318,13 @@ def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm):
     (:func:`_recomputed`), the context and each row's lse by the forward's online softmax, then
     flash attention's query-side backward
     (:func:`~flurka.attention.fused.softmax_query_gradient`). Writes ∂q_h and c_h (for W_Q's
-    and W_O's gradients) and q_h, ∂c_h and lse_h, from which the key side's kernel
+    and W_O's gradients), the block's shares of the biases' gradients (:func:`_column_sum`) and
+    q_h, ∂c_h and lse_h, from which the key side's kernel
     (:func:`~flurka.attention.fused.softmax_key_gradient`) takes dK_h, dV_h: their float32
     [J, d_h] accumulators do not fit beside these."""
     x_ref, norm_refs, refs = _split_norm(refs, norm)
-    wq_ref, bq_ref, k_ref, v_ref, wo_ref, g_ref, dq_ref, ctx_ref, q_ref, dctx_ref, lse_ref = refs
+    (wq_ref, bq_ref, k_ref, v_ref, wo_ref, g_ref, dq_ref, ctx_ref, q_ref, dctx_ref, lse_ref,
+     dbq_ref, dbo_ref) = refs
     rows = x_ref.shape[0]
     real = real_rows(pl.program_id(1) * rows, rows, n)
     q, g = _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, slice(None), real,
@@ -314,17 +334,21 @@ def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm):
     ctx = (acc / total).astype(q.dtype)                        # as the forward kernel rounds it
     lse = top + jnp.log(total)
     delta = jnp.sum(g.astype(F32) * ctx.astype(F32), axis=1, keepdims=True)
-    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale)
-    for ref, value in ((dq_ref, dq.astype(q.dtype)), (ctx_ref, ctx), (q_ref, q), (dctx_ref, g)):
+    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale).astype(q.dtype)
+    for ref, value in ((dq_ref, dq), (ctx_ref, ctx), (q_ref, q), (dctx_ref, g)):
         plgpu.store(ref, value, mask=real)
     plgpu.store(lse_ref, lse[:, 0], mask=real[:, 0])
+    dbq_ref[...] = _column_sum(dq)
+    dbo_ref[...] = _column_sum(masked_load(g_ref.at[:, block_slice(pl.program_id(0), head_dim)],
+                                           real))
 
 
 def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features, *,
                           interpret):
-    """(∂q, the context c) [b, n, d_model] (heads side by side) in x's dtype and the chunks'
-    float32 partial dKV [b, h, chunks, f, d_h], dΣφ(K) [b, h, chunks, 1, f]. Grid (heads,
-    chunks, sequences): a chunk's heads side by side re-read its x and ∂out from L2."""
+    """(∂q, the context c) [b, n, d_model] (heads side by side) in x's dtype, dKV [b, h, f, d_h],
+    dΣφ(K) [b, h, f] and the biases' gradients [d_model] (float32: the chunks' partials summed).
+    Grid (heads, chunks, sequences): a chunk's heads side by side re-read its x and ∂out from
+    L2."""
     b, n, d_model = x.shape
     heads, f = side[0].shape[1], side[0].shape[2]
     dtype = x.dtype
@@ -341,30 +365,47 @@ def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_f
     norm_operands, norm_specs, wq = _norm_operands(
         norm, wq, pl.BlockSpec((pl.squeezed, chunk), lambda h, r, s: (s, r)), head_columns(1))
     sequence_side, whole_side = _side_operands(side, feature, dtype)
-    dq, ctx, dkv, dk_sum = pl.pallas_call(
+    dq, ctx, dkv, dk_sum, dbq, dbo = pl.pallas_call(
         functools.partial(_bwd_kernel, feature=feature, head_dim=head_dim,
                           num_features=num_features, step=BWD_STEP, n=n, norm=_norm_kind(norm)),
         out_shape=[jax.ShapeDtypeStruct((b, n, d_model), dtype)] * 2
         + [jax.ShapeDtypeStruct((b, heads, chunks, f, head_dim), F32),
-           jax.ShapeDtypeStruct((b, heads, chunks, 1, f), F32)],
+           jax.ShapeDtypeStruct((b, heads, chunks, 1, f), F32)]
+        + _shares_shape(b, chunks, d_model),
         grid=(heads, chunks, b),
         in_specs=[rows, *norm_specs, head_columns(d_model), head_columns(1),
                   *(pl.BlockSpec(t.shape, lambda h, r, s: (0, 0)) for t in whole_side),
                   *(per_head(*t.shape[2:]) for t in sequence_side),
                   pl.BlockSpec((head_dim, d_model), lambda h, r, s: (h, 0)), rows],
-        out_specs=[head_rows, head_rows, partial(f, head_dim), partial(1, f)],
+        out_specs=[head_rows, head_rows, partial(f, head_dim), partial(1, f),
+                   *_shares_specs(head_dim)],
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name=f"flurka_{feature}_projected_query_side_bwd",
     )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), *whole_side, *sequence_side,
       wo.astype(dtype), g.astype(dtype))
-    return dq, ctx, dkv.sum(axis=2), dk_sum.sum(axis=(2, 3))
+    return dq, ctx, dkv.sum(axis=2), dk_sum.sum(axis=(2, 3)), *_summed(dbq, dbo)
+
+
+def _shares_shape(b, programs, d_model):
+    """The gradient kernels' float32 shares of b_Q's and b_O's gradients, per (sequence, block
+    of rows), heads side by side."""
+    return [jax.ShapeDtypeStruct((b, programs, 1, d_model), F32)] * 2
+
+
+def _shares_specs(head_dim):
+    return [pl.BlockSpec((pl.squeezed, pl.squeezed, 1, head_dim),
+                         lambda h, r, s: (s, r, 0, h))] * 2
+
+
+def _summed(*shares):
+    return tuple(t.sum(axis=(0, 1, 2)) for t in shares)
 
 
 def _pallas_projected_softmax_bwd(x, wq, bq, wo, side, norm, g, head_dim, keys, scale, *,
                                   interpret):
-    """(∂q, c, q, ∂c) [b, n, d_model] (heads side by side) in x's dtype and lse [b, h, n].
-    Grid (heads, row blocks, sequences): a block's heads side by side re-read its x and ∂out
-    from L2."""
+    """(∂q, c, q, ∂c) [b, n, d_model] (heads side by side) in x's dtype, lse [b, h, n] and the
+    biases' gradients [d_model] (float32). Grid (heads, row blocks, sequences): a block's heads
+    side by side re-read its x and ∂out from L2."""
     b, n, d_model = x.shape
     heads, rows = d_model // head_dim, SOFTMAX_BWD_ROWS
     dtype = x.dtype
@@ -377,38 +418,42 @@ def _pallas_projected_softmax_bwd(x, wq, bq, wo, side, norm, g, head_dim, keys, 
     (k, v), _ = _side_operands(side, SOFTMAX, dtype)                         # [b, h, J, d_h]
     head_keys = pl.BlockSpec((pl.squeezed, pl.squeezed, *k.shape[2:]),
                              lambda h, r, s: (s, h, 0, 0))
-    return pl.pallas_call(
+    blocks = pl.cdiv(n, rows)
+    *outs, dbq, dbo = pl.pallas_call(
         functools.partial(_softmax_bwd_kernel, head_dim=head_dim, keys=keys, scale=scale, n=n,
                           norm=_norm_kind(norm)),
         out_shape=[jax.ShapeDtypeStruct((b, n, d_model), dtype)] * 4
-        + [jax.ShapeDtypeStruct((b, heads, n), F32)],
-        grid=(heads, pl.cdiv(n, rows), b),
+        + [jax.ShapeDtypeStruct((b, heads, n), F32)] + _shares_shape(b, blocks, d_model),
+        grid=(heads, blocks, b),
         in_specs=[row_block, *norm_specs, head_columns(d_model), head_columns(1), head_keys,
                   head_keys, pl.BlockSpec((head_dim, d_model), lambda h, r, s: (h, 0)),
                   row_block],
         out_specs=[head_rows] * 4
-        + [pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda h, r, s: (s, h, r))],
+        + [pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda h, r, s: (s, h, r)),
+           *_shares_specs(head_dim)],
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name="flurka_softmax_projected_query_side_bwd",
     )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), k, v, wo.astype(dtype),
       g.astype(dtype))
+    return (*outs, *_summed(dbq, dbo))
 
 
 def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features, scale,
                    tiling, interpret):
-    """(∂q, the context c) [b, n, d_model] and the key side's gradient, from the gradient
-    kernels: kernel features' (:func:`_bwd_kernel`, its dKV and dΣφ(K) partials summed; ω, a
-    fixed draw, gets none), or flurka-eva's softmax (:func:`_softmax_bwd_kernel`, then the key
-    side's kernel over the q, ∂c and lse it wrote)."""
+    """(∂q, the context c) [b, n, d_model], the key side's gradient and b_Q's and b_O's
+    (float32), from the gradient kernels: kernel features' (:func:`_bwd_kernel`; ω, a fixed
+    draw, gets none), or flurka-eva's softmax (:func:`_softmax_bwd_kernel`, then the key side's
+    kernel over the q, ∂c and lse it wrote)."""
     if feature != SOFTMAX:
-        dq, ctx, dkv, dk_sum = on_gpu_or_interpreted(functools.partial(
+        dq, ctx, dkv, dk_sum, dbq, dbo = on_gpu_or_interpreted(functools.partial(
             _pallas_projected_bwd, x, wq, bq, wo, side, norm, g, feature, head_dim,
             num_features), interpret)
         kv, k_sum, omega = side
-        return dq, ctx, (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega))
+        return dq, ctx, (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype),
+                         jnp.zeros_like(omega)), dbq, dbo
     k, v = side
     keys = k.shape[1]
-    dq, ctx, q, dctx, lse = on_gpu_or_interpreted(functools.partial(
+    dq, ctx, q, dctx, lse, dbq, dbo = on_gpu_or_interpreted(functools.partial(
         _pallas_projected_softmax_bwd, x, wq, bq, wo, side, norm, g, head_dim, keys, scale),
         interpret)
     heads, padded = wq.shape[1] // head_dim, round_up(keys, KEY_BLOCK)
@@ -417,18 +462,18 @@ def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features
         softmax_key_gradient, split_heads(q, heads), k_padded, v_padded,
         split_heads(ctx, heads), lse, split_heads(dctx, heads), keys, scale, tiling),
         interpret)
-    return dq, ctx, (dk[:, :keys].astype(k.dtype), dv[:, :keys].astype(v.dtype))
+    return dq, ctx, (dk[:, :keys].astype(k.dtype), dv[:, :keys].astype(v.dtype)), dbq, dbo
 
 
 def _fused_bwd(feature, head_dim, num_features, scale, tiling, interpret, saved, g):
-    """The gradient kernels (:func:`_side_gradient`: ∂q, the context and the key side's
-    gradient), then x̂'s gradient ∂q·W_Qᵀ — through the LayerNorm's backward in one more kernel
+    """The gradient kernels (:func:`_side_gradient`: ∂q, the context, the key side's and the
+    biases' gradients), then x̂'s gradient ∂q·W_Qᵀ — through the LayerNorm's backward in one more kernel
     where the LayerNorm is fused
     (:func:`~flurka.attention.fused_compress.normalised_input_gradient`) — and XLA's GEMMs for
     the weights' (x̂ᵀ·∂q, cᵀ·∂out). x's statistics and keep (constants) get none."""
     x, wq, bq, wo, bo, side, norm = saved
-    dq, ctx, dside = _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim,
-                                    num_features, scale, tiling, interpret)
+    dq, ctx, dside, dbq, dbo = _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim,
+                                              num_features, scale, tiling, interpret)
     dtype = x.dtype
     g = g.astype(dtype)
     if norm is None:
@@ -439,9 +484,9 @@ def _fused_bwd(feature, head_dim, num_features, scale, tiling, interpret, saved,
             x, keep, ln_scale, ln_bias, mean, rstd, dq, wq, interpret=interpret)
     rows = lambda t: t.reshape(-1, t.shape[-1])                      # noqa: E731
     grads = [jnp.dot(rows(normed).T, rows(dq), preferred_element_type=F32).astype(wq.dtype),
-             rows(dq).astype(F32).sum(axis=0).astype(bq.dtype),
+             dbq.astype(bq.dtype),
              jnp.dot(rows(ctx).T, rows(g), preferred_element_type=F32).astype(wo.dtype),
-             rows(g).astype(F32).sum(axis=0).astype(bo.dtype)]
+             dbo.astype(bo.dtype)]
     if norm is None:
         return (dx, *grads, dside, None)
     return (dx, *grads, dside, (dscale.astype(ln_scale.dtype), dbias.astype(ln_bias.dtype),

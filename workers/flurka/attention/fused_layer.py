@@ -354,16 +354,12 @@ def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_f
     dtype = x.dtype
     chunk = min(BWD_CHUNK, pl.next_power_of_2(round_up(n, BWD_STEP)))
     chunks = pl.cdiv(n, chunk)
-    rows = pl.BlockSpec((pl.squeezed, chunk, d_model), lambda h, r, s: (s, r, 0))
-    head_rows = pl.BlockSpec((pl.squeezed, chunk, head_dim), lambda h, r, s: (s, r, h))
-    head_columns = lambda height: pl.BlockSpec((height, head_dim),          # noqa: E731
-                                               lambda h, r, s: (0, h))
+    rows, head_rows, head_columns, (norm_operands, norm_specs, wq) = _bwd_specs(
+        chunk, d_model, head_dim, norm, wq)
     per_head = lambda *shape: pl.BlockSpec((pl.squeezed, pl.squeezed, *shape),  # noqa: E731
                                            lambda h, r, s: (s, h, 0, 0))
     partial = lambda *shape: pl.BlockSpec((pl.squeezed,) * 3 + shape,       # noqa: E731
                                           lambda h, r, s: (s, h, r, 0, 0))
-    norm_operands, norm_specs, wq = _norm_operands(
-        norm, wq, pl.BlockSpec((pl.squeezed, chunk), lambda h, r, s: (s, r)), head_columns(1))
     sequence_side, whole_side = _side_operands(side, feature, dtype)
     dq, ctx, dkv, dk_sum, dbq, dbo = pl.pallas_call(
         functools.partial(_bwd_kernel, feature=feature, head_dim=head_dim,
@@ -384,6 +380,18 @@ def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_f
     )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), *whole_side, *sequence_side,
       wo.astype(dtype), g.astype(dtype))
     return dq, ctx, dkv.sum(axis=2), dk_sum.sum(axis=(2, 3)), *_summed(dbq, dbo)
+
+
+def _bwd_specs(rows, d_model, head_dim, norm, wq):
+    """A (heads, row blocks, sequences) grid's specs: its ``rows`` of x or ∂out, of a head's
+    columns, a head's columns of a weight (``head_columns(height)``) — and the LayerNorm's
+    operands (:func:`_norm_operands`)."""
+    head_columns = lambda height: pl.BlockSpec((height, head_dim),          # noqa: E731
+                                               lambda h, r, s: (0, h))
+    return (pl.BlockSpec((pl.squeezed, rows, d_model), lambda h, r, s: (s, r, 0)),
+            pl.BlockSpec((pl.squeezed, rows, head_dim), lambda h, r, s: (s, r, h)), head_columns,
+            _norm_operands(norm, wq, pl.BlockSpec((pl.squeezed, rows), lambda h, r, s: (s, r)),
+                           head_columns(1)))
 
 
 def _shares_shape(b, programs, d_model):
@@ -409,12 +417,8 @@ def _pallas_projected_softmax_bwd(x, wq, bq, wo, side, norm, g, head_dim, keys, 
     b, n, d_model = x.shape
     heads, rows = d_model // head_dim, SOFTMAX_BWD_ROWS
     dtype = x.dtype
-    row_block = pl.BlockSpec((pl.squeezed, rows, d_model), lambda h, r, s: (s, r, 0))
-    head_rows = pl.BlockSpec((pl.squeezed, rows, head_dim), lambda h, r, s: (s, r, h))
-    head_columns = lambda height: pl.BlockSpec((height, head_dim),          # noqa: E731
-                                               lambda h, r, s: (0, h))
-    norm_operands, norm_specs, wq = _norm_operands(
-        norm, wq, pl.BlockSpec((pl.squeezed, rows), lambda h, r, s: (s, r)), head_columns(1))
+    row_block, head_rows, head_columns, (norm_operands, norm_specs, wq) = _bwd_specs(
+        rows, d_model, head_dim, norm, wq)
     (k, v), _ = _side_operands(side, SOFTMAX, dtype)                         # [b, h, J, d_h]
     head_keys = pl.BlockSpec((pl.squeezed, pl.squeezed, *k.shape[2:]),
                              lambda h, r, s: (s, h, 0, 0))

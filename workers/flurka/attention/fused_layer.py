@@ -18,7 +18,7 @@ Sizes: one block per head (d_h a power of two from 16 to 128), d_model a multipl
 for the kernel features, is one more kernel per head and chunk of rows (:func:`_bwd_kernel`): q_h
 and the context's cotangent recomputed from x and ∂out as the forward computes q, then the query
 side's gradient; it writes ∂q and the context, from which XLA's GEMMs take x̂'s gradient and W_Q's
-and W_O's. flurka-eva's softmax likewise, per head and block of rows: its context and lse by the
+and W_O's, and its shares of the biases' gradients. flurka-eva's softmax likewise, per head and block of rows: its context and lse by the
 online softmax again, then flash attention's dq; the key side's dK, dV are the softmax's own
 kernel over the q, ∂c and lse this one writes. Pallas's Triton backend on GPU, its interpreter
 elsewhere.

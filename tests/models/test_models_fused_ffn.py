@@ -161,16 +161,75 @@ def test_encoder_with_fused_ffn_computes_the_xla_encoders_function_and_gradient(
 
 
 def test_the_whole_fused_block_computes_the_xla_encoders_function():
-    """Every kernel at once — the attention's W_Q, query side and W_O in one, the FFN block in
-    one — against the XLA encoder with the same parameters (float32, padded rows)."""
+    """Every kernel at once — the attention's W_Q, query side and W_O in one with the LayerNorm
+    inside, the FFN block in one handing the next block x's statistics — against the XLA
+    encoder with the same parameters (float32, padded rows), gradients included."""
     xla = _encoders(False)
     fused = _encoders(ONE_KERNEL, fused=True, fused_projections=True)
-    assert fused.layers[0].attention.fused_projections
+    assert fused.layers[0].attention.fused_projections and fused._next_eps(0) == 1e-6
     x = jax.random.normal(jax.random.key(5), (2, 40, 256))
     mask = jnp.arange(40)[None, :] < jnp.array([[40], [29]])
     real = np.asarray(mask)
     got, want = np.asarray(fused(x, mask)), np.asarray(xla(x, mask))
     assert _rel(got[real], want[real]) < 1e-5
+
+    def loss(m):
+        return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
+
+    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(m)) for m in (xla, fused))
+    for gx, gf in zip(g_xla, g_fused):
+        assert _rel(gf, gx) < 1e-4
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_one_kernel_hands_the_next_layer_norm_its_statistics(dtype):
+    """With ``next_eps`` the one kernel also returns z's row statistics for the next LayerNorm
+    (mean, 1/σ with that eps, here 0.25; 150 rows, a ragged last 64-row block): those of z as
+    returned — in bf16 its rounded values — against the float64 formula; the gradient is z's
+    alone, the same as without them. The two kernels have no whole row: z and None."""
+    ops = [jnp.asarray(v, dtype) for v in _operands(2)]
+    z, (mean, rstd) = fused_ffn_block(*ops, eps=EPS, tiling=ONE_KERNEL, next_eps=0.25)
+    assert mean.shape == rstd.shape == (2, 75) and mean.dtype == rstd.dtype == jnp.float32
+    rows = np.asarray(z.astype(jnp.float32), np.float64)
+    assert _rel(mean, rows.mean(-1)) < 1e-6
+    assert _rel(rstd, 1 / np.sqrt(rows.var(-1) + 0.25)) < 1e-6
+    np.testing.assert_array_equal(z, fused_ffn_block(*ops, eps=EPS, tiling=ONE_KERNEL))
+    z2, none = fused_ffn_block(*ops, eps=EPS, tiling=TILING, next_eps=1e-5)
+    assert none is None and z2.shape == z.shape
+
+    def loss(x, next_eps):
+        out = fused_ffn_block(x, *ops[1:], eps=EPS, tiling=ONE_KERNEL, next_eps=next_eps)
+        z, (mean, rstd) = out if next_eps else (out, (0.0, 0.0))
+        return jnp.sum(jnp.sin(z.astype(jnp.float32))) + jnp.sum(mean) + jnp.sum(rstd)
+
+    np.testing.assert_array_equal(jax.grad(loss)(ops[0], 1e-5), jax.grad(loss)(ops[0], None))
+
+
+def test_the_next_layer_takes_the_statistics_instead_of_a_pass_of_its_own():
+    """At the flash comparison's widths (d_model = FFN = 512, flurka-rnn with the LayerNorm in
+    its kernels, one-kernel FFN, bf16), lowered for the GPU: a 3-block encoder's forward runs
+    the statistics kernel once (the first block's input), not once per block; the training
+    step's gradient too."""
+    with use_ffn_tiling(ONE_KERNEL):
+        model = nnx.eval_shape(lambda: Encoder(
+            d_model=512, num_heads=4, num_layers=3, d_ff=512, max_len=1024,
+            attention="flurka-rnn", attention_options={
+                "d_k": 128, "fused": True, "fused_projections": True,
+                "dtype": jnp.bfloat16}, dropout_rate=0.0, rngs=nnx.Rngs(0), fused_ffn=True))
+    assert all(block.attention.fuses_norm for block in model.layers)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    x = jax.ShapeDtypeStruct((1, 1024, 512), jnp.bfloat16)
+
+    def forward(p, r, x):
+        return nnx.merge(graphdef, p, r)(x)
+
+    def grad(p, r, x):
+        return jax.grad(lambda p: jnp.sum(forward(p, r, x).astype(jnp.float32) ** 2))(p)
+
+    for fn in (forward, grad):
+        names = [c["name"] for c in triton_calls(fn, params, rest, x)]
+        assert names.count("flurka_row_statistics") == 1, names
+        assert names.count("flurka_ffn_block") == 3, names
 
 
 def test_a_tuned_tiling_reaches_encoders_built_under_it():

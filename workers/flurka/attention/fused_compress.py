@@ -129,14 +129,21 @@ class PreNorm:
 
     @classmethod
     def of(cls, norm, x: Array, mask: Array | None, *, with_sum: bool = False,
+           statistics: tuple[Array, Array] | None = None,
            interpret: bool = False) -> "PreNorm":
-        """``norm`` (an ``nnx.LayerNorm``) for x [b, n, d], mask [b, n] bool or None."""
+        """``norm`` (an ``nnx.LayerNorm``) for x [b, n, d], mask [b, n] bool or None.
+        ``statistics``: x's (mean, 1/σ) for ``norm``'s eps, float32 [b, n], where the kernel
+        that wrote x computed them (:func:`~flurka.models.fused_ffn.fused_ffn_block`): no pass
+        of its own over x then, unless ``with_sum`` asks for more."""
         d = x.shape[-1]
         scale = jnp.ones(d, F32) if norm.scale is None else norm.scale[...]
         bias = jnp.zeros(d, F32) if norm.bias is None else norm.bias[...]
         keep = None if mask is None else mask.astype(F32)
-        stats = row_statistics(x, eps=norm.epsilon, keep=keep, with_sum=with_sum,
-                               interpret=interpret)
+        if statistics is not None and not with_sum:
+            stats = tuple(jax.lax.stop_gradient(s) for s in statistics)
+        else:
+            stats = row_statistics(x, eps=norm.epsilon, keep=keep, with_sum=with_sum,
+                                   interpret=interpret)
         return cls(scale, bias, norm.epsilon, *stats[:2], keep, *stats[2:])
 
     @staticmethod
@@ -182,7 +189,11 @@ def row_moments(load, d: int, rows: int, eps: float):
                 sums[1] + jnp.sum(y * y, axis=1, keepdims=True))
 
     zero = jnp.zeros((rows, 1), F32)
-    total, total_sq = jax.lax.fori_loop(0, d // BLOCK, add, (zero, zero))
+    return moments(*jax.lax.fori_loop(0, d // BLOCK, add, (zero, zero)), d, eps)
+
+
+def moments(total, total_sq, d: int, eps: float):
+    """(mean, 1/σ) from a row's Σy and Σy² over its ``d`` columns, flax's E[y²] − E[y]²."""
     mean = total / d
     return mean, jax.lax.rsqrt(jnp.maximum(0.0, total_sq / d - mean * mean) + eps)
 

@@ -548,19 +548,23 @@ class ProjectedQuerySide:
         k, v, key_mask = self.keys_values(x, mask, norm)
         return self.kernel_key_side(k, v, key_mask, rng)
 
-    def fused_layer(self, x, mask, rng, norm=None):
+    def fused_layer(self, x, mask, rng, norm=None, statistics=None):
         """The layer's output through :func:`fused_projected_query_side`; padded rows zeroed
         first (the low-rank path's order: their outputs are nobody's). ``norm`` (an
         ``nnx.LayerNorm``, where the layer ``fuses_norm``): x is the block's input, and the
         LayerNorm runs inside the kernels; the output's dtype is then the LayerNorm's, as if it
-        had run first."""
+        had run first. ``statistics``: x's for it, if the kernel that wrote x computed them
+        (taken where the kernels read x in that dtype)."""
         if norm is None:
             out_dtype = x.dtype
             x = zero_padding(x, mask).astype(self.dtype or x.dtype)
         else:
             out_dtype = PreNorm.output_dtype(norm, x)
-            x = x.astype(self.dtype or out_dtype)
-            norm = PreNorm.of(norm, x, mask, with_sum=self.uses_input_mean)
+            read = x.astype(self.dtype or out_dtype)
+            statistics = statistics if read.dtype == x.dtype else None
+            x = read
+            norm = PreNorm.of(norm, x, mask, with_sum=self.uses_input_mean,
+                              statistics=statistics)
 
         def bias(proj):
             return jnp.zeros(self.d_model, x.dtype) if proj.bias is None else proj.bias[...]

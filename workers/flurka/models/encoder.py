@@ -61,17 +61,27 @@ class EncoderBlock(nnx.Module):
 
     def __call__(self, x: jax.Array, mask: jax.Array | None, *, deterministic: bool,
                  rng: jax.Array | None = None) -> jax.Array:
+        return self.forward(x, mask, deterministic=deterministic, rng=rng)[0]
+
+    def forward(self, x: jax.Array, mask: jax.Array | None, *, deterministic: bool,
+                rng: jax.Array | None = None, statistics=None,
+                next_eps: float | None = None) -> tuple[jax.Array, Any]:
+        """(the block's output, its rows' statistics for a next LayerNorm with ``next_eps``
+        where the one-kernel fused FFN computed them as it wrote them, else None).
+        ``statistics``: x's, for this block's attention LayerNorm (the previous block's)."""
         # The LayerNorm handed over: a layer that fuses it (``fuses_norm``) normalises x in
         # its kernels as it loads it; any other applies it first.
-        a = self.dropout(self.attention(x, mask, rng=rng, norm=self.attention_norm),
+        a = self.dropout(self.attention(x, mask, rng=rng, norm=self.attention_norm,
+                                        statistics=statistics),
                          deterministic=deterministic)
         if self.ffn_tiling is not None and (deterministic or self.dropout.rate == 0.0):
             norm, ffn = self.ffn_norm, self.ffn
-            return fused_ffn_block(x, a, norm.scale[...], norm.bias[...], ffn.fc1.kernel[...],
-                                   ffn.fc1.bias[...], ffn.fc2.kernel[...], ffn.fc2.bias[...],
-                                   eps=norm.epsilon, tiling=self.ffn_tiling)
+            out = fused_ffn_block(x, a, norm.scale[...], norm.bias[...], ffn.fc1.kernel[...],
+                                  ffn.fc1.bias[...], ffn.fc2.kernel[...], ffn.fc2.bias[...],
+                                  eps=norm.epsilon, tiling=self.ffn_tiling, next_eps=next_eps)
+            return out if next_eps is not None else (out, None)
         x = x + a
-        return x + self.dropout(self.ffn(self.ffn_norm(x)), deterministic=deterministic)
+        return x + self.dropout(self.ffn(self.ffn_norm(x)), deterministic=deterministic), None
 
 
 class Encoder(nnx.Module):
@@ -109,9 +119,18 @@ class Encoder(nnx.Module):
             check_mask("mask", mask, x.shape[:2])
         rngs = (jax.random.split(attention_rng, len(self.layers)) if attention_rng is not None
                 else [None] * len(self.layers))
-        for layer, rng in zip(self.layers, rngs):
-            x = layer(x, mask, deterministic=deterministic, rng=rng)
+        statistics = None
+        for i, (layer, rng) in enumerate(zip(self.layers, rngs)):
+            x, statistics = layer.forward(x, mask, deterministic=deterministic, rng=rng,
+                                          statistics=statistics, next_eps=self._next_eps(i))
         return self.final_norm(x)
+
+    def _next_eps(self, i: int) -> float | None:
+        """Block i + 1's attention LayerNorm eps where that layer normalises in its kernels
+        (``fuses_norm``): block i's fused FFN then hands it x's statistics."""
+        if i + 1 < len(self.layers) and self.layers[i + 1].attention.fuses_norm:
+            return self.layers[i + 1].attention_norm.epsilon
+        return None
 
 
 def masked_mean(x: jax.Array, mask: jax.Array | None) -> jax.Array:

@@ -45,7 +45,7 @@ from flurka.attention.fused import (
     BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted,
     program_rows, row_vector)
 from flurka.attention.fused_compress import (
-    layer_norm, layer_norm_backward, normalise, row_moments)
+    layer_norm, layer_norm_backward, moments, normalise, row_moments)
 
 ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] accumulators live
 
@@ -189,10 +189,12 @@ def _pallas_two_kernels(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, inter
     )(h, x, a, w2.astype(x.dtype), row_vector(b2, x.dtype))
 
 
-def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_ref, z_ref, *,
-                eps, n):
+def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_ref, z_ref,
+                *statistics_refs, eps, n, next_eps):
     """One program: z for a block of rows — a loop over the hidden layer's blocks, each
-    multiplied into every output block's float32 accumulator as soon as it is computed."""
+    multiplied into every output block's float32 accumulator as soon as it is computed. With
+    ``next_eps``: also z's row statistics (mean, 1/σ) for the next LayerNorm, from z as stored,
+    while its rows are in registers."""
     rows = x_ref.shape[0]
     real = program_rows(rows, n, axis=0)
     mean, inv = _moments(x_ref, a_ref, real, eps)
@@ -205,23 +207,38 @@ def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_re
 
     accs = jax.lax.fori_loop(0, w1_ref.shape[1] // BLOCK, hidden_block,
                              tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
+    sums = (0.0, 0.0)
     for acc, c in zip(accs, cols):
-        out = _residual(x_ref, a_ref, c, real) + acc + b2_ref[:, c].astype(F32)
-        plgpu.store(z_ref.at[:, c], out.astype(z_ref.dtype), mask=real)
+        out = (_residual(x_ref, a_ref, c, real) + acc + b2_ref[:, c].astype(F32)
+               ).astype(z_ref.dtype)
+        plgpu.store(z_ref.at[:, c], out, mask=real)
+        out = out.astype(F32)
+        sums = (sums[0] + jnp.sum(out, axis=1, keepdims=True),
+                sums[1] + jnp.sum(out * out, axis=1, keepdims=True))
+    if next_eps is not None:
+        mask = None if real is None else real[:, 0]
+        for ref, value in zip(statistics_refs, moments(*sums, x_ref.shape[1], next_eps)):
+            plgpu.store(ref, value[:, 0], mask=mask)
 
 
-def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, interpret):
-    """The one kernel over blocks of ``tiling.block_n`` rows."""
+def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, next_eps=None, *,
+                       interpret):
+    """The one kernel over blocks of ``tiling.block_n`` rows: z, or with ``next_eps`` [z, its
+    rows' mean, 1/σ (float32 [n])]."""
     n, d = x.shape
     f = w1.shape[1]
     rows = pl.BlockSpec((tiling.block_n, d), lambda i: (i, 0))
     whole = lambda *shape: pl.BlockSpec(shape, lambda i: (0, 0))          # noqa: E731
+    out_shape, out_specs = jax.ShapeDtypeStruct((n, d), x.dtype), rows
+    if next_eps is not None:
+        out_shape = [out_shape] + [jax.ShapeDtypeStruct((n,), F32)] * 2
+        out_specs = [rows] + [pl.BlockSpec((tiling.block_n,), lambda i: (i,))] * 2
     return pl.pallas_call(
-        functools.partial(_one_kernel, eps=eps, n=n),
-        out_shape=jax.ShapeDtypeStruct((n, d), x.dtype), grid=(pl.cdiv(n, tiling.block_n),),
+        functools.partial(_one_kernel, eps=eps, n=n, next_eps=next_eps),
+        out_shape=out_shape, grid=(pl.cdiv(n, tiling.block_n),),
         in_specs=[rows, rows, whole(1, d), whole(1, d), whole(d, f), whole(1, f), whole(f, d),
                   whole(1, d)],
-        out_specs=rows,
+        out_specs=out_specs,
         compiler_params=plgpu.CompilerParams(num_warps=tiling.num_warps,
                                              num_stages=tiling.num_stages),
         interpret=interpret, name="flurka_ffn_block",
@@ -323,22 +340,31 @@ def _pallas_backward(x, a, dz, scale, bias, w1, b1, w2, eps, *, interpret):
       w1.astype(x.dtype), row_vector(b1, x.dtype), w2.astype(x.dtype))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10))
-def _fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
-    call = _pallas_two_kernels if tiling.kernels == 2 else _pallas_one_kernel
-    return on_gpu_or_interpreted(functools.partial(
-        call, x, a, scale, bias, w1, b1, w2, b2, eps, tiling), interpret)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11))
+def _fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret, next_eps):
+    """z, or with ``next_eps`` (the one kernel only) (z, its rows' mean, 1/σ)."""
+    if tiling.kernels == 2:
+        call = functools.partial(_pallas_two_kernels, x, a, scale, bias, w1, b1, w2, b2, eps,
+                                 tiling)
+    else:
+        call = functools.partial(_pallas_one_kernel, x, a, scale, bias, w1, b1, w2, b2, eps,
+                                 tiling, next_eps)
+    out = on_gpu_or_interpreted(call, interpret)
+    return out if next_eps is None else tuple(out)
 
 
-def _fused_fwd(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret):
-    return (_fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret),
+def _fused_fwd(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret, next_eps):
+    return (_fused(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, interpret, next_eps),
             (x, a, scale, bias, w1, b1, w2, b2))
 
 
-def _fused_bwd(eps, tiling, interpret, saved, g):
+def _fused_bwd(eps, tiling, interpret, next_eps, saved, g):
     """The gradient kernel (:func:`_backward_kernel`), then the weights' gradients as XLA GEMMs
     over the rows it wrote (a [d, f] sum over N belongs to a GEMM, not to per-program shares);
-    too wide for it: the XLA path's, recomputed."""
+    too wide for it: the XLA path's, recomputed. z's statistics take no gradient (constants to
+    their consumers, whose LayerNorm backward differentiates through z itself)."""
+    if next_eps is not None:
+        g = g[0]
     x, a, scale, bias, w1, b1, w2, b2 = saved
     if backward_rows(x.shape[1]) is None:
         _, vjp = jax.vjp(functools.partial(reference_ffn_block, eps=eps), *saved)
@@ -355,15 +381,26 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
 def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
-                    tiling: FfnTiling | None = None, interpret: bool = False):
+                    tiling: FfnTiling | None = None, interpret: bool = False,
+                    next_eps: float | None = None):
     """z = y + W2·GELU(W1·LN(y) + b1) + b2 with y = x + a, for x, a [..., d_model] in the compute
     dtype; the LayerNorm's ``scale``/``bias`` [d_model], W1 [d_model, d_ff], W2 [d_ff, d_model].
     ``tiling``: how (default: :func:`current_ffn_tiling`); ``interpret``: Pallas's interpreter
-    even on a GPU (tests)."""
+    even on a GPU (tests). ``next_eps``: (z, z's row statistics for the next block's LayerNorm
+    with that eps — (mean, 1/σ) float32 [...], constants to autodiff — or None): the one-kernel
+    form has z's rows in registers as it writes them, so the next layer's kernels need no pass
+    over z for them (:meth:`~flurka.attention.fused_compress.PreNorm.of`); the two kernels
+    have no whole row in one program."""
     tiling = tiling or current_ffn_tiling()
     check_fusable(x.shape[-1], w1.shape[1], tiling)
     lead = x.shape[:-1]
     flat = lambda v: v.reshape(-1, v.shape[-1])   # noqa: E731 - a bitcast, no pass
-    z = _fused(flat(x), flat(a.astype(x.dtype)), scale, bias, w1, b1, w2, b2, float(eps),
-               tiling, interpret)
-    return z.reshape(*lead, x.shape[-1])
+    with_statistics = next_eps is not None and tiling.kernels == 1
+    out = _fused(flat(x), flat(a.astype(x.dtype)), scale, bias, w1, b1, w2, b2, float(eps),
+                 tiling, interpret, float(next_eps) if with_statistics else None)
+    z, statistics = (out[0], out[1:]) if with_statistics else (out, None)
+    z = z.reshape(*lead, x.shape[-1])
+    if next_eps is None:
+        return z
+    return z, None if statistics is None else tuple(
+        jax.lax.stop_gradient(s.reshape(lead)) for s in statistics)

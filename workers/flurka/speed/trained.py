@@ -98,10 +98,14 @@ class _Recorder(nnx.Module):
     def __init__(self, inner: nnx.Module, report):
         self.inner, self.report = inner, report
 
-    def __call__(self, x, mask=None, *, rng=None, norm=None):
+    @property
+    def fuses_norm(self) -> bool:
+        return self.inner.fuses_norm
+
+    def __call__(self, x, mask=None, *, rng=None, norm=None, statistics=None):
         """``norm``: the block's LayerNorm handed over un-applied; the report is its output."""
         self.report(self.inner, x if norm is None else norm(x), mask)
-        return self.inner(x, mask, rng=rng, norm=norm)
+        return self.inner(x, mask, rng=rng, norm=norm, statistics=statistics)
 
 
 @dataclasses.dataclass

@@ -52,6 +52,19 @@ def test_points_selection_and_bad_input(tmp_path, capsys):
         assert message in err
 
 
+def test_ffn_kernels_choose_the_fused_ffn_form(tmp_path, capsys):
+    """--ffn-kernels 1: the fused FFN points run the one-kernel form (the row records it);
+    without --fused-ffn it is refused before any compute."""
+    out = tmp_path / "ffn.json"
+    assert main(["--sweep", "tiny-ffn", "--modes", "forward", "--points", "0", "--fused-ffn",
+                 "--ffn-kernels", "1", "--repeats", "1", "--no-ceilings",
+                 "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["status"] == "ok" and row["fused_ffn"] and row["ffn_tiling"]["kernels"] == 1
+    assert main(["--sweep", "tiny-ffn", "--ffn-kernels", "1", "--out", str(out)]) == 2
+    assert "--ffn-kernels needs --fused-ffn" in capsys.readouterr().err
+
+
 def test_paper_sweeps_as_specified():
     n = configs.points("n-sweep", mechanisms=["full"], modes=["forward"], scopes=["layer"])
     assert [p.seq_len for p in n] == list(range(7050, 55051, 3000)) + [55500]

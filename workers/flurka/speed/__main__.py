@@ -40,6 +40,7 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
@@ -82,6 +83,11 @@ def add_selection_arguments(parser: argparse.ArgumentParser, required: bool = Tr
     parser.add_argument("--fused-ffn", action="store_true",
                         help="model scope: run each block's residual, LayerNorm and FFN as Pallas "
                              "kernels (d_model and ffn multiples of 128), every mechanism alike")
+    parser.add_argument("--ffn-kernels", type=int, choices=(1, 2), default=None,
+                        help="with --fused-ffn: the block as one kernel per block of rows (the "
+                             "hidden layer never in memory, d_model up to 512; it hands the next "
+                             "block's LayerNorm its statistics) or as two (default: the current "
+                             "FFN tiling's, two unless a GPU session tuned it)")
     parser.add_argument("--pad-to", type=int, default=1,
                         help="pad the batch's sequence to a multiple of this (rows past N masked, "
                              "the model built for that length), as a data pipeline pads for the "
@@ -122,12 +128,22 @@ def selected(args: argparse.Namespace):
     if (getattr(args, "repeats", 1) < 1 or getattr(args, "warmup", 0) < 0
             or getattr(args, "profile_steps", 0) < 0):
         raise ValueError("--repeats must be >= 1, --warmup and --profile-steps >= 0")
+    if args.ffn_kernels is not None and not args.fused_ffn:
+        raise ValueError("--ffn-kernels needs --fused-ffn")
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
                  scopes=None if args.scope is None else [args.scope], dtype=args.dtype,
                  align=args.align, fused=args.fused, pad_to=args.pad_to, xla=args.xla,
                  fused_ffn=args.fused_ffn, fused_projections=args.fused_projections)
     indices = list(range(len(pts))) if args.points is None else list(args.points)
     return indices, select(pts, indices)
+
+
+def ffn_form(args: argparse.Namespace):
+    """The FFN tiling ``--ffn-kernels`` asks for, as a context the points are built in."""
+    if args.ffn_kernels is None:
+        return contextlib.nullcontext()
+    from flurka.models.fused_ffn import ONE_KERNEL, FfnTiling, use_ffn_tiling
+    return use_ffn_tiling(ONE_KERNEL if args.ffn_kernels == 1 else FfnTiling())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,10 +170,12 @@ def run(args: argparse.Namespace) -> int:
               + (f" ({row['ratio_to_floor']:.2f}x floor)" if row.get("ratio_to_floor") else "")
               + (f" [{brief(row['profile'])}]" if row.get("profile") else ""), flush=True)
 
-    doc = run_sweep(pts, indices, sweep=args.sweep, out=args.out, warmup=args.warmup,
-                    repeats=args.repeats, memory_budget_bytes=budget,
-                    with_ceilings=not args.no_ceilings, progress=progress, deadline=deadline,
-                    profile_steps=args.profile_steps, interleave=args.interleave)
+    with ffn_form(args):
+        doc = run_sweep(pts, indices, sweep=args.sweep, out=args.out, warmup=args.warmup,
+                        repeats=args.repeats, memory_budget_bytes=budget,
+                        with_ceilings=not args.no_ceilings, progress=progress,
+                        deadline=deadline, profile_steps=args.profile_steps,
+                        interleave=args.interleave)
     statuses = [r["status"] for r in doc["results"]]
     print(f"wrote {args.out}: {len(statuses)} points, "
           + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))

@@ -365,7 +365,7 @@ def brief(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flurka.speed.__main__ import add_selection_arguments, selected
+    from flurka.speed.__main__ import add_selection_arguments, ffn_form, selected
     from flurka.speed.runner import write_json
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=tuple(TARGETS), default="h100")
@@ -402,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
         doc["recorded"] = {"path": args.recorded, "device": recorded["device"],
                            "versions": recorded["versions"]}
         compile_points(doc, recorded["points"], device, args.out, recorded["bandwidth"])
-    compile_points(doc, (({"index": i, "sweep": args.sweep}, p) for i, p in zip(indices, pts)),
-                   device, args.out)
+    with ffn_form(args):
+        compile_points(doc, (({"index": i, "sweep": args.sweep}, p)
+                             for i, p in zip(indices, pts)), device, args.out)
     write_json(doc, args.out)
     return 0
 

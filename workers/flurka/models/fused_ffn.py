@@ -212,9 +212,10 @@ def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_re
         out = (_residual(x_ref, a_ref, c, real) + acc + b2_ref[:, c].astype(F32)
                ).astype(z_ref.dtype)
         plgpu.store(z_ref.at[:, c], out, mask=real)
-        out = out.astype(F32)
-        sums = (sums[0] + jnp.sum(out, axis=1, keepdims=True),
-                sums[1] + jnp.sum(out * out, axis=1, keepdims=True))
+        if next_eps is not None:   # z's rows as stored
+            out = out.astype(F32)
+            sums = (sums[0] + jnp.sum(out, axis=1, keepdims=True),
+                    sums[1] + jnp.sum(out * out, axis=1, keepdims=True))
     if next_eps is not None:
         mask = None if real is None else real[:, 0]
         for ref, value in zip(statistics_refs, moments(*sums, x_ref.shape[1], next_eps)):

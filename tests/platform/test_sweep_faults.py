@@ -80,6 +80,10 @@ def test_killed_trial_is_retried_from_its_checkpoint(tmp_path, tiny_overrides, m
     np.testing.assert_allclose([h["loss"] for h in got["history"]], [h["loss"] for h in want["history"]],
                                rtol=1e-6, atol=0)
     assert got["final_metrics"] == pytest.approx(want["final_metrics"], rel=1e-6)
+    # The retry loaded the killed attempt's programs from the sweep's cache; it compiled only what
+    # that attempt never reached (the final evaluation's: 2 of 43 programs when written).
+    compiled = got["compilation"]
+    assert compiled["compiles"] > 0 and compiled["cache_hits"] >= 0.8 * compiled["compiles"]
 
     # MLflow: one nested run per planned trial, each loss step once; DB: the branch once.
     client, runs = mlflow_runs(out.mlflow_uri, "faults")
@@ -87,6 +91,7 @@ def test_killed_trial_is_retried_from_its_checkpoint(tmp_path, tiny_overrides, m
     assert sorted(r.info.run_name for r in nested) == sorted(out.results) and len(runs) == 3
     run = next(r for r in nested if r.info.run_name == branch_key)
     assert run.info.status == "FINISHED"
+    assert run.data.metrics["compilation.cache_hits"] == got["compilation"]["cache_hits"]
     steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
     assert steps == [6, 8, 10, 12, 14, 16]
     with sa.create_engine(out.results_url).connect() as conn:

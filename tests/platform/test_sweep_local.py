@@ -19,6 +19,8 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs):
     # base run (Linformer, stops after its last fork at step 4) + 2 branches
     assert len(out.results) == 3
     assert out.compute["uptrain_steps_executed"] == 4 + 6 + 4 and out.compute["uptrain_steps_independent"] == 16
+    assert all(r["compilation"]["compiles"] > 0 for r in out.results.values())
+    assert any((out.run_dir / "jax-cache").iterdir())          # the trials' shared compilation cache
 
     client, runs = mlflow_runs(out.mlflow_uri, "tiny")
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]

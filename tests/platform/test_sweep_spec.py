@@ -81,3 +81,11 @@ def test_unknown_yaml_key(tmp_path):
 def test_missing_benchmarks():
     with pytest.raises(SpecError, match="benchmarks"):
         parse([])
+
+
+def test_compilation_cache_under_the_run_dir_unless_given_or_off(tmp_path):
+    spec = parse(["--benchmarks", "lra-listops", "--run-dir", str(tmp_path / "run")])
+    assert spec.compilation_cache_dir == str((tmp_path / "run" / "jax-cache").resolve())
+    spec = parse(["--benchmarks", "lra-listops", "--compilation-cache", str(tmp_path / "cache")])
+    assert spec.compilation_cache_dir == str((tmp_path / "cache").resolve())
+    assert parse(["--benchmarks", "lra-listops", "--compilation-cache", "off"]).compilation_cache_dir is None

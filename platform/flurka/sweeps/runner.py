@@ -59,7 +59,8 @@ def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
 def _trial_configs(runs: tuple[PlannedRun, ...], spec: SweepSpec, run_dir: Path) -> list[dict[str, Any]]:
     return [{"run": r.to_dict(),
              "train": train_overrides(r, spec.overrides, run_dir=str(run_dir), base=spec.base, steps=spec.steps,
-                                      checkpoint_every=spec.checkpoint_every)}
+                                      checkpoint_every=spec.checkpoint_every),
+             "compilation_cache": spec.compilation_cache_dir}
             for r in runs]
 
 

@@ -55,6 +55,7 @@ class SweepSpec:
     num_cpus: int | None = None             # embedded Ray only
     resume: bool = False
     checkpoint_every: int | None = None     # extra checkpoints (beyond fork points) for fault recovery
+    compilation_cache: str | None = None    # JAX's persistent cache; default <run_dir>/jax-cache, "off": none
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -68,6 +69,16 @@ class SweepSpec:
     @property
     def results_url(self) -> str:
         return self.results_db or f"sqlite:///{self.run_path / 'results.db'}"
+
+    @property
+    def compilation_cache_dir(self) -> str | None:
+        """Where the trials keep their compiled programs (shared storage on a multi-node cluster,
+        as the run dir is), or None."""
+        if self.compilation_cache == "off":
+            return None
+        if self.compilation_cache:
+            return str(Path(self.compilation_cache).expanduser().resolve())
+        return str(self.run_path / "jax-cache")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -214,6 +225,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results-db", default=S, help="SQLAlchemy URL of the results database")
     p.add_argument("--num-cpus", type=int, default=S, help="CPUs of the embedded Ray")
     p.add_argument("--checkpoint-every", type=int, default=S)
+    p.add_argument("--compilation-cache", metavar="DIR|off", default=S,
+                   help="JAX's persistent compilation cache the trials share (default: <run-dir>/jax-cache)")
     p.add_argument("--resume", action="store_true", default=S, help="restore an interrupted sweep")
 
 

@@ -96,6 +96,9 @@ class _StopAfterFork(Exception):
 def tune_trainable(trial_config: dict[str, Any]) -> None:
     """Function trainable: trains one planned run, reporting every history and eval entry.
 
+    Its final report says what the trial spent compiling and how much of it the sweep's
+    persistent compilation cache (``compilation_cache``, shared by the sweep's trials) served.
+
     A retried trial (its process was killed) finds its own checkpoints in its work dir and
     flurka.training resumes from the latest one, bit for bit; steps it replays are reported again
     and the driver's MLflow logger skips them.
@@ -103,7 +106,10 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     from ray import tune
 
     from flurka import training
+    from flurka.training import compilation
 
+    if trial_config.get("compilation_cache"):
+        compilation.use_persistent_cache(trial_config["compilation_cache"])
     run, cfg = build_config(trial_config)
     Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
     device = device_name()
@@ -121,7 +127,7 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
         tune.report({**values, "step": step, "stream": kind, "device": device})
 
     start = time.time()
-    with exclusive(Path(cfg.workdir)):
+    with exclusive(Path(cfg.workdir)), compilation.accounting() as compiled:
         try:
             result = training.run(cfg, callback=on_entry)
         except _StopAfterFork:
@@ -129,7 +135,7 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     tune.report({"step": last["step"], "stream": "final", "device": device,
                  **{f"final_{k}": v for k, v in (result.get("final_metrics") or {}).items()
                     if isinstance(v, (int, float))},
-                 RESULT_KEY: json.dumps({**result, "device": device})})
+                 RESULT_KEY: json.dumps({**result, "device": device, "compilation": compiled})})
 
 
 def _base_result(run: PlannedRun, cfg, step: int, wall: float) -> dict[str, Any]:

@@ -164,17 +164,19 @@ class SweepTracker:
 
     def finish_trial(self, run_id: str, result: Mapping[str, Any] | None, *, status: str = "FINISHED",
                      extra_params: Mapping[str, Any] | None = None) -> None:
-        """Final metrics, the training result as JSON, its config and curves; once per run."""
+        """Final metrics, what the trial spent compiling, the training result as JSON, its config and
+        curves; once per run."""
         if run_id in self._finished:
             return
         if extra_params:
             existing = self.client.get_run(run_id).data.params
             self._log_params(run_id, {k: v for k, v in flatten(extra_params).items() if k not in existing})
         if result:
-            final = _finite_numbers(result.get("final_metrics") or {})
             step = int(result.get("steps") or 0)
+            final = {f"{prefix}.{k}": v for prefix, key in (("final", "final_metrics"), ("compilation", "compilation"))
+                     for k, v in _finite_numbers(result.get(key) or {}).items()}
             if final:
-                self.client.log_batch(run_id, metrics=[Metric(f"final.{k}", v, 0, step) for k, v in final.items()])
+                self.client.log_batch(run_id, metrics=[Metric(k, v, 0, step) for k, v in final.items()])
             self.client.log_dict(run_id, _jsonable(result), "result.json")
             if result.get("config") is not None:
                 self.client.log_dict(run_id, _jsonable(result["config"]), "config.json")

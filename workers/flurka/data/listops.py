@@ -13,6 +13,7 @@ sequence has exactly ``length`` tokens.
 from __future__ import annotations
 
 import csv
+import functools
 import logging
 from pathlib import Path
 
@@ -141,15 +142,7 @@ def build_small(
     del data_dir
     _check_eval_split(eval_split)
     cfg = {**SMALL, **_check_overrides(overrides)}
-    rows = generate(
-        cfg["num_train"] + cfg["num_val"] + cfg["num_test"],
-        max_depth=cfg["max_depth"],
-        max_args=cfg["max_args"],
-        min_length=cfg["min_length"],
-        max_length=cfg["max_length"],
-        seed=generator_seed,
-    )
-    train, val, test = _three_way(rows, cfg)
+    train, val, test = _three_way(_generated(tuple(sorted(cfg.items())), generator_seed), cfg)
     return _dataset("lra-listops-small", train, val if eval_split == "validation" else test, cfg["max_length"], seed)
 
 
@@ -176,6 +169,18 @@ def build_full(*, seed: int = 0, data_dir=None, eval_split: str = "validation", 
     else:
         splits = {k: read_tsv(root / f) for k, f in names.items()}
     return _dataset("lra-listops", splits["train"], splits[eval_split], FULL["max_length"], seed)
+
+
+@functools.lru_cache(maxsize=2)
+def _generated(cfg: tuple, generator_seed: int) -> tuple[tuple[str, int], ...]:
+    """The small set's trees, once per process (~2.5 s of Python): a Tune actor's later trials and
+    a test session's many small runs reuse them."""
+    cfg = dict(cfg)
+    return tuple(generate(
+        cfg["num_train"] + cfg["num_val"] + cfg["num_test"],
+        **{k: cfg[k] for k in ("max_depth", "max_args", "min_length", "max_length")},
+        seed=generator_seed,
+    ))
 
 
 def _three_way(rows, cfg):

@@ -1,0 +1,59 @@
+"""The persistent compilation cache across processes, and the compile accounting that reports it.
+
+Each run is a fresh interpreter: JAX opens its cache once per process, at the first compile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from flurka.training import compilation
+
+PROGRAM = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp
+    from flurka.training import compilation
+
+    if sys.argv[1] != "off":
+        compilation.use_persistent_cache(sys.argv[1])
+    with compilation.accounting() as stats:
+        x = jnp.arange(12.0).reshape(3, 4)
+        y = jax.jit(lambda a: jnp.tanh(a @ a.T).sum(axis=0))(x)
+    print(json.dumps({**stats, "y": y.tolist()}))
+""")
+
+
+def _run(cache: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROGRAM, cache], capture_output=True, text=True, check=True,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_loads_what_the_first_compiled(tmp_path):
+    cache = tmp_path / "jax-cache"
+    first = _run(str(cache))
+    assert first["compiles"] >= 1 and first["cache_hits"] == 0 and first["compile_s"] > 0
+    assert any(cache.iterdir())                                # every program is kept, however small
+    second = _run(str(cache))
+    assert second["compiles"] == first["compiles"]
+    assert second["cache_hits"] == second["compiles"]          # nothing compiled again
+    assert second["y"] == first["y"]
+
+
+def test_without_the_cache_every_process_compiles(tmp_path):
+    runs = [_run("off") for _ in range(2)]
+    assert all(r["cache_hits"] == 0 and r["compiles"] >= 1 for r in runs)
+
+
+def test_accounting_stops_counting_after_its_block():
+    import jax
+    import jax.numpy as jnp
+
+    with compilation.accounting() as stats:
+        jax.jit(lambda a: a * 3.0 + 1.0)(jnp.ones(5)).block_until_ready()
+    seen = dict(stats)
+    jax.jit(lambda a: a * 5.0 - 2.0)(jnp.ones(7)).block_until_ready()
+    assert seen["compiles"] >= 1 and stats == seen

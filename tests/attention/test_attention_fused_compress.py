@@ -205,22 +205,31 @@ def _real_mean_64(x, keep, scale, bias):
     return np.einsum("bnd,bn->bd", normed, keep) / keep.sum(1)[:, None]
 
 
-def test_the_real_rows_mean_comes_from_the_statistics_pass_with_its_gradient():
-    """flurka-eva's q̄ input: the statistics kernel's Σ keep·(x − μ)·r (150 rows in 64-row
-    programs, the second sequence padded) turned into x̂'s mean over the real rows against the
-    float64 formula; its gradient (the XLA path's, recomputed: through the statistics too)
-    against central differences of that formula."""
-    x, keep, scale, bias = _operands(6, d=128)[:4]
-    xf, kf, sf, bf = _f32([x, keep, scale, bias])
-    stats = row_statistics(xf, eps=EPS, keep=kf, with_sum=True)
-    assert stats[2].shape == (2, 128)
-    got = normalised_mean(xf, kf, sf, bf, stats[2], EPS)
+def test_the_real_rows_mean_comes_from_the_compression_with_its_gradient():
+    """flurka-eva's q̄ input: the compression's Σ keep·(x − μ)·r, summed as it loads x (three
+    forced splits, the last with 22 real rows; d_k = 80 in two row blocks, of which only the
+    first stores it; the second sequence padded), turned into x̂'s mean over the real rows
+    against the float64 formula, the compressions unchanged by it; its gradient (the XLA path's,
+    recomputed: through the statistics too) against central differences of that formula."""
+    ops = _operands(6)
+    x, keep, scale, bias = ops[:4]
+    xf, kf, sf, bf, e1, e2 = _f32(ops)
+    *compressed, total = normalised_compression(xf, kf > 0, sf, bf, e1, e2, eps=EPS, splits=3,
+                                                with_sum=True)
+    assert total.shape == (2, 256) and total.dtype == jnp.float32
+    for got, want in zip(compressed, normalised_compression(xf, kf > 0, sf, bf, e1, e2, eps=EPS,
+                                                            splits=3)):
+        np.testing.assert_array_equal(got, want)
+    mean, rstd = _moments_64(x)
+    assert _rel(total, np.einsum("bnd,bn->bd", (x - mean[..., None]) * rstd[..., None],
+                                 keep)) < 2e-6
+    got = normalised_mean(xf, kf, sf, bf, total, EPS)
     assert _rel(got, _real_mean_64(x, keep, scale, bias)) < 2e-6
     assert _rel(reference_normalised_mean(xf, kf, sf, bf, eps=EPS),
                 _real_mean_64(x, keep, scale, bias)) < 2e-6
     rng = np.random.default_rng(7)
-    weights = rng.normal(size=(2, 128))
-    grads = jax.grad(lambda x, s, b: jnp.sum(normalised_mean(x, kf, s, b, stats[2], EPS)
+    weights = rng.normal(size=(2, 256))
+    grads = jax.grad(lambda x, s, b: jnp.sum(normalised_mean(x, kf, s, b, total, EPS)
                                              * weights), argnums=(0, 1, 2))(xf, sf, bf)
     ops = [x, scale, bias]
     for i, grad in enumerate(grads):
@@ -292,8 +301,10 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     reading x, E1, E2, the statistics and the cotangents and writing ∂x and the programs' ∂γ,
     ∂β shares, ∂E's reading x, the statistics and the cotangents and writing ∂E1, ∂E2 — each
     once — and forward plus gradient plan under 70 % of the XLA path's. The projected side's
-    input gradient (∂q·W_Qᵀ through the LayerNorm) spill-free on the warpgroup MMA too."""
-    fused, xla, fused_grad, xla_grad, input_grad = cuda_compiler_script("""
+    input gradient (∂q·W_Qᵀ through the LayerNorm) spill-free on the warpgroup MMA too, and so
+    is the compression that also sums the standardised rows (flurka-eva's), its traffic the
+    same plus the splits' float32 sums."""
+    fused, xla, fused_grad, xla_grad, input_grad, summing = cuda_compiler_script("""
         import functools, json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
         from flurka.attention import fused_compress as fc
@@ -326,6 +337,11 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
                              spec((1, 52_608), f32), spec((1, 52_608, 512), bf),
                              spec((512, 512), bf)), device, dump)
             rows.append({"kernels": aot.kernel_report(dump)})
+        with tempfile.TemporaryDirectory() as dump:           # flurka-eva's: with the sums
+            _, compiled = aot.compile_for(jax.jit(functools.partial(
+                fc.normalised_compression, eps=1e-6, with_sum=True)), args, device, dump)
+            rows.append({"kernels": aot.kernel_report(dump),
+                         "traffic": profile.planned_traffic(compiled.as_text())})
         json.dump(rows, open(sys.argv[1], "w"))
     """, tmp_path)
     n, d, d_k = 52_608, 512, 1024
@@ -372,6 +388,12 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     assert (kernel["kernel"], kernel["grid"], kernel["mma"]) == (
         "flurka_normalised_input_bwd", [-(-n // 64), 1, 1], "wgmma")
     assert kernel["spill_store_bytes"] == 0 and 0 < kernel["shared_memory_bytes"] <= 232_448
+    kernels = {k["kernel"]: k for k in summing["kernels"]}
+    kernel = kernels["flurka_normalised_compression"]
+    assert kernel["mma"] == "wgmma" and kernel["spill_store_bytes"] == 0, kernel
+    assert kernel["registers"] <= 255 and 0 < kernel["shared_memory_bytes"] <= 232_448, kernel
+    pallas = sorted(k["bytes"] for k in summing["traffic"]["largest"] if k["kind"] == "pallas")
+    assert pallas == sorted([statistics, compressing + 4 * d * 4])   # + 4 splits' [1, d] sums
 
 
 def test_a_tuned_launch_reaches_layers_built_under_it_and_bad_launches_are_refused():

@@ -242,7 +242,7 @@ def test_the_softmax_projected_gradient_matches_float64_autodiff():
                                                          for t in values)
 
     def loss(x, ln_scale, ln_bias, wq, bq, wo, bo, k, v):
-        mean, rstd = row_statistics(x, eps=1e-6, keep=keep32)
+        mean, rstd = row_statistics(x, eps=1e-6)
         pre = PreNorm(ln_scale, ln_bias, 1e-6, mean, rstd, keep32)
         out = fused_projected_query_side(x, wq, bq, wo, bo, (k, v), feature="softmax",
                                          head_dim=64, scale=64 ** -0.5, norm=pre, tiling=TILING)

@@ -205,15 +205,16 @@ def test_the_one_kernel_hands_the_next_layer_norm_its_statistics(dtype):
     np.testing.assert_array_equal(jax.grad(loss)(ops[0], 1e-5), jax.grad(loss)(ops[0], None))
 
 
-def test_the_next_layer_takes_the_statistics_instead_of_a_pass_of_its_own():
-    """At the flash comparison's widths (d_model = FFN = 512, flurka-rnn with the LayerNorm in
-    its kernels, one-kernel FFN, bf16), lowered for the GPU: a 3-block encoder's forward runs
-    the statistics kernel once (the first block's input), not once per block; the training
-    step's gradient too."""
+@pytest.mark.parametrize("attention", ["flurka-rnn", "flurka-eva"])
+def test_the_next_layer_takes_the_statistics_instead_of_a_pass_of_its_own(attention):
+    """At the flash comparison's widths (d_model = FFN = 512, the LayerNorm in the attention's
+    kernels, one-kernel FFN, bf16), lowered for the GPU: a 3-block encoder's forward runs the
+    statistics kernel once (the first block's input), not once per block; the training step's
+    gradient too. flurka-eva's x̂ mean comes from its compression kernel."""
     with use_ffn_tiling(ONE_KERNEL):
         model = nnx.eval_shape(lambda: Encoder(
             d_model=512, num_heads=4, num_layers=3, d_ff=512, max_len=1024,
-            attention="flurka-rnn", attention_options={
+            attention=attention, attention_options={
                 "d_k": 128, "fused": True, "fused_projections": True,
                 "dtype": jnp.bfloat16}, dropout_rate=0.0, rngs=nnx.Rngs(0), fused_ffn=True))
     assert all(block.attention.fuses_norm for block in model.layers)

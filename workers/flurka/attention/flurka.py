@@ -119,7 +119,6 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
 
     mechanism = "flurka-eva"
     feature = SOFTMAX
-    uses_input_mean = True
 
     def __init__(self, *, window_size: int | None = None, chunk_size: int = 16,
                  fused: bool | Tiling = False, fused_projections: bool = False, **kwargs):
@@ -153,13 +152,14 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
     def projected_key_side(self, x, mask, rng, norm=None):
         """(keys, values) for the projected kernel. Q never exists there, so q̄ — the mean of
         the real queries — is W_Q's image of the real rows' mean (Q is affine in x: the same
-        up to rounding). ``norm``: x is the block's input, and x̂'s mean comes from the pass
-        that took its statistics."""
+        up to rounding). ``norm``: x is the block's input, and x̂'s mean comes from the
+        compression kernel, which sums its standardised rows as it loads them."""
         b, n, _ = x.shape
-        k, v, _ = self.keys_values(x, mask, norm)
         if norm is not None:
-            x_bar = norm.real_mean(x)
+            k, v, total = self.normalised_kv(x, norm, with_sum=True)
+            x_bar = norm.real_mean(x, total)
         else:
+            k, v, _ = self.keys_values(x, mask)
             count = (jnp.full((b,), n, F32) if mask is None
                      else jnp.sum(mask, axis=1).astype(F32))
             x_bar = jnp.sum(x.astype(F32), axis=1) / jnp.maximum(count, 1.0)[:, None]

@@ -19,8 +19,9 @@ A layer gets there through :class:`PreNorm`: the encoder block hands its LayerNo
 un-applied (``layer(x, mask, norm=...)``), and a low-rank layer with ``fused_projections``
 (``fuses_norm``) takes the statistics once for both of its kernels — this one and the projected
 query side (:mod:`flurka.attention.fused_layer`, on the standardised rows with the LayerNorm's
-scale folded into W_Q) — and, for flurka-eva's q̄, x̂'s real-row mean from the same pass
-(:func:`normalised_mean`).
+scale folded into W_Q) — or takes them from the kernel that wrote x. For flurka-eva's q̄, the
+compression also sums x̂'s standardised rows as it loads them (``with_sum``), from which
+:func:`normalised_mean` gives x̂'s real-row mean.
 
 Grid (d's 128-wide column blocks, d_k's row blocks, splits, batch): axis 0 varies fastest on a
 GPU, so the programs sharing one N-range of x and E run side by side and re-read its tiles from
@@ -116,8 +117,7 @@ class PreNorm:
     ``fuses_norm``): its parameters, x's row statistics (:func:`row_statistics`, one pass) and
     the keep mask, with which the kernels normalise x as they load it — the compression
     (:func:`normalised_compression`) and the projected query side
-    (:mod:`flurka.attention.fused_layer`) — so x̂ never reaches memory. ``standardised_sum``
-    (``with_sum``): what :meth:`real_mean` takes, from the same pass."""
+    (:mod:`flurka.attention.fused_layer`) — so x̂ never reaches memory."""
 
     scale: Array
     bias: Array
@@ -125,26 +125,24 @@ class PreNorm:
     mean: Array
     rstd: Array
     keep: Array | None
-    standardised_sum: Array | None = None
 
     @classmethod
-    def of(cls, norm, x: Array, mask: Array | None, *, with_sum: bool = False,
+    def of(cls, norm, x: Array, mask: Array | None, *,
            statistics: tuple[Array, Array] | None = None,
            interpret: bool = False) -> "PreNorm":
         """``norm`` (an ``nnx.LayerNorm``) for x [b, n, d], mask [b, n] bool or None.
         ``statistics``: x's (mean, 1/σ) for ``norm``'s eps, float32 [b, n], where the kernel
         that wrote x computed them (:func:`~flurka.models.fused_ffn.fused_ffn_block`): no pass
-        of its own over x then, unless ``with_sum`` asks for more."""
+        of its own over x then."""
         d = x.shape[-1]
         scale = jnp.ones(d, F32) if norm.scale is None else norm.scale[...]
         bias = jnp.zeros(d, F32) if norm.bias is None else norm.bias[...]
         keep = None if mask is None else mask.astype(F32)
-        if statistics is not None and not with_sum:
+        if statistics is not None:
             stats = tuple(jax.lax.stop_gradient(s) for s in statistics)
         else:
-            stats = row_statistics(x, eps=norm.epsilon, keep=keep, with_sum=with_sum,
-                                   interpret=interpret)
-        return cls(scale, bias, norm.epsilon, *stats[:2], keep, *stats[2:])
+            stats = row_statistics(x, eps=norm.epsilon, interpret=interpret)
+        return cls(scale, bias, norm.epsilon, *stats, keep)
 
     @staticmethod
     def output_dtype(norm, x: Array):
@@ -157,11 +155,10 @@ class PreNorm:
         gradient too)."""
         return normalised(x, self.keep, self.scale, self.bias, eps=self.eps)
 
-    def real_mean(self, x: Array) -> Array:
-        """x̂'s mean over the real rows, float32 [b, d] (:func:`normalised_mean`; needs
-        ``with_sum``)."""
-        return normalised_mean(x, self.keep, self.scale, self.bias, self.standardised_sum,
-                               self.eps)
+    def real_mean(self, x: Array, standardised_sum: Array) -> Array:
+        """x̂'s mean over the real rows, float32 [b, d], from the compression's Σ keep·(x − μ)·r
+        (:func:`normalised_compression`'s ``with_sum``, :func:`normalised_mean`)."""
+        return normalised_mean(x, self.keep, self.scale, self.bias, standardised_sum, self.eps)
 
 
 def layer_norm(x, scale, bias, *, eps):
@@ -233,12 +230,8 @@ def reference_normalised_compression(x, keep, scale, bias, e1, e2, *, eps):
     return x1, (x1 if e2 is None else compress(e2[:, :n], normed))
 
 
-def _statistics_kernel(x_ref, *refs, eps, n, has_keep, with_sum):
-    """One program: mean and 1/σ of a block of rows, from a loop over x's column blocks; with
-    ``with_sum`` also its rows' Σ keep·(x − mean)·rstd per column (a second pass over the rows
-    the program holds: flurka-eva's mean of x̂, for q̄)."""
-    keep_ref = refs[0] if has_keep else None
-    mean_ref, rstd_ref, *sum_ref = refs[has_keep:]
+def _statistics_kernel(x_ref, mean_ref, rstd_ref, *, eps, n):
+    """One program: mean and 1/σ of a block of rows, from a loop over x's column blocks."""
     rows, d = x_ref.shape
     real = program_rows(rows, n, axis=0)
     mean, rstd = row_moments(lambda c: masked_load(x_ref.at[:, c], real).astype(F32), d, rows,
@@ -246,51 +239,31 @@ def _statistics_kernel(x_ref, *refs, eps, n, has_keep, with_sum):
     mask = None if real is None else real[:, 0]
     plgpu.store(mean_ref, mean[:, 0], mask=mask)
     plgpu.store(rstd_ref, rstd[:, 0], mask=mask)
-    if sum_ref:            # rows past n load as zeros: (0 − 0)·rstd adds nothing
-        weight = rstd
-        if keep_ref is not None:
-            weight = weight * masked_load(keep_ref, mask)[:, None]
-        for c in column_blocks(d):
-            y = masked_load(x_ref.at[:, c], real).astype(F32)
-            sum_ref[0][:, c] = jnp.sum((y - mean) * weight, axis=0, keepdims=True)
 
 
-def _pallas_statistics(x, keep, eps, with_sum, *, interpret):
+def _pallas_statistics(x, eps, *, interpret):
     b, n, d = x.shape
-    blocks = pl.cdiv(n, STAT_ROWS)
     row = pl.BlockSpec((pl.squeezed, STAT_ROWS), lambda r, i: (i, r))
-    out_shape = [jax.ShapeDtypeStruct((b, n), F32)] * 2
-    out_specs = [row, row]
-    if with_sum:           # per program: [1, d] partial sums, XLA adds them
-        out_shape.append(jax.ShapeDtypeStruct((b, blocks, 1, d), F32))
-        out_specs.append(pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d),
-                                      lambda r, i: (i, r, 0, 0)))
     return pl.pallas_call(
-        functools.partial(_statistics_kernel, eps=eps, n=n, has_keep=keep is not None,
-                          with_sum=with_sum),
-        out_shape=out_shape, grid=(blocks, b),
-        in_specs=[pl.BlockSpec((pl.squeezed, STAT_ROWS, d), lambda r, i: (i, r, 0)),
-                  *([row] if keep is not None else [])],
-        out_specs=out_specs,
+        functools.partial(_statistics_kernel, eps=eps, n=n),
+        out_shape=[jax.ShapeDtypeStruct((b, n), F32)] * 2, grid=(pl.cdiv(n, STAT_ROWS), b),
+        in_specs=[pl.BlockSpec((pl.squeezed, STAT_ROWS, d), lambda r, i: (i, r, 0))],
+        out_specs=[row, row],
         compiler_params=plgpu.CompilerParams(num_warps=STAT_WARPS, num_stages=STAT_STAGES),
-        interpret=interpret, name="flurka_row_statistics")(x, *([] if keep is None else [keep]))
+        interpret=interpret, name="flurka_row_statistics")(x)
 
 
-def row_statistics(x, *, eps, keep=None, with_sum=False, interpret=False):
+def row_statistics(x, *, eps, interpret=False):
     """(mean, rstd), each float32 [b, n]: the LayerNorm statistics of x [b, n, d] (d a
     multiple of 128) as one Pallas kernel reading x once (XLA's plan runs one reduction per
-    moment); ``with_sum``: and Σ_i keep_i·(x_i − mean_i)·rstd_i, float32 [b, d] (``keep`` [b, n]
-    float, None: every row). Not differentiable (under stop_gradient): their consumers recompute
-    the LayerNorm from x in their backward (:func:`normalised_mean`)."""
+    moment). Not differentiable (under stop_gradient): their consumers recompute the LayerNorm
+    from x in their backward."""
     b, n, d = x.shape
     if d % BLOCK:
         raise ValueError(f"row_statistics takes rows whose width is a multiple of {BLOCK}, "
                          f"got {d}")
-    keep = None if keep is None or not with_sum else jax.lax.stop_gradient(keep.astype(F32))
     out = on_gpu_or_interpreted(functools.partial(
-        _pallas_statistics, jax.lax.stop_gradient(x), keep, float(eps), with_sum), interpret)
-    if with_sum:
-        out = (*out[:2], out[2].sum(axis=(1, 2)))
+        _pallas_statistics, jax.lax.stop_gradient(x), float(eps)), interpret)
     return tuple(jax.lax.stop_gradient(s) for s in out)
 
 
@@ -306,9 +279,10 @@ def reference_normalised_mean(x, keep, scale, bias, *, eps):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
 def normalised_mean(x, keep, scale, bias, standardised_sum, eps):
-    """:func:`reference_normalised_mean` from :func:`row_statistics`'s ``with_sum`` output (the
-    LayerNorm is affine per column: γ ⊙ Σ keep·(x − μ)·r + β·Σ keep, over Σ keep): no pass of
-    its own over x. Its gradient is the reference's, recomputed."""
+    """:func:`reference_normalised_mean` from Σ keep·(x − μ)·r (``standardised_sum``, as
+    :func:`normalised_compression` sums it with ``with_sum``; the LayerNorm is affine per column:
+    γ ⊙ Σ keep·(x − μ)·r + β·Σ keep, over Σ keep): no pass of its own over x. Its gradient is
+    the reference's, recomputed."""
     count = (jnp.full(x.shape[:1], x.shape[1], F32) if keep is None
              else jnp.sum(keep.astype(F32), axis=1))
     return ((scale.astype(F32) * standardised_sum + bias.astype(F32) * count[:, None])
@@ -349,11 +323,12 @@ def normalise(x, mean, rstd, keep, scale, bias):
     return normed.astype(x.dtype)
 
 
-def _compression_kernel(*refs, n, d_k, has_keep, pair, step):
+def _compression_kernel(*refs, n, d_k, has_keep, pair, step, with_sum):
     """One program: the [rows_k, 128] tile of E1·x̂ (and E2·x̂) over one split's rows of the
     sequence, in float32. Rows of x past n load as zeros (and, with their statistics and keep
     zero, normalise to the bias); E's columns past n and rows past d_k load as zeros, so those
-    rows add nothing."""
+    rows add nothing. ``with_sum``: the first row block's programs also store their rows'
+    Σ keep·(x − μ)·r per column (rows past n add (0 − 0)·0)."""
     refs = list(refs)
     x_ref, mean_ref, rstd_ref = refs[:3]
     keep_ref = refs[3] if has_keep else None
@@ -362,25 +337,39 @@ def _compression_kernel(*refs, n, d_k, has_keep, pair, step):
     rows_k, chunk = e_refs[0].shape
     # program ids read outside the loop: the interpreter cannot lower them inside it
     first = pl.program_id(2) * chunk
+    first_block = pl.program_id(1) == 0
     real_k = real_rows(pl.program_id(1) * rows_k, rows_k, d_k) if d_k % rows_k else None
     scale, bias = scale_ref[...], bias_ref[...]                      # [1, 128] float32
 
-    def accumulate(i, accs):
+    def accumulate(i, carry):
+        accs, total = carry
         rows = block_slice(i, step)
         start = first + i * step
         real = real_rows(start, step, n)                             # [step, 1]
-        normed = normalise(masked_load(x_ref.at[rows, :], real),
-                           *row_columns((mean_ref, rstd_ref, keep_ref), rows, real), scale, bias)
+        x = masked_load(x_ref.at[rows, :], real)
+        mean, rstd, keep = row_columns((mean_ref, rstd_ref, keep_ref), rows, real)
+        normed = normalise(x, mean, rstd, keep, scale, bias)
         columns = start + jax.lax.broadcasted_iota(jnp.int32, (1, step), 1) < n
         mask = columns if real_k is None else real_k & columns
-        return tuple(acc + dot(plgpu.load(e_ref.at[:, rows], mask=mask, other=0)
+        accs = tuple(acc + dot(plgpu.load(e_ref.at[:, rows], mask=mask, other=0)
                                .astype(x_ref.dtype), normed)
                      for acc, e_ref in zip(accs, e_refs))
+        if with_sum:
+            standard = (x.astype(F32) - mean) * rstd
+            if keep is not None:
+                standard = jnp.where(keep != 0, standard, 0.0)
+            total = total + jnp.sum(standard, axis=0, keepdims=True)
+        return accs, total
 
-    accs = jax.lax.fori_loop(0, chunk // step, accumulate,
-                             tuple(jnp.zeros((rows_k, BLOCK), F32) for _ in e_refs))
-    for acc, out_ref in zip(accs, out_refs):
+    accs, total = jax.lax.fori_loop(
+        0, chunk // step, accumulate,
+        (tuple(jnp.zeros((rows_k, BLOCK), F32) for _ in e_refs), jnp.zeros((1, BLOCK), F32)))
+    for acc, out_ref in zip(accs, out_refs[:len(accs)]):
         plgpu.store(out_ref, acc, mask=real_k)
+    if with_sum:
+        @pl.when(first_block)
+        def _():
+            out_refs[-1][...] = total
 
 
 def split_rows(n: int, d: int, d_k: int, batch: int, splits: int | None = None,
@@ -395,9 +384,10 @@ def split_rows(n: int, d: int, d_k: int, batch: int, splits: int | None = None,
     return rows, pl.cdiv(n, rows)
 
 
-def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling, *,
+def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling, with_sum, *,
                         interpret):
-    """Float32 partials [splits, b, d_k, d] of E1·x̂ (and of E2·x̂)."""
+    """Float32 partials [splits, b, d_k, d] of E1·x̂ (and of E2·x̂); ``with_sum``: and of
+    Σ keep·(x − μ)·r [splits, b, 1, d]."""
     b, n, d = x.shape
     d_k = e1.shape[0]
     rows_k = tiling.rows_k
@@ -411,12 +401,18 @@ def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling
     operands = [x, mean, rstd, *([keep] if keep is not None else []),
                 scale.astype(F32)[None, :], bias.astype(F32)[None, :], *e_refs]
     out = pl.BlockSpec((pl.squeezed, pl.squeezed, rows_k, BLOCK), lambda j, k, s, i: (s, i, k, j))
+    out_shape = [jax.ShapeDtypeStruct((splits, b, d_k, d), F32)] * len(e_refs)
+    out_specs = [out] * len(e_refs)
+    if with_sum:           # the first row block's programs store it
+        out_shape.append(jax.ShapeDtypeStruct((splits, b, 1, d), F32))
+        out_specs.append(pl.BlockSpec((pl.squeezed, pl.squeezed, 1, BLOCK),
+                                      lambda j, k, s, i: (s, i, 0, j)))
     return pl.pallas_call(
         functools.partial(_compression_kernel, n=n, d_k=d_k, has_keep=keep is not None,
-                          pair=e2 is not None, step=tiling.step),
-        out_shape=[jax.ShapeDtypeStruct((splits, b, d_k, d), F32)] * len(e_refs),
+                          pair=e2 is not None, step=tiling.step, with_sum=with_sum),
+        out_shape=out_shape,
         grid=(d // BLOCK, pl.cdiv(d_k, rows_k), splits, b), in_specs=specs,
-        out_specs=[out] * len(e_refs),
+        out_specs=out_specs,
         compiler_params=plgpu.CompilerParams(num_warps=tiling.num_warps,
                                              num_stages=tiling.num_stages),
         interpret=interpret, name="flurka_normalised_compression")(*operands)
@@ -628,23 +624,30 @@ def backward_fits(d: int) -> bool:
     return BWD_ROWS * d <= BWD_ACCUMULATOR
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11))
-def _fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11, 12))
+def _fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, with_sum, interpret):
+    """((E1·x̂[, E2·x̂]) in x's dtype, Σ keep·(x − μ)·r float32 [b, d] or None)."""
     partials = on_gpu_or_interpreted(functools.partial(
-        _pallas_compression, x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling),
-        interpret)
-    return tuple(p.sum(axis=0).astype(x.dtype) for p in partials)
+        _pallas_compression, x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling,
+        with_sum), interpret)
+    partials = list(partials)
+    total = partials.pop().sum(axis=(0, 2)) if with_sum else None
+    return tuple(p.sum(axis=0).astype(x.dtype) for p in partials), total
 
 
-def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret):
-    return (_fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret),
+def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, with_sum,
+               interpret):
+    return (_fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, with_sum,
+                   interpret),
             (x, keep, scale, bias, e1, e2, mean, rstd))
 
 
-def _fused_bwd(eps, splits, tiling, interpret, saved, g):
+def _fused_bwd(eps, splits, tiling, with_sum, interpret, saved, cotangents):
     """Two kernels (:func:`_e_gradient_kernel`, :func:`_input_gradient_kernel`) reading x, E and
     the statistics once each; too wide a d_model: the XLA path's gradient, recomputed from x.
-    Statistics and keep are constants (their cotangents zero)."""
+    Statistics and keep are constants (their cotangents zero), and so is the standardised sum
+    (:func:`normalised_mean` differentiates x̂'s mean itself)."""
+    g = cotangents[0]
     x, keep, scale, bias, e1, e2, mean, rstd = saved
     if backward_fits(x.shape[-1]):
         dx, de1, de2, dscale, dbias = on_gpu_or_interpreted(functools.partial(
@@ -667,7 +670,8 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
 def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None, splits=None,
-                           tiling: CompressTiling | None = None, interpret=False):
+                           tiling: CompressTiling | None = None, with_sum=False,
+                           interpret=False):
     """(E1·x̂, E2·x̂) with x̂ = keep ⊙ LN(x), as one Pallas kernel (x̂ never reaches memory).
     x [b, n, d] in the compute dtype (d a multiple of 128); ``keep`` [b, n] (bool or float: rows
     where it is 0 are padding) or None (all real); ``scale``/``bias`` [d]; e1, e2 [d_k, ≥ n] as
@@ -676,7 +680,8 @@ def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None
     here; ``splits``: how many ranges of the sequence the programs split (default: enough
     programs for the card); ``tiling``: the launch (default: :func:`current_compress_tiling`,
     when traced). Differentiable in x, scale, bias, e1 and e2 (the gradient kernels). (x1, x2)
-    [b, d_k, d] in x's dtype."""
+    [b, d_k, d] in x's dtype; ``with_sum``: and Σ keep·(x − μ)·r over the rows, float32 [b, d],
+    summed as the kernel loads them (what :func:`normalised_mean` takes; a constant here)."""
     b, n, d = x.shape
     if d % BLOCK:
         raise ValueError(f"normalised_compression takes a d_model that is a multiple of {BLOCK}, "
@@ -690,6 +695,6 @@ def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None
     mean, rstd = (jax.lax.stop_gradient(s.astype(F32)) for s in stats)
     if keep is not None:
         keep = jax.lax.stop_gradient((keep != 0).astype(F32))
-    out = _fused(x, keep, scale, bias, e1, e2, mean, rstd, float(eps), splits,
-                 tiling or current_compress_tiling(), interpret)
-    return out[0], out[-1]
+    out, total = _fused(x, keep, scale, bias, e1, e2, mean, rstd, float(eps), splits,
+                        tiling or current_compress_tiling(), bool(with_sum), interpret)
+    return (out[0], out[-1], jax.lax.stop_gradient(total)) if with_sum else (out[0], out[-1])

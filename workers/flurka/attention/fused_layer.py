@@ -532,8 +532,6 @@ class ProjectedQuerySide:
     :meth:`projected_key_side` — by default, for the kernel layers, :meth:`keys_values` through
     ``kernel_key_side(k, v, key_mask, rng) -> (KV, Σφ(K), ω or None)``."""
 
-    uses_input_mean = False   # its key side needs x̂'s mean over the real rows (flurka-eva)
-
     def init_projections(self, fused_projections: bool, num_features: int | None = None):
         if fused_projections:
             if not self.fused:
@@ -563,8 +561,7 @@ class ProjectedQuerySide:
             read = x.astype(self.dtype or out_dtype)
             statistics = statistics if read.dtype == x.dtype else None
             x = read
-            norm = PreNorm.of(norm, x, mask, with_sum=self.uses_input_mean,
-                              statistics=statistics)
+            norm = PreNorm.of(norm, x, mask, statistics=statistics)
 
         def bias(proj):
             return jnp.zeros(self.d_model, x.dtype) if proj.bias is None else proj.bias[...]

@@ -57,3 +57,22 @@ def test_accounting_stops_counting_after_its_block():
     seen = dict(stats)
     jax.jit(lambda a: a * 5.0 - 2.0)(jnp.ones(7)).block_until_ready()
     assert seen["compiles"] >= 1 and stats == seen
+
+
+def test_a_process_that_compiled_before_takes_the_cache_it_is_pointed_at(tmp_path):
+    """JAX opens its cache at the first compile and keeps it: pointing it elsewhere later (a
+    reused worker, a second sweep in one process) still reaches the next compile."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.jit(lambda a: a - 4.0)(jnp.ones(3)).block_until_ready()     # the cache is opened here
+    before = (jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs)
+    try:
+        for name in ("first", "second"):
+            compilation.use_persistent_cache(tmp_path / name)
+            jax.jit(lambda a: a * 7.0 + len(name))(jnp.ones(11)).block_until_ready()
+            assert any((tmp_path / name).iterdir()), name
+    finally:
+        compilation.compilation_cache.set_cache_dir(before[0])
+        compilation.compilation_cache.reset_cache()
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])

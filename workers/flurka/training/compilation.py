@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 import jax.monitoring
+from jax.experimental.compilation_cache import compilation_cache
 
 # jax._src.dispatch.BACKEND_COMPILE_EVENT (an XLA compile, or a load from the persistent cache)
 # and the cache's hit event in jax._src.compiler.
@@ -25,14 +26,17 @@ def use_persistent_cache(path: str | Path) -> None:
     """Keep every compiled program of this process in ``path`` and load it from there next time.
 
     Every program, not only those over JAX's default 1 s: a sweep's trials compile the same small
-    programs (initialisation, evaluation) too. Call it before the process's first compile: JAX
-    opens the cache once. Entries are keyed by the program, the compiler options, the device
-    kind and the JAX version, so a stale or foreign entry is never used; a damaged one is
+    programs (initialisation, evaluation) too. JAX opens its cache at a process's first compile
+    and keeps it; a new ``path`` resets it (a reused worker, a second sweep in one process), so
+    the next compile opens this one. Entries are keyed by the program, the compiler options, the
+    device kind and the JAX version, so a stale or foreign entry is never used; a damaged one is
     recompiled with a warning.
     """
-    path = Path(path).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(path))
+    path = str(Path(path).expanduser().resolve())
+    Path(path).mkdir(parents=True, exist_ok=True)
+    if jax.config.jax_compilation_cache_dir != path:
+        compilation_cache.set_cache_dir(path)
+        compilation_cache.reset_cache()
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 

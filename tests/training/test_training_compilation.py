@@ -76,3 +76,22 @@ def test_a_process_that_compiled_before_takes_the_cache_it_is_pointed_at(tmp_pat
         compilation.compilation_cache.set_cache_dir(before[0])
         compilation.compilation_cache.reset_cache()
         jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+
+
+def test_flurka_train_reruns_from_the_cache(tmp_path):
+    """``flurka train --compilation-cache DIR``: the second run of a config loads every program
+    the first compiled, and trains to the same loss."""
+    def train():
+        out = subprocess.run(
+            [sys.executable, "-m", "flurka.cli", "train", "--benchmark", "lra-listops-small",
+             "--attention", "flurka-rnn", "--steps", "2", "--json", "--no-progress",
+             "--compilation-cache", str(tmp_path / "cache"), "--set", "d_model=16",
+             "--set", "d_ff=32", "--set", "num_layers=1", "--set", "batch_size=4",
+             "--set", "eval_every=0", "--set", "eval_batches=1", "--set", "warmup_steps=0"],
+            capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first, second = train(), train()
+    assert first["compilation"]["compiles"] > 0 and first["compilation"]["cache_hits"] == 0
+    assert second["compilation"]["cache_hits"] == second["compilation"]["compiles"] == first["compilation"]["compiles"]
+    assert second["history"] == first["history"] and second["final_metrics"] == first["final_metrics"]

@@ -26,6 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", help="checkpoints go to WORKDIR/checkpoints (resumes if present)")
     parser.add_argument("--checkpoint-every", type=int)
     parser.add_argument("--data-dir")
+    parser.add_argument("--compilation-cache", metavar="DIR",
+                        help="JAX's persistent compilation cache: a rerun or resumed run loads "
+                             "the programs an earlier one compiled (the JSON result's "
+                             "'compilation' says how many)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override any config field (Python literal); repeatable")
     parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
@@ -64,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"flurka train: error: {exc}", file=sys.stderr)
         return 2
-    result = train_run(config, progress=False if args.no_progress else None)
+    from flurka.training import compilation
+    if args.compilation_cache:
+        compilation.use_persistent_cache(args.compilation_cache)
+    with compilation.accounting() as compiled:
+        result = train_run(config, progress=False if args.no_progress else None)
+    result["compilation"] = compiled
     if args.json:
         print(json.dumps(result))
     else:

@@ -108,8 +108,6 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     from flurka import training
     from flurka.training import compilation
 
-    if trial_config.get("compilation_cache"):
-        compilation.use_persistent_cache(trial_config["compilation_cache"])
     run, cfg = build_config(trial_config)
     Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
     device = device_name()
@@ -127,7 +125,8 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
         tune.report({**values, "step": step, "stream": kind, "device": device})
 
     start = time.time()
-    with exclusive(Path(cfg.workdir)), compilation.accounting() as compiled:
+    with exclusive(Path(cfg.workdir)), \
+            compilation.accounting(trial_config.get("compilation_cache")) as compiled:
         try:
             result = training.run(cfg, callback=on_entry)
         except _StopAfterFork:

@@ -173,8 +173,8 @@ class SweepTracker:
             self._log_params(run_id, {k: v for k, v in flatten(extra_params).items() if k not in existing})
         if result:
             step = int(result.get("steps") or 0)
-            final = {f"{prefix}.{k}": v for prefix, key in (("final", "final_metrics"), ("compilation", "compilation"))
-                     for k, v in _finite_numbers(result.get(key) or {}).items()}
+            final = {f"final.{k}": v for k, v in _finite_numbers(result.get("final_metrics") or {}).items()}
+            final.update({f"compilation.{k}": v for k, v in _finite_numbers(result.get("compilation") or {}).items()})
             if final:
                 self.client.log_batch(run_id, metrics=[Metric(k, v, 0, step) for k, v in final.items()])
             self.client.log_dict(run_id, _jsonable(result), "result.json")

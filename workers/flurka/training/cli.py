@@ -69,9 +69,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"flurka train: error: {exc}", file=sys.stderr)
         return 2
     from flurka.training import compilation
-    if args.compilation_cache:
-        compilation.use_persistent_cache(args.compilation_cache)
-    with compilation.accounting() as compiled:
+    with compilation.accounting(args.compilation_cache) as compiled:
         result = train_run(config, progress=False if args.no_progress else None)
     result["compilation"] = compiled
     if args.json:

@@ -41,8 +41,11 @@ def use_persistent_cache(path: str | Path) -> None:
 
 
 @contextlib.contextmanager
-def accounting() -> Iterator[dict[str, float]]:
-    """Count the block's XLA compiles, their seconds, and how many came from the persistent cache."""
+def accounting(cache: str | Path | None = None) -> Iterator[dict[str, float]]:
+    """Count the block's XLA compiles, their seconds, and how many came from the persistent cache;
+    ``cache``: the block uses that one (:func:`use_persistent_cache`)."""
+    if cache:
+        use_persistent_cache(cache)
     stats = {"compiles": 0, "compile_s": 0.0, "cache_hits": 0}
 
     def on_duration(event: str, duration: float, **_) -> None:

@@ -13,8 +13,8 @@ import pytest
 from testsupport import cuda_compiler_script, triton_calls
 
 from flurka.attention.fused_compress import (
-    backward_fits, normalised_compression, normalised_input_gradient, normalised_mean, reference_normalised_compression,
-    reference_normalised_mean, row_statistics, split_rows)
+    backward_fits, normalised_compression, normalised_input_gradient, normalised_mean,
+    reference_normalised_compression, row_statistics, split_rows)
 
 EPS = 1e-6
 
@@ -198,19 +198,19 @@ def test_the_input_gradient_through_the_layer_norm_matches_float64_autodiff():
         assert _rel(g, w_) < 2e-5
 
 
-def _real_mean_64(x, keep, scale, bias):
-    """x̂ = LayerNorm(x)'s mean over the rows keep marks, float64 [b, d]."""
-    mean, rstd = _moments_64(x)
-    normed = (x - mean[..., None]) * rstd[..., None] * scale + bias
-    return np.einsum("bnd,bn->bd", normed, keep) / keep.sum(1)[:, None]
+def _real_mean_64(x, keep, scale, bias, xp=np):
+    """x̂ = LayerNorm(x)'s mean over the rows keep marks, float64 [b, d]. ``xp``: numpy, or
+    jax.numpy to differentiate it."""
+    mean, var = x.mean(-1), x.var(-1)
+    normed = (x - mean[..., None]) / xp.sqrt(var[..., None] + EPS) * scale + bias
+    return xp.einsum("bnd,bn->bd", normed, keep) / keep.sum(1)[:, None]
 
 
-def test_the_real_rows_mean_comes_from_the_compression_with_its_gradient():
+def test_the_real_rows_mean_comes_from_the_compression():
     """flurka-eva's q̄ input: the compression's Σ keep·(x − μ)·r, summed as it loads x (three
     forced splits, the last with 22 real rows; d_k = 80 in two row blocks, of which only the
     first stores it; the second sequence padded), turned into x̂'s mean over the real rows
-    against the float64 formula, the compressions unchanged by it; its gradient (the XLA path's,
-    recomputed: through the statistics too) against central differences of that formula."""
+    against the float64 formula, the compressions unchanged by it."""
     ops = _operands(6)
     x, keep, scale, bias = ops[:4]
     xf, kf, sf, bf, e1, e2 = _f32(ops)
@@ -223,23 +223,44 @@ def test_the_real_rows_mean_comes_from_the_compression_with_its_gradient():
     mean, rstd = _moments_64(x)
     assert _rel(total, np.einsum("bnd,bn->bd", (x - mean[..., None]) * rstd[..., None],
                                  keep)) < 2e-6
-    got = normalised_mean(xf, kf, sf, bf, total, EPS)
-    assert _rel(got, _real_mean_64(x, keep, scale, bias)) < 2e-6
-    assert _rel(reference_normalised_mean(xf, kf, sf, bf, eps=EPS),
-                _real_mean_64(x, keep, scale, bias)) < 2e-6
-    rng = np.random.default_rng(7)
-    weights = rng.normal(size=(2, 256))
-    grads = jax.grad(lambda x, s, b: jnp.sum(normalised_mean(x, kf, s, b, total, EPS)
-                                             * weights), argnums=(0, 1, 2))(xf, sf, bf)
-    ops = [x, scale, bias]
-    for i, grad in enumerate(grads):
-        direction = rng.normal(size=ops[i].shape)
-        plus, minus = list(ops), list(ops)
-        plus[i], minus[i] = ops[i] + 1e-5 * direction, ops[i] - 1e-5 * direction
-        want = np.sum((_real_mean_64(plus[0], keep, *plus[1:])
-                       - _real_mean_64(minus[0], keep, *minus[1:])) * weights) / 2e-5
-        got = float(np.sum(np.asarray(grad, np.float64) * direction))
-        assert abs(got - want) <= 1e-4 * abs(want) + 1e-5, (i, got, want)
+    assert _rel(normalised_mean(xf, kf, sf, bf, total), _real_mean_64(x, keep, scale, bias)) < 2e-6
+
+
+@pytest.mark.parametrize("d", [256, 640], ids=["kernels", "wide-xla"])
+@pytest.mark.parametrize("compressed", [False, True], ids=["mean-only", "with-compressions"])
+def test_the_real_rows_mean_gradient_reaches_x_through_the_compression_gradient(d, compressed):
+    """The mean's cotangent reaches x through the ∂x kernel's LayerNorm backward, in the pass
+    that takes E's cotangents (d = 256; d = 640 past the kernels: the XLA path's gradient with
+    the sum): ∂x, ∂γ, ∂β, ∂E1, ∂E2 of a random linear functional of x̂'s real-row mean (alone,
+    then with one of both compressions) against float64 autodiff of the formulas — the padded
+    rows of the second sequence get none."""
+    ops = _operands(6, d=d)
+    rng = np.random.default_rng(8)
+    weights = [rng.normal(size=(2, 80, d)) * compressed for _ in range(2)]
+    weights.append(rng.normal(size=(2, d)) * 30)
+    keep = ops[1]
+
+    def loss(x, scale, bias, e1, e2):
+        *out, total = normalised_compression(x, jnp.asarray(keep > 0), scale, bias, e1, e2,
+                                             eps=EPS, splits=3, with_sum=True)
+        out.append(normalised_mean(x, jnp.asarray(keep, jnp.float32), scale, bias, total))
+        return sum(jnp.sum(o * w) for o, w in zip(out, weights))
+
+    got = jax.grad(loss, argnums=range(5))(*_f32([ops[0], *ops[2:]]))
+    with jax.enable_x64():
+        def formula(x, scale, bias, e1, e2):
+            out = [*_compression_64(x, keep, scale, bias, e1, e2, xp=jnp),
+                   _real_mean_64(x, keep, scale, bias, xp=jnp)]
+            return sum(jnp.sum(o * w) for o, w in zip(out, weights))
+        want = jax.grad(formula, argnums=range(5))(
+            *(jnp.asarray(v, jnp.float64) for v in [ops[0], *ops[2:]]))
+    assert not np.any(np.asarray(got[0])[1, 110:])
+    for name, g, w in zip(("x", "scale", "bias", "e1", "e2"), got, want):
+        assert g.shape == w.shape
+        if compressed or name in ("x", "scale", "bias"):
+            assert _rel(g, w) < 2e-5, name
+        else:
+            assert not np.any(np.asarray(g)), name
 
 
 def test_statistics_and_compression_lower_to_two_triton_kernels_for_the_gpu():

@@ -21,7 +21,8 @@ un-applied (``layer(x, mask, norm=...)``), and a low-rank layer with ``fused_pro
 query side (:mod:`flurka.attention.fused_layer`, on the standardised rows with the LayerNorm's
 scale folded into W_Q) — or takes them from the kernel that wrote x. For flurka-eva's q̄, the
 compression also sums x̂'s standardised rows as it loads them (``with_sum``), from which
-:func:`normalised_mean` gives x̂'s real-row mean.
+:func:`normalised_mean` gives x̂'s real-row mean; that sum's cotangent comes back through the
+∂x kernel, beside E's.
 
 Grid (d's 128-wide column blocks, d_k's row blocks, splits, batch): axis 0 varies fastest on a
 GPU, so the programs sharing one N-range of x and E run side by side and re-read its tiles from
@@ -158,7 +159,7 @@ class PreNorm:
     def real_mean(self, x: Array, standardised_sum: Array) -> Array:
         """x̂'s mean over the real rows, float32 [b, d], from the compression's Σ keep·(x − μ)·r
         (:func:`normalised_compression`'s ``with_sum``, :func:`normalised_mean`)."""
-        return normalised_mean(x, self.keep, self.scale, self.bias, standardised_sum, self.eps)
+        return normalised_mean(x, self.keep, self.scale, self.bias, standardised_sum)
 
 
 def layer_norm(x, scale, bias, *, eps):
@@ -196,17 +197,20 @@ def moments(total, total_sq, d: int, eps: float):
 
 
 def layer_norm_backward(dnormed, cols, standardised, scale_ref, rstd, dscale_ref, dbias_ref,
-                        emit):
+                        emit, standardised_cotangent=None):
     """In a kernel: the LayerNorm's backward for a block of rows from ∂LN(y) (float32 [rows, 128]
     per column block of ``cols``, a loop's carried accumulators). With ŝ = (y − μ)·r
     (``standardised(c)``, recomputed per block: every block's ŝ and u live beside the
-    accumulators spill at 64 rows) and u = γ·∂LN(y): ∂y = r·(u − mean(u) − ŝ·mean(u·ŝ)), handed
-    to ``emit(c, ∂y_c)`` block by block; this block's shares of ∂γ = Σ ∂LN(y)·ŝ and
+    accumulators spill at 64 rows) and u = γ·∂LN(y) (+ ∂ŝ where something else read ŝ itself:
+    ``standardised_cotangent(c)``): ∂y = r·(u − mean(u) − ŝ·mean(u·ŝ)), handed to
+    ``emit(c, ∂y_c)`` block by block; this block's shares of ∂γ = Σ ∂LN(y)·ŝ and
     ∂β = Σ ∂LN(y) stored in ``dscale_ref``/``dbias_ref`` [1, d]."""
     d = len(cols) * BLOCK
 
     def block(c, g):
-        return standardised(c), g * scale_ref[:, c].astype(F32)
+        u = g * scale_ref[:, c].astype(F32)
+        return standardised(c), (u if standardised_cotangent is None
+                                 else u + standardised_cotangent(c))
 
     sum_u = sum_us = jnp.zeros((dnormed[0].shape[0], 1), F32)
     for g, c in zip(dnormed, cols):
@@ -267,43 +271,25 @@ def row_statistics(x, *, eps, interpret=False):
     return tuple(jax.lax.stop_gradient(s) for s in out)
 
 
-def reference_normalised_mean(x, keep, scale, bias, *, eps):
-    """The mean of x̂ = keep ⊙ LN(x) over the real rows (keep None: all), float32 [b, d], the
-    XLA way (x̂ rounded to x's dtype, as a layer's input is)."""
-    normed = normalised(x, keep, scale, bias, eps=eps).astype(F32)
-    if keep is None:
-        return jnp.mean(normed, axis=1)
-    count = jnp.maximum(jnp.sum(keep.astype(F32), axis=1), 1.0)
-    return jnp.sum(normed, axis=1) / count[:, None]
+def reference_standardised_sum(x, keep, *, eps):
+    """Σ keep·(x − μ)·r over the rows, float32 [b, d], the XLA way (:func:`layer_norm`'s
+    statistics; keep None: every row): what :func:`normalised_compression` sums with
+    ``with_sum``."""
+    d = x.shape[-1]
+    return jnp.sum(normalised(x.astype(F32), keep, jnp.ones(d, F32), jnp.zeros(d, F32), eps=eps),
+                   axis=1)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def normalised_mean(x, keep, scale, bias, standardised_sum, eps):
-    """:func:`reference_normalised_mean` from Σ keep·(x − μ)·r (``standardised_sum``, as
-    :func:`normalised_compression` sums it with ``with_sum``; the LayerNorm is affine per column:
-    γ ⊙ Σ keep·(x − μ)·r + β·Σ keep, over Σ keep): no pass of its own over x. Its gradient is
-    the reference's, recomputed."""
+def normalised_mean(x, keep, scale, bias, standardised_sum):
+    """The mean of x̂ = keep ⊙ LN(x) over the real rows (keep None: all), float32 [b, d], from
+    Σ keep·(x − μ)·r (``standardised_sum``, as :func:`normalised_compression` sums it with
+    ``with_sum``): the LayerNorm is affine per column, so it is γ ⊙ Σ keep·(x − μ)·r + β·Σ keep
+    over Σ keep — no pass over x. Its gradient reaches x through the sum's, which the
+    compression's input-gradient kernel takes in the same pass as E's cotangents."""
     count = (jnp.full(x.shape[:1], x.shape[1], F32) if keep is None
              else jnp.sum(keep.astype(F32), axis=1))
     return ((scale.astype(F32) * standardised_sum + bias.astype(F32) * count[:, None])
             / jnp.maximum(count, 1.0)[:, None])
-
-
-def _normalised_mean_fwd(x, keep, scale, bias, standardised_sum, eps):
-    return (normalised_mean(x, keep, scale, bias, standardised_sum, eps),
-            (x, keep, scale, bias, standardised_sum))
-
-
-def _normalised_mean_bwd(eps, saved, g):
-    x, keep, scale, bias, standardised_sum = saved
-    _, vjp = jax.vjp(lambda x, s, b: reference_normalised_mean(x, keep, s, b, eps=eps),
-                     x, scale, bias)
-    dx, dscale, dbias = vjp(g)
-    return (dx, None if keep is None else jnp.zeros_like(keep), dscale, dbias,
-            jnp.zeros_like(standardised_sum))
-
-
-normalised_mean.defvjp(_normalised_mean_fwd, _normalised_mean_bwd)
 
 
 def row_columns(refs, rows, real):
@@ -466,18 +452,20 @@ def _e_gradient_kernel(*refs, n, d_k, max_len, batch, has_keep, pair):
         plgpu.store(out_ref, acc.astype(out_ref.dtype), mask=stored)
 
 
-def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate, with_normed):
+def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate, with_normed, with_sum):
     """One program, a block of rows: ∂x̂ from ``accumulate`` (float32 accumulators for every
-    column block, from the ``operands`` refs that follow γ (and β)), then the LayerNorm's
-    backward per row — with u = γ·keep·∂x̂ and ŝ = (x − μ)·r, ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ))
-    — and this block's shares of ∂γ = Σ keep·∂x̂·ŝ and ∂β = Σ keep·∂x̂
-    (:func:`layer_norm_backward`). ``with_normed``: x̂ = keep ⊙ LN(x) written too, for a
-    weight gradient downstream."""
+    column block, from the ``operands`` refs that follow γ (and β, and ∂Σ)), then the
+    LayerNorm's backward per row — with u = γ·keep·∂x̂ (+ keep·∂Σ, ``with_sum``: the cotangent
+    [1, d] of the sequence's Σ keep·(x − μ)·r) and ŝ = (x − μ)·r,
+    ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ)) — and this block's shares of ∂γ = Σ keep·∂x̂·ŝ and
+    ∂β = Σ keep·∂x̂ (:func:`layer_norm_backward`). ``with_normed``: x̂ = keep ⊙ LN(x) written
+    too, for a weight gradient downstream."""
     refs = list(refs)
     x_ref, mean_ref, rstd_ref = refs[:3]
     keep_ref = refs[3] if has_keep else None
     scale_ref, *rest = refs[3 + has_keep:]
     bias_ref, rest = (rest[0], rest[1:]) if with_normed else (None, rest)
+    sum_ref, rest = (rest[0], rest[1:]) if with_sum else (None, rest)
     operand_refs, (dx_ref, dscale_ref, dbias_ref, *normed_ref) = rest[:operands], rest[operands:]
     rows, d = x_ref.shape
     first = pl.program_id(0) * rows      # outside any loop: the interpreter needs it there
@@ -494,8 +482,12 @@ def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate, with_normed
     def store(c, dx):
         plgpu.store(dx_ref.at[:, c], dx.astype(dx_ref.dtype), mask=real)
 
+    def summed(c):
+        g = sum_ref[:, c]
+        return g if keep is None else jnp.where(keep != 0, g, 0.0)
+
     layer_norm_backward(dnormed, cols, standardised, scale_ref, rstd, dscale_ref, dbias_ref,
-                        store)
+                        store, summed if with_sum else None)
     for c in cols if normed_ref else ():   # after the accumulators die: beside them it spilled
         plgpu.store(normed_ref[0].at[:, c],
                     normalise(masked_load(x_ref.at[:, c], real), mean, rstd, keep,
@@ -539,10 +531,11 @@ def _projected_cotangents(refs, cols, rows, first, real, dtype):
 
 
 def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumulate, name,
-                           bias=None, *, interpret):
+                           bias=None, sum_grad=None, *, interpret):
     """(∂x, the programs' float32 shares of ∂γ and ∂β [b, programs, 1, d], and with ``bias``
     x̂) through x̂ = keep ⊙ LN(x), ∂x̂ from ``accumulate`` over ``operands`` (with their block
-    ``specs`` on the (row blocks, batch) grid)."""
+    ``specs`` on the (row blocks, batch) grid); ``sum_grad``: the cotangent float32 [b, d] of
+    Σ keep·(x − μ)·r, which reaches x in the same pass."""
     b, n, d = x.shape
     programs = pl.cdiv(n, BWD_ROWS)
     stats = [mean, rstd, *([] if keep is None else [keep])]
@@ -550,20 +543,24 @@ def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumula
     block = pl.BlockSpec((pl.squeezed, BWD_ROWS, d), lambda r, i: (i, r, 0))
     share = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda r, i: (i, r, 0, 0))
     column = pl.BlockSpec((1, d), lambda r, i: (0, 0))
-    params = [scale] if bias is None else [scale, bias]
+    params = [p.astype(F32)[None, :] for p in ([scale] if bias is None else [scale, bias])]
+    if sum_grad is not None:
+        params.append(sum_grad.astype(F32)[:, None, :])
+    sums = [] if sum_grad is None else [pl.BlockSpec((pl.squeezed, 1, d), lambda r, i: (i, 0, 0))]
     return pl.pallas_call(
         functools.partial(_input_gradient_kernel, n=n, has_keep=keep is not None,
                           operands=len(operands), accumulate=accumulate,
-                          with_normed=bias is not None),
+                          with_normed=bias is not None, with_sum=sum_grad is not None),
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype),
                    *[jax.ShapeDtypeStruct((b, programs, 1, d), F32)] * 2,
                    *([] if bias is None else [jax.ShapeDtypeStruct(x.shape, x.dtype)])],
         grid=(programs, b),
-        in_specs=[block, *[rows] * len(stats), *[column] * len(params), *specs],
+        in_specs=[block, *[rows] * len(stats), *[column] * (1 + (bias is not None)), *sums,
+                  *specs],
         out_specs=[block, share, share, *([] if bias is None else [block])],
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name=name,
-    )(x, *stats, *(p.astype(F32)[None, :] for p in params), *operands)
+    )(x, *stats, *params, *operands)
 
 
 def normalised_input_gradient(x, keep, scale, bias, mean, rstd, dy, w, *, interpret=False):
@@ -584,9 +581,11 @@ def normalised_input_gradient(x, keep, scale, bias, mean, rstd, dy, w, *, interp
     return dx, dscale.sum(axis=(0, 1, 2)), dbias.sum(axis=(0, 1, 2)), normed
 
 
-def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, *, interpret):
+def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, sum_grad, *,
+                            interpret):
     """(∂x, ∂E1, ∂E2 or None, the programs' float32 shares of ∂γ and ∂β [b, programs, 1, d]).
-    ∂E has E's stored shape (zero past n); grads: the cotangents [b, d_k, d], one per E."""
+    ∂E has E's stored shape (zero past n); grads: the cotangents [b, d_k, d], one per E;
+    ``sum_grad``: the standardised sum's, float32 [b, d], or None."""
     b, n, d = x.shape
     d_k, max_len = e1.shape
     pair = e2 is not None
@@ -615,7 +614,7 @@ def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, *, 
         [*[pl.BlockSpec((d_k, BWD_ROWS), lambda r, i: (0, r))] * len(e_refs),
          *[pl.BlockSpec((pl.squeezed, d_k, d), lambda r, i: (i, 0, 0))] * len(e_refs)],
         functools.partial(_compressed_cotangents, n=n, d_k=d_k, step=BWD_STEP),
-        "flurka_compression_x_bwd", interpret=interpret)
+        "flurka_compression_x_bwd", sum_grad=sum_grad, interpret=interpret)
     return dx, de[0], de[1] if pair else None, dscale, dbias
 
 
@@ -644,24 +643,26 @@ def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, wi
 
 def _fused_bwd(eps, splits, tiling, with_sum, interpret, saved, cotangents):
     """Two kernels (:func:`_e_gradient_kernel`, :func:`_input_gradient_kernel`) reading x, E and
-    the statistics once each; too wide a d_model: the XLA path's gradient, recomputed from x.
-    Statistics and keep are constants (their cotangents zero), and so is the standardised sum
-    (:func:`normalised_mean` differentiates x̂'s mean itself)."""
-    g = cotangents[0]
+    the statistics once each, the standardised sum's cotangent (``with_sum``) taken by the
+    second; too wide a d_model: the XLA path's gradient, recomputed from x. Statistics and keep
+    are constants (their cotangents zero): the kernels differentiate through the statistics
+    themselves."""
+    g, sum_grad = cotangents
     x, keep, scale, bias, e1, e2, mean, rstd = saved
     if backward_fits(x.shape[-1]):
         dx, de1, de2, dscale, dbias = on_gpu_or_interpreted(functools.partial(
-            _pallas_compression_bwd, x, keep, scale, bias, e1, e2, mean, rstd, tuple(g)),
-            interpret)
+            _pallas_compression_bwd, x, keep, scale, bias, e1, e2, mean, rstd, tuple(g),
+            sum_grad), interpret)
         dscale, dbias = (s.sum(axis=(0, 1, 2)).astype(p.dtype)
                          for s, p in ((dscale, scale), (dbias, bias)))
     else:
         def reference(x, scale, bias, e1, e2):
             out = reference_normalised_compression(x, keep, scale, bias, e1, e2, eps=eps)
-            return out[:1] if e2 is None else out
+            out = out[:1] if e2 is None else out
+            return out, (reference_standardised_sum(x, keep, eps=eps) if with_sum else None)
 
         _, vjp = jax.vjp(reference, x, scale, bias, e1, e2)
-        dx, dscale, dbias, de1, de2 = vjp(tuple(g))
+        dx, dscale, dbias, de1, de2 = vjp((tuple(g), sum_grad))
     return (dx, None if keep is None else jnp.zeros_like(keep), dscale, dbias, de1, de2,
             jnp.zeros_like(mean), jnp.zeros_like(rstd))
 
@@ -681,7 +682,8 @@ def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None
     programs for the card); ``tiling``: the launch (default: :func:`current_compress_tiling`,
     when traced). Differentiable in x, scale, bias, e1 and e2 (the gradient kernels). (x1, x2)
     [b, d_k, d] in x's dtype; ``with_sum``: and Σ keep·(x − μ)·r over the rows, float32 [b, d],
-    summed as the kernel loads them (what :func:`normalised_mean` takes; a constant here)."""
+    summed as the kernel loads them (what :func:`normalised_mean` takes; differentiable in x,
+    its cotangent folded into the ∂x kernel)."""
     b, n, d = x.shape
     if d % BLOCK:
         raise ValueError(f"normalised_compression takes a d_model that is a multiple of {BLOCK}, "
@@ -697,4 +699,4 @@ def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None
         keep = jax.lax.stop_gradient((keep != 0).astype(F32))
     out, total = _fused(x, keep, scale, bias, e1, e2, mean, rstd, float(eps), splits,
                         tiling or current_compress_tiling(), bool(with_sum), interpret)
-    return (out[0], out[-1], jax.lax.stop_gradient(total)) if with_sum else (out[0], out[-1])
+    return (out[0], out[-1], total) if with_sum else (out[0], out[-1])

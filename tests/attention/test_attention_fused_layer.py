@@ -294,8 +294,8 @@ def test_the_projected_gradient_kernels_are_spill_free_on_an_h100(tmp_path):
     ptxas spills elu's 16-40 B): each query side's gradient kernel runs on Hopper's warpgroup MMA
     without spilling, and its traffic is exactly x, ∂out, the statistics, keep, β·W_Q, the
     weights and the key side in, and out ∂q, the context, the float32 shares of the biases'
-    gradients and — the softmax's — q, ∂c and lse for its key-side kernel (which does not spill
-    either), or — elu's — the chunk's dKV, dΣφ(K) partials: q, ∂c and the context are
+    gradients and — the softmax's — q, ∂c, lse and δ for its key-side kernel (which does not
+    spill either, and reads no context), or — elu's — the chunk's dKV, dΣφ(K) partials: q, ∂c and the context are
     recomputed from x and ∂out, not read back."""
     rows = cuda_compiler_script("""
         import json, sys, tempfile, jax, jax.numpy as jnp
@@ -336,7 +336,7 @@ def test_the_projected_gradient_kernels_are_spill_free_on_an_h100(tmp_path):
     blocks = {"softmax": -(-n // 64), "elu": -(-n // 1024)}      # 64-row blocks; 1024-row chunks
     reads = {"softmax": 2 * heads * 320 * 128 * 2,               # keys, values (padded to 320)
              "elu": heads * 128 * 128 * 2 + heads * 128 * 2}     # KV, Σφ(K)
-    writes = {"softmax": 2 * x + heads * n * 4,                  # q, ∂c; lse
+    writes = {"softmax": 2 * x + 2 * heads * n * 4,              # q, ∂c; lse, δ
               "elu": 3 * heads * (128 * 128 + 128) * 4}          # the chunks' dKV, dΣφ(K)
     for feature, row in rows.items():
         kernels = {k["kernel"]: k for k in row["kernels"]}
@@ -349,3 +349,9 @@ def test_the_projected_gradient_kernels_are_spill_free_on_an_h100(tmp_path):
                  + 2 * blocks[feature] * d * 4)                  # ∂q, c; the biases' shares
         pallas = [k["bytes"] for k in row["traffic"]["largest"] if k["kind"] == "pallas"]
         assert total in pallas, (feature, total, pallas)
+    # the softmax's key side: q, ∂c, the keys and values, lse and δ in (no context); its three
+    # 1024-row chunks' float32 dK, dV partials out
+    key_side = (2 * x + reads["softmax"] + 2 * heads * n * 4
+                + 2 * heads * -(-n // 1024) * 320 * 128 * 4)
+    assert key_side in [k["bytes"] for k in rows["softmax"]["traffic"]["largest"]
+                        if "dkv" in (k["source"] or "")], rows["softmax"]["traffic"]["largest"]

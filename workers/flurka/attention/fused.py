@@ -583,15 +583,21 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
                     mask=None if real is None else real[:, 0])
 
 
-def _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real):
-    """A row block's q, cotangent g (compute dtype), lse [rows, 1] and δ = Σ_d g·out [rows, 1]
-    (rows past N: zeros, which add nothing to any gradient)."""
+def _row_values(ref, rows, real):
+    """A row block's per-row float32 values (lse, δ) of a [n] ref as a [rows, 1] column."""
+    return masked_load(ref.at[rows], None if real is None else real[:, 0])[:, None]
+
+
+def _softmax_rows(q_ref, g_ref, rows, real):
+    """A row block's q and cotangent g in the compute dtype (rows past N: zeros, which add
+    nothing to any gradient)."""
     q = masked_load(q_ref.at[rows, :], real)
-    g = masked_load(g_ref.at[rows, :], real).astype(q.dtype)
-    out = masked_load(o_ref.at[rows, :], real)
-    lse = masked_load(lse_ref.at[rows], None if real is None else real[:, 0])[:, None]
-    delta = jnp.sum(g.astype(F32) * out.astype(F32), axis=1, keepdims=True)
-    return q, g, lse, delta
+    return q, masked_load(g_ref.at[rows, :], real).astype(q.dtype)
+
+
+def row_delta(g, out):
+    """Flash attention's δ = Σ_d g·out per row, float32 [rows, 1]."""
+    return jnp.sum(g.astype(F32) * out.astype(F32), axis=1, keepdims=True)
 
 
 def softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys: int, scale: float):
@@ -609,23 +615,30 @@ def softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys: int, scale: flo
     return scale * dq
 
 
-def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, *, n, keys, scale):
-    """dq of a block of query rows (:func:`softmax_query_gradient`)."""
+def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, delta_ref, *, n,
+                       keys, scale):
+    """dq of a block of query rows (:func:`softmax_query_gradient`), and their δ for the key
+    side's kernel (which then reads no output)."""
     block_n = q_ref.shape[0]
     real = program_rows(block_n, n)
-    q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, pl.ds(0, block_n), real)
-    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale)
+    rows = pl.ds(0, block_n)
+    q, g = _softmax_rows(q_ref, g_ref, rows, real)
+    delta = row_delta(g, masked_load(o_ref.at[rows, :], real))
+    dq = softmax_query_gradient(q, g, _row_values(lse_ref, rows, real), delta, k_ref, v_ref,
+                                keys, scale)
     plgpu.store(dq_ref, dq.astype(dq_ref.dtype), mask=real)
+    plgpu.store(delta_ref, delta[:, 0], mask=None if real is None else real[:, 0])
 
 
-def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_ref, *, n, keys,
-                        key_blocks, scale, block_n):
+def _softmax_dkv_kernel(q_ref, k_ref, v_ref, g_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, n,
+                        keys, key_blocks, scale, block_n):
     """One key block's partial dK, dV over a chunk of query rows in steps of ``block_n``:
-    dV += Pᵀ g, dK += scale · dSᵀ q (flash attention's backward, key side); XLA sums the
-    chunks' partials. The grid's last axis is chunk × key blocks + key block, so a chunk's
-    key blocks are neighbouring programs (a GPU starts blocks batch, then head, then this axis
-    fastest) that run together and read its q, g and output rows from L2, not each again from
-    memory: key block-major order read them 5 times per layer at 304 keys."""
+    dV += Pᵀ g, dK += scale · dSᵀ q (flash attention's backward, key side), each row's δ as the
+    query side's kernel wrote it; XLA sums the chunks' partials. The grid's last axis is
+    chunk × key blocks + key block, so a chunk's key blocks are neighbouring programs (a GPU
+    starts blocks batch, then head, then this axis fastest) that run together and read its q and
+    g rows from L2, not each again from memory: key block-major order read them 5 times per
+    layer at 304 keys."""
     chunk_rows = q_ref.shape[0]
     # program ids read outside the loop: the interpreter cannot lower them inside it
     first = pl.program_id(2) // key_blocks * chunk_rows
@@ -636,9 +649,10 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dk_ref, dv_r
         dk, dv = carry
         rows = block_slice(i, block_n)
         real = real_rows(first + i * block_n, block_n, n) if n % chunk_rows else None
-        q, g, lse, delta = _softmax_rows(q_ref, g_ref, o_ref, lse_ref, rows, real)
-        weights = jnp.exp(_logits([q], [k], first_key, keys, scale) - lse)
-        d_logits = weights * (dot(g, v, ((1,), (1,))) - delta)
+        q, g = _softmax_rows(q_ref, g_ref, rows, real)
+        weights = jnp.exp(_logits([q], [k], first_key, keys, scale)
+                          - _row_values(lse_ref, rows, real))
+        d_logits = weights * (dot(g, v, ((1,), (1,))) - _row_values(delta_ref, rows, real))
         return (dk + dot(d_logits.astype(q.dtype), q, ((0,), (0,))),
                 dv + dot(weights.astype(q.dtype), g, ((0,), (0,))))
 
@@ -688,21 +702,23 @@ def _pallas_softmax_bwd(q, k, v, out, lse, g, keys, scale, tiling, *, interpret)
     b, n, h, d = q.shape
     dq_rows = max(16, tiling.block_n // 2)
     row_spec = _row_spec(dq_rows, d)
-    dq = pl.pallas_call(
+    dq, delta = pl.pallas_call(
         functools.partial(_softmax_dq_kernel, n=n, keys=keys, scale=scale),
-        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype), grid=(b, h, pl.cdiv(n, dq_rows)),
+        out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(lse.shape, F32)],
+        grid=(b, h, pl.cdiv(n, dq_rows)),
         in_specs=[row_spec, _whole(k), _whole(v), row_spec, row_spec, _lse_spec(dq_rows)],
-        out_specs=row_spec,
+        out_specs=[row_spec, _lse_spec(dq_rows)],
         compiler_params=_compiler_params(d, KEY_BLOCK, tiling.bwd_num_warps, tiling.num_stages),
         interpret=interpret, name="flurka_softmax_query_side_dq")(q, k, v, out, g, lse)
-    return (dq, *softmax_key_gradient(q, k, v, out, lse, g, keys, scale, tiling,
+    return (dq, *softmax_key_gradient(q, k, v, lse, delta, g, keys, scale, tiling,
                                       interpret=interpret))
 
 
-def softmax_key_gradient(q, k, v, out, lse, g, keys, scale, tiling, *, interpret):
+def softmax_key_gradient(q, k, v, lse, delta, g, keys, scale, tiling, *, interpret):
     """(dk, dv) [b, J padded, h, d] in k's dtype: the key side's backward kernel over q, the
-    output, its cotangent g [b, n, h, d] (compute dtype) and each row's lse [b, h, n], k and v
-    [b, J padded to :data:`KEY_BLOCK`, h, d] with ``keys`` real."""
+    output's cotangent g [b, n, h, d] (compute dtype), each row's lse and δ = Σ_d g·out
+    [b, h, n] (float32, from the query side's kernel: the output itself is not read here), k and
+    v [b, J padded to :data:`KEY_BLOCK`, h, d] with ``keys`` real."""
     b, n, h, d = q.shape
     block_n = tiling.bwd_block_n
     rows = min(tiling.bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
@@ -718,12 +734,11 @@ def softmax_key_gradient(q, k, v, out, lse, g, keys, scale, tiling, *, interpret
                           scale=scale, block_n=block_n),
         out_shape=[jax.ShapeDtypeStruct((b, h, chunks, k.shape[1], d), F32)] * 2,
         grid=(b, h, chunks * key_blocks),
-        in_specs=[chunk, key_block, key_block, chunk, chunk,
-                  pl.BlockSpec((pl.squeezed, pl.squeezed, rows),
-                               lambda i, j, t: (i, j, t // key_blocks))],
+        in_specs=[chunk, key_block, key_block, chunk, *[pl.BlockSpec(
+            (pl.squeezed, pl.squeezed, rows), lambda i, j, t: (i, j, t // key_blocks))] * 2],
         out_specs=[partial, partial],
         compiler_params=_compiler_params(d, KEY_BLOCK, tiling.bwd_num_warps, tiling.num_stages),
-        interpret=interpret, name="flurka_softmax_query_side_dkv")(q, k, v, out, g, lse)
+        interpret=interpret, name="flurka_softmax_query_side_dkv")(q, k, v, g, lse, delta)
     return tuple(t.sum(axis=2).transpose(0, 2, 1, 3).astype(k.dtype) for t in (dk, dv))
 
 

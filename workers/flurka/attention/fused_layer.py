@@ -37,7 +37,8 @@ from flurka.attention.base import F32, pad_to, round_up, split_heads, zero_paddi
 from flurka.attention.fused import (
     BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot, feature_denominator,
     masked_load, on_gpu_or_interpreted, online_softmax, program_rows, query_side_gradient,
-    real_rows, row_features, row_vector, softmax_key_gradient, softmax_query_gradient, tile_size)
+    real_rows, row_delta, row_features, row_vector, softmax_key_gradient, softmax_query_gradient,
+    tile_size)
 from flurka.attention.fused_compress import PreNorm, normalised_input_gradient, row_columns
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
@@ -319,12 +320,12 @@ def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm):
     flash attention's query-side backward
     (:func:`~flurka.attention.fused.softmax_query_gradient`). Writes ∂q_h and c_h (for W_Q's
     and W_O's gradients), the block's shares of the biases' gradients (:func:`_column_sum`) and
-    q_h, ∂c_h and lse_h, from which the key side's kernel
+    q_h, ∂c_h, lse_h and δ_h, from which the key side's kernel
     (:func:`~flurka.attention.fused.softmax_key_gradient`) takes dK_h, dV_h: their float32
     [J, d_h] accumulators do not fit beside these."""
     x_ref, norm_refs, refs = _split_norm(refs, norm)
     (wq_ref, bq_ref, k_ref, v_ref, wo_ref, g_ref, dq_ref, ctx_ref, q_ref, dctx_ref, lse_ref,
-     dbq_ref, dbo_ref) = refs
+     delta_ref, dbq_ref, dbo_ref) = refs
     rows = x_ref.shape[0]
     real = real_rows(pl.program_id(1) * rows, rows, n)
     q, g = _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, slice(None), real,
@@ -333,11 +334,12 @@ def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm):
                                         k_ref.shape[0] // KEY_BLOCK, keys, scale)
     ctx = (acc / total).astype(q.dtype)                        # as the forward kernel rounds it
     lse = top + jnp.log(total)
-    delta = jnp.sum(g.astype(F32) * ctx.astype(F32), axis=1, keepdims=True)
+    delta = row_delta(g, ctx)
     dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale).astype(q.dtype)
     for ref, value in ((dq_ref, dq), (ctx_ref, ctx), (q_ref, q), (dctx_ref, g)):
         plgpu.store(ref, value, mask=real)
-    plgpu.store(lse_ref, lse[:, 0], mask=real[:, 0])
+    for ref, value in ((lse_ref, lse), (delta_ref, delta)):
+        plgpu.store(ref, value[:, 0], mask=real[:, 0])
     dbq_ref[...] = _column_sum(dq)
     dbo_ref[...] = _column_sum(masked_load(g_ref.at[:, block_slice(pl.program_id(0), head_dim)],
                                            real))
@@ -411,8 +413,8 @@ def _summed(*shares):
 
 def _pallas_projected_softmax_bwd(x, wq, bq, wo, side, norm, g, head_dim, keys, scale, *,
                                   interpret):
-    """(∂q, c, q, ∂c) [b, n, d_model] (heads side by side) in x's dtype, lse [b, h, n] and the
-    biases' gradients [d_model] (float32). Grid (heads, row blocks, sequences): a block's heads
+    """(∂q, c, q, ∂c) [b, n, d_model] (heads side by side) in x's dtype, lse and δ [b, h, n]
+    and the biases' gradients [d_model] (float32). Grid (heads, row blocks, sequences): a block's heads
     side by side re-read its x and ∂out from L2."""
     b, n, d_model = x.shape
     heads, rows = d_model // head_dim, SOFTMAX_BWD_ROWS
@@ -427,14 +429,14 @@ def _pallas_projected_softmax_bwd(x, wq, bq, wo, side, norm, g, head_dim, keys, 
         functools.partial(_softmax_bwd_kernel, head_dim=head_dim, keys=keys, scale=scale, n=n,
                           norm=_norm_kind(norm)),
         out_shape=[jax.ShapeDtypeStruct((b, n, d_model), dtype)] * 4
-        + [jax.ShapeDtypeStruct((b, heads, n), F32)] + _shares_shape(b, blocks, d_model),
+        + [jax.ShapeDtypeStruct((b, heads, n), F32)] * 2 + _shares_shape(b, blocks, d_model),
         grid=(heads, blocks, b),
         in_specs=[row_block, *norm_specs, head_columns(d_model), head_columns(1), head_keys,
                   head_keys, pl.BlockSpec((head_dim, d_model), lambda h, r, s: (h, 0)),
                   row_block],
         out_specs=[head_rows] * 4
-        + [pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda h, r, s: (s, h, r)),
-           *_shares_specs(head_dim)],
+        + [pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda h, r, s: (s, h, r))] * 2
+        + _shares_specs(head_dim),
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name="flurka_softmax_projected_query_side_bwd",
     )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), k, v, wo.astype(dtype),
@@ -447,7 +449,7 @@ def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features
     """(∂q, the context c) [b, n, d_model], the key side's gradient and b_Q's and b_O's
     (float32), from the gradient kernels: kernel features' (:func:`_bwd_kernel`; ω, a fixed
     draw, gets none), or flurka-eva's softmax (:func:`_softmax_bwd_kernel`, then the key side's
-    kernel over the q, ∂c and lse it wrote)."""
+    kernel over the q, ∂c, lse and δ it wrote)."""
     if feature != SOFTMAX:
         dq, ctx, dkv, dk_sum, dbq, dbo = on_gpu_or_interpreted(functools.partial(
             _pallas_projected_bwd, x, wq, bq, wo, side, norm, g, feature, head_dim,
@@ -457,14 +459,14 @@ def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features
                          jnp.zeros_like(omega)), dbq, dbo
     k, v = side
     keys = k.shape[1]
-    dq, ctx, q, dctx, lse, dbq, dbo = on_gpu_or_interpreted(functools.partial(
+    dq, ctx, q, dctx, lse, delta, dbq, dbo = on_gpu_or_interpreted(functools.partial(
         _pallas_projected_softmax_bwd, x, wq, bq, wo, side, norm, g, head_dim, keys, scale),
         interpret)
     heads, padded = wq.shape[1] // head_dim, round_up(keys, KEY_BLOCK)
     k_padded, v_padded = (pad_to(t.astype(x.dtype), padded, axis=1) for t in side)
     dk, dv = on_gpu_or_interpreted(functools.partial(
-        softmax_key_gradient, split_heads(q, heads), k_padded, v_padded,
-        split_heads(ctx, heads), lse, split_heads(dctx, heads), keys, scale, tiling),
+        softmax_key_gradient, split_heads(q, heads), k_padded, v_padded, lse, delta,
+        split_heads(dctx, heads), keys, scale, tiling),
         interpret)
     return dq, ctx, (dk[:, :keys].astype(k.dtype), dv[:, :keys].astype(v.dtype)), dbq, dbo
 

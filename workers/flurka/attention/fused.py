@@ -251,6 +251,13 @@ def masked_load(ref, real):
     return plgpu.load(ref, mask=real, other=None if real is None else 0)
 
 
+def row_columns(refs, rows, real):
+    """Per-row float32 vectors (statistics, keep, lse, δ) of a block of rows as [rows, 1]
+    columns (None for an absent ref)."""
+    mask = None if real is None else real[:, 0]
+    return [None if ref is None else masked_load(ref.at[rows], mask)[:, None] for ref in refs]
+
+
 def _kernel(*refs, feature, head_dim, num_features, denominator, n):
     """One program: a block of query rows, one block wide (wider: :func:`_wide_kernel`).
     The last block may run past the ``n`` real rows: its loads and stores are masked there
@@ -583,11 +590,6 @@ def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
                     mask=None if real is None else real[:, 0])
 
 
-def _row_values(ref, rows, real):
-    """A row block's per-row float32 values (lse, δ) of a [n] ref as a [rows, 1] column."""
-    return masked_load(ref.at[rows], None if real is None else real[:, 0])[:, None]
-
-
 def _softmax_rows(q_ref, g_ref, rows, real):
     """A row block's q and cotangent g in the compute dtype (rows past N: zeros, which add
     nothing to any gradient)."""
@@ -624,8 +626,8 @@ def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, delta
     rows = pl.ds(0, block_n)
     q, g = _softmax_rows(q_ref, g_ref, rows, real)
     delta = row_delta(g, masked_load(o_ref.at[rows, :], real))
-    dq = softmax_query_gradient(q, g, _row_values(lse_ref, rows, real), delta, k_ref, v_ref,
-                                keys, scale)
+    (lse,) = row_columns((lse_ref,), rows, real)
+    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale)
     plgpu.store(dq_ref, dq.astype(dq_ref.dtype), mask=real)
     plgpu.store(delta_ref, delta[:, 0], mask=None if real is None else real[:, 0])
 
@@ -650,9 +652,9 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, g_ref, lse_ref, delta_ref, dk_ref, 
         rows = block_slice(i, block_n)
         real = real_rows(first + i * block_n, block_n, n) if n % chunk_rows else None
         q, g = _softmax_rows(q_ref, g_ref, rows, real)
-        weights = jnp.exp(_logits([q], [k], first_key, keys, scale)
-                          - _row_values(lse_ref, rows, real))
-        d_logits = weights * (dot(g, v, ((1,), (1,))) - _row_values(delta_ref, rows, real))
+        lse, delta = row_columns((lse_ref, delta_ref), rows, real)
+        weights = jnp.exp(_logits([q], [k], first_key, keys, scale) - lse)
+        d_logits = weights * (dot(g, v, ((1,), (1,))) - delta)
         return (dk + dot(d_logits.astype(q.dtype), q, ((0,), (0,))),
                 dv + dot(weights.astype(q.dtype), g, ((0,), (0,))))
 

@@ -55,7 +55,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32, compress, round_up, zero_padding
 from flurka.attention.fused import (
-    BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted, program_rows, real_rows)
+    BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted, program_rows, real_rows,
+    row_columns)
 
 Array = jax.Array
 
@@ -290,13 +291,6 @@ def normalised_mean(x, keep, scale, bias, standardised_sum):
              else jnp.sum(keep.astype(F32), axis=1))
     return ((scale.astype(F32) * standardised_sum + bias.astype(F32) * count[:, None])
             / jnp.maximum(count, 1.0)[:, None])
-
-
-def row_columns(refs, rows, real):
-    """Per-row float32 vectors (statistics, keep) of a block of rows as [rows, 1] columns (None
-    for an absent ref)."""
-    mask = None if real is None else real[:, 0]
-    return [None if ref is None else masked_load(ref.at[rows], mask)[:, None] for ref in refs]
 
 
 def normalise(x, mean, rstd, keep, scale, bias):
@@ -544,9 +538,10 @@ def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumula
     share = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda r, i: (i, r, 0, 0))
     column = pl.BlockSpec((1, d), lambda r, i: (0, 0))
     params = [p.astype(F32)[None, :] for p in ([scale] if bias is None else [scale, bias])]
-    if sum_grad is not None:
+    param_specs = [column] * len(params)
+    if sum_grad is not None:           # per sequence
         params.append(sum_grad.astype(F32)[:, None, :])
-    sums = [] if sum_grad is None else [pl.BlockSpec((pl.squeezed, 1, d), lambda r, i: (i, 0, 0))]
+        param_specs.append(pl.BlockSpec((pl.squeezed, 1, d), lambda r, i: (i, 0, 0)))
     return pl.pallas_call(
         functools.partial(_input_gradient_kernel, n=n, has_keep=keep is not None,
                           operands=len(operands), accumulate=accumulate,
@@ -555,8 +550,7 @@ def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumula
                    *[jax.ShapeDtypeStruct((b, programs, 1, d), F32)] * 2,
                    *([] if bias is None else [jax.ShapeDtypeStruct(x.shape, x.dtype)])],
         grid=(programs, b),
-        in_specs=[block, *[rows] * len(stats), *[column] * (1 + (bias is not None)), *sums,
-                  *specs],
+        in_specs=[block, *[rows] * len(stats), *param_specs, *specs],
         out_specs=[block, share, share, *([] if bias is None else [block])],
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name=name,

@@ -37,9 +37,9 @@ from flurka.attention.base import F32, pad_to, round_up, split_heads, zero_paddi
 from flurka.attention.fused import (
     BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot, feature_denominator,
     masked_load, on_gpu_or_interpreted, online_softmax, program_rows, query_side_gradient,
-    real_rows, row_delta, row_features, row_vector, softmax_key_gradient, softmax_query_gradient,
-    tile_size)
-from flurka.attention.fused_compress import PreNorm, normalised_input_gradient, row_columns
+    real_rows, row_columns, row_delta, row_features, row_vector, softmax_key_gradient,
+    softmax_query_gradient, tile_size)
+from flurka.attention.fused_compress import PreNorm, normalised_input_gradient
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for

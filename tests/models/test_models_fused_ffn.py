@@ -58,6 +58,23 @@ def test_fused_ffn_block_matches_the_float64_formula(tiling):
 
 
 @pytest.mark.parametrize("tiling", FORMS, ids=["two-kernels", "one-kernel"])
+def test_the_block_takes_the_residual_sum_whole(tiling):
+    """a None: x is y = x + a already (the attention's kernel wrote it) — against the float64
+    formula, and the same z and gradient as from x and a summed in the kernels."""
+    ops = _operands(7)
+    x, a, *params = (jnp.asarray(v, jnp.float32) for v in ops)
+    y = x + a
+    got = fused_ffn_block(y, None, *params, eps=EPS, tiling=tiling)
+    assert _rel(got, _ffn_block_64(*ops)) < 2e-6
+    np.testing.assert_array_equal(got, fused_ffn_block(x, a, *params, eps=EPS, tiling=tiling))
+
+    def loss(y, a=None):
+        return jnp.sum(jnp.sin(fused_ffn_block(y, a, *params, eps=EPS, tiling=tiling)))
+
+    np.testing.assert_array_equal(jax.grad(loss)(y), jax.grad(loss)(x, a))
+
+
+@pytest.mark.parametrize("tiling", FORMS, ids=["two-kernels", "one-kernel"])
 def test_fused_ffn_block_in_bf16_is_as_close_as_the_xla_path(tiling):
     """bf16 operands: the kernels (one rounding fewer: fc1's output is not rounded before its GELU)
     land as close to the float64 formula as the XLA path does, and within 1 % of it."""

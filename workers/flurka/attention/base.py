@@ -276,17 +276,25 @@ class AttentionLayer(nnx.Module):
         raise NotImplementedError
 
     def __call__(self, x: Array, mask: Array | None = None, *, rng: Array | None = None,
-                 norm: nnx.LayerNorm | None = None, statistics=None) -> Array:
+                 norm: nnx.LayerNorm | None = None, statistics=None,
+                 residual: bool = False) -> Array:
         """``norm``: the block's pre-attention LayerNorm, handed over un-applied — run inside
         the kernels where the layer fuses it (``fuses_norm``: the fused low-rank layers with
         ``fused_projections``), else applied here first. ``statistics``: x's row statistics
-        for it (mean, 1/σ), where the kernel that wrote x computed them, or None."""
+        for it (mean, 1/σ), where the kernel that wrote x computed them, or None.
+        ``residual`` (layers that fuse the LayerNorm, given it): x + the output in x's dtype,
+        written by the kernel that writes the output (the block's residual sum, as the fused
+        FFN block would form it: that block then reads one operand, not two)."""
         self.check_inputs(x, mask)
+        if residual and (norm is None or not self.fuses_norm):
+            raise ValueError(f"{self.mechanism}: residual=True is for layers that fuse the "
+                             "block's LayerNorm (fused_projections, one E per layer), given it "
+                             "as norm")
         if norm is not None and not self.fuses_norm:
             x, norm = norm(x), None
         n, dtype = x.shape[1], x.dtype
         if self.fused_projections:   # W_Q, the query side and W_O in one kernel (fused_layer)
-            return self.fused_layer(x, mask, rng, norm, statistics)
+            return self.fused_layer(x, mask, rng, norm, statistics, residual)
         if self.align:
             x, mask = self.pad_input(x, mask)
         ctx = self.attend(x, mask, rng)

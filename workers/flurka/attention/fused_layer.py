@@ -132,9 +132,10 @@ def _split_norm(refs, norm):
     return x_ref, stats if has_keep else [*stats[:2], None, stats[2]], refs
 
 
-def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm):
+def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm, residual):
     """One program: a block of rows through every head and W_O. ``norm``: None (x is already
-    x̂), "keep" or "all" (x's LayerNorm refs follow it, with a keep or every row real)."""
+    x̂), "keep" or "all" (x's LayerNorm refs follow it, with a keep or every row real);
+    ``residual``: x + the output written, summed as the FFN block sums them."""
     x_ref, norm_refs, refs = _split_norm(refs, norm)
     wq_ref, bq_ref, *side_refs, wo_ref, bo_ref, o_ref = refs
     rows, d_model = x_ref.shape
@@ -160,8 +161,10 @@ def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm):
     heads = d_model // d
     accs = jax.lax.fori_loop(0, heads, head, tuple(jnp.zeros((rows, BLOCK), F32) for _ in cols))
     for acc, c in zip(accs, cols):
-        plgpu.store(o_ref.at[:, c], (acc + bo_ref[:, c].astype(F32)).astype(o_ref.dtype),
-                    mask=real)
+        out = (acc + bo_ref[:, c].astype(F32)).astype(o_ref.dtype)
+        if residual:
+            out = masked_load(x_ref.at[:, c], real) + out
+        plgpu.store(o_ref.at[:, c], out, mask=real)
 
 
 def _side_operands(side, feature, dtype):
@@ -194,7 +197,7 @@ def _norm_operands(norm, wq, row_spec, shift_spec):
 
 
 def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, keys,
-                      scale, *, interpret):
+                      scale, residual, *, interpret):
     """Grid (row blocks, batch): a sequence's key side is its own."""
     b, n, d_model = x.shape
     block_n = ROWS
@@ -215,7 +218,7 @@ def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_feat
     return pl.pallas_call(
         functools.partial(_kernel, feature=feature, head_dim=head_dim,
                           num_features=num_features, keys=keys, scale=scale, n=n,
-                          norm=_norm_kind(norm)),
+                          norm=_norm_kind(norm), residual=residual),
         out_shape=jax.ShapeDtypeStruct((b, n, d_model), dtype), grid=(pl.cdiv(n, block_n), b),
         in_specs=[rows, *specs], out_specs=rows,
         compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
@@ -223,19 +226,19 @@ def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_feat
     )(x, *operands)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11, 12))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11, 12, 13))
 def _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
-           interpret):
+           residual, interpret):
     keys = side[0].shape[1] if feature == SOFTMAX else None
     return on_gpu_or_interpreted(functools.partial(
         _pallas_projected, x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, keys,
-        scale), interpret)
+        scale, residual), interpret)
 
 
 def _fused_fwd(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
-               interpret):
+               residual, interpret):
     out = _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
-                 interpret)
+                 residual, interpret)
     return out, (x, wq, bq, wo, bo, side, norm)
 
 
@@ -471,12 +474,13 @@ def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features
     return dq, ctx, (dk[:, :keys].astype(k.dtype), dv[:, :keys].astype(v.dtype)), dbq, dbo
 
 
-def _fused_bwd(feature, head_dim, num_features, scale, tiling, interpret, saved, g):
+def _fused_bwd(feature, head_dim, num_features, scale, tiling, residual, interpret, saved, g):
     """The gradient kernels (:func:`_side_gradient`: ∂q, the context, the key side's and the
     biases' gradients), then x̂'s gradient ∂q·W_Qᵀ — through the LayerNorm's backward in one more kernel
     where the LayerNorm is fused
     (:func:`~flurka.attention.fused_compress.normalised_input_gradient`) — and XLA's GEMMs for
-    the weights' (x̂ᵀ·∂q, cᵀ·∂out). x's statistics and keep (constants) get none."""
+    the weights' (x̂ᵀ·∂q, cᵀ·∂out); with ``residual``, ∂out reaches x as well (XLA adds it
+    where it sums x's other cotangents). x's statistics and keep (constants) get none."""
     x, wq, bq, wo, bo, side, norm = saved
     dq, ctx, dside, dbq, dbo = _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim,
                                               num_features, scale, tiling, interpret)
@@ -488,6 +492,8 @@ def _fused_bwd(feature, head_dim, num_features, scale, tiling, interpret, saved,
         ln_scale, ln_bias, mean, rstd, keep = norm
         dx, dscale, dbias, normed = normalised_input_gradient(
             x, keep, ln_scale, ln_bias, mean, rstd, dq, wq, interpret=interpret)
+    if residual:
+        dx = dx + g
     rows = lambda t: t.reshape(-1, t.shape[-1])                      # noqa: E731
     grads = [jnp.dot(rows(normed).T, rows(dq), preferred_element_type=F32).astype(wq.dtype),
              dbq.astype(bq.dtype),
@@ -506,7 +512,7 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_dim: int,
                                num_features: int | None = None, scale: float | None = None,
                                norm: PreNorm | None = None, tiling: Tiling | None = None,
-                               interpret: bool = False):
+                               residual: bool = False, interpret: bool = False):
     """[b, n, d_model] in x's dtype (the compute dtype): concat_h(query side of x W_Q,h + b_Q,h)
     W_O + b_O. x [b, n, d_model] (padded rows zeroed by the caller); W_Q, W_O [d_model, d_model],
     biases [d_model]. ``side``: for a kernel ``feature`` ("favor", "elu") (KV [b, h, f, d_h],
@@ -516,7 +522,13 @@ def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_di
     (:class:`~flurka.attention.fused_compress.PreNorm`: its statistics carry its eps); without
     it x is x̂. ``tiling``: the launch of the softmax key side's gradient kernel
     (:func:`~flurka.attention.fused.softmax_key_gradient`); this kernel's and the other gradient
-    kernels' are their own (:data:`ROWS`, :data:`WARPS`, :data:`BWD_STEP`, ...)."""
+    kernels' are their own (:data:`ROWS`, :data:`WARPS`, :data:`BWD_STEP`, ...).
+    ``residual`` (with ``norm``: x the block's input): x + the output, summed in x's dtype as
+    the fused FFN block would sum them — the block's next kernel then reads one [n, d_model]
+    operand, not two."""
+    if residual and norm is None:
+        raise ValueError("fused_projected_query_side: residual adds the block's input, so it "
+                         "takes norm (x un-normalised)")
     tiling = tiling if isinstance(tiling, Tiling) else current_tiling()
     if feature != SOFTMAX:
         kv, k_sum, omega = side
@@ -524,7 +536,7 @@ def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_di
         side = (kv, k_sum, omega)
     ln = None if norm is None else (norm.scale, norm.bias, norm.mean, norm.rstd, norm.keep)
     return _fused(x, wq, bq, wo, bo, tuple(side), ln, feature, head_dim, num_features, scale,
-                  tiling, interpret)
+                  tiling, bool(residual), interpret)
 
 
 class ProjectedQuerySide:
@@ -548,13 +560,15 @@ class ProjectedQuerySide:
         k, v, key_mask = self.keys_values(x, mask, norm)
         return self.kernel_key_side(k, v, key_mask, rng)
 
-    def fused_layer(self, x, mask, rng, norm=None, statistics=None):
+    def fused_layer(self, x, mask, rng, norm=None, statistics=None, residual=False):
         """The layer's output through :func:`fused_projected_query_side`; padded rows zeroed
         first (the low-rank path's order: their outputs are nobody's). ``norm`` (an
         ``nnx.LayerNorm``, where the layer ``fuses_norm``): x is the block's input, and the
         LayerNorm runs inside the kernels; the output's dtype is then the LayerNorm's, as if it
         had run first. ``statistics``: x's for it, if the kernel that wrote x computed them
-        (taken where the kernels read x in that dtype)."""
+        (taken where the kernels read x in that dtype). ``residual`` (with ``norm``): x + the
+        output in x's dtype, added by the kernel where it reads x in that dtype."""
+        stream = x
         if norm is None:
             out_dtype = x.dtype
             x = zero_padding(x, mask).astype(self.dtype or x.dtype)
@@ -564,12 +578,17 @@ class ProjectedQuerySide:
             statistics = statistics if read.dtype == x.dtype else None
             x = read
             norm = PreNorm.of(norm, x, mask, statistics=statistics)
+        in_kernel = residual and x.dtype == stream.dtype
 
         def bias(proj):
             return jnp.zeros(self.d_model, x.dtype) if proj.bias is None else proj.bias[...]
 
-        return fused_projected_query_side(
+        out = fused_projected_query_side(
             x, self.query.kernel[...], bias(self.query), self.out.kernel[...], bias(self.out),
             self.projected_key_side(x, mask, rng, norm), feature=self.feature,
             head_dim=self.head_dim, num_features=getattr(self, "num_features", None),
-            scale=self.head_dim ** -0.5, norm=norm, tiling=self.fused).astype(out_dtype)
+            scale=self.head_dim ** -0.5, norm=norm, tiling=self.fused, residual=in_kernel)
+        if in_kernel:
+            return out
+        return stream + out.astype(out_dtype).astype(stream.dtype) if residual else \
+            out.astype(out_dtype)

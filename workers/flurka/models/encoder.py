@@ -70,12 +70,17 @@ class EncoderBlock(nnx.Module):
         where the one-kernel fused FFN computed them as it wrote them, else None).
         ``statistics``: x's, for this block's attention LayerNorm (the previous block's)."""
         # The LayerNorm handed over: a layer that fuses it (``fuses_norm``) normalises x in
-        # its kernels as it loads it; any other applies it first.
+        # its kernels as it loads it; any other applies it first. Where the FFN block is a
+        # kernel too (no dropout between them), such a layer's kernel writes x + a, and the
+        # FFN block reads that one operand.
+        fused_ffn = self.ffn_tiling is not None and (deterministic or self.dropout.rate == 0.0)
+        residual = fused_ffn and self.attention.fuses_norm
         a = self.dropout(self.attention(x, mask, rng=rng, norm=self.attention_norm,
-                                        statistics=statistics),
+                                        statistics=statistics, residual=residual),
                          deterministic=deterministic)
-        if self.ffn_tiling is not None and (deterministic or self.dropout.rate == 0.0):
+        if fused_ffn:
             norm, ffn = self.ffn_norm, self.ffn
+            x, a = (a, None) if residual else (x, a)
             out = fused_ffn_block(x, a, norm.scale[...], norm.bias[...], ffn.fc1.kernel[...],
                                   ffn.fc1.bias[...], ffn.fc2.kernel[...], ffn.fc2.bias[...],
                                   eps=norm.epsilon, tiling=self.ffn_tiling, next_eps=next_eps)

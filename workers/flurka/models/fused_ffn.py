@@ -100,18 +100,35 @@ def check_fusable(d_model: int, d_ff: int, tiling: FfnTiling | None = None) -> N
 
 
 def reference_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float):
-    """The XLA path: z = y + fc2(GELU(fc1(LN(y)))), y = x + a, as flax's LayerNorm and Linear
-    compute it (each result in the compute dtype, x's)."""
-    y = x + a
+    """The XLA path: z = y + fc2(GELU(fc1(LN(y)))), y = x + a (a None: y = x), as flax's
+    LayerNorm and Linear compute it (each result in the compute dtype, x's)."""
+    y = x if a is None else x + a
     normed = layer_norm(y, scale, bias, eps=eps).astype(x.dtype)
     h = jax.nn.gelu(jnp.dot(normed, w1.astype(x.dtype)) + b1.astype(x.dtype))
     return y + (jnp.dot(h, w2.astype(x.dtype)) + b2.astype(x.dtype))
 
 
 def _residual(x_ref, a_ref, cols, real):
-    """y = x + a on ``cols``, rounded to the compute dtype as the XLA path's sum is; float32."""
-    return (masked_load(x_ref.at[:, cols], real)
-            + masked_load(a_ref.at[:, cols], real)).astype(F32)
+    """y = x + a on ``cols``, rounded to the compute dtype as the XLA path's sum is (a_ref None:
+    x is y); float32."""
+    y = masked_load(x_ref.at[:, cols], real)
+    if a_ref is not None:
+        y = y + masked_load(a_ref.at[:, cols], real)
+    return y.astype(F32)
+
+
+def _taking(kernel, a, at: int = 1):
+    """``kernel`` as Pallas calls it: with ``a`` None (y handed over whole, a kernel's write
+    ahead of this block — :meth:`~flurka.attention.base.AttentionLayer.__call__`'s
+    ``residual``) no ref for it comes, and the kernel sees None at position ``at``."""
+    if a is not None:
+        return kernel
+    return lambda *refs: kernel(*refs[:at], None, *refs[at:])
+
+
+def _summands(x, a):
+    """The kernels' y operands: [x, a], or [x] where x is y."""
+    return [x] if a is None else [x, a]
 
 
 def _moments(x_ref, a_ref, real, eps):
@@ -174,19 +191,20 @@ def _pallas_two_kernels(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, *, inter
     whole = lambda *shape: pl.BlockSpec(shape, lambda j, i: (0, 0))          # noqa: E731
     column = lambda height: pl.BlockSpec((height, BLOCK), lambda j, i: (0, j))  # noqa: E731
     params = plgpu.CompilerParams(num_warps=tiling.num_warps, num_stages=tiling.num_stages)
+    y = _summands(x, a)
     h = pl.pallas_call(
-        functools.partial(_ln_fc1_kernel, eps=eps, n=n),
+        _taking(functools.partial(_ln_fc1_kernel, eps=eps, n=n), a),
         out_shape=jax.ShapeDtypeStruct((n, f), x.dtype), grid=(f // BLOCK, rows),
-        in_specs=[row_block(d), row_block(d), whole(1, d), whole(1, d), column(d), column(1)],
+        in_specs=[*[row_block(d)] * len(y), whole(1, d), whole(1, d), column(d), column(1)],
         out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_ln_fc1",
-    )(x, a, row_vector(scale, x.dtype), row_vector(bias, x.dtype), w1.astype(x.dtype),
+    )(*y, row_vector(scale, x.dtype), row_vector(bias, x.dtype), w1.astype(x.dtype),
       row_vector(b1, x.dtype))
     return pl.pallas_call(
-        functools.partial(_fc2_kernel, n=n),
+        _taking(functools.partial(_fc2_kernel, n=n), a, at=2),
         out_shape=jax.ShapeDtypeStruct((n, d), x.dtype), grid=(d // BLOCK, rows),
-        in_specs=[row_block(f), tile, tile, column(f), column(1)],
+        in_specs=[row_block(f), *[tile] * len(y), column(f), column(1)],
         out_specs=tile, compiler_params=params, interpret=interpret, name="flurka_fc2_residual",
-    )(h, x, a, w2.astype(x.dtype), row_vector(b2, x.dtype))
+    )(h, *y, w2.astype(x.dtype), row_vector(b2, x.dtype))
 
 
 def _one_kernel(x_ref, a_ref, scale_ref, bias_ref, w1_ref, b1_ref, w2_ref, b2_ref, z_ref,
@@ -234,16 +252,17 @@ def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, next_eps=
     if next_eps is not None:
         out_shape = [out_shape] + [jax.ShapeDtypeStruct((n,), F32)] * 2
         out_specs = [rows] + [pl.BlockSpec((tiling.block_n,), lambda i: (i,))] * 2
+    y = _summands(x, a)
     return pl.pallas_call(
-        functools.partial(_one_kernel, eps=eps, n=n, next_eps=next_eps),
+        _taking(functools.partial(_one_kernel, eps=eps, n=n, next_eps=next_eps), a),
         out_shape=out_shape, grid=(pl.cdiv(n, tiling.block_n),),
-        in_specs=[rows, rows, whole(1, d), whole(1, d), whole(d, f), whole(1, f), whole(f, d),
-                  whole(1, d)],
+        in_specs=[*[rows] * len(y), whole(1, d), whole(1, d), whole(d, f), whole(1, f),
+                  whole(f, d), whole(1, d)],
         out_specs=out_specs,
         compiler_params=plgpu.CompilerParams(num_warps=tiling.num_warps,
                                              num_stages=tiling.num_stages),
         interpret=interpret, name="flurka_ffn_block",
-    )(x, a, row_vector(scale, x.dtype), row_vector(bias, x.dtype), w1.astype(x.dtype),
+    )(*y, row_vector(scale, x.dtype), row_vector(bias, x.dtype), w1.astype(x.dtype),
       row_vector(b1, x.dtype), w2.astype(x.dtype), row_vector(b2, x.dtype))
 
 
@@ -326,18 +345,19 @@ def _pallas_backward(x, a, dz, scale, bias, w1, b1, w2, eps, *, interpret):
     whole = lambda *shape: pl.BlockSpec(shape, lambda i: (0, 0))          # noqa: E731
     share = lambda width: pl.BlockSpec((pl.squeezed, 1, width), lambda i: (i, 0, 0))  # noqa: E731
     shares = lambda width: jax.ShapeDtypeStruct((programs, 1, width), F32)     # noqa: E731
+    y = _summands(x, a)
     return pl.pallas_call(
-        functools.partial(_backward_kernel, eps=eps, n=n),
+        _taking(functools.partial(_backward_kernel, eps=eps, n=n), a),
         out_shape=[jax.ShapeDtypeStruct((n, d), x.dtype), jax.ShapeDtypeStruct((n, d), x.dtype),
                    jax.ShapeDtypeStruct((n, f), x.dtype), jax.ShapeDtypeStruct((n, f), x.dtype),
                    shares(d), shares(d), shares(f), shares(d)],
         grid=(programs,),
-        in_specs=[rows(d), rows(d), rows(d), whole(1, d), whole(1, d), whole(d, f), whole(1, f),
-                  whole(f, d)],
+        in_specs=[*[rows(d)] * len(y), rows(d), whole(1, d), whole(1, d), whole(d, f),
+                  whole(1, f), whole(f, d)],
         out_specs=[rows(d), rows(d), rows(f), rows(f), share(d), share(d), share(f), share(d)],
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name="flurka_ffn_block_bwd",
-    )(x, a, dz.astype(x.dtype), row_vector(scale, x.dtype), row_vector(bias, x.dtype),
+    )(*y, dz.astype(x.dtype), row_vector(scale, x.dtype), row_vector(bias, x.dtype),
       w1.astype(x.dtype), row_vector(b1, x.dtype), w2.astype(x.dtype))
 
 
@@ -374,7 +394,8 @@ def _fused_bwd(eps, tiling, interpret, next_eps, saved, g):
         _pallas_backward, x, a, g, scale, bias, w1, b1, w2, eps), interpret)
     dscale, dbias, db1, db2 = (s.sum(axis=(0, 1)).astype(p.dtype)
                                for s, p in zip(shares, (scale, bias, b1, b2)))
-    return (dy, dy, dscale, dbias, dot(normed, dpre, ((0,), (0,))).astype(w1.dtype), db1,
+    return (dy, None if a is None else dy, dscale, dbias,
+            dot(normed, dpre, ((0,), (0,))).astype(w1.dtype), db1,
             dot(h, g.astype(x.dtype), ((0,), (0,))).astype(w2.dtype), db2)
 
 
@@ -385,8 +406,9 @@ def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
                     tiling: FfnTiling | None = None, interpret: bool = False,
                     next_eps: float | None = None):
     """z = y + W2·GELU(W1·LN(y) + b1) + b2 with y = x + a, for x, a [..., d_model] in the compute
-    dtype; the LayerNorm's ``scale``/``bias`` [d_model], W1 [d_model, d_ff], W2 [d_ff, d_model].
-    ``tiling``: how (default: :func:`current_ffn_tiling`); ``interpret``: Pallas's interpreter
+    dtype — or y = x where ``a`` is None (the attention's kernel wrote x + a: one operand less
+    read, here and in the gradient kernel); the LayerNorm's ``scale``/``bias`` [d_model],
+    W1 [d_model, d_ff], W2 [d_ff, d_model]. ``tiling``: how (default: :func:`current_ffn_tiling`); ``interpret``: Pallas's interpreter
     even on a GPU (tests). ``next_eps``: (z, z's row statistics for the next block's LayerNorm
     with that eps — (mean, 1/σ) float32 [...], constants to autodiff — or None): the one-kernel
     form has z's rows in registers as it writes them, so the next layer's kernels need no pass
@@ -397,8 +419,9 @@ def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
     lead = x.shape[:-1]
     flat = lambda v: v.reshape(-1, v.shape[-1])   # noqa: E731 - a bitcast, no pass
     with_statistics = next_eps is not None and tiling.kernels == 1
-    out = _fused(flat(x), flat(a.astype(x.dtype)), scale, bias, w1, b1, w2, b2, float(eps),
-                 tiling, interpret, float(next_eps) if with_statistics else None)
+    a = None if a is None else flat(a.astype(x.dtype))
+    out = _fused(flat(x), a, scale, bias, w1, b1, w2, b2, float(eps), tiling, interpret,
+                 float(next_eps) if with_statistics else None)
     z, statistics = (out[0], out[1:]) if with_statistics else (out, None)
     z = z.reshape(*lead, x.shape[-1])
     if next_eps is None:

@@ -201,8 +201,9 @@ def test_the_kernel_writes_the_residual_sum_where_asked(mechanism):
     """residual=True: x + layer(x, norm=LN) written by the kernel that writes the output —
     float32: exactly the sum (the same kernel output, the same float32 add); bf16: x + the
     output rounded to bf16, as the fused FFN block sums them; the gradient: the output's, plus
-    the residual's identity. Asked of a layer that cannot add it in its kernel, or without the
-    LayerNorm (x then is x̂, not the block's input): a ValueError before any compute."""
+    the residual's identity (a stream in another dtype than the kernel's: XLA adds it). Asked
+    of a layer that cannot add it in its kernel, or without the LayerNorm (x then is x̂, not
+    the block's input): a ValueError before any compute."""
     layer = _layer(mechanism, 11, fused=TILING, fused_projections=True)
     norm = _norm(12)
     x, mask = _inputs(13)
@@ -213,6 +214,9 @@ def test_the_kernel_writes_the_residual_sum_where_asked(mechanism):
     got = bf16(xb, mask, norm=norm, residual=True)
     assert got.dtype == jnp.bfloat16
     np.testing.assert_array_equal(got, xb + bf16(xb, mask, norm=norm).astype(jnp.bfloat16))
+    # a float32 stream into a bf16 kernel: the sum in XLA, in the stream's dtype
+    np.testing.assert_array_equal(bf16(x, mask, norm=norm, residual=True),
+                                  x + bf16(x, mask, norm=norm))
     weights = jax.random.normal(jax.random.key(14), x.shape)
 
     def loss(x, residual):

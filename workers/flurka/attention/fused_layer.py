@@ -590,5 +590,5 @@ class ProjectedQuerySide:
             scale=self.head_dim ** -0.5, norm=norm, tiling=self.fused, residual=in_kernel)
         if in_kernel:
             return out
-        return stream + out.astype(out_dtype).astype(stream.dtype) if residual else \
-            out.astype(out_dtype)
+        out = out.astype(out_dtype)
+        return stream + out.astype(stream.dtype) if residual else out

@@ -102,10 +102,10 @@ class _Recorder(nnx.Module):
     def fuses_norm(self) -> bool:
         return self.inner.fuses_norm
 
-    def __call__(self, x, mask=None, *, rng=None, norm=None, statistics=None):
+    def __call__(self, x, mask=None, *, rng=None, norm=None, statistics=None, residual=False):
         """``norm``: the block's LayerNorm handed over un-applied; the report is its output."""
         self.report(self.inner, x if norm is None else norm(x), mask)
-        return self.inner(x, mask, rng=rng, norm=norm, statistics=statistics)
+        return self.inner(x, mask, rng=rng, norm=norm, statistics=statistics, residual=residual)
 
 
 @dataclasses.dataclass

@@ -408,8 +408,9 @@ def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
     """z = y + W2·GELU(W1·LN(y) + b1) + b2 with y = x + a, for x, a [..., d_model] in the compute
     dtype — or y = x where ``a`` is None (the attention's kernel wrote x + a: one operand less
     read, here and in the gradient kernel); the LayerNorm's ``scale``/``bias`` [d_model],
-    W1 [d_model, d_ff], W2 [d_ff, d_model]. ``tiling``: how (default: :func:`current_ffn_tiling`); ``interpret``: Pallas's interpreter
-    even on a GPU (tests). ``next_eps``: (z, z's row statistics for the next block's LayerNorm
+    W1 [d_model, d_ff], W2 [d_ff, d_model]. ``tiling``: how (default:
+    :func:`current_ffn_tiling`); ``interpret``: Pallas's interpreter even on a GPU (tests).
+    ``next_eps``: (z, z's row statistics for the next block's LayerNorm
     with that eps — (mean, 1/σ) float32 [...], constants to autodiff — or None): the one-kernel
     form has z's rows in registers as it writes them, so the next layer's kernels need no pass
     over z for them (:meth:`~flurka.attention.fused_compress.PreNorm.of`); the two kernels

@@ -38,11 +38,12 @@ if command -v nvidia-smi >/dev/null; then
   MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   MEMORY=(--memory-budget-gb "$(awk -v m="$MIB" 'BEGIN { printf "%d", m * 0.92 / 1024 }')")
 fi
-# The plan: PLAN, else "targets" on an H100 (the issue's card, never measured: every target from
-# scratch), else "fourth" (the H200's follow-up; benchmarks/README.md).
+# The plan: PLAN, else "h100-second" on an H100 (what the first H100 lease, "targets", did not
+# reach: benchmarks/results/h100-2026-11-28), else "fourth" (the H200's follow-up;
+# benchmarks/README.md).
 if [ -z "$PLAN" ]; then
   case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
-    *H100*) PLAN=targets ;;
+    *H100*) PLAN=h100-second ;;
     *) PLAN=fourth ;;
   esac
 fi

@@ -195,6 +195,33 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
                              "mode": {"forward"}, "mechanism": {"performer", "rnn"}}),
     ],
+    # The H100's next lease (benchmarks/results/h100-2026-11-28: "targets" stopped at its
+    # budget after FLuRKA's fused + padded training): FLuRKA's best flash-comparison forward
+    # again (same lease as what follows), flash's training step beside FLuRKA's, the flash
+    # comparison on cuBLAS (are XLA's Triton GEMMs the gap to the floor?), the whole fused
+    # layer's training step (its forward lost to XLA's GEMMs: 9.3-12.9 vs 5.3-6.1 ms), then the
+    # rest of "targets".
+    "h100-second": [
+        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                           "pad_to": {128}, "mechanism": FLURKA}),
+        FLASH_FORWARD,
+        FUSED_PADDED_TRAIN,
+        FLASH_TRAIN,
+        CUBLAS_FORWARD,
+        FUSED_LAYER_TRAIN,
+        ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                     "mechanism": FIVE}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
+                     "mechanism": {"eva", "flurka-eva"}}),
+        BOUNDARY_ALIGNED,
+        FUSED_FFN_TRAIN,
+        ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
+                      "mechanism": FIVE}),
+        ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
+                          "mechanism": FIVE}),
+        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
+                     "mechanism": {"full", "flash"}}),
+    ],
     # The issue's card (H100) from scratch, one lease: every target in priority order — the
     # N = 55.5k layers aligned (floors; FLuRKA against Linformer and its constituents), flash
     # against FLuRKA at its best, the wide fused kernel, training, the paper's own (unaligned)

@@ -372,3 +372,48 @@ def test_the_gradient_kernel_reads_and_writes_each_row_once_on_an_h100(tmp_path)
     assert "pallas" not in xla["traffic"]["by_kind"]
     assert fused["traffic"]["bytes"] < 0.55 * xla["traffic"]["bytes"], (
         fused["traffic"]["bytes"], xla["traffic"]["bytes"])
+
+
+def test_every_kernel_of_the_block_fits_an_h100s_shared_memory_in_both_dtypes(tmp_path):
+    """Compiled for the card (forward and gradient, both forms, at the flash comparison's
+    widths): every launch within its 227 KiB of shared memory. The H100 refused the float32
+    two kernels at the bf16 launch (RESOURCE_EXHAUSTED, 257 KiB asked; 2026-11-28), so float32
+    takes half the rows and one stage (:meth:`FfnTiling.for_dtype`); bf16 keeps its launch."""
+    rows = cuda_compiler_script("""
+        import json, sys, tempfile, jax, jax.numpy as jnp
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.models import fused_ffn as ff
+        from flurka.speed import aot
+        device = aot.target_device(aot.TARGETS["h100"])
+        n, d, f = 1000, 512, 512
+        rows = []
+        for dtype in ("float32", "bfloat16"):
+            args = [jax.ShapeDtypeStruct(s, dtype) for s in
+                    ((1, n, d), (1, n, d), (d,), (d,), (d, f), (f,), (f, d), (d,), (1, n, d))]
+            for tiling in (ff.FfnTiling(), ff.ONE_KERNEL):
+                def step(*p, tiling=tiling):
+                    z, vjp = jax.vjp(lambda *q: ff.fused_ffn_block(*q, eps=1e-6, tiling=tiling),
+                                     *p[:-1])
+                    return z, vjp(p[-1])
+                with tempfile.TemporaryDirectory() as dump:
+                    aot.compile_for(jax.jit(step), args, device, dump)
+                    rows += [{"dtype": dtype, "kernels": tiling.kernels, **k}
+                             for k in aot.launches(dump)]
+        json.dump(rows, open(sys.argv[1], "w"))
+    """, tmp_path)
+    names = {(r["dtype"], r["kernels"], r["kernel"]) for r in rows}
+    assert names == {(dt, k, name) for dt in ("float32", "bfloat16")
+                     for k, kernel in ((2, ("flurka_ln_fc1", "flurka_fc2_residual")),
+                                       (1, ("flurka_ffn_block",)))
+                     for name in (*kernel, "flurka_ffn_block_bwd")}, names
+    for row in rows:
+        assert 0 < row["shared_memory_bytes"] <= 232_448, row
+    bf16 = {r["kernel"]: r["grid"][1] for r in rows if r["dtype"] == "bfloat16"}
+    f32 = {r["kernel"]: r["grid"][1] for r in rows if r["dtype"] == "float32"}
+    assert bf16["flurka_ln_fc1"] == -(-1000 // 128) and f32["flurka_ln_fc1"] == -(-1000 // 64)
+
+
+def test_float32_operands_take_half_the_rows_and_one_stage():
+    assert FfnTiling().for_dtype(jnp.bfloat16) == FfnTiling()
+    assert FfnTiling().for_dtype(jnp.float32) == FfnTiling(2, 64, 8, 1)
+    assert FfnTiling(1, 16, 4, 2).for_dtype(jnp.float32) == FfnTiling(1, 16, 4, 1)

@@ -84,6 +84,13 @@ def test_plans_name_real_points_in_priority_order():
     assert {(m, mode) for m in ("flash", "flurka-performer", "flurka-rnn", "flurka-eva")
             for mode in ("forward", "train")} <= flash
     assert {p.mechanism for p in targets[-2:]} == {"full", "flash"}
+    second = [p for sweep, where in g.PLANS["h100-second"] for _, p in g.planned(sweep, where)]
+    # the H100's next lease: FLuRKA's best flash comparison and flash, both modes, first (the
+    # first lease timed no flash training step); the quadratic ones last
+    assert {(p.mechanism, p.mode) for p in second[:8]} == {
+        (m, mode) for m in ("flash", *g.FLURKA) for mode in ("forward", "train")}
+    assert all(p.fused and p.pad_to == 128 for p in second[:8] if p.mechanism != "flash")
+    assert {p.mechanism for p in second[-2:]} == {"full", "flash"}
 
 
 def test_theory_arguments_are_a_valid_plan():
@@ -247,12 +254,12 @@ def test_lease_script_runs_the_driver_with_flags_it_knows(tmp_path):
     assert "usage:" in (tmp_path / "lease" / "log.txt").read_text()
 
 
-@pytest.mark.parametrize("card,plan", [("NVIDIA H100 80GB HBM3", "targets"),
+@pytest.mark.parametrize("card,plan", [("NVIDIA H100 80GB HBM3", "h100-second"),
                                        ("NVIDIA H200", "fourth")])
 def test_lease_script_picks_the_plan_for_the_card(tmp_path, card, plan):
-    """Without PLAN, an H100 (the issue's card, never measured) runs every target from scratch
-    and another card the H200's follow-up; the card's name comes from nvidia-smi (faked here,
-    with an interpreter that only echoes what it is asked to run)."""
+    """Without PLAN, an H100 runs what its first lease did not reach and another card the
+    H200's follow-up; the card's name comes from nvidia-smi (faked here, with an interpreter
+    that only echoes what it is asked to run)."""
     import os
     import subprocess
 

@@ -78,6 +78,16 @@ class FfnTiling:
         if not isinstance(self.num_stages, int) or self.num_stages < 1:
             raise ValueError(f"FfnTiling.num_stages must be an int >= 1, got {self.num_stages!r}")
 
+    def for_dtype(self, dtype) -> FfnTiling:
+        """The launch for operands of ``dtype``: the tiling as given for 2-byte ones (bf16, what
+        it is tuned at); 4-byte ones (float32) take half the rows and one stage, since their
+        tiles take twice the shared memory — the default two kernels ask 321 KiB in float32
+        (ptxas, sm_90), past the card's 227 KiB (the H100 refused them, 2026-11-28), and take
+        96 / 64 KiB so."""
+        if jnp.dtype(dtype).itemsize <= 2:
+            return self
+        return dataclasses.replace(self, block_n=max(16, self.block_n // 2), num_stages=1)
+
 
 ONE_KERNEL = FfnTiling(kernels=1, block_n=64, num_warps=8, num_stages=1)
 # Encoders built inside ``use_ffn_tiling(t)`` with ``fused_ffn=True`` run their blocks with t (a
@@ -415,7 +425,7 @@ def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
     form has z's rows in registers as it writes them, so the next layer's kernels need no pass
     over z for them (:meth:`~flurka.attention.fused_compress.PreNorm.of`); the two kernels
     have no whole row in one program."""
-    tiling = tiling or current_ffn_tiling()
+    tiling = (tiling or current_ffn_tiling()).for_dtype(x.dtype)
     check_fusable(x.shape[-1], w1.shape[1], tiling)
     lead = x.shape[:-1]
     flat = lambda v: v.reshape(-1, v.shape[-1])   # noqa: E731 - a bitcast, no pass

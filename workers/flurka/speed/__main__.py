@@ -79,10 +79,12 @@ def add_selection_arguments(parser: argparse.ArgumentParser, required: bool = Tr
     parser.add_argument("--fused-projections", action="store_true",
                         help="with --fused: W_Q and W_O inside the query-side kernel too, where the "
                              f"layer takes it ({', '.join(PROJECTABLE)}; d_model a multiple of 128 "
-                             "up to 512, head dim a power of two up to 128, m <= 128)")
+                             "up to 512, head dim a power of two up to 128, m <= 128; slower than "
+                             "XLA's GEMMs on an H100, 2026-11-28)")
     parser.add_argument("--fused-ffn", action="store_true",
                         help="model scope: run each block's residual, LayerNorm and FFN as Pallas "
-                             "kernels (d_model and ffn multiples of 128), every mechanism alike")
+                             "kernels (d_model and ffn multiples of 128), every mechanism alike; "
+                             "slower than XLA's GEMMs on an H100, 2026-11-28")
     parser.add_argument("--ffn-kernels", type=int, choices=(1, 2), default=None,
                         help="with --fused-ffn: the block as one kernel per block of rows (the "
                              "hidden layer never in memory, d_model up to 512; it hands the next "

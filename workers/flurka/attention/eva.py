@@ -113,19 +113,34 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
     chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale
     chunk = jnp.where(jnp.any(mc, axis=-1)[:, None, None, :], chunk, NEG_INF)
 
-    # One softmax over [local, chunk] logits without concatenating them: the chunk logits are
-    # [N, C] (C = N / chunk_size), and a concatenated copy in the local windows' layout moved
-    # ~60 of the 75 GB in an H200 plan of the N-sweep's 55.5k forward; this way each [N, C]
-    # pass is a reduction or a GEMM's operand.
-    local = local.reshape(b, h, n_pad, w)
+    return _joint_softmax(local.reshape(b, h, n_pad, w), chunk, vw, beta, v.dtype)[:, :n]
+
+
+def _joint_softmax(local, chunk, vw, beta, dtype):
+    """One softmax over each query's window logits ``local`` [b, h, n, w] and the chunk logits
+    ``chunk`` [b, h, n, C] (float32), applied to its window's values ``vw`` [b, n/w, w, h, d] and
+    the chunk values β [b, C, h, d]; float32 [b, n, h, d].
+
+    [N, C] is EVA's one large array (8 heads × 55.5k × 3.5k in float32 is 6.2 GB in the
+    N-sweep), so the passes over it are counted. Its exp is rounded to the product's operand
+    dtype as it is written. The products take unnormalised weights, and their [N, d] results are
+    divided by the normaliser, as flash attention does. The chunk weights' sum comes from the
+    A·β product, as a column of ones beside β. What is left is the logits written once, read by
+    the max and by the exp, and the weights written and read once. The two parts share one
+    maximum: no concatenated [N, w + C] copy (in the windows' layout it moved ~60 of 75 GB in an
+    H200 plan)."""
+    b, h, n, w = local.shape
+    d = beta.shape[-1]
     top = jnp.maximum(jnp.max(local, axis=-1, keepdims=True),
                       jnp.max(chunk, axis=-1, keepdims=True))
-    local, chunk = jnp.exp(local - top), jnp.exp(chunk - top)
-    total = jnp.sum(local, axis=-1, keepdims=True) + jnp.sum(chunk, axis=-1, keepdims=True)
-    out = (contract("bhgij,bgjhd->bgihd", (local / total).reshape(b, h, nw, w, w), vw,
-                    v.dtype).reshape(b, n_pad, h, d)
-           + contract("bhnc,bchd->bnhd", chunk / total, beta, v.dtype))
-    return out[:, :n]
+    local = jnp.exp(local - top)
+    weights = jnp.exp(chunk - top).astype(dtype)
+    ones = jnp.ones(beta.shape[:-1] + (1,), beta.dtype)
+    chunked = contract("bhnc,bchd->bnhd", weights, jnp.concatenate([beta, ones], axis=-1), dtype)
+    windowed = contract("bhgij,bgjhd->bgihd", local.reshape(b, h, n // w, w, w), vw,
+                        dtype).reshape(b, n, h, d)
+    total = jnp.sum(local, axis=-1).transpose(0, 2, 1)[..., None] + chunked[..., d:]
+    return (windowed + chunked[..., :d]) / total
 
 
 def adaptive_proposal(head_dim: int, rngs: nnx.Rngs, param_dtype) -> nnx.Sequential:

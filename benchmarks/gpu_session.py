@@ -85,6 +85,22 @@ FUSED_LAYER_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "f
                                        "pad_to": {128}, "mechanism": FLURKA})
 BOUNDARY_ALIGNED = ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
                                         "mode": {"forward"}, **ALIGNED, "mechanism": FIVE})
+# Blocks of the H100's two plans: FLuRKA's best flash comparison (fused query side, padded),
+# short N aligned, the EVAs' training aligned, the d_k and d_model sweeps' ends, and the
+# quadratic baselines' floors at the N-sweep (d_h 325: past cuDNN's 256, flash runs XLA's
+# attention; full's [8, N, N] scores may not fit): last, they are slow.
+FUSED_PADDED_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
+                                          "pad_to": {128}, "mechanism": FLURKA})
+SHORT_ALIGNED = ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                             "mechanism": FIVE})
+EVA_TRAIN_ALIGNED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"},
+                                 **ALIGNED, "mechanism": {"eva", "flurka-eva"}})
+DK_SWEEP = ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
+                         "mechanism": FIVE})
+DMODEL_SWEEP = ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
+                                 "mechanism": FIVE})
+QUADRATIC = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
+                         "mechanism": {"full", "flash"}})
 PLANS: dict[str, list[tuple[str, dict]]] = {
     "first": [
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}}),
@@ -202,25 +218,19 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
     # layer's training step (its forward lost to XLA's GEMMs: 9.3-12.9 vs 5.3-6.1 ms), then the
     # rest of "targets".
     "h100-second": [
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "pad_to": {128}, "mechanism": FLURKA}),
+        FUSED_PADDED_FORWARD,
         FLASH_FORWARD,
         FUSED_PADDED_TRAIN,
         FLASH_TRAIN,
         CUBLAS_FORWARD,
         FUSED_LAYER_TRAIN,
-        ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "mechanism": FIVE}),
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
-                     "mechanism": {"eva", "flurka-eva"}}),
+        SHORT_ALIGNED,
+        EVA_TRAIN_ALIGNED,
         BOUNDARY_ALIGNED,
         FUSED_FFN_TRAIN,
-        ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
-                      "mechanism": FIVE}),
-        ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
-                          "mechanism": FIVE}),
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
-                     "mechanism": {"full", "flash"}}),
+        DK_SWEEP,
+        DMODEL_SWEEP,
+        QUADRATIC,
     ],
     # The issue's card (H100) from scratch, one lease: every target in priority order — the
     # N = 55.5k layers aligned (floors; FLuRKA against Linformer and its constituents), flash
@@ -229,8 +239,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
     "targets": [
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
                      "mechanism": FIVE | {"eva", "flurka-eva"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "pad_to": {128}, "mechanism": FLURKA}),
+        FUSED_PADDED_FORWARD,
         FLASH_FORWARD,
         FUSED_FFN_FORWARD,
         FUSED_LAYER_FORWARD,
@@ -245,19 +254,12 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         FUSED_LAYER_TRAIN,
         FUSED_FFN_TRAIN,
         CUBLAS_FORWARD,
-        ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "mechanism": FIVE}),
+        SHORT_ALIGNED,
         BOUNDARY_ALIGNED,
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
-                     "mechanism": {"eva", "flurka-eva"}}),
-        ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
-                      "mechanism": FIVE}),
-        ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
-                          "mechanism": FIVE}),
-        # The quadratic baselines' floors at the N-sweep (d_h 325: past cuDNN's 256, flash runs
-        # XLA's attention; full's [8, N, N] scores may not fit): last, they are slow.
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
-                     "mechanism": {"full", "flash"}}),
+        EVA_TRAIN_ALIGNED,
+        DK_SWEEP,
+        DMODEL_SWEEP,
+        QUADRATIC,
     ],
 }
 

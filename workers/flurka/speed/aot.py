@@ -109,13 +109,21 @@ def ptxas() -> str | None:
     return local if os.access(local, os.X_OK) else shutil.which("ptxas")
 
 
+# XLA's default backend optimization level (LLVM and ptxas), pinned: what the card compiles
+# with even where XLA_FLAGS lowers it for this host (the tests' cheap CPU codegen), since
+# registers and spills are what this module reports.
+CARD_BACKEND_OPTIMIZATION_LEVEL = 3
+
+
 def compile_for(fn, args, device, dump_dir: str, **options):
     """(lowered, compiled) of jitted ``fn`` on ``args``' shapes for ``device``; XLA's dumps
     (optimised HLO, launch sequence, PTX) go to ``dump_dir``; ``options``: XLA's, by name."""
     sharding = jax.sharding.SingleDeviceSharding(device)
     specs = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding), args)
     lowered = fn.trace(*specs).lower(lowering_platforms=("cuda",))
-    return lowered, lowered.compile(compiler_options={"xla_dump_to": dump_dir, **options})
+    return lowered, lowered.compile(compiler_options={
+        "xla_dump_to": dump_dir, "xla_backend_optimization_level": CARD_BACKEND_OPTIMIZATION_LEVEL,
+        **options})
 
 
 # Without the card XLA cannot tune its GEMMs, and for some (the N-sweep's [2600, 2600] weight

@@ -1,16 +1,39 @@
-"""Suite-wide set-up: XLA compiles this suite's CPU programs with LLVM's cheap pipeline.
+"""Suite-wide set-up: how XLA compiles this suite's CPU programs, and one cache for them.
 
-The suite is compile-bound (hundreds of small programs, Pallas kernels interpreted), and
-``--xla_backend_optimization_level=0`` cut it on a 2-core host from 42:17 to 37:40 (the fused
-layer's tests 200 -> 155 s). It changes code
-generation, not the computation: no fast math at either level, the same HLO passes, so the
-float64 references and the exact-equality checks hold as they would at XLA's default. Set
-before any test starts a backend, so subprocesses and Ray workers inherit it. Compiles for a
-GPU target (``flurka.speed.aot``) pin the card's default level, since they report its registers.
+The suite is compile-bound (hundreds of small programs, Pallas kernels interpreted).
+
+- ``--xla_backend_optimization_level=0``: LLVM's cheap pipeline. On a 2-core host it cut the
+  suite from 42:17 to 37:40 (the fused layer's tests 200 -> 155 s). It changes code generation,
+  not the computation: no fast math at either level, the same HLO passes, so the float64
+  references and the exact-equality checks hold as they would at XLA's default. Compiles for a
+  GPU target (``flurka.speed.aot``) pin the card's default level, since they report its registers.
+- ``JAX_COMPILATION_CACHE_DIR``: one persistent cache for the session, every program kept. The
+  same programs are compiled again and again: by each test that builds the same model (a new
+  function object misses JAX's in-memory caches, not this one), by both xdist workers, by every
+  subprocess and every Ray trial (sweeps default to this variable when it is set). Entries are
+  keyed by the program, the compiler options and the JAX version, so a hit is the executable a
+  compile would give. Tests of the cache itself run their processes without it.
+
+Set before any test starts a backend, so xdist workers, subprocesses and Ray workers inherit
+them; a user's own ``JAX_COMPILATION_CACHE_DIR`` is kept.
 """
 
 import os
+import shutil
+import tempfile
 
 _FLAG = "--xla_backend_optimization_level=0"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}".strip()
+
+_OWN_CACHE = None
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    _OWN_CACHE = tempfile.mkdtemp(prefix="flurka-tests-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+
+
+def pytest_unconfigure(config):
+    """The process that made the session's cache (xdist's controller, or a plain run) removes it."""
+    if _OWN_CACHE:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)

@@ -10,7 +10,8 @@ from flurka.sweeps.spec import SweepSpec
 
 
 @pytest.mark.slow
-def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs):
+def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypatch):
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)     # the default layout, as `make sweep` has it
     spec = SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-rnn",), alphas=(0.25, 0.5), steps=8,
                      overrides=tiny_overrides, baselines=False, run_dir=str(tmp_path / "run"), num_cpus=2,
                      name="tiny")

@@ -83,9 +83,12 @@ def test_missing_benchmarks():
         parse([])
 
 
-def test_compilation_cache_under_the_run_dir_unless_given_or_off(tmp_path):
+def test_compilation_cache_under_the_run_dir_unless_given_or_off(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     spec = parse(["--benchmarks", "lra-listops", "--run-dir", str(tmp_path / "run")])
     assert spec.compilation_cache_dir == str((tmp_path / "run" / "jax-cache").resolve())
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "users"))     # JAX's own variable
+    assert spec.compilation_cache_dir == str((tmp_path / "users").resolve())
     spec = parse(["--benchmarks", "lra-listops", "--compilation-cache", str(tmp_path / "cache")])
     assert spec.compilation_cache_dir == str((tmp_path / "cache").resolve())
     assert parse(["--benchmarks", "lra-listops", "--compilation-cache", "off"]).compilation_cache_dir is None

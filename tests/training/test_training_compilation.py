@@ -1,6 +1,7 @@
 """The persistent compilation cache across processes, and the compile accounting that reports it.
 
-Each run is a fresh interpreter: JAX opens its cache once per process, at the first compile."""
+Each run is a fresh interpreter: JAX opens its cache once per process, at the first compile. They
+run without the suite's own cache (tests/conftest.py), so only the cache under test is in play."""
 
 from __future__ import annotations
 
@@ -26,9 +27,15 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
+    return {**env, "JAX_PLATFORMS": "cpu"}
+
+
 def _run(cache: str) -> dict:
     out = subprocess.run([sys.executable, "-c", PROGRAM, cache], capture_output=True, text=True, check=True,
-                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+                         env=_env())
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -88,7 +95,7 @@ def test_flurka_train_reruns_from_the_cache(tmp_path):
              "--compilation-cache", str(tmp_path / "cache"), "--set", "d_model=16",
              "--set", "d_ff=32", "--set", "num_layers=1", "--set", "batch_size=4",
              "--set", "eval_every=0", "--set", "eval_batches=1", "--set", "warmup_steps=0"],
-            capture_output=True, text=True, check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+            capture_output=True, text=True, check=True, env=_env())
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     first, second = train(), train()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -55,7 +56,7 @@ class SweepSpec:
     num_cpus: int | None = None             # embedded Ray only
     resume: bool = False
     checkpoint_every: int | None = None     # extra checkpoints (beyond fork points) for fault recovery
-    compilation_cache: str | None = None    # JAX's persistent cache; default <run_dir>/jax-cache, "off": none
+    compilation_cache: str | None = None    # JAX's persistent cache; default below, "off": none
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -73,11 +74,13 @@ class SweepSpec:
     @property
     def compilation_cache_dir(self) -> str | None:
         """Where the trials keep their compiled programs (shared storage on a multi-node cluster,
-        as the run dir is), or None."""
+        as the run dir is), or None. Unnamed, it is JAX's own ``$JAX_COMPILATION_CACHE_DIR`` when
+        that is set (a user's cache that outlives runs), else ``<run_dir>/jax-cache``."""
         if self.compilation_cache == "off":
             return None
-        if self.compilation_cache:
-            return str(Path(self.compilation_cache).expanduser().resolve())
+        cache = self.compilation_cache or os.environ.get("JAX_COMPILATION_CACHE_DIR")
+        if cache:
+            return str(Path(cache).expanduser().resolve())
         return str(self.run_path / "jax-cache")
 
     def to_dict(self) -> dict[str, Any]:
@@ -226,7 +229,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-cpus", type=int, default=S, help="CPUs of the embedded Ray")
     p.add_argument("--checkpoint-every", type=int, default=S)
     p.add_argument("--compilation-cache", metavar="DIR|off", default=S,
-                   help="JAX's persistent compilation cache the trials share (default: <run-dir>/jax-cache)")
+                   help="JAX's persistent compilation cache the trials share (default: "
+                        "$JAX_COMPILATION_CACHE_DIR if set, else <run-dir>/jax-cache)")
     p.add_argument("--resume", action="store_true", default=S, help="restore an interrupted sweep")
 
 

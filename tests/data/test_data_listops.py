@@ -38,12 +38,58 @@ def test_generated_values_match_independent_evaluator():
         assert evaluate_tokens(tokens) == value
 
 
-def test_known_expressions_and_median_truncation():
-    tree = (((((listops.MED, 1), 2), 5), 6), listops.END)  # median 3.5 -> 3 like int(np.median)
-    assert listops.to_value(tree) == 3
-    assert listops.to_string(tree) == "( ( ( ( ( [MED 1 ) 2 ) 5 ) 6 ) ] )"
-    sm = ((((listops.SUM_MOD, 9), 8), 7), listops.END)
-    assert listops.to_value(sm) == 4
+def _original_generate(num_samples, *, max_depth, max_args, min_length, max_length, seed):
+    """LRA's generator as written there (a tuple tree, rendered and evaluated afterwards), with one
+    ``rng.random()`` per draw where it calls ``random``."""
+    rng = np.random.default_rng(seed)
+
+    def tree(depth):
+        r = rng.random() if depth < max_depth else 1
+        if r > listops.VALUE_P:
+            return listops.VALUES[int(rng.random() * 10)], 1
+        length, values = 2, []
+        for _ in range(2 + int(rng.random() * (max_args - 1))):
+            sub_t, sub_l = tree(depth + 1)
+            values.append(sub_t)
+            length += sub_l
+        t = (listops.OPERATORS[int(rng.random() * 4)], values[0])
+        for value in values[1:]:
+            t = (t, value)
+        return (t, listops.END), length
+
+    def to_string(t):
+        return str(t) if not isinstance(t, tuple) else f"( {to_string(t[0])} {to_string(t[1])} )"
+
+    def to_value(t):
+        if not isinstance(t, tuple):
+            return t
+        left, right = to_value(t[0]), to_value(t[1])
+        if left in listops.OPERATORS:
+            return (left, [right])
+        if right == listops.END:
+            op, args = left
+            return {"[MIN": min, "[MAX": max, "[MED": lambda a: int(np.median(a)),
+                    "[SM": lambda a: int(np.sum(a) % 10)}[op](args)
+        return (left[0], left[1] + [right])
+
+    trees = {}
+    while len(trees) < num_samples:
+        t, length = tree(1)
+        if min_length < length < max_length:
+            trees.setdefault(t, None)
+    return [(to_string(t), int(to_value(t))) for t in trees]
+
+
+@pytest.mark.parametrize("kw", [dict(max_depth=3, max_args=5, min_length=8, max_length=40, seed=0),
+                                dict(max_depth=6, max_args=8, min_length=10, max_length=300, seed=7)])
+def test_generator_gives_the_originals_trees_in_its_order(kw):
+    assert listops.generate(2000, **kw) == _original_generate(2000, **kw)
+
+
+def test_median_truncates_like_lra():
+    assert listops.APPLY[listops.MED]([1, 2, 5, 6]) == 3 == int(np.median([1, 2, 5, 6]))   # 3.5 -> 3
+    assert listops.APPLY[listops.MED]([7, 0, 4]) == 4
+    assert listops.APPLY[listops.SUM_MOD]([9, 8, 7]) == 4
 
 
 def test_generator_is_seeded_and_respects_depth_and_args():

@@ -5,9 +5,11 @@ with probability 0.25 above ``max_depth``, 2..``max_args`` arguments, keep trees
 with ``min_length < length < max_length``, de-duplicate, then slice train / val /
 test in generation order), with Python's ``random`` replaced by a seeded NumPy
 generator and the de-duplicating ``set`` by an insertion-ordered dict so the
-splits are reproducible across processes. Tokens follow the common LRA
-preprocessing (S4, Skyformer): parentheses dropped, whitespace split, so a
-sequence has exactly ``length`` tokens.
+splits are reproducible across processes. Each tree is rendered and evaluated as
+it is drawn: the original's text and value (tests/data checks it against the
+original's tuple trees). Tokens follow the common LRA preprocessing (S4,
+Skyformer): parentheses dropped, whitespace split, so a sequence has exactly
+``length`` tokens.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import csv
 import functools
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,73 +38,53 @@ FULL = dict(max_depth=10, max_args=10, min_length=500, max_length=2000, num_trai
 SMALL = dict(max_depth=3, max_args=5, min_length=8, max_length=40, num_train=20_000, num_val=1_000, num_test=1_000)
 
 
-def generate_tree(depth: int, max_depth: int, max_args: int, rng: np.random.Generator):
-    """A random expression tree and its token length (operator + arguments + END)."""
-    r = rng.random() if depth < max_depth else 1
+def _uniforms(rng: np.random.Generator, chunk: int = 1 << 16) -> Iterator[float]:
+    """``rng.random()``'s stream drawn a chunk at a time: the same numbers, without a NumPy call per
+    draw (the generator makes ~10 draws per kept tree)."""
+    while True:
+        yield from rng.random(chunk).tolist()
+
+
+def _median(values: list[int]) -> int:
+    """LRA's ``int(np.median(args))``: the mean of the middle two, truncated."""
+    s, n = sorted(values), len(values)
+    return s[n // 2] if n % 2 else int((s[n // 2 - 1] + s[n // 2]) / 2)
+
+
+APPLY = {MIN: min, MAX: max, MED: _median, SUM_MOD: lambda values: sum(values) % 10}
+
+
+def generate_tree(depth: int, max_depth: int, max_args: int, draw) -> tuple[str, int, int]:
+    """A random expression: its text, value and token length (operator + arguments + END).
+
+    The original builds a tuple tree ``((((op, a1), a2), ...), END)`` and renders and evaluates
+    it afterwards; this renders and evaluates as it goes, with the same draws in the same order,
+    so the text (the tree, fully parenthesised) and the value are the original's.
+    """
+    r = draw() if depth < max_depth else 1
     if r > VALUE_P:
-        return VALUES[_below(rng, len(VALUES))], 1
-    length = 2
-    num_values = 2 + _below(rng, max_args - 1)
-    values = []
-    for _ in range(num_values):
-        sub_t, sub_l = generate_tree(depth + 1, max_depth, max_args, rng)
-        values.append(sub_t)
-        length += sub_l
-    op = OPERATORS[_below(rng, len(OPERATORS))]
-    t = (op, values[0])
-    for value in values[1:]:
-        t = (t, value)
-    return (t, END), length
-
-
-def _below(rng: np.random.Generator, n: int) -> int:
-    """Uniform int in [0, n), like ``random.choice`` / ``randint`` (scalar ``rng.integers`` is ~10x slower)."""
-    return int(rng.random() * n)
-
-
-def to_string(t) -> str:
-    if isinstance(t, str):
-        return t
-    if isinstance(t, (int, np.integer)):
-        return str(int(t))
-    return "( " + to_string(t[0]) + " " + to_string(t[1]) + " )"
-
-
-def to_value(t):
-    """Evaluate a tree (the original's left-nested partial application)."""
-    if not isinstance(t, tuple):
-        return t
-    left, right = to_value(t[0]), to_value(t[1])
-    if left in OPERATORS:  # an unsaturated function
-        return (left, [right])
-    if right == END:  # left is an unsaturated function: apply it
-        op, args = left
-        if op == MIN:
-            return min(args)
-        if op == MAX:
-            return max(args)
-        if op == FIRST:
-            return args[0]
-        if op == LAST:
-            return args[-1]
-        if op == MED:
-            return int(np.median(args))
-        if op == SUM_MOD:
-            return int(np.sum(args) % 10)
-    return (left[0], left[1] + [right])
+        value = VALUES[int(draw() * len(VALUES))]
+        return str(value), value, 1
+    num_values = 2 + int(draw() * (max_args - 1))
+    args = [generate_tree(depth + 1, max_depth, max_args, draw) for _ in range(num_values)]
+    op = OPERATORS[int(draw() * len(OPERATORS))]
+    text = f"( {op} {args[0][0]} )"
+    for arg_text, _, _ in args[1:]:
+        text = f"( {text} {arg_text} )"
+    return f"( {text} {END} )", APPLY[op]([a[1] for a in args]), 2 + sum(a[2] for a in args)
 
 
 def generate(
     num_samples: int, *, max_depth: int, max_args: int, min_length: int, max_length: int, seed: int = 0
 ) -> list[tuple[str, int]]:
     """``num_samples`` distinct (expression, value) pairs in generation order."""
-    rng = np.random.default_rng(seed)
-    trees: dict = {}
-    while len(trees) < num_samples:
-        tree, length = generate_tree(1, max_depth, max_args, rng)
+    draw = _uniforms(np.random.default_rng(seed)).__next__
+    rows: dict[str, int] = {}
+    while len(rows) < num_samples:
+        text, value, length = generate_tree(1, max_depth, max_args, draw)
         if min_length < length < max_length:
-            trees.setdefault(tree, None)
-    return [(to_string(t), int(to_value(t))) for t in trees]
+            rows.setdefault(text, value)
+    return list(rows.items())
 
 
 def read_tsv(path: Path) -> list[tuple[str, int]]:
@@ -173,7 +156,7 @@ def build_full(*, seed: int = 0, data_dir=None, eval_split: str = "validation", 
 
 @functools.lru_cache(maxsize=2)
 def _generated(cfg: tuple, generator_seed: int) -> tuple[tuple[str, int], ...]:
-    """The small set's trees, once per process (~2.5 s of Python): a Tune actor's later trials and
+    """The small set's trees, once per process (~1.5 s of Python): a Tune actor's later trials and
     a test session's many small runs reuse them."""
     cfg = dict(cfg)
     return tuple(generate(

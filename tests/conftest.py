@@ -12,7 +12,8 @@ The suite is compile-bound (hundreds of small programs, Pallas kernels interpret
   function object misses JAX's in-memory caches, not this one), by both xdist workers, by every
   subprocess and every Ray trial (sweeps default to this variable when it is set). Entries are
   keyed by the program, the compiler options and the JAX version, so a hit is the executable a
-  compile would give. Tests of the cache itself run their processes without it.
+  compile would give. Tests of the cache itself run their processes without it. With it the
+  suite went from 37:40 to 34:02 on the same host (test time 4439 -> 4022 s).
 
 Set before any test starts a backend, so xdist workers, subprocesses and Ray workers inherit
 them; a user's own ``JAX_COMPILATION_CACHE_DIR`` is kept.

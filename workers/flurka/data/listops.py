@@ -24,7 +24,7 @@ import numpy as np
 from flurka.data.core import ArrayExamples, Dataset, DatasetInfo, pad_batch, resolve_data_dir
 from flurka.data.tokenizers import WordTokenizer
 
-MIN, MAX, MED, FIRST, LAST, SUM_MOD, END = "[MIN", "[MAX", "[MED", "[FIRST", "[LAST", "[SM", "]"
+MIN, MAX, MED, SUM_MOD, END = "[MIN", "[MAX", "[MED", "[SM", "]"
 OPERATORS = (MIN, MAX, MED, SUM_MOD)
 VALUES = tuple(range(10))
 VALUE_P = 0.25

@@ -117,6 +117,29 @@ def test_points_compile_for_an_h100_with_the_memory_they_need(tmp_path):
     assert train["status"] == "ok" and train["memory"]["peak_bytes"] < H100_MEMORY, train
 
 
+@pytest.mark.parametrize("options", [{}, {"align": 12, "pad_to": 80}, {"fused": True}],
+                         ids=["plain", "aligned-padded", "fused"])
+def test_points_are_described_from_shapes_as_from_arrays(options):
+    """A point compiled for the card is built from shapes alone (its parameters can be gigabytes
+    of random numbers): the same parameter counts, sizes, FLOPs, fewest bytes and argument
+    shapes as the point built from arrays, in both modes and scopes, and nothing computed."""
+    import jax
+
+    from flurka.speed import bench, configs
+    pts = configs.points("tiny", mechanisms=["full", "performer", "flurka-rnn", "flurka-eva"],
+                         **options)
+    assert {(p.mode, p.scope) for p in pts} == {(m, s) for m in ("forward", "train")
+                                                for s in ("layer", "model")}
+    for point in pts:
+        shaped, built = {}, {}
+        _, shapes = bench.describe(point, shaped, abstract=True)
+        _, arrays = bench.describe(point, built)
+        assert shaped == built and shaped["min_bytes"] > 0, point
+        assert all(isinstance(a, jax.ShapeDtypeStruct) for a in jax.tree.leaves(shapes))
+        assert jax.tree.map(lambda a: (a.shape, a.dtype), shapes) == \
+            jax.tree.map(lambda a: (a.shape, a.dtype), arrays), point
+
+
 def test_without_the_cuda_compiler_the_error_says_how_to_get_it(tmp_path):
     proc = _run(["-m", "flurka.speed.aot", "--sweep", "tiny", "--out", str(tmp_path / "x.json")],
                 with_compiler=False)

@@ -243,7 +243,7 @@ def compile_point(point, device, card_memory: int | None,
     result: dict[str, Any] = {**point.as_dict(), "status": None}
     with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
         try:
-            fn, args = bench.describe(point, result)
+            fn, args = bench.describe(point, result, abstract=True)
             start = time.perf_counter()
             lowered, compiled = _compile_step(fn, args, device, dump, result,
                                               {**dict(point.xla), **(options or {})})

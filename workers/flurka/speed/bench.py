@@ -124,11 +124,11 @@ def model_flops(point: Point, layer: nnx.Module) -> int:
 
 
 def make_step(point: Point, module: nnx.Module):
-    """(jitted fn, args, param_bytes, other_bytes) for the point's mode; args are on device."""
+    """(jitted fn, args, param_bytes, other_bytes) for the point's mode; args are on device, or
+    shapes (``jax.ShapeDtypeStruct``) where ``module`` is (built under ``nnx.eval_shape``)."""
     dtype = jnp.dtype(point.dtype)
     kx, ky = jax.random.split(jax.random.key(DATA_KEY))
     shape = (point.batch, point.padded_len, point.d_model)
-    x = random_normal(kx, shape, dtype)
     is_model = point.scope == "model"
     padded = point.padded_len > point.seq_len
 
@@ -141,21 +141,26 @@ def make_step(point: Point, module: nnx.Module):
     def apply(m, inputs):
         return m(inputs, real_rows(), deterministic=True) if is_model else m(inputs, real_rows())
 
-    if point.mode == "forward":
-        graphdef, params, rest = nnx.split(module, nnx.Param, ...)
-        params, rest = cast_floating(params, dtype), cast_floating(rest, dtype)
+    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
+    abstract = any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(params))
+    tx = optax.adamw(1e-4)
+    mixed = dtype != jnp.float32
 
+    def arguments(params, rest):
+        """The step's arguments from the module's state (run as is, or under jax.eval_shape)."""
+        x = random_normal(kx, shape, dtype)
+        if point.mode == "forward":
+            return cast_floating(params, dtype), cast_floating(rest, dtype), x
+        compute = cast_floating(params, dtype) if mixed else ()
+        return params, compute, tx.init(params), rest, x, random_normal(ky, shape, dtype)
+
+    args = jax.eval_shape(arguments, params, rest) if abstract else arguments(params, rest)
+    if point.mode == "forward":
         @jax.jit
         def forward(params, rest, x):
             return apply(nnx.merge(graphdef, params, rest), x)
 
-        return forward, (params, rest, x), ceil.tree_bytes(params), ceil.tree_bytes(rest)
-
-    y = random_normal(ky, shape, dtype)
-    graphdef, params, rest = nnx.split(module, nnx.Param, ...)
-    tx = optax.adamw(1e-4)
-    opt_state = tx.init(params)
-    mixed = dtype != jnp.float32
+        return forward, args, ceil.tree_bytes(args[0]), ceil.tree_bytes(args[1])
 
     @jax.jit
     def train_step(params, compute, opt_state, rest, x, y):
@@ -177,9 +182,7 @@ def make_step(point: Point, module: nnx.Module):
         params = optax.apply_updates(params, updates)
         return params, cast_floating(params, dtype) if mixed else (), opt_state, loss
 
-    compute = cast_floating(params, dtype) if mixed else ()
-    return (train_step, (params, compute, opt_state, rest, x, y), ceil.tree_bytes(params),
-            ceil.tree_bytes(rest))
+    return train_step, args, ceil.tree_bytes(params), ceil.tree_bytes(rest)
 
 
 def hlo_dots(lowered) -> dict[str, Any]:
@@ -217,11 +220,13 @@ def _xla_counts(lowered, compiled) -> dict[str, Any]:
     return out
 
 
-def describe(point: Point, result: dict[str, Any]) -> tuple[Any, tuple]:
+def describe(point: Point, result: dict[str, Any], *, abstract: bool = False) -> tuple[Any, tuple]:
     """Build ``point``'s step and count what it does before it runs: ``result`` gains its
     parameters, the sizes its layer uses, the FLOP model's FLOPs and the fewest bytes it moves.
-    Returns (jitted step, its arguments on the default device)."""
-    module = build(point)
+    Returns (jitted step, its arguments on the default device). ``abstract``: the arguments'
+    shapes only, nothing computed (to compile for another device: a point's parameters can be
+    gigabytes of random numbers)."""
+    module = nnx.eval_shape(lambda: build(point)) if abstract else build(point)
     layer = attention_layer(module)
     result.update(count_params(module))
     result["num_features_used"] = getattr(layer, "num_features", None)

@@ -143,8 +143,9 @@ def floor(flops: float, nbytes: float, ceilings: dict[str, Any]) -> dict[str, An
 
 
 def tree_bytes(tree: Any) -> int:
-    """Total bytes of the arrays in a pytree."""
-    return int(sum(x.nbytes for x in jax.tree_util.tree_leaves(tree) if hasattr(x, "nbytes")))
+    """Total bytes of the arrays (or their shapes: ``jax.ShapeDtypeStruct``) in a pytree."""
+    return int(sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree)
+                   if hasattr(x, "dtype") and hasattr(x, "size")))
 
 
 def min_bytes(*, mode: str, param_bytes: int, other_bytes: int, input_bytes: int,

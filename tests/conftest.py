@@ -34,18 +34,22 @@ import tempfile
 _FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 
 
-def _known_to_xla(flag: str) -> bool:
-    """Whether this jaxlib's XLA takes ``flag``: XLA aborts a process on an unknown one, and the
+def _known_to_xla(*flags: str) -> bool:
+    """Whether this jaxlib's XLA takes ``flags``: XLA aborts a process on an unknown one, and the
     emitter flag is an XLA internal that a later jaxlib may drop."""
-    env = {**os.environ, "XLA_FLAGS": flag, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu"}
     probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
                            capture_output=True)
     return probe.returncode == 0
 
 
-for _flag in _FLAGS:
-    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", "") and _known_to_xla(_flag):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
+# One probe for the flags not set yet (none in xdist workers, which inherit them); one per flag
+# only where XLA refuses the set.
+_missing = [f for f in _FLAGS if f.split("=")[0] not in os.environ.get("XLA_FLAGS", "")]
+if _missing and not _known_to_xla(*_missing):
+    _missing = [f for f in _missing if _known_to_xla(f)]
+if _missing:
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *_missing]).strip()
 
 _OWN_CACHE = None
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):

@@ -48,7 +48,7 @@ if [ -z "$PLAN" ]; then
   esac
 fi
 "$PYTHON" benchmarks/gpu_session.py --out "$OUT" --plan "$PLAN" --budget-s "${BUDGET:-480}" \
-  --check "${CHECK:-flurka-rnn,flash}" --check-align 128 --check-fused --tune-fused --probes --profile-steps 2 "${MEMORY[@]}" "$@" \
+  --check "${CHECK:-flurka-rnn,eva,flash}" --check-align 128 --check-fused --tune-fused --probes --profile-steps 2 "${MEMORY[@]}" "$@" \
   2>&1 | tee "$OUT/log.txt"
 status=$?
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv

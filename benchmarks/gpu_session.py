@@ -95,6 +95,12 @@ SHORT_ALIGNED = ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"fo
                              "mechanism": FIVE})
 EVA_TRAIN_ALIGNED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"},
                                  **ALIGNED, "mechanism": {"eva", "flurka-eva"}})
+# EVA, the one layer past 2x its floor on the H100 (3.51x aligned, forward): aligned again now
+# that it pads d_h too (its proposal on the true columns), and with its [N, C] chunk softmax in
+# flurka-eva's kernel (plan at 55.5k on the H100 target: 38.0 -> 12.2 GB).
+EVA_FORWARD_ALIGNED = [
+    ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
+                 **fused, "mechanism": {"eva"}}) for fused in ({"fused": {True}}, {})]
 DK_SWEEP = ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
                          "mechanism": FIVE})
 DMODEL_SWEEP = ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
@@ -222,6 +228,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         FLASH_FORWARD,
         FUSED_PADDED_TRAIN,
         FLASH_TRAIN,
+        *EVA_FORWARD_ALIGNED,
         CUBLAS_FORWARD,
         FUSED_LAYER_TRAIN,
         SHORT_ALIGNED,

@@ -19,6 +19,7 @@ from attention_reference import build, favor_core, inputs, reference, rnn_core, 
 from flax import nnx
 
 from flurka.attention import make_attention
+from flurka.attention.base import NEG_INF
 from flurka.attention.feature_maps import elu_features, favor_features, gaussian_orthogonal_matrix, key_side
 from flurka.attention.fused import (
     Tiling, fused_query_side, fused_softmax_attention, reference_query_side, use_tiling)
@@ -114,16 +115,17 @@ def _assert_fused_core_matches_float64(feature, q, k, v, omega, seed):
                             np.random.default_rng(seed + 1))
 
 
-def _assert_matches_float64(fn, core, args, rng):
-    """fn(q, k, v) against the float64 ``core`` per batch element and head, and its gradient:
-    d/dt Σ G·core(x + tU) at t = 0 by central differences against ⟨∂, U⟩, for q, k and v one at
-    a time. Returns fn's output."""
+def _assert_matches_float64(fn, core, args, rng, per_batch=False):
+    """fn(q, k, v) against the float64 ``core`` per batch element and head (``per_batch``: core
+    takes the batch index first), and its gradient: d/dt Σ G·core(x + tU) at t = 0 by central
+    differences against ⟨∂, U⟩, for q, k and v one at a time. Returns fn's output."""
     out, vjp = jax.vjp(fn, *args)
     cot = rng.standard_normal(out.shape)
     grads = vjp(jnp.asarray(cot, jnp.float32))
 
     def per_head(q, k, v):
-        return np.stack([np.stack([core(q[b, :, h], k[b, :, h], v[b, :, h])
+        return np.stack([np.stack([(functools.partial(core, b) if per_batch else core)(
+                                       q[b, :, h], k[b, :, h], v[b, :, h])
                                    for h in range(q.shape[2])], axis=1)
                          for b in range(q.shape[0])])
 
@@ -238,23 +240,61 @@ def test_fused_softmax_matches_float64_formula_and_finite_differences(n, keys, d
     assert out.dtype == jnp.float32
 
 
-def test_fused_flurka_eva_layer_matches_float64_reference_and_the_xla_path(rng_seed):
-    """flurka-eva with its query side fused: the layer against the float64 reference (float32),
-    and in bf16 against the XLA path (its output written in bf16), gradients included."""
+@pytest.mark.parametrize("n,keys,d,tiling", [
+    (40, 37, 16, None),
+    (100, 150, 16, Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)),
+    (150, 37, 200, Tiling(wide_block_n=32)),
+])
+def test_fused_softmax_with_key_bias_and_lse_matches_float64_formula(n, keys, d, tiling,
+                                                                     rng_seed):
+    """EVA's chunk half: keys a batch element lacks (its empty chunks) masked by a NEG_INF key
+    bias — batch element 1 lacks its last third of keys and one in the middle — and each row's
+    lse returned beside the output, differentiable (EVA joins this softmax with its windows'
+    through it). Output and lse against the float64 softmax over each batch element's kept keys
+    (dropped, not masked); the gradient of Σ G·out + Σ g·lse by central differences."""
+    rng = np.random.default_rng(rng_seed)
+    q = jnp.asarray(0.5 * rng.standard_normal((2, n, 2, d)), jnp.float32)
+    k, v = (jnp.asarray(0.5 * rng.standard_normal((2, keys, 2, d)), jnp.float32) for _ in range(2))
+    kept = np.ones((2, keys), bool)
+    kept[1, 2 * keys // 3:] = kept[1, keys // 3] = False
+    bias = jnp.where(jnp.asarray(kept), 0.0, NEG_INF)
+
+    def fused(q, k, v):
+        out, lse = fused_softmax_attention(q, k, v, scale=d ** -0.5, bias=bias, with_lse=True,
+                                           tiling=tiling)
+        return jnp.concatenate([out, lse.transpose(0, 2, 1)[..., None]], axis=-1)
+
+    def core(b, q, k, v):
+        logits = q @ k[kept[b]].T / np.sqrt(d)
+        top = logits.max(axis=1, keepdims=True)
+        lse = top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+        return np.concatenate([softmax_core(q, k[kept[b]], v[kept[b]]), lse], axis=1)
+
+    _assert_matches_float64(fused, core, (q, k, v), rng, per_batch=True)
+
+
+@pytest.mark.parametrize("mechanism,align", [("flurka-eva", None), ("eva", None), ("eva", 16)])
+def test_fused_eva_layer_matches_float64_reference_and_the_xla_path(mechanism, align, rng_seed):
+    """flurka-eva with its query side fused, and EVA with its chunk half fused (joined with its
+    windows through the lse; aligned: d_h 8 → 16 in the layer, the proposal on the true 8): the
+    layer against the float64 reference (float32), and in bf16 against the XLA path (its output
+    written in bf16), gradients included. The inputs' third sequence (5 of 20 rows) leaves
+    EVA's last chunks empty: the kernel's key bias masks them."""
     x, mask = inputs(rng_seed)
     real = np.asarray(mask)
-    fused = build("flurka-eva", 5, fused=True)
+    fused = build(mechanism, 5, fused=True, align=align)
     got = np.asarray(fused(x, mask))
-    ref = reference(build("flurka-eva", 5), x, mask)
+    ref = reference(build(mechanism, 5), x, mask)
     np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-    xla, fused = (build("flurka-eva", 5, fused=f, dtype=jnp.bfloat16) for f in (False, True))
+    xla, fused = (build(mechanism, 5, fused=f, align=align, dtype=jnp.bfloat16)
+                  for f in (False, True))
     a, b = (np.asarray(m(x.astype(jnp.bfloat16), mask).astype(jnp.float32)) for m in (xla, fused))
     assert np.linalg.norm(b[real] - a[real]) < 1e-2 * np.linalg.norm(a[real])
 
     def loss(m):
         return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
 
-    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(build("flurka-eva", 5, fused=f)))
+    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(build(mechanism, 5, fused=f, align=align)))
                       for f in (False, True))
     scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
     for gx, gf in zip(g_xla, g_fused):
@@ -304,14 +344,15 @@ def test_wide_fused_layer_lowers_to_triton_blocks_of_128(mechanism):
         assert _triton_launches(text) == [(1024 // 64, 8, 1)]
 
 
-def test_wide_fused_softmax_takes_the_wide_launch():
-    """flurka-eva's softmax at the N-sweep's head dim (325 → 384) runs the wide launch too:
-    64-row programs on 8 warps in one stage (two overflow the card's shared memory); a
-    differentiated step runs the XLA path there, forward included (no kernel)."""
-    _, text = _lowered_for_gpu("flurka-eva", grad=False, d_model=1300,
+@pytest.mark.parametrize("mechanism", ["flurka-eva", "eva"])
+def test_wide_fused_softmax_takes_the_wide_launch(mechanism):
+    """flurka-eva's softmax and EVA's chunk half at the N-sweep's head dim (325 → 384) run the
+    wide launch too: 64-row programs on 8 warps in one stage (two overflow the card's shared
+    memory); a differentiated step runs the XLA path there, forward included (no kernel)."""
+    _, text = _lowered_for_gpu(mechanism, grad=False, d_model=1300,
                                fused=Tiling(block_n=16, num_warps=4))
     assert _triton_launches(text) == [(1024 // 64, 8, 1)]
-    _, text = _lowered_for_gpu("flurka-eva", grad=True, d_model=1300, fused=True)
+    _, text = _lowered_for_gpu(mechanism, grad=True, d_model=1300, fused=True)
     assert _triton_launches(text) == []
 
 

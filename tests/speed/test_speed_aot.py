@@ -254,6 +254,41 @@ def test_fused_query_side_reads_q_and_writes_its_output_once(tmp_path):
         assert kernel["spill_store_bytes"] == 0 and kernel["mma"] == "wgmma", kernel
 
 
+def test_fused_eva_keeps_its_chunk_softmax_off_memory(tmp_path):
+    """EVA with its chunk half fused, compiled for the card (N = 2000, d_model 512, 4 heads of
+    d_h 128, bf16, windows and chunks of 16: C = 125 chunk summaries, padded to two 64-key
+    steps): one kernel whose traffic is exactly q read, the chunk half's output written, the
+    summaries k̃ and β, the empty-chunk key bias and each row's lse; the plan moves at least the
+    three float32 passes over [N, C] less than the XLA path's (logits written, read by the max
+    and by the exp); the training step adds the two backward kernels. All on the warpgroup MMA,
+    spill-free."""
+    rows = _script("""
+        import json, sys, jax
+        jax.config.update("jax_platforms", "cpu")
+        from flurka.speed import aot
+        from flurka.speed.configs import Point
+        device = aot.target_device(aot.TARGETS["h100"])
+        rows = [aot.compile_point(Point("eva", mode, "layer", 2000, 512, 4, fused=fused),
+                                  device, None)
+                for mode, fused in (("forward", False), ("forward", True), ("train", True))]
+        json.dump(rows, open(sys.argv[1], "w"))
+    """, tmp_path)
+    assert all(row["status"] == "ok" for row in rows), rows
+    xla, fused, train = rows
+    n, heads, d, keys = 2000, 4, 128, 128
+    q = out = n * heads * d * 2                                       # bf16
+    summaries, bias, lse = 2 * keys * heads * d * 2, keys * 4, heads * n * 4
+    assert fused["traffic"]["by_kind"]["pallas"] == q + out + summaries + bias + lse
+    (kernel,) = fused["kernels"]
+    assert kernel["kernel"] == "flurka_softmax_query_side"
+    assert kernel["grid"] == [1, heads, -(-n // 128)], kernel
+    assert xla["traffic"]["bytes"] - fused["traffic"]["bytes"] >= 3 * n * 125 * heads * 4
+    assert {k["kernel"] for k in train["kernels"]} == {
+        f"flurka_softmax_query_side{part}" for part in ("", "_dq", "_dkv")}
+    assert all(k["spill_store_bytes"] == 0 and k["mma"] == "wgmma"
+               for k in fused["kernels"] + train["kernels"])
+
+
 def test_fused_projections_read_x_and_write_the_layers_output_once(tmp_path):
     """The flash comparison's layer (d_model 512, 4 heads of d_h = m = 128, bf16) at N = 1000
     with W_Q and W_O in the query-side kernel, compiled for the card: one kernel for the query

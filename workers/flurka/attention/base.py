@@ -29,9 +29,9 @@ multiples of 128; benchmarks/results/h200-2026-11-26/NOTES.md). Inside the layer
 Scales (1/√d_h, d_h^-1/4, m^-1/2) use the true sizes, so the output equals the unaligned layer's
 up to float rounding, the parameters (and checkpoints) are unchanged, and the FLOP model still
 counts the true shapes: the padding is extra work spent for speed, and is reported as such.
-Mechanisms whose maths would see a padded head dim (EVA's proposal: a LayerNorm over d_h) keep
-d_h and pad the rest (``align_head_dim = False``); cuDNN flash tiles itself and refuses ``align``
-at construction (``align_unsupported``).
+EVA's proposal (a Linear + LayerNorm over d_h) sees the true columns only; flurka-eva keeps d_h
+and pads the rest (``align_head_dim = False``); cuDNN flash tiles itself and refuses ``align`` at
+construction (``align_unsupported``).
 """
 
 from __future__ import annotations

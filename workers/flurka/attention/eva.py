@@ -29,6 +29,10 @@ Changed / simplified, and why:
   ω = μ as the original does at eval time.
 * No relative position bias (``use_rpe``/``use_t5_rpe``): position information comes from the model.
 
+Speed options: aligned (``align``), d_h is zero-padded like every other dimension, the proposal
+seeing the true columns (:func:`chunk_control_variates`); ``fused``, the [N, C] chunk half of the
+joint softmax runs in flurka-eva's Pallas softmax kernel (:func:`_fused_joint_softmax`).
+
 Product order (per head; w = window_size, c = chunk_size, C = N/c chunks):
   1. Q, K, V = X W_Q, X W_K, X W_V             3 × [N, d_m] · [d_m, d_m]
   2. chunk means, μ, k̃: Lin_q, Lin_k            2 × [C, d_h] · [d_h, d_h]
@@ -51,6 +55,7 @@ from flax import nnx
 from flurka.attention.base import (
     F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, contract, pad_to,
     round_up, zero_padding)
+from flurka.attention.fused import Tiling, fused_softmax_attention, layer_tiling
 from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
@@ -63,19 +68,27 @@ def masked_mean(x: Array, mask: Array, axis: int) -> Array:
     return jnp.sum(x.astype(F32), axis=axis) / jnp.maximum(count, 1.0)[..., None, None]
 
 
-def chunk_control_variates(kc, vc, mc, q_bar, mu_q, mu_k, noise):
+def chunk_control_variates(kc, vc, mc, q_bar, mu_q, mu_k, noise, head_dim: int | None = None):
     """Per-chunk RF control variates.
 
     kc, vc: [b, C, c, h, d] in the compute dtype (masked rows zero); mc: [b, C, c] bool; q_bar:
-    [b, C, h, d]; noise: None, [C, h, d] or [b, C, h, d]. Returns float32 (k̃ [b, C, h, d],
-    β [b, C, h, d]); products take operands in kc's dtype and accumulate in float32.
+    [b, C, h, d]; noise: None, [C, h, head_dim] or [b, C, h, head_dim]. Returns float32
+    (k̃ [b, C, h, d], β [b, C, h, d]); products take operands in kc's dtype and accumulate in
+    float32. ``head_dim`` (default d): the true d_h where d carries zero columns past it
+    (aligned layers): the proposal sees the true columns only, its outputs get zero ones, and
+    the scale is the true size's — so k̃ and ω are the unaligned ones, zero-extended.
     """
     d = kc.shape[-1]
-    scale = d ** -0.5
-    k_tilde = mu_k(masked_mean(kc, mc, axis=2))
-    omega = 0.5 * (mu_q(q_bar) + k_tilde)
+    head_dim = head_dim or d
+    scale = head_dim ** -0.5
+
+    def proposal(mu, x):
+        return pad_to(mu(x[..., :head_dim]), d, axis=-1)
+
+    k_tilde = proposal(mu_k, masked_mean(kc, mc, axis=2))
+    omega = 0.5 * (proposal(mu_q, q_bar) + k_tilde)
     if noise is not None:
-        omega = omega + noise
+        omega = omega + pad_to(noise, d, axis=-1)
     kf = kc.astype(F32)
     log_w = (contract("bcjhd,bchd->bchj", kc, omega, kc.dtype) * scale
              - 0.5 * scale * jnp.sum(kf * kf, axis=-1).transpose(0, 1, 3, 2))
@@ -85,13 +98,16 @@ def chunk_control_variates(kc, vc, mc, q_bar, mu_q, mu_k, noise):
 
 
 def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q, mu_k,
-                  noise=None):
+                  noise=None, head_dim: int | None = None, fused=None):
     """EVA on projected heads q, k, v [b, n, h, d] (self-attention: key_mask is also the query
-    mask); noise None (ω = μ), [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d].
-    Products take operands in q's dtype (softmax weights and chunk summaries rounded to it) and
-    accumulate in float32."""
+    mask); noise None (ω = μ), [≥C, h, head_dim] or [b, ≥C, h, head_dim]; ``head_dim``: the
+    true d_h where d is zero-padded past it (aligned layers). Returns float32 [b, n, h, d]
+    (``fused``: v's dtype). Products take operands in q's dtype (softmax weights and chunk
+    summaries rounded to it) and accumulate in float32. ``fused`` (a
+    :class:`~flurka.attention.fused.Tiling`): the chunk half of the joint softmax as a Pallas
+    kernel (:func:`_fused_joint_softmax`)."""
     b, n, h, d = q.shape
-    scale = d ** -0.5
+    scale = (head_dim or d) ** -0.5
     unit = math.lcm(window_size, chunk_size)
     n_pad = round_up(n, unit)
     mask = jnp.ones((b, n), bool) if key_mask is None else key_mask
@@ -109,11 +125,38 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
     if noise is not None:  # an aligned input may run past max_len: its extra chunks are empty
         noise = pad_to(noise[..., :nc, :, :], nc, axis=-3)
     k_tilde, beta = chunk_control_variates(kc, vc, mc, masked_mean(qc, mc, axis=2), mu_q, mu_k,
-                                           noise)
+                                           noise, head_dim)
+    real_chunk = jnp.any(mc, axis=-1)                                            # [b, C]
+    if fused:
+        return _fused_joint_softmax(local.reshape(b, h, n_pad, w), q, k_tilde, beta, real_chunk,
+                                    vw, scale, fused)[:, :n]
     chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale
-    chunk = jnp.where(jnp.any(mc, axis=-1)[:, None, None, :], chunk, NEG_INF)
+    chunk = jnp.where(real_chunk[:, None, None, :], chunk, NEG_INF)
 
     return _joint_softmax(local.reshape(b, h, n_pad, w), chunk, vw, beta, v.dtype)[:, :n]
+
+
+def _fused_joint_softmax(local, q, k_tilde, beta, real_chunk, vw, scale, tiling):
+    """The joint softmax of :func:`_joint_softmax` with its chunk half — the [N, C] part, C =
+    N / chunk_size — in the Pallas kernel flurka-eva's query side runs
+    (:func:`~flurka.attention.fused.fused_softmax_attention`: flash attention's online softmax
+    over the chunk summaries k̃, β, empty chunks masked by a key bias), so its logits and
+    weights never reach memory. The window half [N, w] stays in XLA. The two softmaxes join
+    exactly through their log-normalisers: with Z_c = e^lse_c, Z_w = e^lse_w,
+    out = (Z_c·out_c + Z_w·out_w) / (Z_c + Z_w) = s·out_c + (1 − s)·out_w, s = σ(lse_c − lse_w).
+    Returns [b, n, h, d] in vw's dtype."""
+    b, h, n, w = local.shape
+    d = vw.shape[-1]
+    dtype = vw.dtype
+    chunked, lse_c = fused_softmax_attention(
+        q, k_tilde.astype(q.dtype), beta.astype(dtype), scale=scale, with_lse=True,
+        bias=jnp.where(real_chunk, 0.0, NEG_INF), tiling=tiling, out_dtype=dtype)
+    lse_w = jax.nn.logsumexp(local, axis=-1, keepdims=True)                     # [b, h, n, 1]
+    weights = jnp.exp(local - lse_w)
+    windowed = contract("bhgij,bgjhd->bgihd", weights.reshape(b, h, n // w, w, w), vw,
+                        dtype).reshape(b, n, h, d)
+    share = jax.nn.sigmoid(lse_c - lse_w[..., 0]).transpose(0, 2, 1)[..., None]   # [b, n, h, 1]
+    return (share * chunked.astype(F32) + (1.0 - share) * windowed).astype(dtype)
 
 
 def _joint_softmax(local, chunk, vw, beta, dtype):
@@ -155,13 +198,11 @@ class EVAAttention(RandomFeatureMixin, AttentionLayer):
     chunks. ``deterministic`` (set by ``nnx.Module.eval()``) uses ω = μ."""
 
     mechanism = "eva"
-    # Aligned, EVA pads N, d_model (and flurka-eva's E·X) but not d_h: its proposal, a Linear +
-    # LayerNorm over d_h, would see the padded columns.
-    align_head_dim = False
 
     def __init__(self, *, window_size: int = 16, chunk_size: int = 16, redraw: bool = False,
-                 deterministic: bool = False, **kwargs):
+                 deterministic: bool = False, fused: bool | Tiling = False, **kwargs):
         super().__init__(**kwargs)
+        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
         self.window_size = self.check_window(window_size)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.redraw = bool(redraw)
@@ -194,4 +235,5 @@ class EVAAttention(RandomFeatureMixin, AttentionLayer):
     def core(self, q, k, v, key_mask, rng):
         return eva_attention(q, k, v, key_mask, window_size=self.window_size,
                              chunk_size=self.chunk_size, mu_q=self.adaptive_mu_q,
-                             mu_k=self.adaptive_mu_k, noise=self.current_noise(q.shape[0], rng))
+                             mu_k=self.adaptive_mu_k, noise=self.current_noise(q.shape[0], rng),
+                             head_dim=self.head_dim, fused=self.fused)

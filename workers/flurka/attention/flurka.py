@@ -119,6 +119,10 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
 
     mechanism = "flurka-eva"
     feature = SOFTMAX
+    # Aligned, flurka-eva pads N, d_model and E·X but not d_h: its key set is cut and summarised
+    # at the true d_h, in the XLA path and in the fused projections' kernels alike (plain EVA
+    # pads d_h, its proposal seeing the true columns: eva.chunk_control_variates).
+    align_head_dim = False
 
     def __init__(self, *, window_size: int | None = None, chunk_size: int = 16,
                  fused: bool | Tiling = False, fused_projections: bool = False, **kwargs):

@@ -39,7 +39,9 @@ flurka-eva's query side is a softmax, not a kernel feature map: one softmax over
 set every query sees (its exact window and chunk summaries). :func:`fused_softmax_attention`
 runs it as flash attention does (online softmax over 64-key steps, :func:`online_softmax`, which
 the projected kernel shares; backward: dq per row block, dK and dV per key block, from each row's
-saved log-sum-exp), same tiling and masking.
+saved log-sum-exp), same tiling and masking. EVA's chunk half is the same softmax over its
+chunk summaries — N / chunk_size keys, empty chunks masked by a key bias — returning each row's
+log-sum-exp too, through which EVA joins it with its windows' softmax exactly.
 """
 
 from __future__ import annotations
@@ -536,10 +538,13 @@ def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = No
 KEY_BLOCK = 64     # keys per step: a [rows, 64] float32 logit tile beside the [rows, d] output
 
 
-def _logits(q, k, first, keys, scale):
-    """scale · q kᵀ (float32 [rows, KEY_BLOCK]) against the key block from key ``first``, keys
-    past ``keys`` −inf; ``q`` and ``k``: their head-dim blocks, in the same order."""
+def _logits(q, k, first, keys, scale, bias=None):
+    """scale · q kᵀ (+ the keys' ``bias`` [1, KEY_BLOCK]; float32 [rows, KEY_BLOCK]) against
+    the key block from key ``first``, keys past ``keys`` −inf; ``q`` and ``k``: their head-dim
+    blocks, in the same order."""
     logits = scale * summed(dot(qc, kc, ((1,), (1,))) for qc, kc in zip(q, k))
+    if bias is not None:
+        logits = logits + bias
     column = first + jax.lax.broadcasted_iota(jnp.int32, (1, KEY_BLOCK), 1)
     return jnp.where(column < keys, logits, -jnp.inf)
 
@@ -549,16 +554,18 @@ def _key_rows(i):
     return block_slice(i, KEY_BLOCK)
 
 
-def online_softmax(q, key_block, value_block, key_blocks: int, keys: int, scale: float):
+def online_softmax(q, key_block, value_block, key_blocks: int, keys: int, scale: float,
+                   key_bias=None):
     """A block of query rows (``q``: its head-dim blocks) against ``key_blocks`` blocks of
     :data:`KEY_BLOCK` keys, the first ``keys`` real: flash attention's running max ``top``,
     ``total`` (Σ exp(logit − top)) [rows, 1] and the unnormalised output's head-dim blocks,
     float32. ``key_block(rows)``/``value_block(rows)``: those keys' and values' head-dim blocks
-    (compute dtype)."""
+    (compute dtype); ``key_bias(rows)``: their logit bias [1, KEY_BLOCK] (None: none)."""
     def step(i, carry):
         top, total, acc = carry
         rows = _key_rows(i)
-        logits = _logits(q, key_block(rows), i * KEY_BLOCK, keys, scale)
+        logits = _logits(q, key_block(rows), i * KEY_BLOCK, keys, scale,
+                         None if key_bias is None else key_bias(rows))
         new_top = jnp.maximum(top, jnp.max(logits, axis=1, keepdims=True))
         weights, rescale = jnp.exp(logits - new_top), jnp.exp(top - new_top)
         total = total * rescale + jnp.sum(weights, axis=1, keepdims=True)
@@ -572,22 +579,35 @@ def online_softmax(q, key_block, value_block, key_blocks: int, keys: int, scale:
     return jax.lax.fori_loop(0, key_blocks, step, carry)
 
 
-def _softmax_kernel(q_ref, k_ref, v_ref, o_ref, *lse_ref, n, keys, scale):
+def _softmax_kernel(q_ref, k_ref, v_ref, *refs, n, keys, scale, biased):
     """One program: a block of query rows against all ``keys`` rows of k and v (padded to
-    :data:`KEY_BLOCK`: those logits masked), head dim in 128-wide blocks. With ``lse_ref``
-    (differentiated steps) also each row's log Σ exp(logits), which the backward recomputes
-    the weights from."""
+    :data:`KEY_BLOCK`: those logits masked), head dim in 128-wide blocks; ``biased``: the first
+    of ``refs`` is the keys' logit bias [J padded]. With an lse output (differentiated steps, or
+    a caller that joins this softmax with another) also each row's log Σ exp(logits), which the
+    backward recomputes the weights from."""
+    bias_ref, (o_ref, *lse_ref) = _leading(refs, biased)
     db = column_blocks(q_ref.shape[1])
     real = program_rows(q_ref.shape[0], n)
     q = [masked_load(q_ref.at[:, c], real) for c in db]
     top, total, acc = online_softmax(q, lambda rows: [k_ref[rows, c] for c in db],
                                      lambda rows: [v_ref[rows, c] for c in db],
-                                     k_ref.shape[0] // KEY_BLOCK, keys, scale)
+                                     k_ref.shape[0] // KEY_BLOCK, keys, scale,
+                                     _bias_rows(bias_ref))
     for a, c in zip(acc, db):
         plgpu.store(o_ref.at[:, c], (a / total).astype(o_ref.dtype), mask=real)
     if lse_ref:
         plgpu.store(lse_ref[0], (top + jnp.log(total))[:, 0],
                     mask=None if real is None else real[:, 0])
+
+
+def _leading(refs, present: bool):
+    """(the first of a kernel's optional refs, or None where absent; the refs after it)."""
+    return (refs[0], refs[1:]) if present else (None, refs)
+
+
+def _bias_rows(bias_ref):
+    """``key_bias`` for :func:`online_softmax`: the key block's bias as a [1, KEY_BLOCK] row."""
+    return None if bias_ref is None else (lambda rows: bias_ref[rows][None, :])
 
 
 def _softmax_rows(q_ref, g_ref, rows, real):
@@ -602,14 +622,18 @@ def row_delta(g, out):
     return jnp.sum(g.astype(F32) * out.astype(F32), axis=1, keepdims=True)
 
 
-def softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys: int, scale: float):
+def softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys: int, scale: float,
+                           bias_ref=None):
     """In a kernel: dq (float32, ``scale`` applied) of a block of query rows — q and g in the
     compute dtype, lse and δ = Σ_d g·out [rows, 1] — over the key blocks of ``k_ref``/``v_ref``
-    ([J padded, d]): P = exp(logits − lse), dS = P ⊙ (g vᵀ − δ), dq = scale · dS k (flash
-    attention's backward, query side)."""
+    ([J padded, d]; ``bias_ref``: the keys' logit bias [J padded] or None): P = exp(logits −
+    lse), dS = P ⊙ (g vᵀ − δ), dq = scale · dS k (flash attention's backward, query side)."""
+    key_bias = _bias_rows(bias_ref)
+
     def step(i, dq):
         k = k_ref[_key_rows(i), :]
-        weights = jnp.exp(_logits([q], [k], i * KEY_BLOCK, keys, scale) - lse)
+        bias = None if key_bias is None else key_bias(_key_rows(i))
+        weights = jnp.exp(_logits([q], [k], i * KEY_BLOCK, keys, scale, bias) - lse)
         d_logits = weights * (dot(g, v_ref[_key_rows(i), :], ((1,), (1,))) - delta)
         return dq + dot(d_logits.astype(q.dtype), k)
 
@@ -617,23 +641,29 @@ def softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys: int, scale: flo
     return scale * dq
 
 
-def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, dq_ref, delta_ref, *, n,
-                       keys, scale):
+def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, *refs, n, keys, scale,
+                       biased, lse_cotangent):
     """dq of a block of query rows (:func:`softmax_query_gradient`), and their δ for the key
-    side's kernel (which then reads no output)."""
+    side's kernel (which then reads no output). ``refs``: the keys' bias (``biased``), the lse
+    output's cotangent (``lse_cotangent``: ∂lse/∂logits = P, so it enters as δ − g_lse), then
+    dq and δ."""
+    bias_ref, refs = _leading(refs, biased)
+    g_lse_ref, (dq_ref, delta_ref) = _leading(refs, lse_cotangent)
     block_n = q_ref.shape[0]
     real = program_rows(block_n, n)
     rows = pl.ds(0, block_n)
     q, g = _softmax_rows(q_ref, g_ref, rows, real)
     delta = row_delta(g, masked_load(o_ref.at[rows, :], real))
-    (lse,) = row_columns((lse_ref,), rows, real)
-    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale)
+    lse, g_lse = row_columns((lse_ref, g_lse_ref), rows, real)
+    if g_lse is not None:
+        delta = delta - g_lse
+    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale, bias_ref)
     plgpu.store(dq_ref, dq.astype(dq_ref.dtype), mask=real)
     plgpu.store(delta_ref, delta[:, 0], mask=None if real is None else real[:, 0])
 
 
-def _softmax_dkv_kernel(q_ref, k_ref, v_ref, g_ref, lse_ref, delta_ref, dk_ref, dv_ref, *, n,
-                        keys, key_blocks, scale, block_n):
+def _softmax_dkv_kernel(q_ref, k_ref, v_ref, g_ref, lse_ref, delta_ref, *refs, n, keys,
+                        key_blocks, scale, block_n, biased):
     """One key block's partial dK, dV over a chunk of query rows in steps of ``block_n``:
     dV += Pᵀ g, dK += scale · dSᵀ q (flash attention's backward, key side), each row's δ as the
     query side's kernel wrote it; XLA sums the chunks' partials. The grid's last axis is
@@ -641,11 +671,13 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, g_ref, lse_ref, delta_ref, dk_ref, 
     starts blocks batch, then head, then this axis fastest) that run together and read its q and
     g rows from L2, not each again from memory: key block-major order read them 5 times per
     layer at 304 keys."""
+    bias_ref, (dk_ref, dv_ref) = _leading(refs, biased)
     chunk_rows = q_ref.shape[0]
     # program ids read outside the loop: the interpreter cannot lower them inside it
     first = pl.program_id(2) // key_blocks * chunk_rows
     first_key = pl.program_id(2) % key_blocks * KEY_BLOCK
     k, v = k_ref[...], v_ref[...]
+    bias = None if bias_ref is None else bias_ref[...][None, :]
 
     def step(i, carry):
         dk, dv = carry
@@ -653,7 +685,7 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, g_ref, lse_ref, delta_ref, dk_ref, 
         real = real_rows(first + i * block_n, block_n, n) if n % chunk_rows else None
         q, g = _softmax_rows(q_ref, g_ref, rows, real)
         lse, delta = row_columns((lse_ref, delta_ref), rows, real)
-        weights = jnp.exp(_logits([q], [k], first_key, keys, scale) - lse)
+        weights = jnp.exp(_logits([q], [k], first_key, keys, scale, bias) - lse)
         d_logits = weights * (dot(g, v, ((1,), (1,))) - delta)
         return (dk + dot(d_logits.astype(q.dtype), q, ((0,), (0,))),
                 dv + dot(weights.astype(q.dtype), g, ((0,), (0,))))
@@ -664,11 +696,16 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, g_ref, lse_ref, delta_ref, dk_ref, 
     dv_ref[...] = dv
 
 
-def reference_softmax_attention(q, k, v, *, scale):
+def reference_softmax_attention(q, k, v, *, scale, bias=None, with_lse=False):
     """The XLA path's softmax over a shared key set (what :func:`fused_softmax_attention`
-    computes): logits on compute-dtype operands in float32, weights cast to v's dtype; float32."""
+    computes): logits on compute-dtype operands in float32 (+ the keys' ``bias`` [b, J]),
+    weights cast to v's dtype; float32 [b, n, h, d], and with ``with_lse`` each row's
+    log Σ exp(logits) [b, h, n]."""
     logits = contract("bnhd,bjhd->bhnj", q, k, q.dtype) * scale
-    return contract("bhnj,bjhd->bnhd", jax.nn.softmax(logits, axis=-1), v, v.dtype)
+    if bias is not None:
+        logits = logits + bias[:, None, None, :]
+    out = contract("bhnj,bjhd->bnhd", jax.nn.softmax(logits, axis=-1), v, v.dtype)
+    return (out, jax.nn.logsumexp(logits, axis=-1)) if with_lse else out
 
 
 def _whole(k):
@@ -677,11 +714,21 @@ def _whole(k):
                         lambda i, j, r: (i, 0, j, 0))
 
 
+def _whole_bias(bias):
+    """All keys' bias [b, J padded] of a batch element, for a (batch, head, ·) grid."""
+    return [] if bias is None else [pl.BlockSpec((pl.squeezed, bias.shape[1]),
+                                                 lambda i, j, r: (i, 0))]
+
+
 def _lse_spec(rows):
     return pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda i, j, r: (i, j, r))
 
 
-def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, with_lse, *, interpret):
+def _optional(*arrays):
+    return [a for a in arrays if a is not None]
+
+
+def _pallas_softmax(q, k, v, bias, keys, scale, tiling, out_dtype, with_lse, *, interpret):
     """The forward kernel's output (and with ``with_lse``, each row's lse [b, h, n])."""
     b, n, h, d = q.shape
     block_n, num_warps, num_stages = _launch(tiling, d)
@@ -691,36 +738,43 @@ def _pallas_softmax(q, k, v, keys, scale, tiling, out_dtype, with_lse, *, interp
         out_shape.append(jax.ShapeDtypeStruct((b, h, n), F32))
         out_specs.append(_lse_spec(block_n))
     outs = pl.pallas_call(
-        functools.partial(_softmax_kernel, n=n, keys=keys, scale=scale),
+        functools.partial(_softmax_kernel, n=n, keys=keys, scale=scale,
+                          biased=bias is not None),
         out_shape=out_shape, grid=(b, h, pl.cdiv(n, block_n)),
-        in_specs=[_row_spec(block_n, d), _whole(k), _whole(v)], out_specs=out_specs,
+        in_specs=[_row_spec(block_n, d), _whole(k), _whole(v), *_whole_bias(bias)],
+        out_specs=out_specs,
         compiler_params=_compiler_params(d, KEY_BLOCK, num_warps, num_stages),
-        interpret=interpret, name="flurka_softmax_query_side")(q, k, v)
-    return outs if with_lse else outs[0]
+        interpret=interpret, name="flurka_softmax_query_side")(q, k, v, *_optional(bias))
+    return tuple(outs) if with_lse else outs[0]
 
 
-def _pallas_softmax_bwd(q, k, v, out, lse, g, keys, scale, tiling, *, interpret):
-    """(dq, dk, dv) from the two backward kernels (query side up to one block wide)."""
+def _pallas_softmax_bwd(q, k, v, bias, out, lse, g, g_lse, keys, scale, tiling, *, interpret):
+    """(dq, dk, dv) from the two backward kernels (query side up to one block wide); ``g_lse``:
+    the lse output's cotangent [b, h, n], or None."""
     b, n, h, d = q.shape
     dq_rows = max(16, tiling.block_n // 2)
     row_spec = _row_spec(dq_rows, d)
     dq, delta = pl.pallas_call(
-        functools.partial(_softmax_dq_kernel, n=n, keys=keys, scale=scale),
+        functools.partial(_softmax_dq_kernel, n=n, keys=keys, scale=scale,
+                          biased=bias is not None, lse_cotangent=g_lse is not None),
         out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), jax.ShapeDtypeStruct(lse.shape, F32)],
         grid=(b, h, pl.cdiv(n, dq_rows)),
-        in_specs=[row_spec, _whole(k), _whole(v), row_spec, row_spec, _lse_spec(dq_rows)],
+        in_specs=[row_spec, _whole(k), _whole(v), row_spec, row_spec, _lse_spec(dq_rows),
+                  *_whole_bias(bias), *([_lse_spec(dq_rows)] if g_lse is not None else [])],
         out_specs=[row_spec, _lse_spec(dq_rows)],
         compiler_params=_compiler_params(d, KEY_BLOCK, tiling.bwd_num_warps, tiling.num_stages),
-        interpret=interpret, name="flurka_softmax_query_side_dq")(q, k, v, out, g, lse)
+        interpret=interpret, name="flurka_softmax_query_side_dq")(
+            q, k, v, out, g, lse, *_optional(bias, g_lse))
     return (dq, *softmax_key_gradient(q, k, v, lse, delta, g, keys, scale, tiling,
-                                      interpret=interpret))
+                                      interpret=interpret, bias=bias))
 
 
-def softmax_key_gradient(q, k, v, lse, delta, g, keys, scale, tiling, *, interpret):
+def softmax_key_gradient(q, k, v, lse, delta, g, keys, scale, tiling, *, interpret, bias=None):
     """(dk, dv) [b, J padded, h, d] in k's dtype: the key side's backward kernel over q, the
     output's cotangent g [b, n, h, d] (compute dtype), each row's lse and δ = Σ_d g·out
     [b, h, n] (float32, from the query side's kernel: the output itself is not read here), k and
-    v [b, J padded to :data:`KEY_BLOCK`, h, d] with ``keys`` real."""
+    v [b, J padded to :data:`KEY_BLOCK`, h, d] with ``keys`` real (``bias``: their logit bias
+    [b, J padded], or None)."""
     b, n, h, d = q.shape
     block_n = tiling.bwd_block_n
     rows = min(tiling.bwd_rows, pl.next_power_of_2(round_up(n, block_n)))
@@ -729,71 +783,91 @@ def softmax_key_gradient(q, k, v, lse, delta, g, keys, scale, tiling, *, interpr
                          lambda i, j, t: (i, t // key_blocks, j, 0))
     key_block = pl.BlockSpec((pl.squeezed, KEY_BLOCK, pl.squeezed, d),
                              lambda i, j, t: (i, t % key_blocks, j, 0))
+    bias_block = pl.BlockSpec((pl.squeezed, KEY_BLOCK), lambda i, j, t: (i, t % key_blocks))
     partial = pl.BlockSpec((pl.squeezed,) * 3 + (KEY_BLOCK, d),
                            lambda i, j, t: (i, j, t // key_blocks, t % key_blocks, 0))
     dk, dv = pl.pallas_call(
         functools.partial(_softmax_dkv_kernel, n=n, keys=keys, key_blocks=key_blocks,
-                          scale=scale, block_n=block_n),
+                          scale=scale, block_n=block_n, biased=bias is not None),
         out_shape=[jax.ShapeDtypeStruct((b, h, chunks, k.shape[1], d), F32)] * 2,
         grid=(b, h, chunks * key_blocks),
         in_specs=[chunk, key_block, key_block, chunk, *[pl.BlockSpec(
-            (pl.squeezed, pl.squeezed, rows), lambda i, j, t: (i, j, t // key_blocks))] * 2],
+            (pl.squeezed, pl.squeezed, rows), lambda i, j, t: (i, j, t // key_blocks))] * 2,
+            *([bias_block] if bias is not None else [])],
         out_specs=[partial, partial],
         compiler_params=_compiler_params(d, KEY_BLOCK, tiling.bwd_num_warps, tiling.num_stages),
-        interpret=interpret, name="flurka_softmax_query_side_dkv")(q, k, v, g, lse, delta)
+        interpret=interpret, name="flurka_softmax_query_side_dkv")(
+            q, k, v, g, lse, delta, *_optional(bias))
     return tuple(t.sum(axis=2).transpose(0, 2, 1, 3).astype(k.dtype) for t in (dk, dv))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6, 7))
-def _fused_softmax(q, k, v, keys, scale, tiling, out_dtype, interpret):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7, 8, 9))
+def _fused_softmax(q, k, v, bias, keys, scale, tiling, out_dtype, with_lse, interpret):
     return on_gpu_or_interpreted(functools.partial(
-        _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype, False), interpret)
+        _pallas_softmax, q, k, v, bias, keys, scale, tiling, out_dtype, with_lse), interpret)
 
 
-def _fused_softmax_fwd(q, k, v, keys, scale, tiling, out_dtype, interpret):
+def _fused_softmax_fwd(q, k, v, bias, keys, scale, tiling, out_dtype, with_lse, interpret):
     """Up to one block wide: the forward kernel, keeping each row's lse for the backward
     kernels. Wider: the XLA path, its residuals serving the gradient (a backward program's
     [64, d] float32 dK and dV would spill)."""
     if q.shape[-1] > BLOCK:
-        out, vjp = jax.vjp(functools.partial(reference_softmax_attention, scale=scale), q,
-                           k[:, :keys], v[:, :keys])
-        return out.astype(out_dtype), vjp
+        reference = functools.partial(
+            reference_softmax_attention, scale=scale, with_lse=with_lse,
+            bias=None if bias is None else bias[:, :keys])
+        outs, vjp = jax.vjp(reference, q, k[:, :keys], v[:, :keys])
+        if with_lse:
+            return (outs[0].astype(out_dtype), outs[1]), (vjp, bias)
+        return outs.astype(out_dtype), (vjp, bias)
     out, lse = on_gpu_or_interpreted(functools.partial(
-        _pallas_softmax, q, k, v, keys, scale, tiling, out_dtype, True), interpret)
-    return out, (q, k, v, out, lse)
+        _pallas_softmax, q, k, v, bias, keys, scale, tiling, out_dtype, True), interpret)
+    return (out, lse) if with_lse else out, (q, k, v, out, lse, bias)
 
 
-def _fused_softmax_bwd(keys, scale, tiling, out_dtype, interpret, saved, g):
-    if not isinstance(saved, tuple):   # wide: the XLA path's vjp
-        dq, dk, dv = saved(g.astype(F32))
+def _fused_softmax_bwd(keys, scale, tiling, out_dtype, with_lse, interpret, saved, g):
+    """``saved``: (the XLA path's vjp, bias) where wide, else the kernels' residuals, bias last."""
+    *saved, bias = saved
+    g, g_lse = g if with_lse else (g, None)
+    d_bias = None if bias is None else jnp.zeros_like(bias)   # a mask: never trained
+    if len(saved) == 1:
+        (vjp,) = saved
+        dq, dk, dv = vjp((g.astype(F32), g_lse) if with_lse else g.astype(F32))
         padded = round_up(keys, KEY_BLOCK)
-        return dq, pad_to(dk, padded, axis=1), pad_to(dv, padded, axis=1)
+        return dq, pad_to(dk, padded, axis=1), pad_to(dv, padded, axis=1), d_bias
     q, k, v, out, lse = saved
-    return on_gpu_or_interpreted(functools.partial(
-        _pallas_softmax_bwd, q, k, v, out, lse, g, keys, scale, tiling), interpret)
+    return (*on_gpu_or_interpreted(functools.partial(
+        _pallas_softmax_bwd, q, k, v, bias, out, lse, g, g_lse, keys, scale, tiling),
+        interpret), d_bias)
 
 
 _fused_softmax.defvjp(_fused_softmax_fwd, _fused_softmax_bwd)
 
 
-def fused_softmax_attention(q: Array, k: Array, v: Array, *, scale: float,
-                            interpret: bool = False, tiling: Tiling | bool | None = None,
-                            out_dtype=F32) -> Array:
-    """softmax(q·kᵀ·scale)·v over a short key set every query sees (flurka-eva's exact window
-    and chunk summaries) in one kernel that reads q and writes the output once: the
-    [N, window_size + C] logits never reach memory. q [b, n, h, d], k and v [b, J, h, d] (all
-    rows real), in the compute dtype; result [b, n, h, d] in ``out_dtype``. Its gradient is two
-    more kernels (flash attention's backward: dq per block of query rows; per key block dK and
-    dV partials over chunks of rows) from each row's lse, which a differentiated forward keeps;
-    past one block of head dim the gradient is the XLA path's
-    (:func:`reference_softmax_attention`, its forward run instead of the kernel)."""
+def fused_softmax_attention(q: Array, k: Array, v: Array, *, scale: float, bias=None,
+                            with_lse: bool = False, interpret: bool = False,
+                            tiling: Tiling | bool | None = None, out_dtype=F32):
+    """softmax(q·kᵀ·scale + bias)·v over a short key set every query sees (flurka-eva's exact
+    window and chunk summaries; EVA's chunk summaries) in one kernel that reads q and writes the
+    output once: the [N, J] logits never reach memory. q [b, n, h, d], k and v [b, J, h, d], in
+    the compute dtype; ``bias`` [b, J] float32 (a mask: NEG_INF on keys a batch element lacks,
+    never differentiated) or None. Result [b, n, h, d] in ``out_dtype``; with ``with_lse`` also
+    each row's log Σ exp(logits) [b, h, n] float32, differentiable — what a caller needs to join
+    this softmax with another exactly (EVA's windows). Its gradient is two more kernels (flash
+    attention's backward: dq per block of query rows; per key block dK and dV partials over
+    chunks of rows) from each row's lse, which a differentiated forward keeps; past one block of
+    head dim the gradient is the XLA path's (:func:`reference_softmax_attention`, its forward run
+    instead of the kernel)."""
     d, keys = q.shape[-1], k.shape[1]
     td, tk = tile_size(d), round_up(keys, KEY_BLOCK)
     k, v = (_pad(_pad(t.astype(q.dtype), tk, 1), td, 3) for t in (k, v))
-    out = _fused_softmax(_pad(q, td, 3), k, v, keys, scale,
-                         tiling if isinstance(tiling, Tiling) else current_tiling(),
-                         jnp.dtype(out_dtype), interpret)
-    return out if td == d else out[..., :d]
+    if bias is not None:
+        bias = _pad(bias.astype(F32), tk, 1)
+    outs = _fused_softmax(_pad(q, td, 3), k, v, bias, keys, scale,
+                          tiling if isinstance(tiling, Tiling) else current_tiling(),
+                          jnp.dtype(out_dtype), bool(with_lse), interpret)
+    out, lse = outs if with_lse else (outs, None)
+    out = out if td == d else out[..., :d]
+    return (out, lse) if with_lse else out
 
 
 def _pad(x, n, axis):

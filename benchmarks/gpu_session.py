@@ -95,12 +95,13 @@ SHORT_ALIGNED = ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"fo
                              "mechanism": FIVE})
 EVA_TRAIN_ALIGNED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"},
                                  **ALIGNED, "mechanism": {"eva", "flurka-eva"}})
-# EVA, the one layer past 2x its floor on the H100 (3.51x aligned, forward): aligned again now
-# that it pads d_h too (its proposal on the true columns), and with its [N, C] chunk softmax in
-# flurka-eva's kernel (plan at 55.5k on the H100 target: 38.0 -> 12.2 GB).
+# The EVAs aligned now that they pad d_h too (their proposal on the true columns): EVA, the one
+# layer past 2x its floor on the H100 (3.51x aligned, forward), with its [N, C] chunk softmax in
+# flurka-eva's kernel (plan at 55.5k on the H100 target: 38.0 -> 12.2 GB), and flurka-eva
+# (1.78x fused, 1.88x XLA; its N-sized softmax products no longer 325 deep).
 EVA_FORWARD_ALIGNED = [
     ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                 **fused, "mechanism": {"eva"}}) for fused in ({"fused": {True}}, {})]
+                 **fused, "mechanism": {"eva", "flurka-eva"}}) for fused in ({"fused": {True}}, {})]
 DK_SWEEP = ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
                          "mechanism": FIVE})
 DMODEL_SWEEP = ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
@@ -209,7 +210,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         # forward; it ran at 6.6x its floor): what the card makes of it.
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward", "train"},
                      "mechanism": {"eva"}}),
-        # The EVAs aligned (d_h kept: their proposal's LayerNorm sees it), against the aligned
+        # The EVAs aligned (d_h padded, their proposal on the true columns), against the aligned
         # Linformer that beat flurka-eva (0.72x at 55.5k) when only Linformer could align.
         ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward", "train"},
                      **ALIGNED, "mechanism": {"eva", "flurka-eva"}}),

@@ -18,7 +18,7 @@ from flax import nnx
 from flurka.attention import make_attention
 
 ALIGNABLE = ["full", "linformer", "performer", "rnn", "flurka-performer", "flurka-rnn",
-             "eva", "flurka-eva"]              # flurka-eva keeps d_h (its key set's)
+             "eva", "flurka-eva"]
 CASES = [(m, None) for m in ALIGNABLE] + [(m, s) for m in ("linformer", "flurka-rnn")
                                            for s in ("kv", "none")]
 OPTIONS = dict(d_k=7, num_features=5)

@@ -273,10 +273,11 @@ def test_fused_softmax_with_key_bias_and_lse_matches_float64_formula(n, keys, d,
     _assert_matches_float64(fused, core, (q, k, v), rng, per_batch=True)
 
 
-@pytest.mark.parametrize("mechanism,align", [("flurka-eva", None), ("eva", None), ("eva", 16)])
+@pytest.mark.parametrize("mechanism,align", [("flurka-eva", None), ("flurka-eva", 16),
+                                             ("eva", None), ("eva", 16)])
 def test_fused_eva_layer_matches_float64_reference_and_the_xla_path(mechanism, align, rng_seed):
     """flurka-eva with its query side fused, and EVA with its chunk half fused (joined with its
-    windows through the lse; aligned: d_h 8 → 16 in the layer, the proposal on the true 8): the
+    windows through the lse); aligned, d_h 8 → 16 in the layer, the proposal on the true 8. The
     layer against the float64 reference (float32), and in bf16 against the XLA path (its output
     written in bf16), gradients included. The inputs' third sequence (5 of 20 rows) leaves
     EVA's last chunks empty: the kernel's key bias masks them."""

@@ -29,9 +29,8 @@ multiples of 128; benchmarks/results/h200-2026-11-26/NOTES.md). Inside the layer
 Scales (1/√d_h, d_h^-1/4, m^-1/2) use the true sizes, so the output equals the unaligned layer's
 up to float rounding, the parameters (and checkpoints) are unchanged, and the FLOP model still
 counts the true shapes: the padding is extra work spent for speed, and is reported as such.
-EVA's proposal (a Linear + LayerNorm over d_h) sees the true columns only; flurka-eva keeps d_h
-and pads the rest (``align_head_dim = False``); cuDNN flash tiles itself and refuses ``align`` at
-construction (``align_unsupported``).
+The EVAs' proposal (a Linear + LayerNorm over d_h) sees the true columns only. cuDNN flash tiles
+itself and refuses ``align`` at construction (``align_unsupported``).
 """
 
 from __future__ import annotations
@@ -146,7 +145,6 @@ class AttentionLayer(nnx.Module):
 
     mechanism: str = "base"
     align_unsupported: str | None = None  # why ``align`` cannot be exact here (None: it can)
-    align_head_dim: bool = True  # False: aligned execution keeps d_h (the maths sees its width)
     fused_projections: bool = False  # kernel layers: W_Q + query side + W_O as one kernel
     fuses_norm: bool = False  # the block's pre-attention LayerNorm runs inside its kernels
 
@@ -176,7 +174,7 @@ class AttentionLayer(nnx.Module):
         self.d_model = d_model
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
-        self.padded_head_dim = round_up(self.head_dim, align if self.align_head_dim else None)
+        self.padded_head_dim = round_up(self.head_dim, align)
         self.max_len = max_len
         self.dtype = dtype
 

@@ -63,11 +63,12 @@ class FlurkaRNN(LowRankKV, RNNAttention):
 
 
 def compressed_key_set(k, v, q_bar, *, window_size: int, chunk_size: int, mu_q, mu_k,
-                       noise=None):
+                       noise=None, head_dim: int | None = None):
     """flurka-eva's joint key set, which every query attends: its window's compressed rows and
     the chunk summaries (definition in the module docstring), (keys, values) [b, window_size + C,
-    h, d] in k's and v's dtype. k, v: [b, d_k, h, d] compressed (all rows real); q_bar [b, h, d]
-    float32, the mean of the sequence's real queries; noise None, [≥C, h, d] or [b, ≥C, h, d].
+    h, d] in k's and v's dtype. k, v: [b, d_k, h, d] compressed (all rows real); q_bar [b, h, ·]
+    float32, the mean of the sequence's real queries (d wide, or the true ``head_dim``: the
+    proposal reads only those columns); noise None, [≥C, h, head_dim] or [b, ≥C, h, head_dim].
     The short key sets are joined here (not the [N, ·] logits after the product: a concatenation
     pass over [b, h, N, window_size + C] float32 per layer). Every chunk holds a real row
     (nc = ⌈rest / chunk_size⌉), so no joint logit is masked."""
@@ -81,19 +82,20 @@ def compressed_key_set(k, v, q_bar, *, window_size: int, chunk_size: int, mu_q, 
         mc = pad_to(jnp.ones((b, rest), bool), nc * chunk_size).reshape(b, nc, chunk_size)
         if noise is not None:
             noise = noise[..., :nc, :, :]
-        k_tilde, beta = chunk_control_variates(
-            kc, vc, mc, jnp.broadcast_to(q_bar[:, None], (b, nc, h, d)), mu_q, mu_k, noise)
+        q_bar = jnp.broadcast_to(q_bar[:, None], (b, nc) + q_bar.shape[1:])
+        k_tilde, beta = chunk_control_variates(kc, vc, mc, q_bar, mu_q, mu_k, noise, head_dim)
         keys.append(k_tilde.astype(k.dtype))
         values.append(beta.astype(v.dtype))
     return jnp.concatenate(keys, axis=1), jnp.concatenate(values, axis=1)
 
 
 def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_size: int, mu_q,
-                             mu_k, noise=None, fused=None):
+                             mu_k, noise=None, fused=None, head_dim: int | None = None):
     """flurka-eva's core (definition in the module docstring).
 
     q: [b, n, h, d]; k, v: [b, d_k, h, d] compressed (all rows real); query_mask [b, n] or None;
-    noise None, [≥C, h, d] or [b, ≥C, h, d]. Returns float32 [b, n, h, d]; products take operands
+    noise None, [≥C, h, head_dim] or [b, ≥C, h, head_dim]; ``head_dim``: the true d_h where d is
+    zero-padded past it (aligned layers). Returns float32 [b, n, h, d]; products take operands
     in q's dtype and accumulate in float32 (as :func:`~flurka.attention.eva.eva_attention`).
     ``fused`` (a :class:`~flurka.attention.fused.Tiling`): the query side — one softmax over
     the window_size + C keys — as one Pallas kernel (its gradient two more), its result in v's
@@ -104,8 +106,9 @@ def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_siz
     qmask = jnp.ones((b, n), bool) if query_mask is None else query_mask
     q_bar = masked_mean(q[:, None], qmask[:, None], axis=2)[:, 0]            # [b, h, d]
     keys, values = compressed_key_set(k, v, q_bar, window_size=window_size,
-                                      chunk_size=chunk_size, mu_q=mu_q, mu_k=mu_k, noise=noise)
-    scale = q.shape[-1] ** -0.5
+                                      chunk_size=chunk_size, mu_q=mu_q, mu_k=mu_k, noise=noise,
+                                      head_dim=head_dim)
+    scale = (head_dim or q.shape[-1]) ** -0.5
     if fused:
         return fused_softmax_attention(q, keys, values, scale=scale, tiling=fused,
                                        out_dtype=v.dtype)
@@ -119,15 +122,11 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
 
     mechanism = "flurka-eva"
     feature = SOFTMAX
-    # Aligned, flurka-eva pads N, d_model and E·X but not d_h: its key set is cut and summarised
-    # at the true d_h, in the XLA path and in the fused projections' kernels alike (plain EVA
-    # pads d_h, its proposal seeing the true columns: eva.chunk_control_variates).
-    align_head_dim = False
 
     def __init__(self, *, window_size: int | None = None, chunk_size: int = 16,
                  fused: bool | Tiling = False, fused_projections: bool = False, **kwargs):
         super().__init__(window_size=window_size, chunk_size=chunk_size, **kwargs)
-        self.fused = layer_tiling(self.mechanism, fused, self.head_dim)
+        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
         self.init_projections(fused_projections)
 
     def check_window(self, window_size):
@@ -151,7 +150,8 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
         return compressed_key_set(k, v, q_bar, window_size=self.window_size,
                                   chunk_size=self.chunk_size, mu_q=self.adaptive_mu_q,
                                   mu_k=self.adaptive_mu_k,
-                                  noise=self.current_noise(k.shape[0], rng))
+                                  noise=self.current_noise(k.shape[0], rng),
+                                  head_dim=self.head_dim)
 
     def projected_key_side(self, x, mask, rng, norm=None):
         """(keys, values) for the projected kernel. Q never exists there, so q̄ — the mean of
@@ -177,4 +177,4 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
         return compressed_eva_attention(
             q, k, v, mask, window_size=self.window_size, chunk_size=self.chunk_size,
             mu_q=self.adaptive_mu_q, mu_k=self.adaptive_mu_k,
-            noise=self.current_noise(q.shape[0], rng), fused=self.fused)
+            noise=self.current_noise(q.shape[0], rng), fused=self.fused, head_dim=self.head_dim)

@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from attention_reference import build, favor_core, inputs, reference, rnn_core, softmax_core
+from attention_reference import (
+    build, favor_core, inputs, randomize, reference, rnn_core, softmax_core)
 from flax import nnx
 
 from flurka.attention import make_attention
@@ -300,6 +301,33 @@ def test_fused_eva_layer_matches_float64_reference_and_the_xla_path(mechanism, a
     scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
     for gx, gf in zip(g_xla, g_fused):
         np.testing.assert_allclose(gf, gx, atol=1e-5 * scale, rtol=0)
+
+
+def test_wide_fused_eva_matches_float64_reference_and_trains_as_the_xla_path(rng_seed):
+    """EVA past one block of head dim (d_h 136 → 2 × 128 in the kernel): its forward runs the
+    kernel (float32, against the float64 reference, the third sequence's empty chunks masked),
+    and a differentiated step runs XLA's joint softmax, whose gradients it then has."""
+    d_model = 2 * 136
+    x = jnp.asarray(np.random.default_rng(rng_seed).normal(size=(3, 20, d_model)), jnp.float32)
+    _, mask = inputs(rng_seed)
+    real = np.asarray(mask)
+
+    def layer(fused):
+        return randomize(make_attention("eva", d_model=d_model, num_heads=2, max_len=24,
+                                        window_size=4, chunk_size=3, fused=fused,
+                                        rngs=nnx.Rngs(5)), 1005)
+
+    got = np.asarray(layer(True)(x, mask))
+    ref = reference(layer(False), x, mask)
+    np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+    def loss(m):
+        return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
+
+    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(layer(f))) for f in (False, True))
+    scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
+    for gx, gf in zip(g_xla, g_fused):
+        np.testing.assert_allclose(gf, gx, atol=1e-6 * scale, rtol=0)
 
 
 def _lowered_for_gpu(mechanism, *, grad, d_model=512, **options):

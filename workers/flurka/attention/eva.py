@@ -46,6 +46,7 @@ Product order (per head; w = window_size, c = chunk_size, C = N/c chunks):
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -55,7 +56,7 @@ from flax import nnx
 from flurka.attention.base import (
     F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, contract, pad_to,
     round_up, zero_padding)
-from flurka.attention.fused import Tiling, fused_softmax_attention, layer_tiling
+from flurka.attention.fused import BLOCK, Tiling, fused_softmax_attention, layer_tiling
 from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
@@ -126,22 +127,53 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
         noise = pad_to(noise[..., :nc, :, :], nc, axis=-3)
     k_tilde, beta = chunk_control_variates(kc, vc, mc, masked_mean(qc, mc, axis=2), mu_q, mu_k,
                                            noise, head_dim)
-    real_chunk = jnp.any(mc, axis=-1)                                            # [b, C]
+    chunk_bias = jnp.where(jnp.any(mc, axis=-1), 0.0, NEG_INF)   # [b, C]: empty chunks out
+    args = (local.reshape(b, h, n_pad, w), q, k_tilde, beta, chunk_bias, vw, scale)
     if fused:
-        return _fused_joint_softmax(local.reshape(b, h, n_pad, w), q, k_tilde, beta, real_chunk,
-                                    vw, scale, fused)[:, :n]
-    chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale
-    chunk = jnp.where(real_chunk[:, None, None, :], chunk, NEG_INF)
-
-    return _joint_softmax(local.reshape(b, h, n_pad, w), chunk, vw, beta, v.dtype)[:, :n]
+        return _fused_joint_softmax(*args, fused)[:, :n]
+    return _xla_joint_softmax(*args)[:, :n]
 
 
-def _fused_joint_softmax(local, q, k_tilde, beta, real_chunk, vw, scale, tiling):
+def _xla_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale):
+    """The joint softmax (:func:`_joint_softmax`) from the chunk summaries; float32."""
+    chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale + chunk_bias[:, None, None, :]
+    return _joint_softmax(local, chunk, vw, beta, vw.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _fused_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling):
+    return _kernel_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling)
+
+
+def _fused_joint_softmax_fwd(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling):
+    """Differentiated, past one block of head dim the chunk half's gradient would be the XLA
+    path's anyway (the backward kernels' float32 dK, dV spill there): the whole joint softmax
+    then runs as XLA's, whose normaliser rides on the A·β product, rather than the join through
+    the lse, whose gradient passes over [N, C] once more (H100 plan, N = 55.5k: 96.3 against
+    91.5 GB a training step)."""
+    if q.shape[-1] > BLOCK:
+        def joint(*args):
+            return _xla_joint_softmax(*args, scale).astype(vw.dtype)
+    else:
+        def joint(*args):
+            return _kernel_joint_softmax(*args, scale, tiling)
+    return jax.vjp(joint, local, q, k_tilde, beta, chunk_bias, vw)
+
+
+def _fused_joint_softmax_bwd(scale, tiling, vjp, g):
+    return vjp(g)
+
+
+_fused_joint_softmax.defvjp(_fused_joint_softmax_fwd, _fused_joint_softmax_bwd)
+
+
+def _kernel_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling):
     """The joint softmax of :func:`_joint_softmax` with its chunk half — the [N, C] part, C =
     N / chunk_size — in the Pallas kernel flurka-eva's query side runs
     (:func:`~flurka.attention.fused.fused_softmax_attention`: flash attention's online softmax
     over the chunk summaries k̃, β, empty chunks masked by a key bias), so its logits and
-    weights never reach memory. The window half [N, w] stays in XLA. The two softmaxes join
+    weights never reach memory (``chunk_bias`` [b, C]: 0, or NEG_INF on empty chunks). The
+    window half [N, w] stays in XLA. The two softmaxes join
     exactly through their log-normalisers: with Z_c = e^lse_c, Z_w = e^lse_w,
     out = (Z_c·out_c + Z_w·out_w) / (Z_c + Z_w) = s·out_c + (1 − s)·out_w, s = σ(lse_c − lse_w).
     Returns [b, n, h, d] in vw's dtype."""
@@ -150,7 +182,7 @@ def _fused_joint_softmax(local, q, k_tilde, beta, real_chunk, vw, scale, tiling)
     dtype = vw.dtype
     chunked, lse_c = fused_softmax_attention(
         q, k_tilde.astype(q.dtype), beta.astype(dtype), scale=scale, with_lse=True,
-        bias=jnp.where(real_chunk, 0.0, NEG_INF), tiling=tiling, out_dtype=dtype)
+        bias=chunk_bias, tiling=tiling, out_dtype=dtype)
     lse_w = jax.nn.logsumexp(local, axis=-1, keepdims=True)                     # [b, h, n, 1]
     weights = jnp.exp(local - lse_w)
     windowed = contract("bhgij,bgjhd->bgihd", weights.reshape(b, h, n // w, w, w), vw,

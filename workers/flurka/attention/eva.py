@@ -30,8 +30,9 @@ Changed / simplified, and why:
 * No relative position bias (``use_rpe``/``use_t5_rpe``): position information comes from the model.
 
 Speed options: aligned (``align``), d_h is zero-padded like every other dimension, the proposal
-seeing the true columns (:func:`chunk_control_variates`, flurka-eva's too); ``fused``, the [N, C] chunk half of the
-joint softmax runs in flurka-eva's Pallas softmax kernel (:func:`_fused_joint_softmax`).
+seeing the true columns (:func:`chunk_control_variates`, flurka-eva's too); ``fused``, the
+[N, C] chunk half of the joint softmax runs in flurka-eva's Pallas softmax kernel
+(:func:`_fused_joint_softmax`).
 
 Product order (per head; w = window_size, c = chunk_size, C = N/c chunks):
   1. Q, K, V = X W_Q, X W_K, X W_V             3 × [N, d_m] · [d_m, d_m]

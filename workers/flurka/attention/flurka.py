@@ -40,8 +40,7 @@ import jax.numpy as jnp
 
 from flurka.attention.base import F32, pad_to, zero_padding
 from flurka.attention.eva import EVAAttention, chunk_control_variates, masked_mean
-from flurka.attention.fused import (
-    Tiling, fused_softmax_attention, layer_tiling, reference_softmax_attention)
+from flurka.attention.fused import Tiling, fused_softmax_attention, reference_softmax_attention
 from flurka.attention.fused_layer import SOFTMAX, ProjectedQuerySide
 from flurka.attention.lowrank import LowRankKV
 from flurka.attention.performer import PerformerAttention
@@ -125,8 +124,7 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
 
     def __init__(self, *, window_size: int | None = None, chunk_size: int = 16,
                  fused: bool | Tiling = False, fused_projections: bool = False, **kwargs):
-        super().__init__(window_size=window_size, chunk_size=chunk_size, **kwargs)
-        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
+        super().__init__(window_size=window_size, chunk_size=chunk_size, fused=fused, **kwargs)
         self.init_projections(fused_projections)
 
     def check_window(self, window_size):

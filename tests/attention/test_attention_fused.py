@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_reference import (
-    build, favor_core, inputs, randomize, reference, rnn_core, softmax_core)
+    build, favor_core, forward, inputs, randomize, reference, rnn_core, sin_loss_grads, softmax_core)
 from flax import nnx
 
 from flurka.attention import make_attention
@@ -34,7 +34,7 @@ FUSABLE = ["performer", "rnn", "flurka-performer", "flurka-rnn"]
 def test_fused_layer_matches_float64_reference(mechanism, rng_seed):
     layer = build(mechanism, 5, align=16, fused=True)
     x, mask = inputs(rng_seed)
-    got = np.asarray(layer(x, mask))
+    got = np.asarray(forward(layer, x, mask))
     ref = reference(build(mechanism, 5), x, mask)   # same parameters, unaligned, unfused
     real = np.asarray(mask)
     np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
@@ -44,15 +44,13 @@ def test_fused_layer_matches_float64_reference(mechanism, rng_seed):
 def test_fused_layer_bf16_and_gradient_match_the_xla_path(mechanism, rng_seed):
     xla, fused = (build(mechanism, 5, align=16, fused=f, dtype=jnp.bfloat16) for f in (False, True))
     x, mask = inputs(rng_seed)
-    a, b = (np.asarray(m(x.astype(jnp.bfloat16), mask).astype(jnp.float32)) for m in (xla, fused))
+    a, b = (np.asarray(forward(m, x.astype(jnp.bfloat16), mask).astype(jnp.float32))
+            for m in (xla, fused))
     real = np.asarray(mask)
     assert np.linalg.norm(b[real] - a[real]) < 1e-2 * np.linalg.norm(a[real])
 
-    def loss(m):
-        return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
-
     xla, fused = (build(mechanism, 5, align=16, fused=f) for f in (False, True))
-    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(m)) for m in (xla, fused))
+    g_xla, g_fused = (jax.tree.leaves(sin_loss_grads(m, x, mask)) for m in (xla, fused))
     scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
     for gx, gf in zip(g_xla, g_fused):
         np.testing.assert_allclose(gf, gx, atol=1e-5 * scale, rtol=0)
@@ -68,10 +66,9 @@ def test_fused_bf16_gradient_is_as_close_to_float32_as_the_xla_paths(mechanism, 
     x, mask = inputs(rng_seed)
 
     def grads(dtype, fused):
-        def loss(m):
-            return jnp.sum(jnp.sin(m(x.astype(dtype), mask).astype(jnp.float32)) * mask[..., None])
         layer = build(mechanism, 5, align=16, fused=fused, dtype=dtype)
-        return [np.asarray(g, np.float64) for g in jax.tree.leaves(nnx.grad(loss)(layer))]
+        return [np.asarray(g, np.float64)
+                for g in jax.tree.leaves(sin_loss_grads(layer, x.astype(dtype), mask))]
 
     exact, xla, fused = grads(jnp.float32, False), grads(jnp.bfloat16, False), grads(jnp.bfloat16, True)
 
@@ -204,7 +201,7 @@ def test_fused_layer_pads_unaligned_sizes_itself(mechanism, options, rng_seed):
     """Without align the kernel pads the head dim and feature count itself: same function."""
     layer = build(mechanism, 5, fused=True, **options)
     x, mask = inputs(rng_seed)
-    got, ref = np.asarray(layer(x, mask)), reference(build(mechanism, 5, **options), x, mask)
+    got, ref = np.asarray(forward(layer, x, mask)), reference(build(mechanism, 5, **options), x, mask)
     real = np.asarray(mask)
     np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
@@ -285,18 +282,16 @@ def test_fused_eva_layer_matches_float64_reference_and_the_xla_path(mechanism, a
     x, mask = inputs(rng_seed)
     real = np.asarray(mask)
     fused = build(mechanism, 5, fused=True, align=align)
-    got = np.asarray(fused(x, mask))
+    got = np.asarray(forward(fused, x, mask))
     ref = reference(build(mechanism, 5), x, mask)
     np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     xla, fused = (build(mechanism, 5, fused=f, align=align, dtype=jnp.bfloat16)
                   for f in (False, True))
-    a, b = (np.asarray(m(x.astype(jnp.bfloat16), mask).astype(jnp.float32)) for m in (xla, fused))
+    a, b = (np.asarray(forward(m, x.astype(jnp.bfloat16), mask).astype(jnp.float32))
+            for m in (xla, fused))
     assert np.linalg.norm(b[real] - a[real]) < 1e-2 * np.linalg.norm(a[real])
 
-    def loss(m):
-        return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
-
-    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(build(mechanism, 5, fused=f, align=align)))
+    g_xla, g_fused = (jax.tree.leaves(sin_loss_grads(build(mechanism, 5, fused=f, align=align), x, mask))
                       for f in (False, True))
     scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
     for gx, gf in zip(g_xla, g_fused):
@@ -317,14 +312,11 @@ def test_wide_fused_eva_matches_float64_reference_and_trains_as_the_xla_path(rng
                                         window_size=4, chunk_size=3, fused=fused,
                                         rngs=nnx.Rngs(5)), 1005)
 
-    got = np.asarray(layer(True)(x, mask))
+    got = np.asarray(forward(layer(True), x, mask))
     ref = reference(layer(False), x, mask)
     np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
-    def loss(m):
-        return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
-
-    g_xla, g_fused = (jax.tree.leaves(nnx.grad(loss)(layer(f))) for f in (False, True))
+    g_xla, g_fused = (jax.tree.leaves(sin_loss_grads(layer(f), x, mask)) for f in (False, True))
     scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
     for gx, gf in zip(g_xla, g_fused):
         np.testing.assert_allclose(gf, gx, atol=1e-6 * scale, rtol=0)
@@ -421,7 +413,7 @@ def test_every_tiling_computes_the_same_function(mechanism, rng_seed):
 
     def run(tiling):
         layer = build(mechanism, 5, align=16, fused=tiling)
-        out, grads = nnx.value_and_grad(lambda m: jnp.sum(jnp.sin(m(x, mask)) * mask[..., None]))(layer)
+        out, grads = forward(layer, x, mask), sin_loss_grads(layer, x, mask)
         return np.asarray(out), [np.asarray(g) for g in jax.tree.leaves(grads)]
 
     (a, ga), (b, gb) = (run(Tiling(block_n=n, bwd_block_n=16, bwd_rows=r)) for n, r in ((16, 16), (32, 32)))

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from attention_reference import randomize, reference
+from attention_reference import forward, randomize, reference, sin_loss_grads
 from testsupport import cuda_compiler_script, triton_calls
 from flax import nnx
 
@@ -48,7 +48,7 @@ def test_projected_layer_matches_float64_reference(mechanism, rng_seed):
     layer = _layer(mechanism, 5, fused=TILING, fused_projections=True)
     assert layer.fused_projections
     x, mask = _inputs(rng_seed)
-    got = np.asarray(layer(x, mask))
+    got = np.asarray(forward(layer, x, mask))
     want = reference(_layer(mechanism, 5), x, mask)     # same parameters, unfused
     real = np.asarray(mask)
     # flurka-eva's proposal LayerNorms amplify float32 rounding: its XLA path lands 7e-6 of the
@@ -72,16 +72,13 @@ def test_projected_layer_bf16_and_gradient_match_the_fused_layer(mechanism, rng_
     real = np.asarray(mask)
     fused, projected = (_layer(mechanism, 3, fused=TILING, fused_projections=p,
                                dtype=jnp.bfloat16) for p in (False, True))
-    a, b = (np.asarray(m(x.astype(jnp.bfloat16), mask).astype(jnp.float32))
+    a, b = (np.asarray(forward(m, x.astype(jnp.bfloat16), mask).astype(jnp.float32))
             for m in (fused, projected))
     assert np.linalg.norm(b[real] - a[real]) < 1e-2 * np.linalg.norm(a[real])
 
-    def loss(m):
-        return jnp.sum(jnp.sin(m(x, mask)) * mask[..., None])
-
     fused, projected = (_layer(mechanism, 3, fused=TILING, fused_projections=p)
                         for p in (False, True))
-    g_fused, g_projected = (jax.tree.leaves(nnx.grad(loss)(m)) for m in (fused, projected))
+    g_fused, g_projected = (jax.tree.leaves(sin_loss_grads(m, x, mask)) for m in (fused, projected))
     scale = max(float(jnp.max(jnp.abs(g))) for g in g_fused)
     for gf, gp in zip(g_fused, g_projected):
         np.testing.assert_allclose(gp, gf, rtol=0,
@@ -160,6 +157,15 @@ def _norm(seed, d_model=128):
     return randomize(norm, seed, scale=0.5)
 
 
+@nnx.jit(static_argnums=(4, 5))
+def _normed(layer, norm, x, mask, handed_over=True, residual=False):
+    """layer(x, norm=LN) (the LayerNorm handed over; ``residual``: x added in the kernel), else
+    layer(LN(x)); one compiled program, as :func:`attention_reference.forward`."""
+    if handed_over:
+        return layer(x, mask, norm=norm, residual=residual)
+    return layer(norm(x), mask)
+
+
 @pytest.mark.parametrize("mechanism", LOW_RANK_PROJECTABLE)
 def test_a_handed_over_layer_norm_runs_inside_the_kernels(mechanism):
     """layer(x, norm=LN) where the layer fuses the LayerNorm (the compression kernel and the
@@ -172,7 +178,7 @@ def test_a_handed_over_layer_norm_runs_inside_the_kernels(mechanism):
     norm = _norm(8)
     x, mask = _inputs(9)
     x = 3.0 + 2.0 * x                       # a mean and a spread the LayerNorm must remove
-    got, want = layer(x, mask, norm=norm), layer(norm(x), mask)
+    got, want = _normed(layer, norm, x, mask), _normed(layer, norm, x, mask, False)
     # Two float32 paths summing in different orders: 1–2e-6 apart, their gradients 1–2e-5, by
     # the host's vector unit (2.2e-6 and 2.2e-5 on an AMD EPYC without AVX-512); a wrong
     # kernel is off by O(1).
@@ -185,18 +191,19 @@ def test_a_handed_over_layer_norm_runs_inside_the_kernels(mechanism):
         return jnp.sum(out * weights)
 
     def grads(fused):
-        gx, gl, gn = nnx.grad(loss, argnums=(0, 1, 2))(x, layer, norm, fused)
+        gx, gl, gn = nnx.jit(nnx.grad(loss, argnums=(0, 1, 2)), static_argnums=3)(
+            x, layer, norm, fused)
         return [gx, *jax.tree.leaves(gl), *jax.tree.leaves(gn)]
 
     for g_fused, g_xla in zip(grads(True), grads(False)):   # (EVA's μ_q gets none: both 0)
         g_fused, g_xla = np.asarray(g_fused, np.float64), np.asarray(g_xla, np.float64)
         assert np.linalg.norm(g_fused - g_xla) <= 1e-4 * np.linalg.norm(g_xla)   # 2.2e-5 seen
     real = np.asarray(mask)
-    exact = np.asarray(layer(norm(x), mask))[real]
+    exact = np.asarray(_normed(layer, norm, x, mask, False))[real]
     bf16 = _layer(mechanism, 7, fused=TILING, fused_projections=True, dtype=jnp.bfloat16)
     xla = _layer(mechanism, 7, dtype=jnp.bfloat16)
     xb = x.astype(jnp.bfloat16)
-    got, want = bf16(xb, mask, norm=norm), xla(norm(xb), mask)
+    got, want = _normed(bf16, norm, xb, mask), _normed(xla, norm, xb, mask, False)
     assert got.dtype == want.dtype == jnp.float32          # the LayerNorm's (float32 params)
     assert _rel(np.asarray(got)[real], exact) <= 1.5 * _rel(np.asarray(want)[real], exact)
 
@@ -212,23 +219,24 @@ def test_the_kernel_writes_the_residual_sum_where_asked(mechanism):
     layer = _layer(mechanism, 11, fused=TILING, fused_projections=True)
     norm = _norm(12)
     x, mask = _inputs(13)
-    np.testing.assert_array_equal(layer(x, mask, norm=norm, residual=True),
-                                  x + layer(x, mask, norm=norm))
+    np.testing.assert_array_equal(_normed(layer, norm, x, mask, True, True),
+                                  x + _normed(layer, norm, x, mask))
     bf16 = _layer(mechanism, 11, fused=TILING, fused_projections=True, dtype=jnp.bfloat16)
     xb = x.astype(jnp.bfloat16)
-    got = bf16(xb, mask, norm=norm, residual=True)
+    got = _normed(bf16, norm, xb, mask, True, True)
     assert got.dtype == jnp.bfloat16
-    np.testing.assert_array_equal(got, xb + bf16(xb, mask, norm=norm).astype(jnp.bfloat16))
+    np.testing.assert_array_equal(got, xb + _normed(bf16, norm, xb, mask).astype(jnp.bfloat16))
     # a float32 stream into a bf16 kernel: the sum in XLA, in the stream's dtype
-    np.testing.assert_array_equal(bf16(x, mask, norm=norm, residual=True),
-                                  x + bf16(x, mask, norm=norm))
+    np.testing.assert_array_equal(_normed(bf16, norm, x, mask, True, True),
+                                  x + _normed(bf16, norm, x, mask))
     weights = jax.random.normal(jax.random.key(14), x.shape)
 
     def loss(x, residual):
         out = layer(x, mask, norm=norm, residual=residual)
         return jnp.sum((out if residual else x + out) * weights)
 
-    assert _rel(jax.grad(loss)(x, True), jax.grad(loss)(x, False)) < 1e-6
+    grad = jax.jit(jax.grad(loss), static_argnums=1)
+    assert _rel(grad(x, True), grad(x, False)) < 1e-6
     for other, kwargs in ((_layer("flurka-rnn", fused=TILING), dict(norm=norm)),
                           (layer, {})):
         with pytest.raises(ValueError, match="residual"):

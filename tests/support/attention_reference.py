@@ -32,6 +32,24 @@ def randomize(layer, seed: int, scale: float = 0.3):
     return layer
 
 
+@nnx.jit
+def forward(layer, x, mask):
+    """``layer(x, mask)`` compiled as one program. Called eagerly, a layer compiles each of its
+    operations on its own (hundreds, with a Pallas kernel's grid interpreted on the CPU): most of
+    a test's time, for the same function."""
+    return layer(x, mask)
+
+
+@nnx.jit
+def sin_loss_grads(layer, x, mask):
+    """The parameter gradient (an ``nnx.State``) of Σ sin(layer(x, mask)) over the real rows, the
+    output taken to float32 first, as one program: the gradient tests' probe (sin, so that every
+    output element gets its own cotangent)."""
+    def loss(m):
+        return jnp.sum(jnp.sin(m(x, mask).astype(jnp.float32)) * mask[..., None])
+    return nnx.grad(loss)(layer)
+
+
 @functools.lru_cache(maxsize=None)
 def _cached(mechanism, seed, options):
     return build(mechanism, seed, **dict(options))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from model_helpers import padded_batch
@@ -24,17 +25,24 @@ def tiny_seq2seq(target_vocab: int, seed: int = 0) -> Seq2Seq:
                    rngs=nnx.Rngs(params=seed, dropout=seed + 1))
 
 
+@nnx.jit
+def logits(model, x, m, dec):
+    """__call__ on a whole decoder input (compiled: eagerly each operation would compile on its
+    own, for every decoder length)."""
+    return model(x, m, dec, jnp.ones_like(dec, bool))
+
+
 def test_decoder_is_causal():
     rng = np.random.default_rng(0)
     model = tiny_seq2seq(11)
     x, m = padded_batch(rng, (10, 6), 10, SRC_VOCAB)
     y = rng.integers(3, 11, size=(2, 7)).astype(np.int32)
     y[:, 0] = BOS
-    base = np.asarray(model(x, m, y, np.ones_like(y, bool)))
+    base = np.asarray(logits(model, x, m, y))
     for j in (1, 4, 6):
         y2 = y.copy()
         y2[:, j] = (y[:, j] - 2) % 8 + 3  # another real token
-        out = np.asarray(model(x, m, y2, np.ones_like(y2, bool)))
+        out = np.asarray(logits(model, x, m, y2))
         np.testing.assert_array_equal(out[:, :j], base[:, :j])
         assert np.abs(out[:, j:] - base[:, j:]).max() > 1e-6  # the change is seen from j on
 
@@ -46,8 +54,8 @@ def reference_greedy(model, x, m, max_len):
     out = np.full((b, max_len), PAD, np.int32)
     done = np.zeros(b, bool)
     for t in range(max_len):
-        logits = np.asarray(model(x, m, dec, np.ones_like(dec, bool)))
-        tok = np.where(done, PAD, logits[:, -1].argmax(-1)).astype(np.int32)
+        step = np.asarray(logits(model, x, m, dec))
+        tok = np.where(done, PAD, step[:, -1].argmax(-1)).astype(np.int32)
         out[:, t] = tok
         done |= tok == EOS
         dec = np.concatenate([dec, tok[:, None]], axis=1)
@@ -91,8 +99,7 @@ def brute_force_best(model, x, m, vocab, max_len, alpha):
         for prefix in itertools.product(others, repeat=length - 1):
             seq = list(prefix) + [EOS]
             dec = np.array([[BOS] + seq[:-1]] * b, np.int32)
-            logp = np.asarray(jax.nn.log_softmax(model(x, m, dec, np.ones_like(dec, bool)), -1),
-                              np.float64)
+            logp = np.asarray(jax.nn.log_softmax(logits(model, x, m, dec), -1), np.float64)
             total = logp[:, np.arange(length), seq].sum(-1)
             score = total / ((5.0 + length) / 6.0) ** alpha
             padded = seq + [PAD] * (max_len - length)

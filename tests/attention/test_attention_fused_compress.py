@@ -155,7 +155,7 @@ def test_the_gradient_in_bf16_is_as_close_as_the_xla_paths():
         def loss(x, scale, bias, e1, e2):
             out = compression(x, operands[1], scale, bias, e1, e2)
             return sum(jnp.sum(o.astype(w.dtype) * w) for o, w in zip(out, weights))
-        return jax.grad(loss, argnums=(0, 1, 2, 3, 4))(operands[0], *operands[2:])
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))(operands[0], *operands[2:])
 
     fused = grads(lambda *a: normalised_compression(*a, eps=EPS), (x, keep, scale, bias, e1, e2))
     xla = grads(lambda *a: reference_normalised_compression(*a, eps=EPS),
@@ -246,13 +246,13 @@ def test_the_real_rows_mean_gradient_reaches_x_through_the_compression_gradient(
         out.append(normalised_mean(x, jnp.asarray(keep, jnp.float32), scale, bias, total))
         return sum(jnp.sum(o * w) for o, w in zip(out, weights))
 
-    got = jax.grad(loss, argnums=range(5))(*_f32([ops[0], *ops[2:]]))
+    got = jax.jit(jax.grad(loss, argnums=tuple(range(5))))(*_f32([ops[0], *ops[2:]]))
     with jax.enable_x64():
         def formula(x, scale, bias, e1, e2):
             out = [*_compression_64(x, keep, scale, bias, e1, e2, xp=jnp),
                    _real_mean_64(x, keep, scale, bias, xp=jnp)]
             return sum(jnp.sum(o * w) for o, w in zip(out, weights))
-        want = jax.grad(formula, argnums=range(5))(
+        want = jax.jit(jax.grad(formula, argnums=tuple(range(5))))(
             *(jnp.asarray(v, jnp.float64) for v in [ops[0], *ops[2:]]))
     assert not np.any(np.asarray(got[0])[1, 110:])
     for name, g, w in zip(("x", "scale", "bias", "e1", "e2"), got, want):

@@ -236,13 +236,13 @@ def test_the_next_layer_takes_the_statistics_instead_of_a_pass_of_its_own(attent
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     x = jax.ShapeDtypeStruct((1, 1024, 512), jnp.bfloat16)
 
-    def forward(p, r, x):
+    def encode(p, r, x):
         return nnx.merge(graphdef, p, r)(x)
 
     def grad(p, r, x):
-        return jax.grad(lambda p: jnp.sum(forward(p, r, x).astype(jnp.float32) ** 2))(p)
+        return jax.grad(lambda p: jnp.sum(encode(p, r, x).astype(jnp.float32) ** 2))(p)
 
-    for fn in (forward, grad):
+    for fn in (encode, grad):
         names = [c["name"] for c in triton_calls(fn, params, rest, x)]
         assert names.count("flurka_row_statistics") == 1, names
         assert names.count("flurka_ffn_block") == 3, names

@@ -1,4 +1,5 @@
-"""Suite-wide set-up: how XLA compiles this suite's CPU programs, and one cache for them.
+"""Suite-wide set-up: how XLA compiles this suite's CPU programs, one cache for them, and the
+collector's share of the time.
 
 The suite is compile-bound (hundreds of small programs, Pallas kernels interpreted).
 
@@ -23,8 +24,19 @@ The suite is compile-bound (hundreds of small programs, Pallas kernels interpret
 
 Set before any test starts a backend, so xdist workers, subprocesses and Ray workers inherit
 them; a user's own ``JAX_COMPILATION_CACHE_DIR`` is kept.
+
+``gc.freeze()`` before each test, after a collection: the objects that outlive a test (JAX's
+tracing and lowering caches, imported modules, module fixtures) leave the collector's
+generations, so a collection scans only what the running test made. Late in the session an xdist
+worker holds about two million tracked objects and a full collection of them takes about a
+second; the speed runner collects after every point it measures (a GPU's memory is released
+there): the tiny sweep's fixture spent 92 of its 106 s in the collector. With the freeze the
+suite spent 29 s in the collector instead of 349 s, 23:45 -> 18:52 on a 2-core host. What a test
+leaves in a cycle after its collection is never freed: 100 and 228 objects per worker over the
+whole session.
 """
 
+import gc
 import os
 import shutil
 import subprocess
@@ -56,6 +68,12 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     _OWN_CACHE = tempfile.mkdtemp(prefix="flurka-tests-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+
+
+def pytest_runtest_setup(item):
+    """Before the test's fixtures: collect what earlier tests left in cycles, freeze the rest."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_unconfigure(config):

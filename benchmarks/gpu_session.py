@@ -31,6 +31,7 @@ from flurka.attention import (
 from flurka.attention.fused import Tiling, use_tiling
 from flurka.attention.fused_compress import CompressTiling, use_compress_tiling
 from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
+from flurka.speed.bench import freeze_survivors
 from flurka.speed.configs import Point, points
 from flurka.speed.profile import brief
 from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
@@ -578,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                 "ffn_tiling": dataclasses.asdict(FfnTiling()),
                 "compress_tiling": dataclasses.asdict(CompressTiling())}
     steps = [(sweep, index, point) for sweep, where in plan for index, point in planned(sweep, where)]
+    freeze_survivors()
     with contextlib.ExitStack() as stack:
         tune = tuners(args, settings, stack, device, vers) if args.tune_fused else None
         run_plan(steps, args, start, deadline, ceilings, settings, budget, device, vers, tune)

@@ -37,6 +37,9 @@ def _measure(group, sweep: str, interleave: bool, warmup: int, repeats: int,
     """One point, or with ``interleave`` one configuration's points side by side, on the task's
     device: the rows, this device's ceilings, device and versions."""
     from flurka.speed import runner  # imported in the worker: JAX starts on its GPU
+    from flurka.speed.bench import freeze_survivors
+
+    freeze_survivors()
 
     ceilings = runner.measured_ceilings(group[0][1].dtype) if with_ceilings else None
     rows = runner.measure(group, sweep=sweep, ceilings=ceilings, interleave=interleave,

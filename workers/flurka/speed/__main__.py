@@ -154,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
         for i, p in zip(indices, pts):
             print(i, p)
         return 0
-    from flurka.speed.bench import check_compile_options  # imports JAX; --list stays instant
+    # imported here, not above: they import JAX, and --list stays instant
+    from flurka.speed.bench import check_compile_options, freeze_survivors
     from flurka.speed.profile import brief
     from flurka.speed.runner import run_sweep
 
@@ -172,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
               + (f" ({row['ratio_to_floor']:.2f}x floor)" if row.get("ratio_to_floor") else "")
               + (f" [{brief(row['profile'])}]" if row.get("profile") else ""), flush=True)
 
+    freeze_survivors()
     with ffn_form(args):
         doc = run_sweep(pts, indices, sweep=args.sweep, out=args.out, warmup=args.warmup,
                         repeats=args.repeats, memory_budget_bytes=budget,

@@ -272,6 +272,18 @@ class Prepared:
     args: tuple = ()
 
 
+def freeze_survivors() -> None:
+    """Collect, then take every surviving object out of the collector's generations
+    (:func:`gc.freeze`), for a process about to measure points. Each point ends with a collection
+    that releases its buffers (a GPU's memory) before the next; without the freeze that collection
+    also scans what the imports made, about 150 000 objects for JAX, Flax and this package: 0.12 to
+    0.16 s a collection on a 2-core host, a third of the tiny sweep's time. Only for a process
+    that owns its objects (a command, a Ray task): a frozen object left in a cycle later is never
+    freed."""
+    gc.collect()
+    gc.freeze()
+
+
 def prepare(point: Point, *, memory_budget_bytes: int | None = None) -> Prepared:
     """Build and compile one point and count what it does (FLOP model, HLO dots, bytes).
     Never raises for a failed point: out-of-memory (XLA RESOURCE_EXHAUSTED, MemoryError, or XLA's

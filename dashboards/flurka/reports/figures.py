@@ -55,14 +55,71 @@ def _legend(fig: Figure, axes) -> None:
         fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7, frameon=False)
 
 
-def _log(ax, which: str = "xy") -> None:
-    """Log axes labelled in plain numbers at 1, 1.5, 2, 3, 5 per decade (matplotlib's default
-    labels minor ticks as powers of ten, which collide over a decade or two)."""
+class PlainLogLocator(ticker.Locator):
+    """Log-axis ticks as dense as the drawn axis has room for: per decade 1, 1.2, 1.5 … 8 on a
+    short range, thinning to 1, 2, 5 or one power of ten (every k-th on a long one) so that no
+    two labels come closer than ``gap_pt`` points; a range too narrow for two such ticks gets
+    linear ones. Decided at draw time, from the axis's length after layout. Matplotlib's default
+    labels minor ticks as "6×10¹" where the range is under a decade or two, and they collide."""
+
+    SUBS = ((1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8), (1, 1.5, 2, 3, 5, 7), (1, 2, 5), (1, 3), (1,))
+
+    def __init__(self, gap_pt: float):
+        self.gap_pt = gap_pt
+
+    def __call__(self):
+        lo, hi = self.axis.get_view_interval()
+        return self.tick_values(lo, hi)
+
+    def _length_pt(self) -> float:
+        box = self.axis.axes.bbox
+        pixels = box.width if self.axis.axis_name == "x" else box.height
+        return pixels * 72.0 / self.axis.figure.dpi
+
+    def tick_values(self, vmin, vmax):
+        lo, hi = sorted((vmin, vmax))
+        if not 0 < lo < hi:
+            return ticker.LogLocator().tick_values(vmin, vmax)
+        decades = math.log10(hi / lo)
+        per_decade = self._length_pt() / decades
+        stride = 1
+        for subs in self.SUBS:
+            gaps = np.diff(np.log10([*subs, 10]))
+            if gaps.min() * per_decade >= self.gap_pt:
+                break
+        else:
+            stride = math.ceil(self.gap_pt / per_decade)
+        first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        ticks = [s * 10.0 ** e for e in range(first - first % stride, last + 1, stride) for s in subs]
+        inside = [t for t in ticks if lo <= t <= hi]
+        if len(inside) >= 2:
+            return np.array(ticks)
+        return ticker.MaxNLocator(nbins=max(2, int(self._length_pt() // self.gap_pt)),
+                                  steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+
+
+def plain_number(value: float, _pos=None) -> str:
+    """A tick label without powers: 0.25, 1.5, 300, 1024, 15k, 2M, 3T (what a step time, a length
+    N or a FLOP count reads as in the text; a suffix only where it keeps three digits or fewer)."""
+    if value == 0 or abs(value) < 1000:
+        return f"{value:.4g}"
+    exponent = min(int(math.log10(abs(value)) // 3), 6)
+    mantissa = f"{value / 10 ** (3 * exponent):.3g}"
+    if not math.isclose(float(mantissa) * 10 ** (3 * exponent), value, rel_tol=1e-9) and abs(value) < 1e6:
+        return f"{value:.6g}"
+    return mantissa + " kMGTPE"[exponent]
+
+
+def _log(ax, which: str = "xy", base: int = 10) -> None:
+    """Log axes labelled in plain numbers (:class:`PlainLogLocator`; base 2: the powers of two,
+    e.g. d_k and m, written out)."""
     for name in which:
-        getattr(ax, f"set_{name}scale")("log")
         axis = getattr(ax, f"{name}axis")
-        axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0)))
-        axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        getattr(ax, f"set_{name}scale")("log", base=base)
+        axis.set_major_locator(PlainLogLocator(gap_pt=30 if name == "x" else 16) if base == 10
+                               else ticker.LogLocator(base=base, subs=(1.0,)))
+        axis.set_major_formatter(ticker.FuncFormatter(plain_number))
+        axis.set_minor_locator(ticker.LogLocator(base=base, subs="auto"))
         axis.set_minor_formatter(ticker.NullFormatter())
 
 
@@ -93,8 +150,7 @@ def speed_vs_axis(df: pd.DataFrame, axis: str, *, speedup_over: str | None = Non
             ax.annotate("× = out of memory", xy=(0.02, 0.97), xycoords="axes fraction", va="top", fontsize=7)
         if speedup_over is not None:
             ax.axhline(1.0, color="#999999", linewidth=0.8)
-        ax.set_xscale("log" if part[axis].max() / max(part[axis].min(), 1) >= 8 else "linear")
-        ax.set_yscale("log")
+        _log(ax, "xy" if part[axis].max() / max(part[axis].min(), 1) >= 8 else "y")
         ax.set_xlabel(axis)
         ax.set_ylabel(f"speedup over {speedup_over}" if speedup_over else "median step time (ms)")
         ax.set_title(f"{mode}, {scope} scope", fontsize=10)
@@ -193,7 +249,7 @@ def approximation_error(errors: pd.DataFrame) -> Figure:
             elif part[other].isna().all():
                 ax.axhline(part["rel_error"].mean(), linestyle=":", linewidth=1.2,
                            color=STYLE.get(mech, ("#555",))[0], label=f"{mech} (no d_k or m)")
-        ax.set_xscale("log", base=2)
+        _log(ax, "x", base=2)
         ax.set_xlabel(axis)
         ax.set_ylabel("‖out − full‖_F / ‖full‖_F")
         ax.set_title(f"error vs {axis}", fontsize=10)
@@ -241,8 +297,7 @@ def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
         part = rows[rows["mechanism"] == mech]
         ax_t.scatter(part["flops"], part["median_s"] * 1e3, s=14, label=mech,
                      color=STYLE.get(mech, ("#555",))[0], marker=STYLE.get(mech, ("", "o"))[1])
-    ax_t.set_xscale("log")
-    ax_t.set_yscale("log")
+    _log(ax_t)
     ax_t.set_xlabel("FLOP model (FLOPs per step)")
     ax_t.set_ylabel("measured median step time (ms)")
     ax_t.set_title("time vs FLOP model", fontsize=10)
@@ -258,10 +313,9 @@ def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
         ax_s.fill_between([1, hi], lo, 1, color="#f4cccc", alpha=0.4, linewidth=0)
         ax_s.set_xlim(lo, hi)
         ax_s.set_ylim(lo, hi)
-        ax_s.set_xscale("log")
-        ax_s.set_yscale("log")
-    ax_s.set_xlabel("predicted speedup (baseline FLOPs / FLuRKA FLOPs)")
-    ax_s.set_ylabel("measured speedup (baseline time / FLuRKA time)")
+        _log(ax_s)
+    ax_s.set_xlabel("predicted speedup\n(baseline FLOPs / FLuRKA FLOPs)")
+    ax_s.set_ylabel("measured speedup\n(baseline time / FLuRKA time)")
     ax_s.set_title("FLuRKA speedups: FLOP model vs measured", fontsize=10)
     ax_s.grid(True, which="both", alpha=0.25)
     _legend(fig, fig.axes)

@@ -58,7 +58,7 @@ def _legend(fig: Figure, axes) -> None:
 class PlainLogLocator(ticker.Locator):
     """Log-axis ticks as dense as the drawn axis has room for: per decade 1, 1.2, 1.5 … 8 on a
     short range, thinning to 1, 2, 5 or one power of ten (every k-th on a long one) so that no
-    two labels come closer than ``gap_pt`` points; a range too narrow for two such ticks gets
+    two labels come closer than ``gap_pt`` points; a range too narrow for three such ticks gets
     linear ones. Decided at draw time, from the axis's length after layout. Matplotlib's default
     labels minor ticks as "6×10¹" where the range is under a decade or two, and they collide."""
 
@@ -92,7 +92,7 @@ class PlainLogLocator(ticker.Locator):
         first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
         ticks = [s * 10.0 ** e for e in range(first - first % stride, last + 1, stride) for s in subs]
         inside = [t for t in ticks if lo <= t <= hi]
-        if len(inside) >= 2:
+        if len(inside) >= 3:
             return np.array(ticks)
         return ticker.MaxNLocator(nbins=max(2, int(self._length_pt() // self.gap_pt)),
                                   steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
@@ -123,6 +123,17 @@ def _log(ax, which: str = "xy", base: int = 10) -> None:
         axis.set_minor_formatter(ticker.NullFormatter())
 
 
+def _size_axis(ax, values) -> None:
+    """An x axis of sizes (N, d_k, d_model): log past a factor of 8; with three sizes or fewer
+    (a training panel's one N) ticks at those sizes alone, not at 53k … 58k around them."""
+    values = np.unique(np.asarray(values, float))
+    if values.max() / max(values.min(), 1) >= 8:
+        _log(ax, "x")
+    if len(values) <= 3:
+        ax.set_xticks(values, [plain_number(v) for v in values])
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+
+
 def png(fig: Figure, dpi: int = 110) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, facecolor="white")
@@ -150,7 +161,8 @@ def speed_vs_axis(df: pd.DataFrame, axis: str, *, speedup_over: str | None = Non
             ax.annotate("× = out of memory", xy=(0.02, 0.97), xycoords="axes fraction", va="top", fontsize=7)
         if speedup_over is not None:
             ax.axhline(1.0, color="#999999", linewidth=0.8)
-        _log(ax, "xy" if part[axis].max() / max(part[axis].min(), 1) >= 8 else "y")
+        _log(ax, "y")
+        _size_axis(ax, part[axis])
         ax.set_xlabel(axis)
         ax.set_ylabel(f"speedup over {speedup_over}" if speedup_over else "median step time (ms)")
         ax.set_title(f"{mode}, {scope} scope", fontsize=10)
@@ -177,7 +189,8 @@ def speedups(panels: dict[str, pd.DataFrame], claim_bound: float | None = None) 
         if claim_bound is not None and ns.min() <= claim_bound <= ns.max():
             ax.axvline(claim_bound, color="#555555", linestyle=":", linewidth=1.0,
                        label="claims 1, 3: N = d_k(H+2)")
-        _log(ax, "xy" if ns.max() / max(ns.min(), 1) >= 8 else "y")
+        _log(ax, "y")
+        _size_axis(ax, ns)
         ax.set_xlabel("N")
         ax.set_ylabel("speedup (baseline time / FLuRKA time)")
         ax.set_title(title, fontsize=10)

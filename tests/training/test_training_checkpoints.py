@@ -53,3 +53,15 @@ def test_max_to_keep(tmp_path):
         for s in (1, 2, 3):
             ck.save(s, _state(s), {"step": s})
         assert ck.steps() == [2, 3]
+
+
+def test_reading_a_base_run_read_only_is_quiet(tmp_path, caplog):
+    """Every up-training branch opens its base's checkpoints read-only; Orbax's notices about
+    that (two warnings per open) filled the sweep's log once per trial."""
+    with Checkpointer(tmp_path / "ck") as ck:
+        ck.save(2, _state(0), {"step": 2})
+    with caplog.at_level("INFO"):
+        with Checkpointer(tmp_path / "ck", read_only=True) as ck:
+            restored, meta = ck.restore(2, _state(1))
+    assert meta == {"step": 2}
+    assert not [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

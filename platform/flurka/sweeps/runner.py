@@ -188,8 +188,12 @@ def _trial_record(key: str, result: dict[str, Any], run: dict[str, Any]):
 
 def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
     """Up-training (Table 5 shape) per benchmark, a quality table over the sweep's benchmarks,
-    and the speed table if the database holds speed measurements."""
+    and the speed table if the database holds speed measurements (a sweep's own database holds
+    none: then no table and no line about it)."""
+    from sqlalchemy import select
+
     from flurka.results import tables as T
+    from flurka.results.models import SpeedMeasurement
 
     out: dict[str, Any] = {}
     columns = []
@@ -200,8 +204,10 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
             out[f"uptraining_{bench}"] = T.uptraining_table(engine, benchmark=bench, metric=metric, sweep=sweep_id)
         except Exception as exc:  # NoResults: nothing ok to show
             print(f"[flurka] no up-training table for {bench}: {exc}", file=sys.stderr)
+    with engine.connect() as conn:
+        measured = conn.execute(select(SpeedMeasurement.id).limit(1)).first() is not None
     for name, fn in [("quality", lambda: T.metric_table(engine, columns, sweep=sweep_id)),
-                     ("speed", lambda: T.speed_table(engine))]:
+                     *([("speed", lambda: T.speed_table(engine))] if measured else [])]:
         try:
             out[name] = fn()
         except Exception as exc:

@@ -9,11 +9,24 @@ is also how a resumed run gets back the exact dtypes and optax namedtuples.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+
+class _ReadOnlyNotice(logging.Filter):
+    """Drops Orbax's warning that a read-only manager's directory is read-only: every up-training
+    branch and theory run reads its base's checkpoints that way, and the sweep's log repeated it
+    per trial."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Given directory is read only")
+
+
+logging.getLogger("absl").addFilter(_ReadOnlyNotice())
 
 
 class Checkpointer:
@@ -24,8 +37,10 @@ class Checkpointer:
         self.directory = os.path.abspath(os.fspath(directory))
         if read_only and not os.path.isdir(self.directory):
             raise FileNotFoundError(f"no checkpoint directory {self.directory}")
-        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=not read_only,
-                                               enable_async_checkpointing=False, read_only=read_only)
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=None if read_only else max_to_keep, create=not read_only,
+            save_interval_steps=0 if read_only else 1, enable_async_checkpointing=False,
+            read_only=read_only)
         self.manager = ocp.CheckpointManager(self.directory, options=options,
                                              item_names=("state", "meta"))
 

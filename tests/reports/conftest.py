@@ -102,6 +102,8 @@ def speed_document(sweep: str, rng: np.random.Generator, *, scopes=None) -> dict
         else:
             t = (flops / rate + 2e-4) * float(np.exp(rng.normal(0, 0.03)))
             row.update(status="ok", median_s=t, p10_s=t * 0.98, p90_s=t * 1.03, repeats=10)
+            floor = flops / 6.6e14                                  # the card's measured matrix rate
+            row.update(floor_s=floor, compute_floor_s=floor, bound="compute", ratio_to_floor=t / floor)
             if sweep == "n-sweep" and p.scope == "layer" and p.mode == "forward" and p.seq_len == 52050:
                 gemm = float(rng.uniform(0.5, 0.9))   # --profile-steps: where the time went
                 row["profile"] = {"steps": 3, "traced_s_per_step": 0.97 * t, "ops": 40, "by_kind": {

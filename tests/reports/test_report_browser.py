@@ -125,7 +125,7 @@ def test_every_table_has_rows_and_every_figure_renders(report_dir, served, tmp_p
         assert t["rows"] >= 1 and t["cells"] >= t["rows"], t
 
     assert check["missing"] == 0  # the synthetic data fills every section
-    assert len(check["toc"]) == 14 and all(link["found"] for link in check["toc"]), check["toc"]
+    assert len(check["toc"]) == 15 and all(link["found"] for link in check["toc"]), check["toc"]
 
 
 def test_screenshot_shows_the_report(served, tmp_path, chromium_binary):

@@ -109,7 +109,7 @@ def test_recorded_results_draw_legible_figures(recorded_plots):
 
 def test_synthetic_results_draw_legible_figures(synthetic_plots):
     families = ("loss-vs-flops-", "uptraining-", "speed-n-", "speed-dk-", "speed-dmodel-", "speedups-", "error-",
-                "rank-", "flops-", "profiles-")
+                "rank-", "flops-", "profiles-", "floor-")
     assert {f for f in families if any(p.key.startswith(f) for p in synthetic_plots)} == set(families)
     problems = [line for p in synthetic_plots for line in legibility_problems(p)]
     assert not problems, "\n".join(problems)

@@ -335,6 +335,35 @@ def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
     return fig
 
 
+def floor_ratios(table: pd.DataFrame) -> Figure:
+    """One panel per mode: each mechanism's (and execution's) step time over its floor as a bar
+    (``sections.floor_table``), the targets its layers are held to as dashed lines."""
+    modes = list(dict.fromkeys(table.index.get_level_values("mode")))
+    rows = max(len(table.xs(m, level="mode")) for m in modes)
+    fig, axes = _panels(len(modes), height=1.0 + 0.24 * rows)
+    for ax, mode in zip(axes, modes):
+        part = table.xs(mode, level="mode")
+        y = np.arange(len(part))
+        colours = [STYLE.get(m, ("#555555",))[0] for m in part.index.get_level_values("mechanism")]
+        ratios = part["× floor"].to_numpy(float)
+        ax.barh(y, ratios, color=colours, height=0.7)
+        for yi, r in zip(y, ratios):
+            ax.annotate(f"{r:.2f}", xy=(r, yi), xytext=(2, 0), textcoords="offset points", va="center", fontsize=7)
+        ax.set_yticks(y, [f"{m} ({e})" for m, e in part.index], fontsize=7)
+        ax.set_ylim(rows - 0.5, -0.5)  # every panel's bars as thick as the fullest's, top down
+        targets = sorted({float(t.split("×")[0].lstrip("≤ ")) for t in part["target"] if t != "--"})
+        for target in targets:
+            ax.axvline(target, color="#555555", linestyle="--", linewidth=0.9)
+            ax.annotate(f"{target:g}×", xy=(target, 1.0), xycoords=("data", "axes fraction"), ha="center",
+                        va="bottom", fontsize=7)
+        ax.axvline(1.0, color="#999999", linewidth=0.8)
+        ax.set_xlim(0, max(float(ratios.max()), *targets, 1.0) * 1.15)
+        ax.set_xlabel("median step time / floor")
+        ax.set_title(mode, fontsize=10, pad=12 if targets else 6)
+        ax.grid(True, axis="x", alpha=0.25)
+    return fig
+
+
 KIND_COLOURS = {"gemm": "#1f5fbf", "attention": "#8c8c8c", "pallas": "#1a9850", "reduction": "#d95f02",
                 "elementwise": "#ff8c00", "copy": "#b8860b", "other": "#cccccc"}
 

@@ -73,9 +73,10 @@ def _measurements(engine: Engine) -> tuple[pd.DataFrame, list[dict]]:
 
 def speed_rows(engine: Engine) -> pd.DataFrame:
     """Every ok or OOM speed measurement with its full configuration (``layers``, ``ffn`` and the
-    speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document)."""
+    speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document) and, where
+    the run measured the card's ceilings, its floor (``floor_s``, ``bound``: compute or memory)."""
     df, config = _measurements(engine)
-    for name in ("layers", "ffn", "sweep"):
+    for name in ("layers", "ffn", "sweep", "floor_s", "bound"):
         df[name] = [c.get(name) for c in config]
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
     return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median

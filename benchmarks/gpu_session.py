@@ -688,11 +688,11 @@ TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dt
                    forward_grid=[(16, None), (32, None)], backward_grid=[(16, 32, None)],
                    wide_grid=[(16, 8)], wide_size=dict(seq_len=64, heads=1, head_dim=130,
                                                        num_features=130, d_k=16),
-                   warmup=0, repeats=1)
+                   warmup=0, repeats=1, chain=2)
 TINY_FFN_TUNING = dict(rows=64, d_model=128, d_ff=128, dtype=jnp.float32,
-                       grid=[(1, 64, 8, 1)], warmup=0, repeats=1)
+                       grid=[(1, 64, 8, 1)], warmup=0, repeats=1, chain=2)
 TINY_COMPRESS_TUNING = dict(seq_len=64, d_model=128, d_k=16, dtype=jnp.float32,
-                            grid=[(16, 16, 4, 1)], warmup=0, repeats=1)
+                            grid=[(16, 16, 4, 1)], warmup=0, repeats=1, chain=2)
 
 # Theorem 1's approximation errors and Fig. 1's ranks at sizes a GPU makes cheap: N = 2048,
 # d_model 256, 4 heads, d_k up to N/2, m up to 256 (the CPU runs use N = 1024 and less).

@@ -304,6 +304,25 @@ def test_failed_wide_stage_keeps_the_one_block_tuning(monkeypatch):
     assert result["best"] == gradient["tiling"]
 
 
+def test_tuning_rows_are_per_kernel(monkeypatch):
+    """Each candidate is timed ``chain`` kernels a call; its row's time is one kernel's (the call's
+    ÷ chain), for the query side, the FFN block and the compression alike."""
+    from flurka.speed import tuning
+    g = _driver()
+
+    def calls_of_0_3_s(calls, *, warmup, repeats):
+        return {key: {"status": "ok", "median_s": 0.3} for key in calls}
+
+    monkeypatch.setattr(tuning, "time_interleaved", calls_of_0_3_s)
+    fused = tuning.tune_fused(**{**g.TINY_TUNING, "chain": 3})
+    assert fused["chain"] == 3 and len(fused["rows"]) >= 4
+    for row in fused["rows"]:
+        assert row["median_s"] == pytest.approx({"favor": 0.1, "elu": 0.1}) and row["total_s"] == pytest.approx(0.2)
+    for tune, tiny in ((tuning.tune_ffn, g.TINY_FFN_TUNING), (tuning.tune_compression, g.TINY_COMPRESS_TUNING)):
+        result = tune(**{**tiny, "chain": 3})
+        assert result["chain"] == 3 and [r["median_s"] for r in result["rows"]] == pytest.approx([0.1, 0.1])
+
+
 def test_chained_products_compute_every_step_inside_the_loop():
     """The probes' chain: the call returns the last step's product — a with its first element
     set to chain - 1, times b (float64 here) — and the compiled loop's body holds the product

@@ -68,6 +68,26 @@ def test_time_interleaved_rotates_the_calls_and_survives_a_failure():
         timing.time_interleaved(calls, warmup=0, repeats=0)
 
 
+def test_chained_runs_every_step_and_returns_the_last():
+    """A chain of a kernel with several results and a None argument (an elu query side's ω):
+    the last step's results, worked out in float64 on args[0] with its first element set to
+    chain - 1."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((3, 4)), rng.standard_normal((4, 2))
+
+    def kernel(q, weight, omega, scale):
+        assert omega is None
+        return q @ weight * scale, jnp.sum(q, axis=0)
+
+    got = timing.chained(kernel, 4)(jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32), None, 2.0)
+    last = x.copy()
+    last[0, 0] = 3.0
+    np.testing.assert_allclose(got[0], last @ w * 2.0, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[1], last.sum(axis=0), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="chain must be an int >= 1"):
+        timing.chained(kernel, 0)
+
+
 def test_time_fn_rejects_bad_counts():
     with pytest.raises(ValueError, match="repeats"):
         timing.time_fn(lambda: jnp.ones(()), (), repeats=0)

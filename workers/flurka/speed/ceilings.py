@@ -39,7 +39,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flurka.speed.timing import random_normal, time_fn
+from flurka.speed.timing import chained, random_normal, time_fn
 
 DEFAULT_SIZES = {  # (matmul n, bandwidth array bytes) per platform
     "gpu": (8192, 1 << 30),
@@ -75,15 +75,8 @@ def matmul_rate(n: int, dtype: Any = jnp.bfloat16, *, chain: int = 10, warmup: i
 
 def chained_products(chain: int):
     """Jitted (a, b) -> the last of ``chain`` products a_i @ b, a_i = a with its first element
-    set to i (:func:`product_rate`)."""
-    @jax.jit
-    def products(a, b):
-        def step(i, carry):
-            x = carry[0].at[(0,) * a.ndim].set(i.astype(a.dtype))
-            return x, jax.lax.optimization_barrier(x @ b)
-        out = jax.eval_shape(jnp.matmul, a, b)
-        return jax.lax.fori_loop(0, chain, step, (a, jnp.zeros(out.shape, out.dtype)))[1]
-    return products
+    set to i (:func:`product_rate`, :func:`flurka.speed.timing.chained`)."""
+    return chained(jnp.matmul, chain)
 
 
 def product_rate(shape_a: tuple[int, ...], shape_b: tuple[int, ...], dtype: Any = jnp.bfloat16,

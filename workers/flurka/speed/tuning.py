@@ -11,7 +11,11 @@ the wide forward kernel's launch at the N-sweep's query side (d_h = m = 325 in 1
 on the forward alone (wide query sides train through the XLA path's gradient). A
 stage's candidates are timed side by side (every candidate once per round), not one after
 another: on the H200 the default, timed first, read 10–15 % slower than the same launch timed
-later. A candidate that fails to compile (e.g. shared memory) is a row with its error, not a crash.
+later. Each timed call runs the kernel ``chain`` times (:func:`flurka.speed.timing.chained`;
+default :data:`CHAIN`) and a row's times are per kernel: timed one call each, the first H100
+lease's query side read 0.21–0.28 ms with ~50 µs of dispatch and sync in it, beside XLA's GEMMs
+timed chained. A candidate that fails to compile (e.g. shared memory) is a row with its error,
+not a crash.
 :func:`tune_ffn` does the same for the fused FFN block (:class:`flurka.models.fused_ffn.FfnTiling`:
 two kernels or one, and their launch) at the flash comparison's size, forward; and
 :func:`tune_compression` for the fused LayerNorm + compression
@@ -35,8 +39,9 @@ from flurka.attention.fused import FEATURES, Tiling, fused_query_side
 from flurka.attention.fused_compress import (
     CompressTiling, normalised_compression, row_statistics)
 from flurka.models.fused_ffn import FfnTiling, fused_ffn_block
-from flurka.speed.timing import random_normal, time_interleaved
+from flurka.speed.timing import chained, random_normal, time_interleaved
 
+CHAIN = 10  # kernel runs per timed call (the shape probes' chain)
 # (block_n, num_warps) and (bwd_block_n, bwd_rows, bwd_num_warps) to try on a GPU: those that
 # ptxas compiles for sm_90 without spilling registers, for both feature maps at SIZE
 # (``python -m flurka.speed.aot --tilings``). Left out because they spill (4 B – 18 KB per
@@ -94,9 +99,10 @@ def stage_step(stage: str, tiling: Tiling, options: dict):
 
 
 def _time_candidates(stage: str, tilings: Sequence[Tiling], inputs: dict, *, warmup: int,
-                     repeats: int) -> list[dict]:
-    """Every candidate on every feature map, timed side by side (:func:`time_interleaved`)."""
-    timed = time_interleaved({(i, feature): (stage_step(stage, tiling, options), args)
+                     repeats: int, chain: int) -> list[dict]:
+    """Every candidate on every feature map, timed side by side (:func:`time_interleaved`), per
+    kernel (``chain`` runs a call)."""
+    timed = time_interleaved({(i, feature): (chained(stage_step(stage, tiling, options), chain), args)
                               for i, tiling in enumerate(tilings)
                               for feature, (args, options) in inputs.items()},
                              warmup=warmup, repeats=repeats)
@@ -108,7 +114,7 @@ def _time_candidates(stage: str, tilings: Sequence[Tiling], inputs: dict, *, war
             if timing["status"] != "ok":
                 row.update(status=timing["status"], error=timing.get("error"))
                 break
-            row["median_s"][feature] = timing["median_s"]
+            row["median_s"][feature] = timing["median_s"] / chain
         else:
             row.update(status="ok", total_s=sum(row["median_s"].values()))
         rows.append(row)
@@ -133,7 +139,7 @@ def _variants(base: Tiling, grid: Sequence[tuple], fields: Sequence[str]) -> lis
 def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
                backward_grid: Sequence[tuple] = BACKWARD_GRID,
                wide_grid: Sequence[tuple] = WIDE_GRID, wide_size: dict | None = None,
-               warmup: int = 2, repeats: int = 10, **size) -> dict[str, Any]:
+               warmup: int = 2, repeats: int = 10, chain: int = CHAIN, **size) -> dict[str, Any]:
     """Time the grids, one-block launches at one size (:data:`SIZE`, or the keys of it given),
     the wide forward's at :data:`WIDE_SIZE` (``wide_size``: keys of it to change; batch and
     dtype: ``size``'s); ``{"rows": [...], "best": Tiling as dict, "default": ...}`` with each row's
@@ -142,7 +148,7 @@ def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
     size = {**SIZE, **size}
     wide_size = {**size, **WIDE_SIZE, **(wide_size or {})}
     inputs = {f: kernel_inputs(f, **size) for f in FEATURES}
-    timing = dict(warmup=warmup, repeats=repeats)
+    timing = dict(warmup=warmup, repeats=repeats, chain=chain)
     default = Tiling()
     forward = _variants(default, forward_grid, ("block_n", "num_warps"))
     rows = _time_candidates("forward", forward, inputs, **timing)
@@ -150,7 +156,7 @@ def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
     backward = _variants(best_forward, backward_grid, ("bwd_block_n", "bwd_rows", "bwd_num_warps"))
     rows += _time_candidates("gradient", backward, inputs, **timing)
     best = _best([r for r in rows if r["stage"] == "gradient"], "gradient")
-    out = {"size": _named(size), "wide_size": _named(wide_size), "rows": rows,
+    out = {"size": _named(size), "wide_size": _named(wide_size), "chain": chain, "rows": rows,
            "default": dataclasses.asdict(default)}
     try:   # a wide stage that fails (memory, say) keeps the one-block launches tuned above
         wide_inputs = {f: kernel_inputs(f, **wide_size) for f in FEATURES}
@@ -171,14 +177,14 @@ def ffn_inputs(*, rows: int, d_model: int, d_ff: int, dtype: Any) -> tuple:
 
 
 def tune_ffn(*, grid: Sequence[tuple] = FFN_GRID, warmup: int = 2, repeats: int = 10,
-             **size) -> dict[str, Any]:
+             chain: int = CHAIN, **size) -> dict[str, Any]:
     """The fused FFN block's forward at :data:`FFN_SIZE` (or the keys of it given) under the
     default :class:`FfnTiling` and each of ``grid``, timed side by side; ``{"rows": [...],
     "best": FfnTiling as dict, "default": ...}``."""
     size = {**FFN_SIZE, **size}
     return _side_by_side("ffn", FfnTiling, grid, ffn_inputs(**size), size,
                          lambda *a, tiling: fused_ffn_block(*a, eps=1e-6, tiling=tiling),
-                         warmup=warmup, repeats=repeats)
+                         warmup=warmup, repeats=repeats, chain=chain)
 
 
 def compress_inputs(*, batch: int, seq_len: int, d_model: int, d_k: int, dtype: Any) -> tuple:
@@ -193,7 +199,7 @@ def compress_inputs(*, batch: int, seq_len: int, d_model: int, d_k: int, dtype: 
 
 
 def tune_compression(*, grid: Sequence[tuple] = COMPRESS_GRID, warmup: int = 2,
-                     repeats: int = 10, **size) -> dict[str, Any]:
+                     repeats: int = 10, chain: int = CHAIN, **size) -> dict[str, Any]:
     """The fused LayerNorm + compression (its statistics given, as a layer computes them once)
     at :data:`COMPRESS_SIZE` (or the keys of it given) under the default
     :class:`CompressTiling` and each of ``grid``, timed side by side; ``{"rows": [...],
@@ -204,27 +210,27 @@ def tune_compression(*, grid: Sequence[tuple] = COMPRESS_GRID, warmup: int = 2,
     return _side_by_side(
         "compression", CompressTiling, grid, args, size,
         lambda *a, tiling: normalised_compression(*a, eps=1e-6, stats=stats, tiling=tiling),
-        warmup=warmup, repeats=repeats)
+        warmup=warmup, repeats=repeats, chain=chain)
 
 
 def _side_by_side(stage: str, tiling_class, grid: Sequence[tuple], args: tuple, size: dict,
-                  step, *, warmup: int, repeats: int) -> dict[str, Any]:
+                  step, *, warmup: int, repeats: int, chain: int) -> dict[str, Any]:
     """``step(*args, tiling=t)`` under ``tiling_class()`` and each of ``grid``, timed side by
-    side: the rows and the fastest candidate (a failed candidate: its row's error; none ran:
-    an error)."""
+    side, per kernel (``chain`` runs a call): the rows and the fastest candidate (a failed
+    candidate: its row's error; none ran: an error)."""
     default = tiling_class()
     tilings = [default]
     tilings += [t for t in (tiling_class(*g) for g in grid) if t not in tilings]
     timed = time_interleaved(
-        {i: (jax.jit(functools.partial(step, tiling=t)), args) for i, t in enumerate(tilings)},
+        {i: (chained(functools.partial(step, tiling=t), chain), args) for i, t in enumerate(tilings)},
         warmup=warmup, repeats=repeats)
     rows = [{"stage": stage, "tiling": dataclasses.asdict(t), "status": timed[i]["status"],
-             **({"median_s": timed[i]["median_s"]} if timed[i]["status"] == "ok"
+             **({"median_s": timed[i]["median_s"] / chain} if timed[i]["status"] == "ok"
                 else {"error": timed[i].get("error")})} for i, t in enumerate(tilings)]
     ok = [r for r in rows if r["status"] == "ok"]
     if not ok:
         raise RuntimeError(f"no {stage} tiling ran: {rows[0].get('error')}")
-    return {"size": _named(size), "rows": rows, "default": dataclasses.asdict(default),
+    return {"size": _named(size), "chain": chain, "rows": rows, "default": dataclasses.asdict(default),
             "best": min(ok, key=lambda r: r["median_s"])["tiling"]}
 
 

@@ -351,7 +351,7 @@ def floor_ratios(table: pd.DataFrame) -> Figure:
             ax.annotate(f"{r:.2f}", xy=(r, yi), xytext=(2, 0), textcoords="offset points", va="center", fontsize=7)
         ax.set_yticks(y, [f"{m} ({e})" for m, e in part.index], fontsize=7)
         ax.set_ylim(rows - 0.5, -0.5)  # every panel's bars as thick as the fullest's, top down
-        targets = sorted({float(t.split("×")[0].lstrip("≤ ")) for t in part["target"] if t != "--"})
+        targets = sorted(set(part["target (× floor)"].dropna()))
         for target in targets:
             ax.axvline(target, color="#555555", linestyle="--", linewidth=0.9)
             ax.annotate(f"{target:g}×", xy=(target, 1.0), xycoords=("data", "axes fraction"), ha="center",

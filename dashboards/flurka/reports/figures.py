@@ -58,8 +58,8 @@ def _legend(fig: Figure, axes) -> None:
 class PlainLogLocator(ticker.Locator):
     """Log-axis ticks as dense as the drawn axis has room for: per decade 1, 1.2, 1.5 … 8 on a
     short range, thinning to 1, 2, 5 or one power of ten (every k-th on a long one) so that no
-    two labels come closer than ``gap_pt`` points; a range too narrow for three such ticks gets
-    linear ones. Decided at draw time, from the axis's length after layout. Matplotlib's default
+    two labels come closer than ``gap_pt`` points; a range under a decade too narrow for three
+    such ticks gets linear ones. Decided at draw time, from the axis's length after layout. Matplotlib's default
     labels minor ticks as "6×10¹" where the range is under a decade or two, and they collide."""
 
     SUBS = ((1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8), (1, 1.5, 2, 3, 5, 7), (1, 2, 5), (1, 3), (1,))
@@ -74,7 +74,7 @@ class PlainLogLocator(ticker.Locator):
     def _length_pt(self) -> float:
         box = self.axis.axes.bbox
         pixels = box.width if self.axis.axis_name == "x" else box.height
-        return pixels * 72.0 / self.axis.figure.dpi
+        return max(pixels * 72.0 / self.axis.figure.dpi, 1.0)  # not laid out yet: a point
 
     def tick_values(self, vmin, vmax):
         lo, hi = sorted((vmin, vmax))
@@ -92,7 +92,7 @@ class PlainLogLocator(ticker.Locator):
         first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
         ticks = [s * 10.0 ** e for e in range(first - first % stride, last + 1, stride) for s in subs]
         inside = [t for t in ticks if lo <= t <= hi]
-        if len(inside) >= 3:
+        if len(inside) >= 3 or decades >= 1:
             return np.array(ticks)
         return ticker.MaxNLocator(nbins=max(2, int(self._length_pt() // self.gap_pt)),
                                   steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)

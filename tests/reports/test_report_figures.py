@@ -120,3 +120,31 @@ def test_synthetic_results_draw_legible_figures(synthetic_plots):
     (55500, "55.5k"), (52608, "52608"), (2e12, "2T"), (3.5e13, "35T"), (1.5e18, "1.5E")])
 def test_tick_labels_are_plain_numbers(value, label):
     assert figures.plain_number(value) == label
+
+
+@pytest.mark.parametrize("lo, hi", [(0.5, 300.0), (14.4, 22.9), (2e3, 5.55e4), (1.5e12, 6e13), (1e3, 1e30)])
+def test_log_ticks_keep_the_labels_apart(lo, hi):
+    """On a drawn 4 × 3 inch panel: at least two labelled ticks per axis, none closer to the next
+    than the locator's gap (30 points across, 16 up)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4, 3))
+    ax = fig.subplots()
+    ax.plot([lo, hi], [lo, hi])
+    figures._log(ax)
+    FigureCanvasAgg(fig).draw()
+    for name, gap in (("x", 30), ("y", 16)):
+        axis = getattr(ax, f"{name}axis")
+        ticks = [t for t in axis.get_majorticklocs() if lo <= t <= hi]
+        at = [ax.transData.transform((t, t))[0 if name == "x" else 1] * 72 / fig.dpi for t in ticks]
+        assert len(ticks) >= 2, (name, ticks)
+        assert min(abs(b - a) for a, b in zip(at, at[1:])) >= gap - 1e-6, (name, ticks)
+
+
+def test_a_panel_not_laid_out_yet_still_gets_ticks():
+    from matplotlib.figure import Figure
+
+    ax = Figure(figsize=(0.01, 0.01)).subplots()
+    ax.plot([1.0, 1e6], [1.0, 2.0])
+    figures._log(ax, "x")
+    assert len(ax.xaxis.get_major_locator()()) >= 1

@@ -94,8 +94,12 @@ class PlainLogLocator(ticker.Locator):
         inside = [t for t in ticks if lo <= t <= hi]
         if len(inside) >= 3 or decades >= 1:
             return np.array(ticks)
-        return ticker.MaxNLocator(nbins=max(2, int(self._length_pt() // self.gap_pt)),
-                                  steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        for nbins in range(max(1, int(self._length_pt() // self.gap_pt)), 0, -1):
+            linear = ticker.MaxNLocator(nbins=nbins, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+            shown = linear[(linear >= lo) & (linear <= hi)]
+            if len(shown) < 2 or np.diff(np.log10(shown)).min() * per_decade >= self.gap_pt:
+                break
+        return linear
 
 
 def plain_number(value: float, _pos=None) -> str:

@@ -107,3 +107,31 @@ def test_module_entry_in_a_fresh_process():
                            "--table", "lra"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "secret" not in proc.stderr
+
+
+def test_floor_table_of_the_recorded_leases(engine, capsys):
+    """The GPU targets' table from the recorded H100 and H200 leases (SQLite and PostgreSQL):
+    one card and scope at a time; left ambiguous, one line naming the configurations, exit 1."""
+    from pathlib import Path
+
+    from flurka.results import ingest_file
+
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    for doc in ("h100-2026-11-28/n-sweep.json", "h100-2026-11-28/flash-compare.json",
+                "h200-2026-11-27/run2/n-sweep.json"):
+        ingest_file(engine, results / doc)
+    url = engine.url.render_as_string(hide_password=False)
+    code, _, err = run_cli(["--db", url, "--table", "floor"], capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "NVIDIA H100 80GB HBM3, n-sweep, layer scope" in err and "NVIDIA H200, n-sweep" in err
+
+    code, csv, _ = run_cli(["--db", url, "--table", "floor", "--device", "H100", "--scope", "layer",
+                            "--format", "csv"], capsys)
+    assert code == 0
+    table = pd.read_csv(io.StringIO(csv))
+    aligned = table[(table["mode"] == "forward") & (table["execution"] == "align 128, pad_to 128")]
+    ratio = dict(zip(aligned["mechanism"], aligned["× floor"].round(2)))
+    met = dict(zip(aligned["mechanism"], aligned["met"]))
+    # the lease's notes: flurka-rnn 1.46× (met 1.5×), flurka-performer 1.71× (missed), eva 3.51× (missed 2×)
+    assert ratio["flurka-rnn"] == 1.46 and ratio["flurka-performer"] == 1.71 and ratio["eva"] == 3.51
+    assert (met["flurka-rnn"], met["flurka-performer"], met["eva"], met["rnn"]) == ("yes", "no", "no", "yes")

@@ -302,45 +302,14 @@ def speed_vs_section(rows: pd.DataFrame, axis: str) -> Section:
     return section
 
 
-# The GPU targets: every layer within 2× of its floor, every FLuRKA layer within 1.5×, at the
-# largest N of the sweeps they name (the N-sweep; the flash comparison's model has the 20× instead).
-FLOOR_SWEEPS = ("n-sweep", "flash-compare")
-LAYER_TARGET, FLURKA_LAYER_TARGET = 2.0, 1.5
-
-
-def floor_target(mechanism: str, scope: str) -> float | None:
-    if scope != "layer":
-        return None
-    return FLURKA_LAYER_TARGET if mechanism.startswith("flurka") else LAYER_TARGET
-
-
-def floor_table(part: pd.DataFrame) -> pd.DataFrame:
-    """Per mode, mechanism and execution: median step time, floor, which ceiling binds, × floor and
-    the layer target with whether it is met."""
-    order = {m: i for i, m in enumerate(F._ordered(part["mechanism"]))}
-    t = part.assign(execution=part.apply(T.execution_label, axis=1), _order=part["mechanism"].map(order))
-    t = t.sort_values(["mode", "_order", "execution"])
-    ratio = t["median_s"] / t["floor_s"]
-    targets = pd.Series([floor_target(m, sc) for m, sc in zip(t["mechanism"], t["scope"])], index=t.index,
-                        dtype=float)
-    table = pd.DataFrame({
-        "mode": t["mode"], "mechanism": t["mechanism"], "execution": t["execution"],
-        "ms": t["median_s"] * 1e3, "floor (ms)": t["floor_s"] * 1e3, "bound": t["bound"], "× floor": ratio,
-        "target (× floor)": targets,
-        "met": [None if g != g else ("yes" if r <= g else "no") for g, r in zip(targets, ratio)],
-    }).set_index(["mode", "mechanism", "execution"])
-    table.attrs["floatfmt"] = ".3g"
-    return table
-
-
 def floor_section(rows: pd.DataFrame) -> Section:
     section = Section("floor", "Step time against the floor (GPU targets)",
                       "Each measurement's median step time over its floor: the larger of the FLOP model's FLOPs "
                       "at the card's measured bf16 matrix rate and the fewest bytes the step must move at its "
                       "measured copy bandwidth (flurka.speed.ceilings, measured in the same run). At the largest "
-                      f"N of the sweeps the targets name: every layer within {LAYER_TARGET:g}× of its floor, "
-                      f"every FLuRKA layer within {FLURKA_LAYER_TARGET:g}×.")
-    have = rows[(rows["status"] == "ok") & rows["floor_s"].notna() & rows["sweep"].isin(FLOOR_SWEEPS)]
+                      f"N of the sweeps the targets name: every layer within {T.LAYER_TARGET:g}× of its floor, "
+                      f"every FLuRKA layer within {T.FLURKA_LAYER_TARGET:g}× (flurka tables --table floor).")
+    have = rows[(rows["status"] == "ok") & rows["floor_s"].notna() & rows["sweep"].isin(T.FLOOR_SWEEPS)]
     groups = have.groupby(["device", "sweep", "scope", "dtype"], sort=True)
     for i, ((device, sweep, scope, dtype), part) in enumerate(groups):
         part = part[part["N"] == part["N"].max()]
@@ -349,7 +318,7 @@ def floor_section(rows: pd.DataFrame) -> Section:
         caption = (f"Device: {device}. Config: {describe(first, fixed)}. Speed sweep: {sweep}; one row per "
                    f"execution measured (plain, aligned, padded, fused).")
         title = f"Step time against the floor, {sweep} at N = {int(first['N'])} ({device}, {dtype})"
-        table = floor_table(part)
+        table = T.floor_frame(part)
         section.items.append(Table(f"floor-{i}", title, caption, table))
         section.items.append(Plot(f"floor-{i}-fig", title, caption, F.floor_ratios(table)))
     if not section.items:

@@ -14,13 +14,16 @@ import sys
 
 from flurka.results import db, tables
 
-TABLES = ("uptraining", "glue", "lra", "collective", "isoflops", "speed", "speedup")
+TABLES = ("uptraining", "glue", "lra", "collective", "isoflops", "speed", "speedup", "floor")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=db.DEFAULT_URL, help="SQLAlchemy URL (default %(default)s)")
     parser.add_argument("--table", required=True, choices=TABLES,
-                        help="uptraining (Table 5), glue (2), lra (3), collective (4), isoflops (1), speed, speedup")
+                        help="uptraining (Table 5), glue (2), lra (3), collective (4), isoflops (1), speed, speedup, "
+                             "floor (the GPU targets: each mechanism and execution against its floor at the "
+                             "N-sweep's or flash comparison's largest N; narrow it to one card and scope with "
+                             "--device, --scope, --dtype)")
     parser.add_argument("--format", default="markdown", choices=tables.FORMATS)
     parser.add_argument("--metric", help="uptraining: metric (default: the benchmark's first, e.g. bleu, accuracy); "
                              "isoflops: curve loss name (default loss)")
@@ -83,13 +86,15 @@ def build(engine, args: argparse.Namespace):
         return tables.collective_table(engine, **quality)
     if args.table == "isoflops":
         return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep, **bench)
-    speed = tables.speed_table if args.table == "speed" else tables.speedup_table
     filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "dtype": args.dtype,
                "align": args.align,
                "fused": args.fused, "fused_projections": args.fused_projections,
                "fused_ffn": args.fused_ffn, "pad_to": args.pad_to, "xla": args.xla}
-    return speed(engine, mode=args.mode, best=args.best,
-                 **{k: v for k, v in filters.items() if v is not None})
+    filters = {k: v for k, v in filters.items() if v is not None}
+    if args.table == "floor":
+        return tables.floor_table(engine, **filters)
+    speed = tables.speed_table if args.table == "speed" else tables.speedup_table
+    return speed(engine, mode=args.mode, best=args.best, **filters)
 
 
 def run(args: argparse.Namespace) -> int:

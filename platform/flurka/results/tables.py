@@ -256,23 +256,21 @@ def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
         df[name] = [e[name] for e in execution]
 
 
-def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = False,
-                       **filters) -> pd.DataFrame:
-    """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
-    SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
-    ``align``, ``fused``, ``fused_projections``, ``fused_ffn``, ``pad_to`` and ``xla`` (:func:`stored_execution`) come from the stored config of a
-    ``flurka.speed`` result. ``best``: of a mechanism's executions at one N, its fastest
-    (:func:`fastest_execution`), the execution columns saying which."""
+def _speed_rows(engine: Engine, filters: dict, *, modes: Sequence[str], extra: Sequence[str] = ()) -> pd.DataFrame:
+    """Ok and OOM speed rows of ``modes`` (failed measurements are no data) matching ``filters``
+    (SPEED_FILTERS; device a substring), with the execution columns and the stored config's
+    ``extra`` fields; :class:`NoResults` where none match."""
     unknown = set(filters) - set(SPEED_FILTERS)
     if unknown:
         raise ValueError(f"unknown speed filter {', '.join(sorted(unknown))} (valid: {', '.join(SPEED_FILTERS)})")
-    stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.seq_len.label("N"),
+    stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode,
+                      SpeedMeasurement.seq_len.label("N"),
                       SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
                       SpeedMeasurement.num_features, SpeedMeasurement.batch, SpeedMeasurement.dtype,
                       SpeedMeasurement.scope, SpeedMeasurement.status, SpeedMeasurement.median_s, SpeedMeasurement.flops,
                       SpeedMeasurement.config)
             .join(Environment, Environment.id == SpeedMeasurement.environment_id)
-            .where(SpeedMeasurement.mode == mode, SpeedMeasurement.status != "error"))
+            .where(SpeedMeasurement.mode.in_(list(modes)), SpeedMeasurement.status != "error"))
     for name, value in filters.items():
         if value is None or name in EXECUTION:
             continue
@@ -282,14 +280,28 @@ def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = Fals
             stmt = stmt.where(getattr(SpeedMeasurement, name) == value)
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
-    add_execution(df, stored_configs(df.pop("config")))
+    configs = stored_configs(df.pop("config"))
+    add_execution(df, configs)
+    for name in extra:
+        df[name] = [c.get(name) for c in configs]
     if filters.get("xla"):   # name=value pairs in any order, as stored_execution spells them
         filters = {**filters, "xla": xla_spelling(filters["xla"].split(","))}
     for name in EXECUTION:
         if filters.get(name) is not None:
             df = df[df[name] == filters[name]]
     if df.empty:
-        raise NoResults(f"no {mode!r} speed measurements match {filters or 'the database'}")
+        raise NoResults(f"no {'/'.join(map(repr, modes))} speed measurements match {filters or 'the database'}")
+    return df
+
+
+def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = False,
+                       **filters) -> pd.DataFrame:
+    """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
+    SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
+    ``align``, ``fused``, ``fused_projections``, ``fused_ffn``, ``pad_to`` and ``xla`` (:func:`stored_execution`) come from the stored config of a
+    ``flurka.speed`` result. ``best``: of a mechanism's executions at one N, its fastest
+    (:func:`fastest_execution`), the execution columns saying which."""
+    df = _speed_rows(engine, filters, modes=(mode,))
     df = combine_repeats(df, ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]])
     if best:
         df = fastest_execution(df)
@@ -349,6 +361,58 @@ def speed_table(engine: Engine, *, mode: str = "train", best: bool = False,
     table.columns.name = None
     table.attrs["floatfmt"] = ".4g"
     return table
+
+
+# The GPU targets: every layer within 2× of its floor, every FLuRKA layer within 1.5×, at the
+# largest N of the sweeps they name (the N-sweep; the flash comparison's model has the 20× instead).
+FLOOR_SWEEPS = ("n-sweep", "flash-compare")
+LAYER_TARGET, FLURKA_LAYER_TARGET = 2.0, 1.5
+
+
+def floor_target(mechanism: str, scope: str) -> float | None:
+    """The × floor a layer is held to (None for a model: its target is the 20× over flash)."""
+    if scope != "layer":
+        return None
+    return FLURKA_LAYER_TARGET if mechanism.startswith("flurka") else LAYER_TARGET
+
+
+def floor_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per mode, mechanism and execution of ``rows`` (ok measurements with ``floor_s`` and
+    ``bound``): median step time, floor, the binding ceiling, × floor, the layer target and
+    whether it is met."""
+    order = {m: i for i, m in enumerate(_order(rows["mechanism"].unique()))}
+    t = rows.assign(execution=rows.apply(execution_label, axis=1), _order=rows["mechanism"].map(order))
+    t = t.sort_values(["mode", "_order", "execution"])
+    ratio = t["median_s"] / t["floor_s"]
+    targets = pd.Series([floor_target(m, sc) for m, sc in zip(t["mechanism"], t["scope"])], index=t.index,
+                        dtype=float)
+    table = pd.DataFrame({
+        "mode": t["mode"], "mechanism": t["mechanism"], "execution": t["execution"],
+        "ms": t["median_s"] * 1e3, "floor (ms)": t["floor_s"] * 1e3, "bound": t["bound"], "× floor": ratio,
+        "target (× floor)": targets,
+        "met": [None if g != g else ("yes" if r <= g else "no") for g, r in zip(targets, ratio)],
+    }).set_index(["mode", "mechanism", "execution"])
+    table.attrs["floatfmt"] = ".3g"
+    return table
+
+
+def floor_table(engine: Engine, **filters) -> pd.DataFrame:
+    """:func:`floor_frame` of one configuration's measurements at its largest N: the N-sweep's or
+    the flash comparison's (:data:`FLOOR_SWEEPS`) on one device, scope and dtype, every mode and
+    execution. ``filters`` as :func:`speed_measurements`'; several configurations left is an
+    error that names them."""
+    df = _speed_rows(engine, filters, modes=("forward", "train"), extra=("floor_s", "bound", "sweep"))
+    df = df[(df["status"] == "ok") & df["floor_s"].notna() & df["sweep"].isin(FLOOR_SWEEPS)]
+    if df.empty:
+        raise NoResults(f"no measurements of {' or '.join(FLOOR_SWEEPS)} with a floor match "
+                        f"{filters or 'the database'} (python -m flurka.speed measures the card's ceilings "
+                        f"unless --no-ceilings)")
+    df = combine_repeats(df, ["device", "mechanism", "mode", "N", *[c for c in SPEED_FILTERS if c != "device"]])
+    groups = sorted(df.groupby(["device", "sweep", "scope", "dtype"]).groups)
+    if len(groups) > 1:
+        named = "; ".join(f"{d}, {sw}, {sc} scope, {dt}" for d, sw, sc, dt in groups)
+        raise ValueError(f"several configurations have floors ({named}): filter by device, scope or dtype")
+    return floor_frame(df[df["N"] == df["N"].max()])
 
 
 def speedup_table(engine: Engine, *, mode: str = "train", best: bool = False,

@@ -341,7 +341,7 @@ def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
 
 def floor_ratios(table: pd.DataFrame) -> Figure:
     """One panel per mode: each mechanism's (and execution's) step time over its floor as a bar
-    (``sections.floor_table``), the targets its layers are held to as dashed lines."""
+    (``flurka.results.tables.floor_frame``), the targets its layers are held to as dashed lines."""
     modes = list(dict.fromkeys(table.index.get_level_values("mode")))
     rows = max(len(table.xs(m, level="mode")) for m in modes)
     fig, axes = _panels(len(modes), height=1.0 + 0.24 * rows)

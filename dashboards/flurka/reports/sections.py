@@ -309,10 +309,7 @@ def floor_section(rows: pd.DataFrame) -> Section:
                       "measured copy bandwidth (flurka.speed.ceilings, measured in the same run). At the largest "
                       f"N of the sweeps the targets name: every layer within {T.LAYER_TARGET:g}× of its floor, "
                       f"every FLuRKA layer within {T.FLURKA_LAYER_TARGET:g}× (flurka tables --table floor).")
-    have = rows[(rows["status"] == "ok") & rows["floor_s"].notna() & rows["sweep"].isin(T.FLOOR_SWEEPS)]
-    groups = have.groupby(["device", "sweep", "scope", "dtype"], sort=True)
-    for i, ((device, sweep, scope, dtype), part) in enumerate(groups):
-        part = part[part["N"] == part["N"].max()]
+    for i, ((device, sweep, scope, dtype), part) in enumerate(T.floor_groups(rows)):
         first = part.iloc[0]
         fixed = [c for c in _fixed(part, SPEED_CONFIG) if c not in ("device", "mode", *T.EXECUTION)]
         caption = (f"Device: {device}. Config: {describe(first, fixed)}. Speed sweep: {sweep}; one row per "

@@ -396,23 +396,30 @@ def floor_frame(rows: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def floor_groups(rows: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    """The configurations the targets are read on: ok rows of :data:`FLOOR_SWEEPS` that carry a
+    floor, per (device, sweep, scope, dtype), each at its largest N."""
+    have = rows[(rows["status"] == "ok") & rows["floor_s"].notna() & rows["sweep"].isin(FLOOR_SWEEPS)]
+    return [(key, part[part["N"] == part["N"].max()])
+            for key, part in have.groupby(["device", "sweep", "scope", "dtype"], sort=True)]
+
+
 def floor_table(engine: Engine, **filters) -> pd.DataFrame:
     """:func:`floor_frame` of one configuration's measurements at its largest N: the N-sweep's or
     the flash comparison's (:data:`FLOOR_SWEEPS`) on one device, scope and dtype, every mode and
     execution. ``filters`` as :func:`speed_measurements`'; several configurations left is an
     error that names them."""
     df = _speed_rows(engine, filters, modes=("forward", "train"), extra=("floor_s", "bound", "sweep"))
-    df = df[(df["status"] == "ok") & df["floor_s"].notna() & df["sweep"].isin(FLOOR_SWEEPS)]
-    if df.empty:
+    df = combine_repeats(df, ["device", "mechanism", "mode", "N", *[c for c in SPEED_FILTERS if c != "device"]])
+    groups = floor_groups(df)
+    if not groups:
         raise NoResults(f"no measurements of {' or '.join(FLOOR_SWEEPS)} with a floor match "
                         f"{filters or 'the database'} (python -m flurka.speed measures the card's ceilings "
                         f"unless --no-ceilings)")
-    df = combine_repeats(df, ["device", "mechanism", "mode", "N", *[c for c in SPEED_FILTERS if c != "device"]])
-    groups = sorted(df.groupby(["device", "sweep", "scope", "dtype"]).groups)
     if len(groups) > 1:
-        named = "; ".join(f"{d}, {sw}, {sc} scope, {dt}" for d, sw, sc, dt in groups)
+        named = "; ".join(f"{d}, {sw}, {sc} scope, {dt}" for (d, sw, sc, dt), _ in groups)
         raise ValueError(f"several configurations have floors ({named}): filter by device, scope or dtype")
-    return floor_frame(df[df["N"] == df["N"].max()])
+    return floor_frame(groups[0][1])
 
 
 def speedup_table(engine: Engine, *, mode: str = "train", best: bool = False,

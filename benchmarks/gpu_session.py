@@ -573,8 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     print("ceilings", {d: (c["matmul_flops_per_s"], c["copy_bytes_per_s"])
                        for d, c in ceilings.items()}, flush=True)
     budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 2**30)
-    settings = {"warmup": args.warmup, "repeats": args.repeats, "memory_budget_bytes": budget,
-                "runner": "local", "driver": "benchmarks/gpu_session.py",
+    settings = {"warmup": args.warmup, "repeats": args.repeats, "calls_per_sample": None,
+                "memory_budget_bytes": budget, "runner": "local", "driver": "benchmarks/gpu_session.py",
                 "fused_tiling": dataclasses.asdict(Tiling()),
                 "ffn_tiling": dataclasses.asdict(FfnTiling()),
                 "compress_tiling": dataclasses.asdict(CompressTiling())}

@@ -33,7 +33,8 @@ from flurka.speed.runner import document, write_json
 # into the next one (costs one JAX start-up per task).
 @ray.remote(num_gpus=1, max_calls=1)
 def _measure(group, sweep: str, interleave: bool, warmup: int, repeats: int,
-             memory_budget_bytes: int | None, with_ceilings: bool, profile_steps: int = 0) -> dict:
+             per_sample: int | None, memory_budget_bytes: int | None, with_ceilings: bool,
+             profile_steps: int = 0) -> dict:
     """One point, or with ``interleave`` one configuration's points side by side, on the task's
     device: the rows, this device's ceilings, device and versions."""
     from flurka.speed import runner  # imported in the worker: JAX starts on its GPU
@@ -43,7 +44,8 @@ def _measure(group, sweep: str, interleave: bool, warmup: int, repeats: int,
 
     ceilings = runner.measured_ceilings(group[0][1].dtype) if with_ceilings else None
     rows = runner.measure(group, sweep=sweep, ceilings=ceilings, interleave=interleave,
-                          warmup=warmup, repeats=repeats, memory_budget_bytes=memory_budget_bytes,
+                          warmup=warmup, repeats=repeats, per_sample=per_sample,
+                          memory_budget_bytes=memory_budget_bytes,
                           profile_steps=profile_steps)
     return {"rows": rows, "ceilings": ceilings, "device": runner.device_info(),
             "versions": runner.versions()}
@@ -65,8 +67,9 @@ def run(args: argparse.Namespace, indices: list[int], points: list) -> dict:
         task = _measure.options(num_gpus=0 if args.cpu else 1, num_cpus=1)
         groups = (runner.side_by_side(points, indices) if args.interleave
                   else [[ip] for ip in zip(indices, points)])
-        refs = [task.remote(g, args.sweep, args.interleave, args.warmup, args.repeats, budget,
-                            not args.no_ceilings, args.profile_steps) for g in groups]
+        refs = [task.remote(g, args.sweep, args.interleave, args.warmup, args.repeats,
+                            args.calls_per_sample, budget, not args.no_ceilings,
+                            args.profile_steps) for g in groups]
         outs = ray.get(refs)
     finally:
         if started:
@@ -81,6 +84,7 @@ def run(args: argparse.Namespace, indices: list[int], points: list) -> dict:
     device["names"] = sorted(devices)
     doc = document(sweep=args.sweep, results=rows, ceilings=ceilings or None,
                    settings={"warmup": args.warmup, "repeats": args.repeats,
+                             "calls_per_sample": args.calls_per_sample,
                              "memory_budget_bytes": budget, "runner": "ray",
                              **({"interleaved": True} if args.interleave else {})},
                    device=device, versions_=outs[0]["versions"] if outs else None)

@@ -15,6 +15,7 @@ def test_model_scope_and_cli_json(tmp_path):
     assert main(["--sweep", "tiny", "--mechanisms", "full,flurka-rnn", "--scope", "model",
                  "--repeats", "2", "--warmup", "1", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
+    assert doc["settings"]["calls_per_sample"] is None   # sized per point (flurka.speed.timing)
     assert doc["schema"] == "flurka.speed/1" and doc["sweep"] == "tiny"
     assert doc["device"]["platform"] == "cpu" and doc["device"]["count"] >= 1
     assert doc["device"]["name"]
@@ -27,7 +28,7 @@ def test_model_scope_and_cli_json(tmp_path):
         assert r["status"] == "ok" and r["scope"] == "model" and r["layers"] == 2
         for key in ("mechanism", "mode", "seq_len", "d_model", "num_heads", "d_k", "num_features",
                     "ffn", "dtype", "batch", "median_s", "p10_s", "p90_s", "flops", "floor_s",
-                    "ratio_to_floor", "device_name"):
+                    "ratio_to_floor", "device_name", "calls_per_sample"):
             assert r[key] is not None, key
     full_layer = flop_model.forward_flops(
         "full", flop_model.AttentionShape(batch=2, seq_len=64, d_model=32, num_heads=4))
@@ -45,7 +46,8 @@ def test_points_selection_and_bad_input(tmp_path, capsys):
     for argv, message in ((["--mechanisms", "softmax"], "valid: full, flash"),
                           (["--points", "99"], "out of range"),
                           (["--modes", "backward"], "valid: forward, train"),
-                          (["--profile-steps", "-1"], "--profile-steps >= 0")):
+                          (["--profile-steps", "-1"], "--profile-steps >= 0"),
+                          (["--calls-per-sample", "0"], "--calls-per-sample must be >= 1")):
         assert main(["--sweep", "tiny", "--out", str(out), *argv]) == 2
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and err.startswith("python -m flurka.speed: error: ")
@@ -93,13 +95,15 @@ def test_interleaved_cli_run(tmp_path):
     """--interleave: the same document, rows timed side by side per configuration."""
     out = tmp_path / "side.json"
     assert main(["--sweep", "tiny", "--mechanisms", "rnn,flurka-rnn", "--scope", "layer", "--repeats", "3",
-                 "--warmup", "1", "--interleave", "--no-ceilings", "--out", str(out)]) == 0
+                 "--warmup", "1", "--interleave", "--calls-per-sample", "2", "--no-ceilings",
+                 "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["settings"]["interleaved"] is True
+    assert doc["settings"]["interleaved"] is True and doc["settings"]["calls_per_sample"] == 2
     rows = doc["results"]
     assert [(r["index"], r["mechanism"], r["mode"]) for r in rows] == [
         (0, "rnn", "forward"), (2, "flurka-rnn", "forward"), (1, "rnn", "train"), (3, "flurka-rnn", "train")]
     for r in rows:
         assert r["status"] == "ok" and r["interleaved"] and r["repeats"] == 3 and r["warmup"] == 1
+        assert r["calls_per_sample"] == 2
         assert 0 < r["min_s"] <= r["median_s"] <= r["p90_s"] and r["device_name"] and r["flops"]
 

@@ -50,7 +50,7 @@ def test_rounds_alternate_and_a_failure_stops_only_its_point(monkeypatch):
     monkeypatch.setattr(bench, "prepare", prepare)
     pts = [configs.Point(mechanism=m, mode="forward", scope="layer", **TINY)
            for m in ("rnn", "full", "performer", "linformer")]
-    rows = bench.run_interleaved(pts, None, warmup=1, repeats=3)
+    rows = bench.run_interleaved(pts, None, warmup=1, repeats=3, per_sample=1)
     assert calls[:3] == ["rnn", "performer", "linformer"]       # warm-up round
     assert calls[3:6] == ["performer", "linformer", "rnn"]      # each round starts one later
     assert calls[6:8] == ["linformer", "rnn"]                   # performer raised on its 3rd call

@@ -32,8 +32,8 @@ def test_time_fn_reports_the_median_not_the_mean():
         time.sleep(0.060 if len(calls) % 4 == 0 else 0.003)
         return jnp.zeros(())
 
-    t = timing.time_fn(fn, (), warmup=0, repeats=12)
-    assert len(calls) == 12 and t["compile_s"] is None
+    t = timing.time_fn(fn, (), warmup=0, repeats=12, per_sample=1)
+    assert len(calls) == 12 and t["compile_s"] is None and t["calls_per_sample"] == 1
     assert 0.003 <= t["median_s"] < 0.012
     assert t["p90_s"] >= 0.055  # the slow calls are in the spread, not in the median
 
@@ -56,7 +56,7 @@ def test_time_interleaved_rotates_the_calls_and_survives_a_failure():
 
     calls = {"a": (call("a", 0.001), ()), "b": (call("b", 0.020), ()), "broken": (broken, ()),
              "jit": (jax.jit(lambda x: x + 1), (jnp.ones(3),))}
-    out = timing.time_interleaved(calls, warmup=1, repeats=4)
+    out = timing.time_interleaved(calls, warmup=1, repeats=4, per_sample=1)
     assert order[:3] == ["a", "b", "broken"]                         # round 0 as given
     assert order[3:7] == ["b", "a", "a", "b"]             # rounds 1, 2 start one place later
     assert order.count("broken") == 1 and order.count("a") == order.count("b") == 5
@@ -91,6 +91,78 @@ def test_chained_runs_every_step_and_returns_the_last():
 def test_time_fn_rejects_bad_counts():
     with pytest.raises(ValueError, match="repeats"):
         timing.time_fn(lambda: jnp.ones(()), (), repeats=0)
+    with pytest.raises(ValueError, match="per_sample"):
+        timing.time_fn(lambda: jnp.ones(()), (), per_sample=0)
+    with pytest.raises(ValueError, match="per_sample"):
+        timing.time_interleaved({"a": (lambda: jnp.ones(()), ())}, per_sample=2.5)
+
+
+class Stream:
+    """A device stream as JAX sees one: a call costs the host ``dispatch`` seconds and returns at
+    once; its kernel takes ``kernel`` seconds of the device, run in order after the last one;
+    blocking on its output waits for that kernel's end."""
+
+    def __init__(self, dispatch: float, kernel: float):
+        self.dispatch, self.kernel, self.free_at, self.calls = dispatch, kernel, 0.0, 0
+
+    def __call__(self):
+        self.calls += 1
+        time.sleep(self.dispatch)
+        self.free_at = max(time.perf_counter(), self.free_at) + self.kernel
+        return Pending(self.free_at)
+
+
+class Pending:
+    def __init__(self, done_at: float):
+        self.done_at = done_at
+
+    def block_until_ready(self):
+        time.sleep(max(0.0, self.done_at - time.perf_counter()))
+        return self
+
+
+def test_calls_for_makes_a_sample_last_sample_s():
+    s = timing.SAMPLE_S
+    assert timing.calls_for(s) == timing.calls_for(10 * s) == 1
+    assert timing.calls_for(s / 2.5) == 3 and timing.calls_for(s / 3) == 3
+    assert timing.calls_for(1e-9) == timing.calls_for(0.0) == timing.MAX_CALLS
+
+
+def test_back_to_back_calls_time_the_kernel_not_the_dispatch():
+    """A 6 ms kernel behind 3 ms of dispatch: one blocked call a sample reads both (9 ms); eight
+    back to back read the kernel (each dispatch hidden behind the last kernel, (3 + 8·6) / 8 ≈
+    6.4 ms), as a training loop, which does not block each step, sees it."""
+    one = timing.time_fn(Stream(0.003, 0.006), (), warmup=1, repeats=5, per_sample=1)
+    stream = Stream(0.003, 0.006)
+    eight = timing.time_fn(stream, (), warmup=1, repeats=5, per_sample=8)
+    assert one["calls_per_sample"] == 1 and eight["calls_per_sample"] == 8
+    assert stream.calls == 1 + 5 * 8
+    assert one["median_s"] >= 0.0088
+    assert 0.006 <= eight["median_s"] < 0.0075
+
+
+def test_the_sample_size_follows_the_call(monkeypatch):
+    """By default a fast call is timed many to a sample and a slow one alone, each sized from
+    its own fastest warm-up call when side by side. A jitted op of microseconds, with a sample
+    of a second, gets MAX_CALLS."""
+    sized = []
+
+    def calls_for(call_s):
+        sized.append(call_s)
+        return real(call_s)
+
+    real = timing.calls_for
+    monkeypatch.setattr(timing, "calls_for", calls_for)
+    monkeypatch.setattr(timing, "SAMPLE_S", 0.2)
+    fast, slow = Stream(0.001, 0.002), Stream(0.001, 0.21)
+    out = timing.time_interleaved({"fast": (fast, ()), "slow": (slow, ())}, warmup=0, repeats=3)
+    assert out["slow"]["calls_per_sample"] == 1 and slow.calls == 1 + 3
+    n = out["fast"]["calls_per_sample"]
+    assert n == real(min(t for t in sized if t < 0.2)) >= 2 and fast.calls == 1 + 3 * n
+    assert out["fast"]["warmup"] == 0 and out["fast"]["repeats"] == 3
+    monkeypatch.setattr(timing, "SAMPLE_S", 1.0)
+    t = timing.time_fn(jax.jit(lambda x: x + 1), (jnp.ones(4),), warmup=1, repeats=2)
+    assert t["calls_per_sample"] == timing.MAX_CALLS
 
 
 def test_benchmark_inputs_are_random_not_zeros():

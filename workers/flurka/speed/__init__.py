@@ -1,7 +1,7 @@
 """Step-time measurement of every attention mechanism (paper §4.1, §4.3.1, appendix C).
 
 Runs with JAX alone (``python -m flurka.speed``; no Ray, MLflow or SQL here). Parts:
-``configs`` (the sweeps as data), ``timing`` (medians over blocked repeats, OOM as a result),
+``configs`` (the sweeps as data), ``timing`` (medians over samples of back-to-back calls, OOM as a result),
 ``ceilings`` (measured matmul rate / copy bandwidth and the floor of a point), ``bench`` (build,
 compile and time one point), ``runner`` (a list of points → one JSON document) and ``theory``
 (approximation error vs full attention, rank of kernelized attention, predicted vs measured

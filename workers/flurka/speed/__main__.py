@@ -12,8 +12,8 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
                 visible_devices}
 ``versions``    {python, jax, jaxlib, flax, optax, numpy, and where present jax-cuda12-plugin,
                 cuda_runtime, cudnn, cuda_driver}
-``settings``    {warmup, repeats, memory_budget_bytes, runner ("local" or "ray"),
-                stopped_at_deadline (present and true when --time-budget-min cut the list),
+``settings``    {warmup, repeats, calls_per_sample (null: sized per point), memory_budget_bytes,
+                runner ("local" or "ray"), stopped_at_deadline (present and true when --time-budget-min cut the list),
                 interleaved (present and true with --interleave; each row then has it too)}
 ``ceilings``    {dtype: {matmul_flops_per_s, copy_bytes_per_s, matmul: {n, flops, median_s, …},
                 copy: {array_bytes, bytes, median_s, …}}} — measured on this card
@@ -25,7 +25,9 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
   status        "ok" | "oom" (XLA RESOURCE_EXHAUSTED / MemoryError: ``oom_source`` "xla"; or the
                 compiled need above --memory-budget-gb: "budget") | "error" (``error``,
                 ``error_type``, ``traceback``)
-  timing        median_s, p10_s, p90_s, min_s, repeats, warmup, compile_s (seconds)
+  timing        median_s, p10_s, p90_s, min_s (seconds a call), repeats, warmup,
+                calls_per_sample (back-to-back calls a timed sample: enough for 5 ms, 1 for
+                longer steps; flurka.speed.timing), compile_s (seconds)
   model         params, params_lowrank (E1/E2), implementation (flash: cudnn|xla), device_name
   flops         FLOP model (flurka.attention.flops; train = 3 × forward); xla_dot_flops (dots in
                 the compiled HLO), xla_dot_flops_by_type (the same by operand type: a bf16 point
@@ -108,6 +110,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--calls-per-sample", type=int, default=None,
+                        help="calls dispatched back to back per timed sample (default: enough "
+                             "for 5 ms, at most 32; 1 = one blocked call a sample, as leases "
+                             "before 2026-11-29 timed)")
     parser.add_argument("--memory-budget-gb", type=float, default=None,
                         help="report points whose compiled step needs more as oom, unrun")
     parser.add_argument("--no-ceilings", action="store_true",
@@ -119,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "device time went (per XLA op and kind: gemm, elementwise, ...)")
     parser.add_argument("--interleave", action="store_true",
                         help="time the mechanisms of each configuration side by side: compile "
-                             "them all, then run them in turn, one call each per round, so a "
+                             "them all, then run them in turn, one sample each per round, so a "
                              "machine whose speed drifts slows them alike (holds their steps in "
                              "memory together)")
     parser.add_argument("--out", default="speed_results.json")
@@ -127,9 +133,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def selected(args: argparse.Namespace):
     """(indices, points) after the filters and --points; ValueError on bad input."""
+    per_sample = getattr(args, "calls_per_sample", None)
     if (getattr(args, "repeats", 1) < 1 or getattr(args, "warmup", 0) < 0
-            or getattr(args, "profile_steps", 0) < 0):
-        raise ValueError("--repeats must be >= 1, --warmup and --profile-steps >= 0")
+            or getattr(args, "profile_steps", 0) < 0 or (per_sample is not None and per_sample < 1)):
+        raise ValueError("--repeats and --calls-per-sample must be >= 1, --warmup and "
+                         "--profile-steps >= 0")
     if args.ffn_kernels is not None and not args.fused_ffn:
         raise ValueError("--ffn-kernels needs --fused-ffn")
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
@@ -176,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
     freeze_survivors()
     with ffn_form(args):
         doc = run_sweep(pts, indices, sweep=args.sweep, out=args.out, warmup=args.warmup,
-                        repeats=args.repeats, memory_budget_bytes=budget,
+                        repeats=args.repeats, per_sample=args.calls_per_sample,
+                        memory_budget_bytes=budget,
                         with_ceilings=not args.no_ceilings, progress=progress,
                         deadline=deadline, profile_steps=args.profile_steps,
                         interleave=args.interleave)

@@ -337,14 +337,16 @@ def finish(prep: Prepared, ceilings: dict[str, Any] | None = None, *,
 
 
 def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: int = 2,
-              repeats: int = 10, memory_budget_bytes: int | None = None,
-              profile_steps: int = 0) -> dict[str, Any]:
+              repeats: int = 10, per_sample: int | None = None,
+              memory_budget_bytes: int | None = None, profile_steps: int = 0) -> dict[str, Any]:
     """Measure one point (:func:`prepare`, time, :func:`finish`); never raises for a failed
-    measurement: failures and out-of-memory are the row's ``status``."""
+    measurement: failures and out-of-memory are the row's ``status``. ``per_sample``: calls a
+    timed sample (:func:`~flurka.speed.timing.time_fn`; None sizes it to the step)."""
     prep = prepare(point, memory_budget_bytes=memory_budget_bytes)
     if prep.compiled is not None:
         try:
-            timing = time_fn(prep.compiled, prep.args, warmup=warmup, repeats=repeats)
+            timing = time_fn(prep.compiled, prep.args, warmup=warmup, repeats=repeats,
+                             per_sample=per_sample)
             timing.pop("compile_s")
             prep.result.update(timing, status="ok")
         except Exception as exc:  # noqa: BLE001
@@ -357,18 +359,20 @@ def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: i
 
 
 def run_interleaved(points: list[Point], ceilings: dict[str, Any] | None = None, *,
-                    warmup: int = 2, repeats: int = 10, memory_budget_bytes: int | None = None,
-                    profile_steps: int = 0) -> list[dict[str, Any]]:
+                    warmup: int = 2, repeats: int = 10, per_sample: int | None = None,
+                    memory_budget_bytes: int | None = None, profile_steps: int = 0
+                    ) -> list[dict[str, Any]]:
     """Measure points side by side: all compiled first, then ``repeats`` rounds in which each
-    runs once (:func:`~flurka.speed.timing.round_robin` order). On a machine whose speed drifts
+    runs one sample (:func:`~flurka.speed.timing.round_robin` order). On a machine whose speed drifts
     (a shared host, a GPU's clock under heat) back-to-back repeats of one point share one
     moment's speed and points timed minutes apart do not; here every point samples every
     round, so their ratios are measured under the same conditions. Holds all the points'
     executables and inputs at once. Rows as :func:`run_point`'s, with ``interleaved: true``."""
-    check_counts(warmup, repeats)
+    check_counts(warmup, repeats, per_sample)
     preps = [prepare(p, memory_budget_bytes=memory_budget_bytes) for p in points]
     timed = time_interleaved({i: (p.compiled, p.args) for i, p in enumerate(preps)
-                              if p.compiled is not None}, warmup=warmup, repeats=repeats)
+                              if p.compiled is not None}, warmup=warmup, repeats=repeats,
+                             per_sample=per_sample)
     for i, timing in timed.items():
         timing.pop("compile_s", None)   # the compiled step's own, not prepare's
         if timing["status"] == "ok":

@@ -95,24 +95,25 @@ def write_json(doc: dict[str, Any], path: str) -> None:
 
 
 def run_one(point: Point, *, index: int, sweep: str, warmup: int, repeats: int,
-            memory_budget_bytes: int | None = None, with_ceilings: bool = True,
-            profile_steps: int = 0) -> dict:
+            per_sample: int | None = None, memory_budget_bytes: int | None = None,
+            with_ceilings: bool = True, profile_steps: int = 0) -> dict:
     """One result row (with ``index``, ``sweep`` and the device it ran on)."""
     ceilings = measured_ceilings(point.dtype) if with_ceilings else None
     (row,) = measure([(index, point)], sweep=sweep, ceilings=ceilings, warmup=warmup,
-                     repeats=repeats, memory_budget_bytes=memory_budget_bytes,
+                     repeats=repeats, per_sample=per_sample, memory_budget_bytes=memory_budget_bytes,
                      profile_steps=profile_steps)
     return row
 
 
 def measure(group: Sequence[tuple[int, Point]], *, sweep: str, ceilings: dict | None,
             interleave: bool = False, warmup: int = 2, repeats: int = 10,
-            memory_budget_bytes: int | None = None, profile_steps: int = 0) -> list[dict]:
+            per_sample: int | None = None, memory_budget_bytes: int | None = None,
+            profile_steps: int = 0) -> list[dict]:
     """Rows of (index, point)s measured one after another, or side by side with ``interleave``
     (:func:`~flurka.speed.bench.run_interleaved`), each with ``index``, ``sweep`` and the device.
     ``ceilings``: this device's probes for the group's dtype, or None."""
-    options = dict(warmup=warmup, repeats=repeats, memory_budget_bytes=memory_budget_bytes,
-                   profile_steps=profile_steps)
+    options = dict(warmup=warmup, repeats=repeats, per_sample=per_sample,
+                   memory_budget_bytes=memory_budget_bytes, profile_steps=profile_steps)
     pts = [p for _, p in group]
     rows = (run_interleaved(pts, ceilings, **options) if interleave
             else [run_point(p, ceilings, **options) for p in pts])
@@ -132,8 +133,8 @@ def side_by_side(points: Sequence[Point], indices: Iterable[int]) -> list[list[t
 
 
 def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, out: str | None,
-              warmup: int = 2, repeats: int = 10, memory_budget_bytes: int | None = None,
-              with_ceilings: bool = True,
+              warmup: int = 2, repeats: int = 10, per_sample: int | None = None,
+              memory_budget_bytes: int | None = None, with_ceilings: bool = True,
               progress: Callable[[dict], None] | None = None,
               deadline: float | None = None, profile_steps: int = 0,
               interleave: bool = False) -> dict[str, Any]:
@@ -144,8 +145,9 @@ def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, ou
     complete file, not a kill."""
     dtypes = sorted({p.dtype for p in points})
     ceilings = ({d: measured_ceilings(d) for d in dtypes} if with_ceilings else None)
-    settings = {"warmup": warmup, "repeats": repeats, "memory_budget_bytes": memory_budget_bytes,
-                "runner": "local", **({"interleaved": True} if interleave else {})}
+    settings = {"warmup": warmup, "repeats": repeats, "calls_per_sample": per_sample,
+                "memory_budget_bytes": memory_budget_bytes, "runner": "local",
+                **({"interleaved": True} if interleave else {})}
     groups = side_by_side(points, indices) if interleave else [[ip] for ip in zip(indices, points)]
     results: list[dict] = []
     for group in groups:
@@ -154,7 +156,7 @@ def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, ou
             break
         for row in measure(group, sweep=sweep, ceilings=ceilings and ceilings[group[0][1].dtype],
                            interleave=interleave, warmup=warmup, repeats=repeats,
-                           memory_budget_bytes=memory_budget_bytes, profile_steps=profile_steps):
+                           per_sample=per_sample, memory_budget_bytes=memory_budget_bytes, profile_steps=profile_steps):
             results.append(row)
             if progress is not None:
                 progress(row)

@@ -1,13 +1,20 @@
 """Wall-clock timing of jitted functions, and out-of-memory as a result rather than a crash.
 
 Timing rules: compile first (timed separately, ``compile_s``), then ``warmup`` untimed calls,
-then ``repeats`` calls each ended by ``jax.block_until_ready`` (JAX dispatch is asynchronous;
-without it we would time the dispatch). We report the median and the 10th/90th percentiles:
-the median is robust to the odd slow call (GC, clock boost), p10–p90 is the spread.
+then ``repeats`` samples. A sample is ``per_sample`` back-to-back calls ended by one
+``jax.block_until_ready`` (JAX dispatch is asynchronous; without it we would time the
+dispatch), and its time ÷ ``per_sample`` is one call's: as a training loop runs, the host dispatches
+the next step while the device runs this one, so the ~50 µs of a call's dispatch and sync is
+paid once a sample, not once a call (``torch.utils.benchmark``'s blocked runs, which
+FlashAttention's benchmarks use, do the same). By default ``per_sample`` makes a sample last
+:data:`SAMPLE_S` (:func:`calls_for`): one call for anything slower, so long steps are timed one
+call a sample as before. We report the median and the 10th/90th percentiles: the median is
+robust to the odd slow sample (GC, clock boost), p10–p90 is the spread.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 from typing import Any, Callable, Hashable, Mapping, Sequence
@@ -27,6 +34,11 @@ except Exception:  # noqa: BLE001 - absent on new jaxlib
     pass
 
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
+
+# A sample lasts at least this long, so a call's dispatch and sync (~50 µs on a GPU host) is
+# under 1 % of it; at most MAX_CALLS calls a sample, whose outputs are all held until it ends.
+SAMPLE_S = 5e-3
+MAX_CALLS = 32
 
 
 def random_normal(key: jax.Array, shape: Sequence[int], dtype: Any) -> jax.Array:
@@ -62,41 +74,52 @@ def compile_fn(fn: Callable, args: Sequence[Any]) -> tuple[Callable, float | Non
     return compiled, time.perf_counter() - start
 
 
-def time_fn(fn: Callable, args: Sequence[Any], *, warmup: int = 2, repeats: int = 10
-            ) -> dict[str, Any]:
-    """Median/p10/p90/min seconds of ``fn(*args)`` over ``repeats`` blocked calls.
+def time_fn(fn: Callable, args: Sequence[Any], *, warmup: int = 2, repeats: int = 10,
+            per_sample: int | None = None) -> dict[str, Any]:
+    """Median/p10/p90/min seconds of one ``fn(*args)`` over ``repeats`` samples of ``per_sample``
+    back-to-back calls each (None: :func:`calls_for` the fastest warm-up call).
 
-    A ``jax.jit`` function is compiled first (``compile_s``); ``warmup`` calls run untimed.
-    Exceptions propagate (callers turn them into results with :func:`failure`).
+    A ``jax.jit`` function is compiled first (``compile_s``); ``warmup`` calls run untimed (one
+    at least when ``per_sample`` is None: it sizes the sample). Exceptions propagate (callers turn
+    them into results with :func:`failure`).
     """
-    check_counts(warmup, repeats)
+    check_counts(warmup, repeats, per_sample)
     fn, compile_s = compile_fn(fn, args)
-    for _ in range(warmup):
-        jax.block_until_ready(fn(*args))
-    times = [timed_call(fn, args) for _ in range(repeats)]
-    return {**summary(times, warmup=warmup), "compile_s": compile_s}
+    warm = [timed_sample(fn, args) for _ in range(warmup if per_sample else max(warmup, 1))]
+    per_sample = per_sample or calls_for(min(warm))
+    times = [timed_sample(fn, args, per_sample) for _ in range(repeats)]
+    return {**summary(times, warmup=warmup, per_sample=per_sample), "compile_s": compile_s}
 
 
-def check_counts(warmup: int, repeats: int) -> None:
+def check_counts(warmup: int, repeats: int, per_sample: int | None = None) -> None:
     if not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    if per_sample is not None and (not isinstance(per_sample, int) or per_sample < 1):
+        raise ValueError(f"per_sample (calls a sample) must be None or an int >= 1, got {per_sample!r}")
 
 
-def timed_call(fn: Callable, args: Sequence[Any]) -> float:
-    """Seconds of one call, blocked until its outputs exist."""
+def calls_for(call_s: float) -> int:
+    """Calls of ``call_s`` seconds a sample needs to last :data:`SAMPLE_S`: 1 for a call that
+    long or longer, never more than :data:`MAX_CALLS`."""
+    return MAX_CALLS if call_s <= 0 else max(1, min(MAX_CALLS, math.ceil(SAMPLE_S / call_s)))
+
+
+def timed_sample(fn: Callable, args: Sequence[Any], calls: int = 1) -> float:
+    """Seconds per call of ``calls`` calls dispatched back to back, all blocked on at the end
+    (every output: a backend may run independent calls out of order)."""
     start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - start
+    jax.block_until_ready([fn(*args) for _ in range(calls)])
+    return (time.perf_counter() - start) / calls
 
 
-def summary(times: Sequence[float], *, warmup: int) -> dict[str, Any]:
-    """The reported statistics of a list of call times."""
+def summary(times: Sequence[float], *, warmup: int, per_sample: int = 1) -> dict[str, Any]:
+    """The reported statistics of a list of samples' per-call times."""
     t = np.asarray(times, dtype=float)
     return {"median_s": float(np.median(t)), "p10_s": float(np.percentile(t, 10)),
             "p90_s": float(np.percentile(t, 90)), "min_s": float(t.min()), "repeats": len(t),
-            "warmup": warmup}
+            "warmup": warmup, "calls_per_sample": per_sample}
 
 
 def chained(fn: Callable, chain: int) -> Callable:
@@ -126,13 +149,16 @@ def round_robin(items: Sequence[Any], rounds: int) -> list[list[Any]]:
 
 
 def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *, warmup: int = 2,
-                     repeats: int = 10) -> dict[Hashable, dict[str, Any]]:
+                     repeats: int = 10, per_sample: int | None = None
+                     ) -> dict[Hashable, dict[str, Any]]:
     """:func:`time_fn` for several calls side by side: each compiled first, then ``warmup +
-    repeats`` :func:`round_robin` rounds of one call each, so none is always timed first (on the
-    H200 the tuner's first candidate, timed alone first, read 0.50 ms where the same launch timed
-    later read 0.44–0.47). Per key the summary with ``status`` "ok", or the failure
-    (:func:`failure`) of a call that did not compile or run, the others going on."""
-    check_counts(warmup, repeats)
+    repeats`` :func:`round_robin` rounds of one sample each, so none is always timed first (on
+    the H200 the tuner's first candidate, timed alone first, read 0.50 ms where the same launch
+    timed later read 0.44–0.47). A sample is ``per_sample`` calls (None: :func:`calls_for` each
+    call's fastest warm-up, one warm-up round at least). Per key the summary with ``status``
+    "ok", or the failure (:func:`failure`) of a call that did not compile or run, the others
+    going on."""
+    check_counts(warmup, repeats, per_sample)
     out: dict[Hashable, dict[str, Any]] = {}
     live: dict[Hashable, tuple[Callable, Sequence[Any]]] = {}
     for key, (fn, args) in calls.items():
@@ -142,19 +168,22 @@ def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *
             out[key] = failure(exc)
             continue
         live[key], out[key] = (compiled, args), {"compile_s": compile_s}
+    warm_rounds = warmup if per_sample else max(warmup, 1)
+    warm: dict[Hashable, list[float]] = {key: [] for key in live}
     times: dict[Hashable, list[float]] = {key: [] for key in live}
-    for rnd, order in enumerate(round_robin(list(live), warmup + repeats)):
+    for rnd, order in enumerate(round_robin(list(live), warm_rounds + repeats)):
         for key in order:
             if key not in live:
                 continue
+            n = 1 if rnd < warm_rounds else per_sample or calls_for(min(warm[key]))
             try:
-                t = timed_call(*live[key])
+                t = timed_sample(*live[key], n)
             except Exception as exc:  # noqa: BLE001 - a failing call leaves the others running
                 out[key] = failure(exc)
                 del live[key]
                 continue
-            if rnd >= warmup:
-                times[key].append(t)
+            (warm if rnd < warm_rounds else times)[key].append(t)
     for key in live:
-        out[key] = {"status": "ok", **summary(times[key], warmup=warmup), **out[key]}
+        n = per_sample or calls_for(min(warm[key]))
+        out[key] = {"status": "ok", **summary(times[key], warmup=warmup, per_sample=n), **out[key]}
     return out

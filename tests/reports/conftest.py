@@ -82,6 +82,7 @@ def speed_document(sweep: str, rng: np.random.Generator, *, scopes=None) -> dict
     """A ``flurka.speed`` document for the real sweep's points, with modelled times."""
     from flurka.attention import flops as flop_model
     from flurka.speed.configs import points
+    from flurka.speed.timing import calls_for
 
     results = []
     pts = points(sweep, scopes=scopes)
@@ -101,7 +102,8 @@ def speed_document(sweep: str, rng: np.random.Generator, *, scopes=None) -> dict
             row.update(status="oom", oom_source="xla", median_s=None)
         else:
             t = (flops / rate + 2e-4) * float(np.exp(rng.normal(0, 0.03)))
-            row.update(status="ok", median_s=t, p10_s=t * 0.98, p90_s=t * 1.03, repeats=10)
+            row.update(status="ok", median_s=t, p10_s=t * 0.98, p90_s=t * 1.03, repeats=10,
+                       calls_per_sample=calls_for(t))
             floor = flops / 6.6e14                                  # the card's measured matrix rate
             row.update(floor_s=floor, compute_floor_s=floor, bound="compute", ratio_to_floor=t / floor)
             if sweep == "n-sweep" and p.scope == "layer" and p.mode == "forward" and p.seq_len == 52050:

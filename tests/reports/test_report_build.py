@@ -48,6 +48,25 @@ def test_every_table_in_markdown_latex_and_csv(built):
     assert "no data yet" not in md
 
 
+def test_speed_captions_say_how_the_points_were_timed(built, tmp_path):
+    """Samples of back-to-back calls (``calls_per_sample``, the synthetic documents': 1 for their
+    slow points, more for fast ones), or, for a lease before that protocol (the recorded H200
+    one), one blocked call a sample; a group mixing both counts the old points."""
+    md = (built / "report.md").read_text()
+    assert "Timing: samples of 1–" in md and "one blocked call" not in md
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200-2026-11-26" / "run1" / "n-sweep.json"
+    engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
+    ingest_file(engine, path)
+    rows = sources.speed_rows(engine)
+    engine.dispose()
+    groups = sections.speed_groups(rows, "N")
+    assert groups and all(sections.speed_caption(g, "N").endswith(
+        " Timing: one blocked call a sample, dispatch included.") for g in groups)
+    mixed = pd.DataFrame({"status": ["ok"] * 4 + ["oom"], "calls_per_sample": [2, 7, None, None, None]})
+    assert sections.timing_note(mixed) == (
+        " Timing: samples of 2–7 back-to-back calls; one blocked call a sample, dispatch included (2 of 4 points).")
+
+
 def test_uptraining_alpha_columns_match_the_sweep(built, populated):
     """Table 5 from the report vs a seed mean worked out from the sweep's raw trial rows."""
     table = pd.read_csv(built / "tables" / "uptraining-nmt-wmt14-ende.csv").set_index("variant")

@@ -73,10 +73,11 @@ def _measurements(engine: Engine) -> tuple[pd.DataFrame, list[dict]]:
 
 def speed_rows(engine: Engine) -> pd.DataFrame:
     """Every ok or OOM speed measurement with its full configuration (``layers``, ``ffn`` and the
-    speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document) and, where
-    the run measured the card's ceilings, its floor (``floor_s``, ``bound``: compute or memory)."""
+    speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document), how it was
+    timed (``calls_per_sample``; None before 2026-11-29) and, where the run measured the card's
+    ceilings, its floor (``floor_s``, ``bound``: compute or memory)."""
     df, config = _measurements(engine)
-    for name in ("layers", "ffn", "sweep", "floor_s", "bound"):
+    for name in ("layers", "ffn", "sweep", "floor_s", "bound", "calls_per_sample"):
         df[name] = [c.get(name) for c in config]
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
     return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median

@@ -3,9 +3,9 @@
 Timing rules: compile first (timed separately, ``compile_s``), then ``warmup`` untimed calls,
 then ``repeats`` samples. A sample is ``per_sample`` back-to-back calls ended by one
 ``jax.block_until_ready`` (JAX dispatch is asynchronous; without it we would time the
-dispatch), and its time ÷ ``per_sample`` is one call's: as a training loop runs, the host dispatches
-the next step while the device runs this one, so the ~50 µs of a call's dispatch and sync is
-paid once a sample, not once a call (``torch.utils.benchmark``'s blocked runs, which
+dispatch), and its time ÷ ``per_sample`` is one call's. As in a training loop, the host
+dispatches the next step while the device runs this one, so the ~50 µs of a call's dispatch and
+sync is paid once a sample, not once a call (``torch.utils.benchmark``'s blocked runs, which
 FlashAttention's benchmarks use, do the same). By default ``per_sample`` makes a sample last
 :data:`SAMPLE_S` (:func:`calls_for`): one call for anything slower, so long steps are timed one
 call a sample as before. We report the median and the 10th/90th percentiles: the median is
@@ -97,7 +97,8 @@ def check_counts(warmup: int, repeats: int, per_sample: int | None = None) -> No
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     if per_sample is not None and (not isinstance(per_sample, int) or per_sample < 1):
-        raise ValueError(f"per_sample (calls a sample) must be None or an int >= 1, got {per_sample!r}")
+        raise ValueError(f"per_sample (calls a sample) must be None or an int >= 1, "
+                         f"got {per_sample!r}")
 
 
 def calls_for(call_s: float) -> int:
@@ -106,12 +107,12 @@ def calls_for(call_s: float) -> int:
     return MAX_CALLS if call_s <= 0 else max(1, min(MAX_CALLS, math.ceil(SAMPLE_S / call_s)))
 
 
-def timed_sample(fn: Callable, args: Sequence[Any], calls: int = 1) -> float:
-    """Seconds per call of ``calls`` calls dispatched back to back, all blocked on at the end
-    (every output: a backend may run independent calls out of order)."""
+def timed_sample(fn: Callable, args: Sequence[Any], per_sample: int = 1) -> float:
+    """Seconds per call of ``per_sample`` calls dispatched back to back, all blocked on at the
+    end (every output: a backend may run independent calls out of order)."""
     start = time.perf_counter()
-    jax.block_until_ready([fn(*args) for _ in range(calls)])
-    return (time.perf_counter() - start) / calls
+    jax.block_until_ready([fn(*args) for _ in range(per_sample)])
+    return (time.perf_counter() - start) / per_sample
 
 
 def summary(times: Sequence[float], *, warmup: int, per_sample: int = 1) -> dict[str, Any]:

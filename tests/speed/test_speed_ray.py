@@ -15,23 +15,26 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.parametrize("interleave", [False, True], ids=["per-point", "interleaved"])
 def test_ray_sweep_runs_points_as_tasks(tmp_path, interleave):
-    """Per point: two tasks; --interleave: one task timing both mechanisms side by side."""
+    """Per point: two tasks, each sample sized to the step; --interleave: one task timing both
+    mechanisms side by side, three calls a sample as asked."""
     out = tmp_path / "ray_tiny.json"
     proc = subprocess.run(
         [sys.executable, "experiments/speed_sweep.py", "--sweep", "tiny", "--cpu",
          "--num-cpus", "2", "--mechanisms", "rnn,flurka-rnn", "--modes", "forward",
          "--scope", "layer", "--repeats", "2", "--warmup", "1", "--out", str(out)]
-        + ["--interleave"] * interleave,
+        + ["--interleave", "--calls-per-sample", "3"] * interleave,
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["settings"]["runner"] == "ray" and doc["device"]["platform"] == "cpu"
     assert doc["settings"].get("interleaved", False) is interleave
+    assert doc["settings"]["calls_per_sample"] == (3 if interleave else None)
     assert {"jax", "jaxlib", "flax", "python"} <= set(doc["versions"])
     rows = doc["results"]
     assert [(r["index"], r["mechanism"]) for r in rows] == [(0, "rnn"), (1, "flurka-rnn")]
     for r in rows:
         assert r["status"] == "ok" and r["median_s"] > 0 and r["floor_s"] > 0
         assert r.get("interleaved", False) is interleave
+        assert r["calls_per_sample"] == 3 if interleave else 1 <= r["calls_per_sample"] <= 32
     (ceil,) = doc["ceilings"].values()  # one device kind, probed inside the tasks
     assert ceil["float32"]["matmul_flops_per_s"] > 0

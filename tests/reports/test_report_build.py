@@ -134,6 +134,49 @@ def test_claims_against_their_regime_boundaries():
         == ["claim 3", "claim 3"]                      # without Linformer rows: only the kernel claim
 
 
+def test_claims_count_ties_within_the_spread():
+    """A ratio within the two step times' p10–p90 spread is a tie, neither faster nor slower;
+    only a met row's slower points refute its claim. At 55500 flurka-rnn beats Linformer (1.6,
+    spread 0.05) and ties rnn (1.03, spread 0.05); at 20000 rnn is faster beyond the spread
+    (0.9), at 30000 too little (0.96, spread 0.05) to say."""
+    cfg = dict(device="gpu", mode="forward", scope="layer", dtype="bfloat16", batch=1, d_model=2600,
+               heads=8, d_k=1500, m=None, layers=None, ffn=None, align=1, fused=False, pad_to=1, xla="")
+    measured = {(20000, "linformer"): (1.3, 0.02), (20000, "rnn"): (0.9, 0.05), (30000, "linformer"): (1.3, 0.02),
+                (30000, "rnn"): (0.96, 0.05), (55500, "linformer"): (1.6, 0.05), (55500, "rnn"): (1.03, 0.05)}
+    pairs = pd.DataFrame([{**cfg, "N": n, "mechanism": "flurka-rnn", "baseline": base, "predicted_speedup": 1.3,
+                           "measured_speedup": v, "ratio_spread": w} for (n, base), (v, w) in measured.items()])
+    table = sections.claims_table(pairs).reset_index()
+    got = {(r["claim"][:7], r["condition"]): (r["points"], r["measured faster"], r["within spread"],
+                                              r["measured slower"]) for _, r in table.iterrows()}
+    assert got == {("claim 1", "met"): (3, 0, 2, 1), ("claim 2", "met"): (3, 3, 0, 0),
+                   ("claim 3", "met"): (3, 0, 2, 1)}
+
+
+def test_ratio_spread_from_the_recorded_h200_boundary_sweep(tmp_path):
+    """Each pair's spread worked out from the lease's JSON: ((p90 − p10) / median of FLuRKA + the
+    same of its baseline) / 2. The H200's short points were noisy (spreads of 6–36 %): of
+    flurka-performer's six points past claim 2's bound, three beat Linformer beyond the spread and
+    three (2000–4000) lie within it; none is slower, so the claim stands."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200-2026-11-27" / "run2" / "claims-boundary.json"
+    rows = {(r["mechanism"], r["seq_len"]): r for r in json.loads(path.read_text())["results"]}
+    engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
+    ingest_file(engine, path)
+    pairs = sections.flop_pairs(sources.speed_rows(engine))
+    engine.dispose()
+    width = lambda r: (r["p90_s"] - r["p10_s"]) / r["median_s"]  # noqa: E731
+    checked = 0
+    for _, p in pairs.iterrows():
+        f, b = rows[(p["mechanism"], p["N"])], rows[(p["baseline"], p["N"])]
+        assert p["ratio_spread"] == pytest.approx((width(f) + width(b)) / 2, rel=1e-9)
+        assert p["measured_speedup"] == pytest.approx(b["median_s"] / f["median_s"], rel=1e-9)
+        checked += 1
+    assert checked >= 15
+    table = sections.claims_table(pairs)
+    assert (table["measured faster"] + table["within spread"] + table["measured slower"] == table["points"]).all()
+    claim2 = table.xs(("flurka-performer", "met"), level=("mechanism", "condition"))
+    assert claim2[["points", "measured faster", "within spread", "measured slower"]].values.tolist() == [[6, 3, 3, 0]]
+
+
 def test_crossings_against_the_cost_models():
     """Onsets on the N-sweep's shape (d_m 2600, 8 heads: d_h 325, d_k 1500). The paper's
     appendix-B costs, kernel − FLuRKA = N(2d_m² + d_m + d_m·d_h − 2d_k·d_m) − d_k·d_m(2d_m + 1 + d_h),

@@ -344,19 +344,27 @@ def floor_section(rows: pd.DataFrame) -> Section:
 
 def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """FLuRKA vs each constituent, flash and full at the same configuration: the FLOP model's
-    predicted speedup (baseline FLOPs / FLuRKA FLOPs) and the measured one (time ratio)."""
+    predicted speedup (baseline FLOPs / FLuRKA FLOPs), the measured one (time ratio) and that
+    ratio's spread (``ratio_spread``: half the sum of the two times' p10–p90 widths over their
+    medians, so the p10–p90 ranges overlap, to first order, where |measured − 1| ≤ it; None
+    where a time has no spread)."""
     ok = rows[(rows["status"] == "ok") & rows["flops"].notna()]
+    if "spread_s" not in ok:
+        ok = ok.assign(spread_s=None)
     cfg = [c for c in SPEED_CONFIG if c in ok]
     out = []
     for variant, kernel in T.KERNEL_OF.items():
         for baseline in (T.LOW_RANK, kernel, "flash", "full"):
             pair = ok[ok["mechanism"] == variant].merge(ok[ok["mechanism"] == baseline], on=cfg, suffixes=("", "_b"))
             if not pair.empty:
+                width = (pd.to_numeric(pair["spread_s"]) / pair["median_s"]
+                         + pd.to_numeric(pair["spread_s_b"]) / pair["median_s_b"])
                 out.append(pair[cfg].assign(mechanism=variant, baseline=baseline,
                                             predicted_speedup=pair["flops_b"] / pair["flops"],
-                                            measured_speedup=pair["median_s_b"] / pair["median_s"]))
+                                            measured_speedup=pair["median_s_b"] / pair["median_s"],
+                                            ratio_spread=width / 2))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(
-        columns=[*cfg, "mechanism", "baseline", "predicted_speedup", "measured_speedup"])
+        columns=[*cfg, "mechanism", "baseline", "predicted_speedup", "measured_speedup", "ratio_spread"])
 
 
 # The paper's regime claims (flurka.attention.flops.claim1..3): (label, predicate, the baselines
@@ -369,8 +377,9 @@ CLAIMS = (("claim 1: N > d_k(H+2) > d_m > d_k > d_h", "claim1", ("low-rank", "ke
 def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """Each claim's regime boundary against measurement: per claim, variant, mode and scope, the
     configurations where its condition holds and where it does not, and at how many of them
-    FLuRKA was measured (and the FLOP model predicts it) faster than every baseline the claim
-    names. A claim is a sufficient condition: only the "met" rows can refute it."""
+    FLuRKA was measured faster than every baseline the claim names, slower than one, or neither
+    beyond the ratios' spread (``ratio_spread``: a tie), and at how many the FLOP model predicts
+    it faster. A claim is a sufficient condition: only a "met" row's slower points refute it."""
     from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
 
     cfg = [c for c in SPEED_CONFIG if c in pairs]
@@ -386,10 +395,14 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
                 measured = [r.get(f"measured_speedup_{role}") for role in roles]
                 if any(v is None or v != v for v in measured):
                     continue
+                spread = [_or_zero(r.get(f"ratio_spread_{role}")) for role in roles]
+                faster = all(v > 1 + w for v, w in zip(measured, spread))
+                slower = any(v < 1 - w for v, w in zip(measured, spread))
                 predicted = [r[f"predicted_speedup_{role}"] for role in roles]
                 rows.append({"claim": label, "mechanism": variant, "mode": r["mode"], "scope": r["scope"],
-                             "condition": "met" if met[name] else "not met", "N": N,
-                             "faster": all(v > 1 for v in measured), "predicted": all(v > 1 for v in predicted)})
+                             "condition": "met" if met[name] else "not met", "N": N, "faster": faster,
+                             "tie": not (faster or slower), "slower": slower,
+                             "predicted": all(v > 1 for v in predicted)})
     if not rows:
         return pd.DataFrame()
     order = {v: i for i, v in enumerate([c[0] for c in CLAIMS] + list(T.KERNEL_OF) + ["met", "not met"])}
@@ -397,11 +410,18 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
                                             key=lambda col: col.map(lambda v: order.get(v, v)))
              .groupby(["claim", "mechanism", "mode", "scope", "condition"], sort=False)
              .agg(points=("faster", "size"), N_min=("N", "min"), N_max=("N", "max"),
-                  measured_faster=("faster", "sum"), FLOP_model_faster=("predicted", "sum")))
+                  measured_faster=("faster", "sum"), tie=("tie", "sum"), slower=("slower", "sum"),
+                  FLOP_model_faster=("predicted", "sum")))
     table = table.rename(columns={"N_min": "N from", "N_max": "N to", "measured_faster": "measured faster",
+                                  "tie": "within spread", "slower": "measured slower",
                                   "FLOP_model_faster": "FLOP model: faster"})
     table.attrs["floatfmt"] = ".0f"
     return table
+
+
+def _or_zero(value) -> float:
+    """A ratio's spread, 0 where the measurement has none (a tie is then only an exact 1)."""
+    return 0.0 if value is None or value != value else float(value)
 
 
 def _onset(ns: list, faster: list) -> str:
@@ -486,8 +506,10 @@ def flops_section(rows: pd.DataFrame) -> Section:
                     ("claims", "The paper's regime claims vs measured",
                      "Per claim: configurations where its condition is met (where it predicts FLuRKA faster "
                      "than the baselines it names: low-rank, kernel or both) and where it is not, and at how "
-                     "many FLuRKA was measured faster than all of them (and the FLOP model says so). A claim "
-                     "is refuted only by a met row with fewer measured than points.", claims_table(p)),
+                     "many FLuRKA was measured faster than all of them, slower than one, or neither beyond the "
+                     "spread of the two step times (their p10–p90 ranges overlap: within spread), and at how "
+                     "many the FLOP model says faster. A claim is refuted only by a met row with points "
+                     "measured slower.", claims_table(p)),
                     ("crossings", "Where FLuRKA overtakes its constituents as N grows",
                      "For every configuration measured at 3 or more lengths N: the interval of N in which "
                      "FLuRKA becomes faster than the baseline for good (slower at its left end, faster at its "

@@ -96,6 +96,10 @@ SHORT_ALIGNED = ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"fo
                              "mechanism": FIVE})
 EVA_TRAIN_ALIGNED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"},
                                  **ALIGNED, "mechanism": {"eva", "flurka-eva"}})
+# flurka-rnn's training step against rnn's again: on the first H100 lease it ran 15.1-19.4 ms
+# (p10-p90) around 16.4, so its 1.14x over rnn lay within the spread, a tie.
+RNN_TRAIN_ALIGNED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"},
+                                 **ALIGNED, "mechanism": {"rnn", "flurka-rnn"}})
 # The EVAs aligned now that they pad d_h too (their proposal on the true columns): EVA, the one
 # layer past 2x its floor on the H100 (3.51x aligned, forward), with its [N, C] chunk softmax in
 # flurka-eva's kernel (plan at 55.5k on the H100 target: 38.0 -> 12.2 GB), and flurka-eva
@@ -235,6 +239,7 @@ PLANS: dict[str, list[tuple[str, dict]]] = {
         FUSED_LAYER_TRAIN,
         SHORT_ALIGNED,
         EVA_TRAIN_ALIGNED,
+        RNN_TRAIN_ALIGNED,
         BOUNDARY_ALIGNED,
         FUSED_FFN_TRAIN,
         DK_SWEEP,

@@ -91,6 +91,9 @@ def test_plans_name_real_points_in_priority_order():
         (m, mode) for m in ("flash", *g.FLURKA) for mode in ("forward", "train")}
     assert all(p.fused and p.pad_to == 128 for p in second[:8] if p.mechanism != "flash")
     assert {p.mechanism for p in second[-2:]} == {"full", "flash"}
+    # flurka-rnn's aligned training step beside rnn's (a tie within the spread on the first lease)
+    assert {"rnn", "flurka-rnn"} <= {p.mechanism for p in second if p.mode == "train" and p.align == 128
+                                     and p.seq_len == 55500 and not p.fused}
 
 
 def test_theory_arguments_are_a_valid_plan():

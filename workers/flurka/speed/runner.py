@@ -156,7 +156,8 @@ def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, ou
             break
         for row in measure(group, sweep=sweep, ceilings=ceilings and ceilings[group[0][1].dtype],
                            interleave=interleave, warmup=warmup, repeats=repeats,
-                           per_sample=per_sample, memory_budget_bytes=memory_budget_bytes, profile_steps=profile_steps):
+                           per_sample=per_sample, memory_budget_bytes=memory_budget_bytes,
+                           profile_steps=profile_steps):
             results.append(row)
             if progress is not None:
                 progress(row)

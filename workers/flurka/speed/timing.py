@@ -85,8 +85,8 @@ def time_fn(fn: Callable, args: Sequence[Any], *, warmup: int = 2, repeats: int 
     """
     check_counts(warmup, repeats, per_sample)
     fn, compile_s = compile_fn(fn, args)
-    warm = [timed_sample(fn, args) for _ in range(warmup if per_sample else max(warmup, 1))]
-    per_sample = per_sample or calls_for(min(warm))
+    warm = [timed_sample(fn, args) for _ in range(warm_calls(warmup, per_sample))]
+    per_sample = sample_size(per_sample, warm)
     times = [timed_sample(fn, args, per_sample) for _ in range(repeats)]
     return {**summary(times, warmup=warmup, per_sample=per_sample), "compile_s": compile_s}
 
@@ -105,6 +105,16 @@ def calls_for(call_s: float) -> int:
     """Calls of ``call_s`` seconds a sample needs to last :data:`SAMPLE_S`: 1 for a call that
     long or longer, never more than :data:`MAX_CALLS`."""
     return MAX_CALLS if call_s <= 0 else max(1, min(MAX_CALLS, math.ceil(SAMPLE_S / call_s)))
+
+
+def warm_calls(warmup: int, per_sample: int | None) -> int:
+    """Untimed calls before the samples: ``warmup``, one at least where they size the sample."""
+    return warmup if per_sample else max(warmup, 1)
+
+
+def sample_size(per_sample: int | None, warm: Sequence[float]) -> int:
+    """``per_sample``, or :func:`calls_for` the fastest of the ``warm`` call times."""
+    return per_sample or calls_for(min(warm))
 
 
 def timed_sample(fn: Callable, args: Sequence[Any], per_sample: int = 1) -> float:
@@ -169,14 +179,15 @@ def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *
             out[key] = failure(exc)
             continue
         live[key], out[key] = (compiled, args), {"compile_s": compile_s}
-    warm_rounds = warmup if per_sample else max(warmup, 1)
+    warm_rounds = warm_calls(warmup, per_sample)
     warm: dict[Hashable, list[float]] = {key: [] for key in live}
     times: dict[Hashable, list[float]] = {key: [] for key in live}
+    sizes: dict[Hashable, int] = {}
     for rnd, order in enumerate(round_robin(list(live), warm_rounds + repeats)):
         for key in order:
             if key not in live:
                 continue
-            n = 1 if rnd < warm_rounds else per_sample or calls_for(min(warm[key]))
+            n = 1 if rnd < warm_rounds else sizes.setdefault(key, sample_size(per_sample, warm[key]))
             try:
                 t = timed_sample(*live[key], n)
             except Exception as exc:  # noqa: BLE001 - a failing call leaves the others running
@@ -185,6 +196,6 @@ def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *
                 continue
             (warm if rnd < warm_rounds else times)[key].append(t)
     for key in live:
-        n = per_sample or calls_for(min(warm[key]))
-        out[key] = {"status": "ok", **summary(times[key], warmup=warmup, per_sample=n), **out[key]}
+        out[key] = {"status": "ok", **summary(times[key], warmup=warmup, per_sample=sizes[key]),
+                    **out[key]}
     return out

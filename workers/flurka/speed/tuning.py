@@ -98,14 +98,23 @@ def stage_step(stage: str, tiling: Tiling, options: dict):
     return jax.jit(jax.grad(lambda *a: jnp.sum(query_side(*a)), argnums=(0, 1, 2)))
 
 
+def _time_per_kernel(steps: dict, *, chain: int, warmup: int, repeats: int) -> dict:
+    """:func:`time_interleaved` of each ``(step, args)`` run ``chain`` times a call
+    (:func:`chained`), its ``median_s`` one kernel's."""
+    timed = time_interleaved({key: (chained(step, chain), args) for key, (step, args) in steps.items()},
+                             warmup=warmup, repeats=repeats)
+    return {key: {**t, "median_s": t["median_s"] / chain} if t["status"] == "ok" else t
+            for key, t in timed.items()}
+
+
 def _time_candidates(stage: str, tilings: Sequence[Tiling], inputs: dict, *, warmup: int,
                      repeats: int, chain: int) -> list[dict]:
-    """Every candidate on every feature map, timed side by side (:func:`time_interleaved`), per
-    kernel (``chain`` runs a call)."""
-    timed = time_interleaved({(i, feature): (chained(stage_step(stage, tiling, options), chain), args)
+    """Every candidate on every feature map, timed side by side, per kernel
+    (:func:`_time_per_kernel`)."""
+    timed = _time_per_kernel({(i, feature): (stage_step(stage, tiling, options), args)
                               for i, tiling in enumerate(tilings)
                               for feature, (args, options) in inputs.items()},
-                             warmup=warmup, repeats=repeats)
+                             chain=chain, warmup=warmup, repeats=repeats)
     rows = []
     for i, tiling in enumerate(tilings):
         row = {"stage": stage, "tiling": dataclasses.asdict(tiling), "median_s": {}}
@@ -114,7 +123,7 @@ def _time_candidates(stage: str, tilings: Sequence[Tiling], inputs: dict, *, war
             if timing["status"] != "ok":
                 row.update(status=timing["status"], error=timing.get("error"))
                 break
-            row["median_s"][feature] = timing["median_s"] / chain
+            row["median_s"][feature] = timing["median_s"]
         else:
             row.update(status="ok", total_s=sum(row["median_s"].values()))
         rows.append(row)
@@ -216,16 +225,15 @@ def tune_compression(*, grid: Sequence[tuple] = COMPRESS_GRID, warmup: int = 2,
 def _side_by_side(stage: str, tiling_class, grid: Sequence[tuple], args: tuple, size: dict,
                   step, *, warmup: int, repeats: int, chain: int) -> dict[str, Any]:
     """``step(*args, tiling=t)`` under ``tiling_class()`` and each of ``grid``, timed side by
-    side, per kernel (``chain`` runs a call): the rows and the fastest candidate (a failed
+    side, per kernel (:func:`_time_per_kernel`): the rows and the fastest candidate (a failed
     candidate: its row's error; none ran: an error)."""
     default = tiling_class()
     tilings = [default]
     tilings += [t for t in (tiling_class(*g) for g in grid) if t not in tilings]
-    timed = time_interleaved(
-        {i: (chained(functools.partial(step, tiling=t), chain), args) for i, t in enumerate(tilings)},
-        warmup=warmup, repeats=repeats)
+    timed = _time_per_kernel({i: (functools.partial(step, tiling=t), args) for i, t in enumerate(tilings)},
+                             chain=chain, warmup=warmup, repeats=repeats)
     rows = [{"stage": stage, "tiling": dataclasses.asdict(t), "status": timed[i]["status"],
-             **({"median_s": timed[i]["median_s"] / chain} if timed[i]["status"] == "ok"
+             **({"median_s": timed[i]["median_s"]} if timed[i]["status"] == "ok"
                 else {"error": timed[i].get("error")})} for i, t in enumerate(tilings)]
     ok = [r for r in rows if r["status"] == "ok"]
     if not ok:

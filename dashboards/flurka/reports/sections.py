@@ -179,8 +179,6 @@ def timing_note(g: pd.DataFrame) -> str:
     """How the points were timed (:mod:`flurka.speed.timing`): samples of back-to-back calls, or,
     in runs before 2026-11-29 (no ``calls_per_sample``), one blocked call a sample, whose ~50 µs
     of dispatch and sync sits in every point — a few percent of one under ~2 ms."""
-    if "calls_per_sample" not in g:
-        return ""
     calls = pd.to_numeric(g.loc[g["status"] == "ok", "calls_per_sample"], errors="coerce")
     new, old = calls.dropna().astype(int), int(calls.isna().sum())
     parts = []
@@ -349,8 +347,6 @@ def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     medians, so the p10–p90 ranges overlap, to first order, where |measured − 1| ≤ it; None
     where a time has no spread)."""
     ok = rows[(rows["status"] == "ok") & rows["flops"].notna()]
-    if "spread_s" not in ok:
-        ok = ok.assign(spread_s=None)
     cfg = [c for c in SPEED_CONFIG if c in ok]
     out = []
     for variant, kernel in T.KERNEL_OF.items():

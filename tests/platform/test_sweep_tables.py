@@ -3,13 +3,10 @@ measurements, and then without a line of complaint about the others."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from flurka.results import ingest_file, open_results
 from flurka.sweeps.runner import _tables
 from flurka.sweeps.spec import SweepSpec, validate
-
-RECORDED = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h100-2026-11-28" / "n-sweep.json"
+from testsupport import RECORDED
 
 
 def test_speed_table_only_where_speed_was_measured(tmp_path, capsys):
@@ -19,7 +16,7 @@ def test_speed_table_only_where_speed_was_measured(tmp_path, capsys):
     try:
         assert "speed" not in _tables(engine, spec, "no-such-sweep")
         assert "speed table" not in capsys.readouterr().err        # a sweep's own database: not a fault
-        ingest_file(engine, RECORDED)
+        ingest_file(engine, RECORDED / "h100-2026-11-28" / "n-sweep.json")
         speed = _tables(engine, spec, "no-such-sweep")["speed"]
     finally:
         engine.dispose()

@@ -13,6 +13,7 @@ import pytest
 
 from flurka.reports import build_report, cli, sections, sources
 from flurka.results import connect, ingest_file, open_results
+from testsupport import RECORDED
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -54,7 +55,7 @@ def test_speed_captions_say_how_the_points_were_timed(built, tmp_path):
     one), one blocked call a sample; a group mixing both counts the old points."""
     md = (built / "report.md").read_text()
     assert "Timing: samples of 1–" in md and "one blocked call" not in md
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200-2026-11-26" / "run1" / "n-sweep.json"
+    path = RECORDED / "h200-2026-11-26" / "run1" / "n-sweep.json"
     engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
     ingest_file(engine, path)
     rows = sources.speed_rows(engine)
@@ -157,7 +158,7 @@ def test_ratio_spread_from_the_recorded_h200_boundary_sweep(tmp_path):
     same of its baseline) / 2. The H200's short points were noisy (spreads of 6–36 %): of
     flurka-performer's six points past claim 2's bound, three beat Linformer beyond the spread and
     three (2000–4000) lie within it; none is slower, so the claim stands."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h200-2026-11-27" / "run2" / "claims-boundary.json"
+    path = RECORDED / "h200-2026-11-27" / "run2" / "claims-boundary.json"
     rows = {(r["mechanism"], r["seq_len"]): r for r in json.loads(path.read_text())["results"]}
     engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
     ingest_file(engine, path)
@@ -290,7 +291,7 @@ def test_floor_targets_of_the_recorded_h100_lease(tmp_path):
     """The floor table against the H100 lease's own document, worked out from the formula: floor =
     max(FLOPs / the card's measured matrix rate, fewest bytes / its measured copy bandwidth), held
     to 2× for a layer and 1.5× for a FLuRKA layer (the issue's targets)."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "h100-2026-11-28" / "n-sweep.json"
+    path = RECORDED / "h100-2026-11-28" / "n-sweep.json"
     doc = json.loads(path.read_text())
     rate, bandwidth = (doc["ceilings"]["bfloat16"][k] for k in ("matmul_flops_per_s", "copy_bytes_per_s"))
     url = f"sqlite:///{tmp_path / 'results.db'}"

@@ -7,7 +7,6 @@ two labelled ticks, and no axis label runs into its panel's title."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import matplotlib
 import pytest
@@ -18,10 +17,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 
 from flurka.reports import figures, sections, sources  # noqa: E402
 from flurka.results import ingest_file, open_results  # noqa: E402
+from testsupport import RECORDED  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-RECORDED = sorted(p for p in (ROOT / "benchmarks" / "results").rglob("*.json")
-                  if str(json.loads(p.read_text()).get("schema", "")).startswith(("flurka.speed/", "flurka.theory/")))
+RESULT_FILES = sorted(p for p in RECORDED.rglob("*.json")
+                      if str(json.loads(p.read_text()).get("schema", "")).startswith(("flurka.speed/", "flurka.theory/")))
 SLACK = 0.5  # pixels two boxes may share before they count as overlapping
 
 
@@ -39,7 +38,7 @@ def recorded_plots(tmp_path_factory) -> list[sections.Plot]:
     url = f"sqlite:///{tmp_path_factory.mktemp('recorded') / 'results.db'}"
     engine = open_results(url)
     try:
-        for path in RECORDED:
+        for path in RESULT_FILES:
             ingest_file(engine, path)
     finally:
         engine.dispose()

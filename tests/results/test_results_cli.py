@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from flurka.results import cli
+from testsupport import RECORDED
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -112,14 +113,11 @@ def test_module_entry_in_a_fresh_process():
 def test_floor_table_of_the_recorded_leases(engine, capsys):
     """The GPU targets' table from the recorded H100 and H200 leases (SQLite and PostgreSQL):
     one card and scope at a time; left ambiguous, one line naming the configurations, exit 1."""
-    from pathlib import Path
-
     from flurka.results import ingest_file
 
-    results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
     for doc in ("h100-2026-11-28/n-sweep.json", "h100-2026-11-28/flash-compare.json",
                 "h200-2026-11-27/run2/n-sweep.json"):
-        ingest_file(engine, results / doc)
+        ingest_file(engine, RECORDED / doc)
     url = engine.url.render_as_string(hide_password=False)
     code, _, err = run_cli(["--db", url, "--table", "floor"], capsys)
     assert code == 1 and len(err.strip().splitlines()) == 1

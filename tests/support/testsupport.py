@@ -98,6 +98,7 @@ def ray_node_ports(head: bool, avoid: tuple[int, int] | None = None) -> tuple[li
 
 REPO = Path(__file__).resolve().parents[2]
 CUDA_AOT = REPO / ".cuda-aot"
+RECORDED = REPO / "benchmarks" / "results"   # the leases' and CPU runs' result files, as committed
 
 
 def run_with_cuda_compiler(args: list[str], *, with_compiler: bool = True, timeout: int = 600):

@@ -78,3 +78,45 @@ def test_best_execution_table_compares_fused_padded_flurka_with_plain_flash(tmp_
     row = table.df.loc[("flurka-rnn", 52500)]
     assert row["vs flash"] == pytest.approx(0.0656 / 0.0045)
     assert row["executions"] == "flurka-rnn: fused, pad_to 128; flash: plain"
+
+
+def test_repeats_take_the_median_of_each_runs_measurements():
+    """Step time, spread and floor of a point run three times: each the median over its runs (a
+    run without a spread or floor counts for neither); a point run once keeps its own."""
+    runs = [(0.0164, 0.0010, 0.0100), (0.0166, 0.0017, 0.0110), (0.0200, None, None)]
+    rows = [{**_row("linformer", 55500, t, host_run=i), "spread_s": w, "floor_s": f}
+            for i, (t, w, f) in enumerate(runs)]
+    rows.append({**_row("linformer", 7050, 0.0027), "spread_s": 0.0003, "floor_s": 0.002})
+    point = combine_repeats(pd.DataFrame(rows), ["mechanism", *SPEED_CONFIG]).set_index("N")
+    assert point.at[55500, "runs"] == 3 and point.at[55500, "median_s"] == pytest.approx(0.0166)
+    assert point.at[55500, "spread_s"] == pytest.approx(0.00135)
+    assert point.at[55500, "floor_s"] == pytest.approx(0.0105)
+    assert point.loc[7050, ["median_s", "spread_s", "floor_s", "runs"]].tolist() == [0.0027, 0.0003, 0.002, 1]
+
+
+def test_drift_between_leases_is_not_noise_in_a_ratio(tmp_path):
+    """Through the database: lease b ran 1.5× slower than lease a throughout (another card's
+    clocks, another day), each lease tight (2 % spreads) and flurka-rnn 1.3× rnn in both. The
+    combined point keeps the 1.3× and a 2 % spread, so the claims read a win, not a tie that
+    the two leases' 1.5× apart would make."""
+    from flurka.reports.sections import claims_table, flop_pairs
+    from flurka.reports.sources import speed_rows
+    from flurka.results import ingest_speed, open_results
+
+    def speed(mechanism, median, host):
+        return {"device": "NVIDIA H200", "host": host, "versions": {"jax": "0.11.2"}, "mechanism": mechanism,
+                "mode": "forward", "scope": "layer", "N": 55500, "d_model": 2600, "heads": 8, "d_k": 1500,
+                "m": 325, "status": "ok", "median_s": median, "flops": 1e12, "spread_s": 0.02 * median}
+
+    engine = open_results(f"sqlite:///{tmp_path / 'r.db'}")
+    ingest_speed(engine, [speed("rnn", 0.013, "a"), speed("flurka-rnn", 0.010, "a"),
+                          speed("rnn", 0.0195, "b"), speed("flurka-rnn", 0.015, "b")])
+    rows = speed_rows(engine)
+    engine.dispose()
+    rnn = rows[rows["mechanism"] == "rnn"].iloc[0]
+    assert rnn["runs"] == 2 and rnn["median_s"] == pytest.approx(0.01625)
+    assert rnn["spread_s"] == pytest.approx(0.02 * 0.01625)
+    (pair,) = flop_pairs(rows).query("baseline == 'rnn'").to_dict("records")
+    assert pair["measured_speedup"] == pytest.approx(1.3) and pair["ratio_spread"] == pytest.approx(0.02)
+    claim3 = claims_table(flop_pairs(rows)).xs("claim 3: N > d_k(H+2), d_m > d_k", level="claim")
+    assert claim3[["measured faster", "within spread", "measured slower"]].values.tolist() == [[1, 0, 0]]

@@ -75,7 +75,8 @@ def speed_rows(engine: Engine) -> pd.DataFrame:
     """Every ok or OOM speed measurement with its full configuration (``layers``, ``ffn`` and the
     speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document), how it was
     timed (``calls_per_sample``; None before 2026-11-29) and, where the run measured the card's
-    ceilings, its floor (``floor_s``, ``bound``: compute or memory)."""
+    ceilings, its floor (``floor_s``, ``bound``: compute or memory). Repeated runs of a point are
+    combined (:func:`combine_repeats`)."""
     df, config = _measurements(engine)
     for name in ("layers", "ffn", "sweep", "floor_s", "bound", "calls_per_sample"):
         df[name] = [c.get(name) for c in config]

@@ -333,17 +333,29 @@ def execution_label(row: pd.Series | dict) -> str:
     return ", ".join(p for p in parts if p) or "plain"
 
 
+# A run's own measurements of a point, which :func:`combine_repeats` takes the median of: its
+# median step time, p10–p90 spread, and floor (from the ceilings that run measured).
+PER_RUN = ("median_s", "spread_s", "floor_s")
+
+
 def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
     """One row per measured point (rows equal on ``point``): repeated runs (another lease, another
-    day) become the median of their medians, ``runs`` says how many; a point is OOM only if no run
-    of it fitted. The report's speed figures use it too."""
+    day) become the median of each of their measurements (:data:`PER_RUN`, those the frame has),
+    ``runs`` says how many; a point is OOM only if no run of it fitted. The report's speed figures
+    use it too. The spread stays a run's own noise, not the drift between runs: mechanisms timed
+    in one run share its machine's state, so their ratio's noise is the run's (on the CPU VM of
+    benchmarks/results/claims-boundary-cpu-2026-11-26 the ceilings moved 1.5× between runs
+    minutes apart, interleaved ratios a median 2.4 %)."""
     if df.empty:
         return df
     df = df.assign(_point=df[list(point)].map(str).agg("|".join, axis=1))
     ok = df[df["status"] == "ok"]
+    ok = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce") for c in PER_RUN if c in ok})
     firsts = ok.drop_duplicates("_point").copy()
-    firsts["median_s"] = firsts["_point"].map(ok.groupby("_point")["median_s"].median())
-    firsts["runs"] = firsts["_point"].map(ok.groupby("_point").size())
+    per_point = ok.groupby("_point")
+    for name in (c for c in PER_RUN if c in ok):
+        firsts[name] = firsts["_point"].map(per_point[name].median())
+    firsts["runs"] = firsts["_point"].map(per_point.size())
     oom = df[(df["status"] != "ok") & ~df["_point"].isin(ok["_point"])].drop_duplicates("_point")
     return pd.concat([firsts, oom.assign(runs=1)], ignore_index=True).drop(columns="_point")
 

@@ -208,6 +208,70 @@ def test_crossings_against_the_cost_models():
     assert sections.crossings_table(slower).xs("rnn", level="baseline")["measured"].tolist() == ["> 55500"]
 
 
+def _rnn_series(measured, spreads, predicted=None):
+    """flurka-rnn over rnn on the N-sweep's shape at five lengths, each ratio with its spread."""
+    cfg = dict(device="gpu", mode="forward", scope="layer", dtype="bfloat16", batch=1, d_model=2600, heads=8,
+               d_k=1500, m=None, layers=None, ffn=None, align=1, fused=False, pad_to=1, xla="")
+    return pd.DataFrame([{**cfg, "N": n, "mechanism": "flurka-rnn", "baseline": "rnn", "measured_speedup": v,
+                          "ratio_spread": w, "predicted_speedup": (predicted or (1.3,) * 5)[i]}
+                         for i, (n, v, w) in enumerate(zip((1560, 3000, 5000, 7050, 55500), measured, spreads))])
+
+
+@pytest.mark.parametrize("measured, spreads, onset", [
+    # slower beyond the spread at 1560, ties at 3000 and 5000 (the old rule said 3000–5000), faster on
+    ((0.8, 0.97, 1.05, 1.2, 1.3), (0.05, 0.05, 0.1, 0.05, 0.05), "1560–7050"),
+    # a tie after the first win: faster for good only from 55500; slower last at 1560
+    ((0.8, 1.2, 1.05, 1.04, 1.3), (0.05, 0.05, 0.1, 0.05, 0.05), "1560–55500"),
+    ((0.8, 0.9, 1.2, 1.02, 1.03), (0.05,) * 5, "> 3000"),          # ties at the end: not faster for good
+    ((1.02, 1.2, 1.3, 1.3, 1.3), (0.05,) * 5, "≤ 3000"),           # never slower, faster from 3000
+    ((1.02, 1.2, 1.3, 1.3, 1.03), (0.05,) * 5, "never slower, tie at 55500"),
+    ((0.8, 0.9, 1.2, 1.02, 1.03), (None,) * 5, "3000–5000"),        # no spread: ties only at exactly 1
+])
+def test_crossings_count_ties_as_neither_side(measured, spreads, onset):
+    """The measured onset reads FLuRKA faster or slower only beyond the ratio's spread; ties widen
+    the interval instead of placing the crossing. The FLOP model's onset (no ties) is unchanged."""
+    table = sections.crossings_table(_rnn_series(measured, spreads, (0.9, 1.1, 1.2, 1.3, 1.4)))
+    assert table["measured"].tolist() == [onset]
+    assert table["FLOP model"].tolist() == ["1560–3000"]
+
+
+def test_flop_model_agreement_leaves_ties_out():
+    """Agree (%): of the points measured beyond the spread, where the FLOP model names the same
+    side. Here 0.8 (slower, predicted faster: disagree), 0.97 and 1.05 (ties), 1.2 and 1.3
+    (faster, predicted faster: agree): 2 of 3 agree, 2 ties."""
+    summary = sections.agreement_table(_rnn_series((0.8, 0.97, 1.05, 1.2, 1.3), (0.05, 0.05, 0.1, 0.05, 0.05)))
+    row = summary.loc[("flurka-rnn", "rnn", "forward")]
+    assert row["points"] == 5 and row["within spread"] == 2
+    assert row["agree (%)"] == pytest.approx(100 * 2 / 3)
+    assert row["median measured"] == pytest.approx(1.05) and row["median predicted"] == pytest.approx(1.3)
+    ties = sections.agreement_table(_rnn_series((1.0, 0.99, 1.01, 1.02, 0.98), (0.05,) * 5))
+    assert ties["within spread"].tolist() == [5] and ties["agree (%)"].isna().all()
+
+
+def test_recorded_cpu_crossings_read_with_the_noise(tmp_path):
+    """The CPU claims-boundary runs (benchmarks/results/claims-boundary-cpu-2026-11-26, as its notes
+    say to ingest them): read with the spread, FLuRKA's crossing over its kernel lies at or below
+    N = 768 and it is faster beyond the spread from there on (the claims' bound: 1280); no point
+    is slower than Linformer beyond the spread, and every FLOP-model miss of the faster side is
+    a tie."""
+    folder = RECORDED / "claims-boundary-cpu-2026-11-26"
+    engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
+    for name in ("interleaved_run1.json", "interleaved_run2.json", "paper_shape_forward.json"):
+        ingest_file(engine, folder / name)
+    pairs = sections.flop_pairs(sources.speed_rows(engine))
+    engine.dispose()
+    small = sections.crossings_table(pairs).query("d_model == 512").reset_index()
+    kernel = small[small["baseline"] != "linformer"].set_index(["mechanism", "mode"])["measured"].to_dict()
+    assert kernel == {("flurka-performer", "forward"): "≤ 768", ("flurka-performer", "train"): "128–768",
+                      ("flurka-rnn", "forward"): "128–768", ("flurka-rnn", "train"): "128–768",
+                      ("flurka-eva", "forward"): "160–768", ("flurka-eva", "train"): "128–768"}
+    side = sections.measured_side(pairs)
+    assert not (side[pairs["baseline"] == "linformer"] < 0).any()
+    constituents = pairs["baseline"].isin(["linformer", "performer", "rnn", "eva"])
+    missed = constituents & ((pairs["predicted_speedup"] > 1) != (pairs["measured_speedup"] > 1))
+    assert constituents.sum() == 192 and missed.sum() == 10 and (side[missed] == 0).all()
+
+
 def test_empty_database_says_what_to_run(tmp_path):
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     open_results(url).dispose()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import matplotlib
+import numpy as np
+import pandas as pd
 import pytest
 
 matplotlib.use("Agg")
@@ -147,3 +149,19 @@ def test_a_panel_not_laid_out_yet_still_gets_ticks():
     ax.plot([1.0, 1e6], [1.0, 2.0])
     figures._log(ax, "x")
     assert len(ax.xaxis.get_major_locator()()) >= 1
+
+
+def test_measured_speedups_carry_their_spread():
+    """The predicted-vs-measured panel draws each measured ratio r with a bar from r(1 − w) to
+    r(1 + w), w its ``ratio_spread`` (none where a pair has no spread)."""
+    rows = pd.DataFrame({"mechanism": ["rnn", "flurka-rnn"], "flops": [2e12, 1e12], "median_s": [0.02, 0.01]})
+    pairs = pd.DataFrame({"mechanism": ["flurka-rnn"] * 3, "baseline": ["rnn"] * 3,
+                          "predicted_speedup": [1.2, 1.5, 2.0], "measured_speedup": [1.1, 1.4, 2.2],
+                          "ratio_spread": [0.05, None, 0.2]})
+    fig = figures.flops_vs_measured(rows, pairs)
+    (bars,) = [c for c in fig.axes[1].containers if c.has_yerr]
+    segments = np.array(bars.lines[2][0].get_segments())       # (point, end, xy)
+    r, w = np.array([1.1, 1.4, 2.2]), np.array([0.05, 0.0, 0.2])
+    assert np.allclose(segments[:, 0, 1], r * (1 - w)) and np.allclose(segments[:, 1, 1], r * (1 + w))
+    assert np.allclose(segments[:, 0, 0], [1.2, 1.5, 2.0])
+    assert not legibility_problems(sections.Plot("flops-bars", "t", "c", fig))

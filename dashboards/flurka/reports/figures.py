@@ -307,8 +307,9 @@ def ranks(ranks: pd.DataFrame) -> Figure:
 
 def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
     """Left: measured step time against the FLOP model's count per mechanism. Right: FLOP-model
-    predicted speedup against measured speedup of FLuRKA over each baseline (y = x dashed; the
-    shaded quadrants are where prediction and measurement disagree about who is faster)."""
+    predicted speedup against measured speedup of FLuRKA over each baseline, its bar the ratio's
+    spread (``ratio_spread``: a bar across 1 is a tie; y = x dashed; the shaded quadrants are
+    where prediction and measurement disagree about who is faster)."""
     fig, (ax_t, ax_s) = _panels(2)
     for mech in _ordered(rows["mechanism"]):
         part = rows[rows["mechanism"] == mech]
@@ -321,8 +322,13 @@ def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
     ax_t.grid(True, which="both", alpha=0.25)
     if not pairs.empty:
         for (variant, baseline), part in pairs.groupby(["mechanism", "baseline"], sort=False):
-            ax_s.scatter(part["predicted_speedup"], part["measured_speedup"], s=14, label=f"{variant} vs {baseline}",
-                         color=STYLE.get(baseline, ("#555",))[0], marker=STYLE.get(variant, ("", "o"))[1])
+            measured = part["measured_speedup"].to_numpy(float)
+            spread = (pd.to_numeric(part["ratio_spread"], errors="coerce").fillna(0.0).to_numpy(float)
+                      if "ratio_spread" in part else np.zeros_like(measured))
+            ax_s.errorbar(part["predicted_speedup"], measured, yerr=[measured * np.minimum(spread, 0.9),
+                                                                     measured * spread],
+                          fmt=STYLE.get(variant, ("", "o"))[1], markersize=4, elinewidth=0.8, capsize=0,
+                          label=f"{variant} vs {baseline}", color=STYLE.get(baseline, ("#555",))[0])
         lo = float(min(pairs["predicted_speedup"].min(), pairs["measured_speedup"].min())) / 1.5
         hi = float(max(pairs["predicted_speedup"].max(), pairs["measured_speedup"].max())) * 1.5
         ax_s.plot([lo, hi], [lo, hi], "--", color="#999999", linewidth=0.9)

@@ -379,6 +379,7 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
     from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
 
     cfg = [c for c in SPEED_CONFIG if c in pairs]
+    pairs = pairs.assign(side=measured_side(pairs))
     rows = []
     for variant, kernel in T.KERNEL_OF.items():
         sides = {role: pairs[(pairs["mechanism"] == variant) & (pairs["baseline"] == base)]
@@ -391,9 +392,8 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
                 measured = [r.get(f"measured_speedup_{role}") for role in roles]
                 if any(v is None or v != v for v in measured):
                     continue
-                spread = [_or_zero(r.get(f"ratio_spread_{role}")) for role in roles]
-                faster = all(v > 1 + w for v, w in zip(measured, spread))
-                slower = any(v < 1 - w for v, w in zip(measured, spread))
+                side = [r[f"side_{role}"] for role in roles]
+                faster, slower = all(v > 0 for v in side), any(v < 0 for v in side)
                 predicted = [r[f"predicted_speedup_{role}"] for role in roles]
                 rows.append({"claim": label, "mechanism": variant, "mode": r["mode"], "scope": r["scope"],
                              "condition": "met" if met[name] else "not met", "N": N, "faster": faster,
@@ -415,20 +415,27 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _or_zero(value) -> float:
-    """A ratio's spread, 0 where the measurement has none (a tie is then only an exact 1)."""
-    return 0.0 if value is None or value != value else float(value)
-
-
-def _onset(ns: list, faster: list) -> str:
+def _onset(ns: list, faster: list, slower: list | None = None) -> str:
     """Where on the grid ``ns`` (ascending) the baseline is overtaken for good: "a–b" (slower at a,
-    faster at b and every larger N), "≤ a" (faster throughout), "> b" (slower at the largest)."""
-    if not faster[-1]:
-        return f"> {ns[-1]:.0f}"
+    faster at b and every larger N; ties between), "≤ b" (never slower, faster from b on), "> a"
+    (slower at a, not faster for good by the largest N), "never slower, tie at c" (ties at the
+    largest N c). ``slower`` defaults to not ``faster`` (a prediction has no ties)."""
+    slower = [not f for f in faster] if slower is None else slower
+    last_slower = max((i for i, s in enumerate(slower) if s), default=None)
     first = len(faster)
     while first and faster[first - 1]:
         first -= 1
-    return f"≤ {ns[0]:.0f}" if first == 0 else f"{ns[first - 1]:.0f}–{ns[first]:.0f}"
+    if first == len(faster):
+        return f"> {ns[last_slower]:.0f}" if last_slower is not None else f"never slower, tie at {ns[-1]:.0f}"
+    return f"≤ {ns[first]:.0f}" if last_slower is None else f"{ns[last_slower]:.0f}–{ns[first]:.0f}"
+
+
+def measured_side(pairs: pd.DataFrame) -> pd.Series:
+    """+1 where FLuRKA was measured faster than the baseline beyond the ratio's spread, −1 slower,
+    0 within it (a tie; a pair without a spread ties only at exactly 1)."""
+    spread = pd.to_numeric(pairs["ratio_spread"], errors="coerce").fillna(0.0) if "ratio_spread" in pairs else 0.0
+    ratio = pairs["measured_speedup"]
+    return (ratio > 1 + spread).astype(int) - (ratio < 1 - spread).astype(int)
 
 
 NO_BOUND = {"low-rank": "none (d_k ≤ d_h)", "kernel": "none (d_m ≤ d_k)"}  # why a claim says nothing
@@ -454,14 +461,14 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
                 r = g.iloc[0]
                 d_m, d_k, H = r["d_model"], r["d_k"], r["heads"]
                 d_h = d_m // H
-                ns = list(g["N"])
+                ns, side = list(g["N"]), measured_side(g)
                 paper = [flop_model.paper_cost(role, n, d_m, d_k, d_h, H) > flop_model.paper_cost("flurka", n, d_m, d_k, d_h, H)
                          for n in ns]
                 bound = flop_model.claim_bounds(d_m, d_k, H)[role]
                 bound = f"> {bound:.0f}" if bound is not None else NO_BOUND[role]
                 rows.append({"mechanism": variant, "baseline": base, "mode": r["mode"], "scope": r["scope"],
                              "d_model": d_m, "heads": H, "d_k": d_k, "N measured": f"{ns[0]:.0f}–{ns[-1]:.0f} ({len(ns)})",
-                             "measured": _onset(ns, list(g["measured_speedup"] > 1)),
+                             "measured": _onset(ns, list(side > 0), list(side < 0)),
                              "FLOP model": _onset(ns, list(g["predicted_speedup"] > 1)),
                              "paper's cost model": _onset(ns, paper), "claim's bound": bound})
     if not rows:
@@ -469,6 +476,22 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
     table = pd.DataFrame(rows).set_index(["mechanism", "baseline", "mode", "scope"])
     table.attrs["floatfmt"] = ".0f"
     return table
+
+
+def agreement_table(pairs: pd.DataFrame) -> pd.DataFrame:
+    """Per variant, baseline and mode: how many points, the median predicted and measured
+    speedups, the ties (:func:`measured_side` 0) and, of the other points, the share (%) where the
+    FLOP model predicts the side that was measured faster (NaN where every point is a tie)."""
+    side = measured_side(pairs)
+    summary = (pairs.assign(tie=side == 0, agree=((pairs["predicted_speedup"] > 1) == (side > 0)).astype(float).where(side != 0))
+               .groupby(["mechanism", "baseline", "mode"], sort=False)
+               .agg(points=("tie", "size"), predicted=("predicted_speedup", "median"),
+                    measured=("measured_speedup", "median"), tie=("tie", "sum"), agree=("agree", "mean")))
+    summary["agree"] *= 100
+    summary = summary.rename(columns={"predicted": "median predicted", "measured": "median measured",
+                                      "tie": "within spread", "agree": "agree (%)"})
+    summary.attrs["floatfmt"] = ".3g"
+    return summary
 
 
 def flops_section(rows: pd.DataFrame) -> Section:
@@ -488,16 +511,10 @@ def flops_section(rows: pd.DataFrame) -> Section:
         section.items.append(Plot(f"flops-{i}", f"FLOP model vs measured ({device})", caption,
                                   F.flops_vs_measured(part, p)))
         if not p.empty:
-            summary = (p.assign(agree=(p["predicted_speedup"] > 1) == (p["measured_speedup"] > 1))
-                       .groupby(["mechanism", "baseline", "mode"], sort=False)
-                       .agg(points=("agree", "size"), predicted=("predicted_speedup", "median"),
-                            measured=("measured_speedup", "median"), agree=("agree", "mean")))
-            summary["agree"] *= 100
-            summary = summary.rename(columns={"predicted": "median predicted", "measured": "median measured",
-                                              "agree": "agree (%)"})
-            summary.attrs["floatfmt"] = ".3g"
             section.items.append(Table(f"flops-{i}-summary", f"Predicted vs measured speedups ({device})",
-                                       caption + " Agree: both say the same side is faster.", summary))
+                                       caption + " Agree: of the points measured beyond the spread of their two "
+                                       "step times, the share where the FLOP model names the same side faster; "
+                                       "within spread: the ties, which agree with neither.", agreement_table(p)))
             for key, title, about, table in (
                     ("claims", "The paper's regime claims vs measured",
                      "Per claim: configurations where its condition is met (where it predicts FLuRKA faster "
@@ -509,8 +526,10 @@ def flops_section(rows: pd.DataFrame) -> Section:
                     ("crossings", "Where FLuRKA overtakes its constituents as N grows",
                      "For every configuration measured at 3 or more lengths N: the interval of N in which "
                      "FLuRKA becomes faster than the baseline for good (slower at its left end, faster at its "
-                     "right end and at every larger N measured; ≤ N: faster throughout, > N: still slower at "
-                     "the largest), measured and as the FLOP model and the paper's appendix-B cost model "
+                     "right end and at every larger N measured; ≤ N: never slower, faster from N on; > N: "
+                     "slower at N and not faster for good by the largest), measured (faster or slower beyond "
+                     "the spread of the two step times; ties between count as neither, so the interval spans "
+                     "them) and as the FLOP model and the paper's appendix-B cost model "
                      "predict on the same lengths, next to the N from which the paper's claim promises it "
                      "(claim 2 for low-rank, claim 3 for the kernel).", crossings_table(p))):
                 if not table.empty:

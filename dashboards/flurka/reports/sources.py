@@ -33,9 +33,9 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from flurka.results.models import ApproximationError, Environment, KernelRank, SpeedMeasurement, Sweep, TheoryRun, Trial
+from flurka.results.models import ApproximationError, Environment, KernelRank, Sweep, TheoryRun, Trial
 from flurka.results.records import theory_key
-from flurka.results.tables import EXECUTION, add_execution, combine_repeats, stored_configs
+from flurka.results.tables import EXECUTION, combine_repeats, read_speed
 from flurka.speed.profile import KINDS
 
 # Speed configuration columns, in caption order.
@@ -55,20 +55,9 @@ def trial_provenance(engine: Engine) -> pd.DataFrame:
 
 
 def _measurements(engine: Engine) -> tuple[pd.DataFrame, list[dict]]:
-    """Every ok or OOM speed measurement (device, configuration columns, status, median, spread,
-    FLOPs) with its stored ``config`` (the JSON row's other fields), execution columns added."""
-    stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode, SpeedMeasurement.scope,
-                      SpeedMeasurement.dtype, SpeedMeasurement.batch, SpeedMeasurement.seq_len.label("N"),
-                      SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
-                      SpeedMeasurement.num_features.label("m"), SpeedMeasurement.status, SpeedMeasurement.median_s,
-                      SpeedMeasurement.spread_s, SpeedMeasurement.flops, SpeedMeasurement.config)
-            .join(Environment, Environment.id == SpeedMeasurement.environment_id)
-            .where(SpeedMeasurement.status != "error"))
-    with engine.connect() as conn:
-        df = pd.read_sql(stmt, conn)
-    config = stored_configs(df.pop("config"))
-    add_execution(df, config)
-    return df, config
+    """:func:`read_speed`'s every row, the number of features named ``m`` as in the captions."""
+    df, config = read_speed(engine)
+    return df.rename(columns={"num_features": "m"}), config
 
 
 def speed_rows(engine: Engine) -> pd.DataFrame:

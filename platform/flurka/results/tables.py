@@ -256,32 +256,38 @@ def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
         df[name] = [e[name] for e in execution]
 
 
-def _speed_rows(engine: Engine, filters: dict, *, modes: Sequence[str], extra: Sequence[str] = ()) -> pd.DataFrame:
-    """Ok and OOM speed rows of ``modes`` (failed measurements are no data) matching ``filters``
-    (SPEED_FILTERS; device a substring), with the execution columns and the stored config's
-    ``extra`` fields; :class:`NoResults` where none match."""
-    unknown = set(filters) - set(SPEED_FILTERS)
-    if unknown:
-        raise ValueError(f"unknown speed filter {', '.join(sorted(unknown))} (valid: {', '.join(SPEED_FILTERS)})")
-    stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode,
-                      SpeedMeasurement.seq_len.label("N"),
+def read_speed(engine: Engine, *where) -> tuple[pd.DataFrame, list[dict]]:
+    """Every ok or OOM speed measurement (failed ones are no data) meeting the SQL conditions
+    ``where``: device, configuration columns (``N`` the sequence length), status, median, spread
+    and FLOPs, the :data:`EXECUTION` columns, and each row's stored ``config`` (a ``flurka.speed``
+    result's other fields). The one query behind these tables and the report."""
+    stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode, SpeedMeasurement.scope,
+                      SpeedMeasurement.dtype, SpeedMeasurement.batch, SpeedMeasurement.seq_len.label("N"),
                       SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
-                      SpeedMeasurement.num_features, SpeedMeasurement.batch, SpeedMeasurement.dtype,
-                      SpeedMeasurement.scope, SpeedMeasurement.status, SpeedMeasurement.median_s, SpeedMeasurement.flops,
-                      SpeedMeasurement.config)
+                      SpeedMeasurement.num_features, SpeedMeasurement.status, SpeedMeasurement.median_s,
+                      SpeedMeasurement.spread_s, SpeedMeasurement.flops, SpeedMeasurement.config)
             .join(Environment, Environment.id == SpeedMeasurement.environment_id)
-            .where(SpeedMeasurement.mode.in_(list(modes)), SpeedMeasurement.status != "error"))
-    for name, value in filters.items():
-        if value is None or name in EXECUTION:
-            continue
-        if name == "device":
-            stmt = stmt.where(Environment.device.contains(value))
-        else:
-            stmt = stmt.where(getattr(SpeedMeasurement, name) == value)
+            .where(SpeedMeasurement.status != "error", *where))
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
     configs = stored_configs(df.pop("config"))
     add_execution(df, configs)
+    return df, configs
+
+
+def _speed_rows(engine: Engine, filters: dict, *, modes: Sequence[str], extra: Sequence[str] = ()) -> pd.DataFrame:
+    """:func:`read_speed`'s rows of ``modes`` matching ``filters`` (SPEED_FILTERS; device a
+    substring), with the stored config's ``extra`` fields; :class:`NoResults` where none match."""
+    unknown = set(filters) - set(SPEED_FILTERS)
+    if unknown:
+        raise ValueError(f"unknown speed filter {', '.join(sorted(unknown))} (valid: {', '.join(SPEED_FILTERS)})")
+    where = [SpeedMeasurement.mode.in_(list(modes))]
+    for name, value in filters.items():
+        if value is None or name in EXECUTION:
+            continue
+        where.append(Environment.device.contains(value) if name == "device"
+                     else getattr(SpeedMeasurement, name) == value)
+    df, configs = read_speed(engine, *where)
     for name in extra:
         df[name] = [c.get(name) for c in configs]
     if filters.get("xla"):   # name=value pairs in any order, as stored_execution spells them

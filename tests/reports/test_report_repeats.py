@@ -1,7 +1,9 @@
 """Repeated runs of one speed point (two GPU leases) reach the report as one point; its padded
-twin (pad_to) stays another point."""
+twin (pad_to) stays another point; a ratio of two mechanisms is taken within a run."""
 
 from __future__ import annotations
+
+import json
 
 import pandas as pd
 import pytest
@@ -120,3 +122,46 @@ def test_drift_between_leases_is_not_noise_in_a_ratio(tmp_path):
     assert pair["measured_speedup"] == pytest.approx(1.3) and pair["ratio_spread"] == pytest.approx(0.02)
     claim3 = claims_table(flop_pairs(rows)).xs("claim 3: N > d_k(H+2), d_m > d_k", level="claim")
     assert claim3[["measured faster", "within spread", "measured slower"]].values.tolist() == [[1, 0, 0]]
+
+
+def _document(created, results):
+    """A flurka.speed document of forward layer points at d_model 2600, 8 heads, d_k 1500."""
+    point = {"mode": "forward", "scope": "layer", "d_model": 2600, "num_heads": 8, "d_k": 1500, "num_features": 325,
+             "dtype": "bfloat16", "status": "ok", "flops": 1e12}
+    return {"schema": "flurka.speed/1", "created": created, "device": {"name": "NVIDIA H200", "host": "vm"},
+            "versions": {"jax": "0.11.2"},
+            "results": [{**point, "mechanism": m, "seq_len": n, "median_s": t, "p10_s": 0.99 * t, "p90_s": 1.01 * t}
+                        for m, n, t in results]}
+
+
+def test_ratios_are_taken_within_a_run(tmp_path):
+    """Lease a times flurka-rnn and rnn at 7050 (0.88×) and both at 55500 (1.2×); lease b times
+    flurka-rnn alone at 7050, faster, and both at 55500 (1.4×); rnn alone at 20000 in a, flurka-rnn
+    alone there in b. The 7050 ratio is lease a's (b has no rnn to pair with), 55500's the median
+    of the two leases' ratios, and 20000's the only cross-lease one, marked unpaired. Combining
+    the times first would have put 7050 at (0.0207 + 0.0158) / 2 / 0.0182 ≈ 1.0."""
+    from flurka.reports.sections import flop_pairs
+    from flurka.reports.sources import combine_runs, speed_runs
+    from flurka.results import ingest_file, open_results
+
+    docs = {"a": _document("2026-11-26T00:42:07+00:00", [("flurka-rnn", 7050, 0.0207), ("rnn", 7050, 0.0182),
+                                                          ("flurka-rnn", 55500, 0.100), ("rnn", 55500, 0.120),
+                                                          ("rnn", 20000, 0.050)]),
+            "b": _document("2026-11-27T04:09:24+00:00", [("flurka-rnn", 7050, 0.0158), ("flurka-rnn", 55500, 0.090),
+                                                          ("rnn", 55500, 0.126), ("flurka-rnn", 20000, 0.040)])}
+    engine = open_results(f"sqlite:///{tmp_path / 'r.db'}")
+    for name, doc in docs.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+        ingest_file(engine, tmp_path / f"{name}.json")
+    runs = speed_runs(engine)
+    engine.dispose()
+    assert sorted(runs["run"].unique()) == [docs["a"]["created"], docs["b"]["created"]]
+    pairs = flop_pairs(runs).query("baseline == 'rnn'").set_index("N")
+    assert pairs.at[7050, "measured_speedup"] == pytest.approx(0.0182 / 0.0207)
+    assert pairs.at[55500, "measured_speedup"] == pytest.approx((0.120 / 0.100 + 0.126 / 0.090) / 2)
+    assert pairs.at[20000, "measured_speedup"] == pytest.approx(0.050 / 0.040)
+    assert pairs["runs"].to_dict() == {7050: 1, 55500: 2, 20000: 1}
+    assert pairs["paired"].to_dict() == {7050: True, 55500: True, 20000: False}
+    assert pairs["ratio_spread"].tolist() == pytest.approx([0.02] * 3)
+    combined = flop_pairs(combine_runs(runs)).query("baseline == 'rnn'").set_index("N")
+    assert combined.at[7050, "measured_speedup"] == pytest.approx(0.0182 / ((0.0207 + 0.0158) / 2))

@@ -33,29 +33,36 @@ def test_upgrade_creates_schema_and_downgrade_removes_it(db_url):
     engine.dispose()
 
 
-def test_theory_migration_upgrades_a_0001_database_and_downgrades(db_url, speed_dicts, theory_doc):
-    """0002 adds the theory tables beside existing results and takes only them away again."""
+def test_migrations_keep_the_results_down_and_up_again(db_url, speed_dicts, theory_doc):
+    """Down from the head with results in: 0003 takes away only the speed rows' run (the rows
+    stay), 0002 only the theory tables; up again, every speed row is back with its run unknown
+    and the theory tables empty."""
     from flurka.results import ingest_speed, ingest_theory
 
-    engine = db.upgrade(db_url, "0001")
-    assert not THEORY_TABLES & set(sa.inspect(engine).get_table_names())
-    ingest_speed(engine, speed_dicts)
-    db.upgrade(engine)
-    assert db.current_revision(engine) == db.head_revision() == "0002"
-    sa.inspect(engine).clear_cache()
-    assert THEORY_TABLES <= set(sa.inspect(engine).get_table_names())
+    engine = db.upgrade(db_url)
+    assert db.current_revision(engine) == db.head_revision() == "0003"
+    ingest_speed(engine, [dict(r, run="2026-11-29T00:00:00+00:00") for r in speed_dicts])
     added = ingest_theory(engine, theory_doc).added
     assert added == len(theory_doc["approximation_errors"]) + len(theory_doc["ranks"])
+
+    def speed_rows() -> list:
+        with engine.connect() as conn:
+            table = sa.Table("speed_measurements", sa.MetaData(), autoload_with=conn)
+            return [dict(r) for r in conn.execute(sa.select(table).order_by(table.c.id)).mappings()]
+
+    before = speed_rows()
+    assert len(before) == len(speed_dicts) and {r["run"] for r in before} == {"2026-11-29T00:00:00+00:00"}
     cfg = db._alembic_config()
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0001")
-    sa.inspect(engine).clear_cache()
-    assert db.current_revision(engine) == "0001"
-    assert not THEORY_TABLES & set(sa.inspect(engine).get_table_names())
-    with engine.connect() as conn:
-        assert conn.scalar(sa.select(sa.func.count()).select_from(models.SpeedMeasurement)) == len(speed_dicts)
-    db.upgrade(engine)  # and back up, empty
+    for revision, gone in (("0002", set()), ("0001", THEORY_TABLES)):
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, revision)
+        sa.inspect(engine).clear_cache()
+        assert db.current_revision(engine) == revision
+        assert not gone & set(sa.inspect(engine).get_table_names())
+        assert speed_rows() == [{k: v for k, v in r.items() if k != "run"} for r in before]
+    db.upgrade(engine)
+    assert speed_rows() == [{**r, "run": None} for r in before]
     with engine.connect() as conn:
         assert conn.scalar(sa.select(sa.func.count()).select_from(models.TheoryRun)) == 0
     engine.dispose()

@@ -17,8 +17,8 @@ from matplotlib.figure import Figure
 from sqlalchemy.engine import Engine
 
 from flurka.reports import figures as F
-from flurka.reports.sources import (PROFILE_KINDS, SPEED_CONFIG, Theory, describe, profile_rows, speed_rows,
-                                    trial_provenance, with_stored)
+from flurka.reports.sources import (PROFILE_KINDS, SPEED_CONFIG, Theory, combine_runs, describe, profile_rows,
+                                    speed_runs, trial_provenance, with_stored)
 from flurka.results import tables as T
 from flurka.results.records import BENCHMARKS
 
@@ -345,22 +345,52 @@ def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     predicted speedup (baseline FLOPs / FLuRKA FLOPs), the measured one (time ratio) and that
     ratio's spread (``ratio_spread``: half the sum of the two times' p10–p90 widths over their
     medians, so the p10–p90 ranges overlap, to first order, where |measured − 1| ≤ it; None
-    where a time has no spread)."""
+    where a time has no spread).
+
+    Where ``rows`` name their run (:func:`speed_runs`), a ratio is taken within each run that
+    timed both mechanisms, as they shared its machine's state, and a point's runs combine to the
+    median ratio and spread (``runs`` counts them); a point whose two mechanisms no run timed
+    together pairs the runs' combined times (``paired`` False). Rows without runs are one run."""
     ok = rows[(rows["status"] == "ok") & rows["flops"].notna()]
     cfg = [c for c in SPEED_CONFIG if c in ok]
+    columns = [*cfg, "mechanism", "baseline", "predicted_speedup", "measured_speedup", "ratio_spread", "runs", "paired"]
+    if ok.empty:
+        return pd.DataFrame(columns=columns)
+    ok = ok.assign(run=ok["run"].fillna("") if "run" in ok else "", _cfg=ok[cfg].map(str).agg("|".join, axis=1))
+    per_run, across = T.combine_repeats(ok, ["mechanism", *cfg, "run"]), T.combine_repeats(ok, ["mechanism", *cfg])
     out = []
     for variant, kernel in T.KERNEL_OF.items():
         for baseline in (T.LOW_RANK, kernel, "flash", "full"):
-            pair = ok[ok["mechanism"] == variant].merge(ok[ok["mechanism"] == baseline], on=cfg, suffixes=("", "_b"))
-            if not pair.empty:
-                width = (pd.to_numeric(pair["spread_s"]) / pair["median_s"]
-                         + pd.to_numeric(pair["spread_s_b"]) / pair["median_s_b"])
-                out.append(pair[cfg].assign(mechanism=variant, baseline=baseline,
-                                            predicted_speedup=pair["flops_b"] / pair["flops"],
-                                            measured_speedup=pair["median_s_b"] / pair["median_s"],
-                                            ratio_spread=width / 2))
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(
-        columns=[*cfg, "mechanism", "baseline", "predicted_speedup", "measured_speedup", "ratio_spread"])
+            within = _ratios(per_run, variant, baseline, [*cfg, "run"])
+            by_point = within.groupby("_cfg", sort=False)
+            paired = (within.drop_duplicates("_cfg").set_index("_cfg")[cfg]
+                      .join(by_point[["predicted_speedup", "measured_speedup", "ratio_spread"]].median())
+                      .assign(runs=by_point.size(), paired=True))
+            lone = _ratios(across, variant, baseline, cfg)
+            lone = lone[~lone["_cfg"].isin(within["_cfg"])].set_index("_cfg").assign(runs=1, paired=False)
+            if len(paired) or len(lone):
+                out.append(pd.concat([paired, lone]).assign(mechanism=variant, baseline=baseline))
+    return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
+
+
+def pairing_note(pairs: pd.DataFrame) -> str:
+    """How :func:`flop_pairs` took ``pairs``' ratios, for a caption ("" where there are none)."""
+    if pairs.empty:
+        return ""
+    lone = int((~pairs["paired"].astype(bool)).sum())
+    note = (" Speedups are time ratios within a run (both mechanisms timed by one flurka.speed document), "
+            "a point's runs combined to the median ratio")
+    return note + (f"; {lone} of {len(pairs)} pair times from different runs (no run timed both)." if lone else ".")
+
+
+def _ratios(rows: pd.DataFrame, variant: str, baseline: str, on: list[str]) -> pd.DataFrame:
+    """``variant`` over ``baseline`` where ``rows`` have both on ``on``: predicted and measured
+    speedups and the ratio's spread (:func:`flop_pairs`)."""
+    pair = rows[rows["mechanism"] == variant].merge(rows[rows["mechanism"] == baseline], on=on, suffixes=("", "_b"))
+    width = (pd.to_numeric(pair["spread_s"]) / pair["median_s"]
+             + pd.to_numeric(pair["spread_s_b"]) / pair["median_s_b"])
+    return pair[[*on, "_cfg"]].assign(predicted_speedup=pair["flops_b"] / pair["flops"],
+                           measured_speedup=pair["median_s_b"] / pair["median_s"], ratio_spread=width / 2)
 
 
 # The paper's regime claims (flurka.attention.flops.claim1..3): (label, predicate, the baselines
@@ -494,11 +524,12 @@ def agreement_table(pairs: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
-def flops_section(rows: pd.DataFrame) -> Section:
+def flops_section(runs: pd.DataFrame) -> Section:
+    """From :func:`speed_runs`' rows: ratios within runs (:func:`flop_pairs`), times per point."""
     section = Section("flops", "FLOP model vs measured",
                       "Does the FLOP model (flurka.attention.flops, stored with each measurement) predict "
                       "step time, and which FLuRKA speedups it predicts that the device delivers.")
-    pairs = flop_pairs(rows)
+    pairs, rows = flop_pairs(runs), combine_runs(runs)
     ok = rows[(rows["status"] == "ok") & rows["flops"].notna()]
     for i, (device, part) in enumerate(ok.groupby("device", sort=True)):
         p = pairs[pairs["device"] == device]
@@ -507,7 +538,8 @@ def flops_section(rows: pd.DataFrame) -> Section:
                            if c not in fixed and part[c].notna().any())
         caption = (f"Device: {device}. Config: {describe(part.iloc[0], fixed) or 'various'}"
                    f"{'; ' + ranges if ranges else ''}; modes {', '.join(sorted(part['mode'].unique()))}, "
-                   f"scopes {', '.join(sorted(part['scope'].dropna().unique()))}; {len(part)} measurements.")
+                   f"scopes {', '.join(sorted(part['scope'].dropna().unique()))}; {len(part)} measurements."
+                   f"{pairing_note(p)}")
         section.items.append(Plot(f"flops-{i}", f"FLOP model vs measured ({device})", caption,
                                   F.flops_vs_measured(part, p)))
         if not p.empty:
@@ -663,7 +695,8 @@ def build_sections(engine: Engine, theory: Theory) -> list[Section]:
     by the database's theory runs."""
     prov = trial_provenance(engine)
     theory = with_stored(engine, theory)
-    rows = speed_rows(engine)
+    runs = speed_runs(engine)
+    rows = combine_runs(runs)
     speed, ups = speed_vs_n_section(engine, rows)
     return [
         isoflops_section(engine, prov),
@@ -676,6 +709,6 @@ def build_sections(engine: Engine, theory: Theory) -> list[Section]:
         uptraining_section(engine, prov),
         error_section(theory),
         rank_section(theory),
-        flops_section(rows),
+        flops_section(runs),
         profile_section(profile_rows(engine)),
     ]

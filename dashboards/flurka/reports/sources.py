@@ -60,17 +60,27 @@ def _measurements(engine: Engine) -> tuple[pd.DataFrame, list[dict]]:
     return df.rename(columns={"num_features": "m"}), config
 
 
-def speed_rows(engine: Engine) -> pd.DataFrame:
-    """Every ok or OOM speed measurement with its full configuration (``layers``, ``ffn`` and the
-    speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document), how it was
-    timed (``calls_per_sample``; None before 2026-11-29) and, where the run measured the card's
-    ceilings, its floor (``floor_s``, ``bound``: compute or memory). Repeated runs of a point are
-    combined (:func:`combine_repeats`)."""
+def speed_runs(engine: Engine) -> pd.DataFrame:
+    """Every ok or OOM speed measurement, one row per run that timed it (``run``: None where the
+    database does not know, before 2026-11-29), with its full configuration (``layers``, ``ffn``
+    and the speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document),
+    how it was timed (``calls_per_sample``; None before 2026-11-29) and, where the run measured
+    the card's ceilings, its floor (``floor_s``, ``bound``: compute or memory)."""
     df, config = _measurements(engine)
     for name in ("layers", "ffn", "sweep", "floor_s", "bound", "calls_per_sample"):
         df[name] = [c.get(name) for c in config]
     df.loc[df["scope"] != "model", ["layers", "ffn"]] = None  # a layer has no depth or FFN
-    return combine_repeats(df, ["mechanism", *SPEED_CONFIG])  # repeated runs → their median
+    return df
+
+
+def combine_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`speed_runs`' rows, one per point: repeated runs combined (:func:`combine_repeats`)."""
+    return combine_repeats(runs, ["mechanism", *SPEED_CONFIG])
+
+
+def speed_rows(engine: Engine) -> pd.DataFrame:
+    """:func:`speed_runs`, one row per point (:func:`combine_runs`)."""
+    return combine_runs(speed_runs(engine))
 
 
 PROFILE_KINDS = KINDS  # the kinds flurka.speed.profile splits a traced step into

@@ -91,7 +91,7 @@ def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, An
                 key=r.key, environment=_environment(session, r.environment), mechanism=r.mechanism,
                 mode=r.mode, scope=r.scope, seq_len=r.N, d_model=r.d_model, heads=r.heads, d_k=r.d_k,
                 num_features=r.m, batch=r.batch, dtype=r.dtype, status=r.status, median_s=r.median_s, spread_s=r.spread_s, flops=r.flops,
-                config=r.config))
+                config=r.config, run=r.run))
             session.flush()
             added += 1
     return IngestReport(added, skipped)

@@ -124,6 +124,9 @@ class SpeedMeasurement(Base):
     spread_s: Mapped[float | None] = mapped_column(Float)
     flops: Mapped[float | None] = mapped_column(Float)
     config: Mapped[dict[str, Any] | None]
+    # Which run timed it (a flurka.speed document's creation time): mechanisms timed in one run
+    # share its machine's state, so a ratio of two is taken within a run. Not part of ``key``.
+    run: Mapped[str | None] = mapped_column(String(64))
 
     environment: Mapped[Environment] = relationship()
 

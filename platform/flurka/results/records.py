@@ -26,10 +26,11 @@ A speed record (one measurement; the speed benchmarks write a JSON list of these
     {"device": "NVIDIA H100", "versions": {"jax": "0.11.0"}, "host": "node-3", "mechanism": "flurka-eva",
      "mode": "train", "N": 16384, "d_model": 512, "heads": 8, "d_k": 256, "m": 64, "batch": 1,
      "dtype": "bfloat16", "status": "ok", "median_s": 0.0123, "spread_s": 0.0004, "flops": 1.1e12,
-     "config": {...}}
+     "config": {...}, "run": "2026-11-29T03:02:00+00:00"}
 
 ``status`` is ``"ok"`` (then ``median_s`` is required), ``"oom"`` or ``"error"``; ``scope`` is
-``"layer"`` or ``"model"``. ``speed_records_from_document`` reads the JSON document that
+``"layer"`` or ``"model"``; ``run`` (optional) names the run that timed it, so that two
+mechanisms' ratio is taken within one. ``speed_records_from_document`` reads the JSON document that
 ``flurka.speed`` writes (``{"device": {...}, "versions": {...}, "results": [...]}``).
 
 A theory record is the document ``python -m flurka.speed.theory`` writes (schema
@@ -306,6 +307,7 @@ class SpeedRecord:
     spread_s: float | None = None
     flops: float | None = None
     config: dict[str, Any] | None = None
+    run: str | None = None  # which run timed it; not part of the key
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "speed record") -> SpeedRecord:
@@ -334,6 +336,7 @@ class SpeedRecord:
             spread_s=_float(where, "spread_s", d.get("spread_s"), optional=True),
             flops=_float(where, "flops", d.get("flops"), optional=True),
             config=d.get("config"),
+            run=_str(where, "run", d.get("run"), optional=True, max_len=64),
         )
 
     @property
@@ -359,7 +362,8 @@ def _document_environment(doc: dict[str, Any], where: str) -> dict[str, Any]:
 def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
     """Speed records from the document ``flurka.speed`` writes: its ``results`` entries (Point
     fields seq_len/num_heads/num_features + status/median_s/p10_s/p90_s/flops), its ``device``
-    and ``versions``. ``spread_s`` is p90 - p10; every other result field is kept in ``config``."""
+    and ``versions``. ``spread_s`` is p90 - p10; every other result field is kept in ``config``;
+    the document's ``created`` names the run."""
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError("speed document: expected an object with a 'results' list")
     env = _document_environment(doc, "speed document")
@@ -376,6 +380,7 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
             "d_k": r.get("d_k"), "m": r.get("num_features"), "batch": r.get("batch", 1), "dtype": r.get("dtype"),
             "status": r.get("status"), "median_s": r.get("median_s"), "spread_s": spread,
             "flops": r.get("flops"), "config": {k: v for k, v in r.items() if k not in own} or None,
+            "run": doc.get("created"),
         }, f"speed document results[{i}]"))
     return records
 

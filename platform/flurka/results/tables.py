@@ -258,14 +258,15 @@ def add_execution(df: pd.DataFrame, configs: list[dict]) -> None:
 
 def read_speed(engine: Engine, *where) -> tuple[pd.DataFrame, list[dict]]:
     """Every ok or OOM speed measurement (failed ones are no data) meeting the SQL conditions
-    ``where``: device, configuration columns (``N`` the sequence length), status, median, spread
-    and FLOPs, the :data:`EXECUTION` columns, and each row's stored ``config`` (a ``flurka.speed``
-    result's other fields). The one query behind these tables and the report."""
+    ``where``: device, configuration columns (``N`` the sequence length), status, median, spread,
+    FLOPs and run, the :data:`EXECUTION` columns, and each row's stored ``config`` (a
+    ``flurka.speed`` result's other fields). The one query behind these tables and the report."""
     stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode, SpeedMeasurement.scope,
                       SpeedMeasurement.dtype, SpeedMeasurement.batch, SpeedMeasurement.seq_len.label("N"),
                       SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
                       SpeedMeasurement.num_features, SpeedMeasurement.status, SpeedMeasurement.median_s,
-                      SpeedMeasurement.spread_s, SpeedMeasurement.flops, SpeedMeasurement.config)
+                      SpeedMeasurement.spread_s, SpeedMeasurement.flops, SpeedMeasurement.run,
+                      SpeedMeasurement.config)
             .join(Environment, Environment.id == SpeedMeasurement.environment_id)
             .where(SpeedMeasurement.status != "error", *where))
     with engine.connect() as conn:
@@ -352,6 +353,8 @@ def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
     in one run share its machine's state, so their ratio's noise is the run's (on the CPU VM of
     benchmarks/results/claims-boundary-cpu-2026-11-26 the ceilings moved 1.5× between runs
     minutes apart, interleaved ratios a median 2.4 %)."""
+    if "run" in df and "run" not in point:  # a combined row is no one run's
+        df = df.drop(columns="run")
     if df.empty:
         return df
     df = df.assign(_point=df[list(point)].map(str).agg("|".join, axis=1))

@@ -138,11 +138,13 @@ def test_ratios_are_taken_within_a_run(tmp_path):
     """Lease a times flurka-rnn and rnn at 7050 (0.88×) and both at 55500 (1.2×); lease b times
     flurka-rnn alone at 7050, faster, and both at 55500 (1.4×); rnn alone at 20000 in a, flurka-rnn
     alone there in b. The 7050 ratio is lease a's (b has no rnn to pair with), 55500's the median
-    of the two leases' ratios, and 20000's the only cross-lease one, marked unpaired. Combining
-    the times first would have put 7050 at (0.0207 + 0.0158) / 2 / 0.0182 ≈ 1.0."""
+    of the two leases' ratios, and 20000's the only cross-lease one, marked unpaired; the
+    report's pairs and `flurka tables`' speedups alike. Combining the times first would have put
+    7050 at (0.0207 + 0.0158) / 2 / 0.0182 ≈ 1.0."""
     from flurka.reports.sections import flop_pairs
     from flurka.reports.sources import combine_runs, speed_runs
     from flurka.results import ingest_file, open_results
+    from flurka.results.tables import speedup_table
 
     docs = {"a": _document("2026-11-26T00:42:07+00:00", [("flurka-rnn", 7050, 0.0207), ("rnn", 7050, 0.0182),
                                                           ("flurka-rnn", 55500, 0.100), ("rnn", 55500, 0.120),
@@ -154,7 +156,10 @@ def test_ratios_are_taken_within_a_run(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps(doc))
         ingest_file(engine, tmp_path / f"{name}.json")
     runs = speed_runs(engine)
+    table = speedup_table(engine, mode="forward").loc["flurka-rnn", "vs kernel"]   # `flurka tables` alike
     engine.dispose()
+    assert table.to_dict() == pytest.approx({7050: 0.0182 / 0.0207, 20000: 0.050 / 0.040,
+                                             55500: (0.120 / 0.100 + 0.126 / 0.090) / 2})
     assert sorted(runs["run"].unique()) == [docs["a"]["created"], docs["b"]["created"]]
     pairs = flop_pairs(runs).query("baseline == 'rnn'").set_index("N")
     assert pairs.at[7050, "measured_speedup"] == pytest.approx(0.0182 / 0.0207)

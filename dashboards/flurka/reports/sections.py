@@ -354,23 +354,19 @@ def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     ok = rows[(rows["status"] == "ok") & rows["flops"].notna()]
     cfg = [c for c in SPEED_CONFIG if c in ok]
     columns = [*cfg, "mechanism", "baseline", "predicted_speedup", "measured_speedup", "ratio_spread", "runs", "paired"]
-    if ok.empty:
-        return pd.DataFrame(columns=columns)
-    ok = ok.assign(run=ok["run"].fillna("") if "run" in ok else "", _cfg=ok[cfg].map(str).agg("|".join, axis=1))
-    per_run, across = T.combine_repeats(ok, ["mechanism", *cfg, "run"]), T.combine_repeats(ok, ["mechanism", *cfg])
     out = []
     for variant, kernel in T.KERNEL_OF.items():
         for baseline in (T.LOW_RANK, kernel, "flash", "full"):
-            within = _ratios(per_run, variant, baseline, [*cfg, "run"])
-            by_point = within.groupby("_cfg", sort=False)
-            paired = (within.drop_duplicates("_cfg").set_index("_cfg")[cfg]
-                      .join(by_point[["predicted_speedup", "measured_speedup", "ratio_spread"]].median())
-                      .assign(runs=by_point.size(), paired=True))
-            lone = _ratios(across, variant, baseline, cfg)
-            lone = lone[~lone["_cfg"].isin(within["_cfg"])].set_index("_cfg").assign(runs=1, paired=False)
-            if len(paired) or len(lone):
-                out.append(pd.concat([paired, lone]).assign(mechanism=variant, baseline=baseline))
-    return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
+            pair = T.paired_runs(ok, variant, baseline, cfg)
+            if pair.empty:
+                continue
+            width = (pd.to_numeric(pair["spread_s"]) / pair["median_s"]
+                     + pd.to_numeric(pair["spread_s_b"]) / pair["median_s_b"])
+            pair = pair.assign(predicted_speedup=pair["flops_b"] / pair["flops"],
+                               measured_speedup=pair["median_s_b"] / pair["median_s"], ratio_spread=width / 2,
+                               baseline=baseline)
+            out.append(T.run_medians(pair, ["predicted_speedup", "measured_speedup", "ratio_spread"])[columns])
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)
 
 
 def pairing_note(pairs: pd.DataFrame) -> str:
@@ -381,16 +377,6 @@ def pairing_note(pairs: pd.DataFrame) -> str:
     note = (" Speedups are time ratios within a run (both mechanisms timed by one flurka.speed document), "
             "a point's runs combined to the median ratio")
     return note + (f"; {lone} of {len(pairs)} pair times from different runs (no run timed both)." if lone else ".")
-
-
-def _ratios(rows: pd.DataFrame, variant: str, baseline: str, on: list[str]) -> pd.DataFrame:
-    """``variant`` over ``baseline`` where ``rows`` have both on ``on``: predicted and measured
-    speedups and the ratio's spread (:func:`flop_pairs`)."""
-    pair = rows[rows["mechanism"] == variant].merge(rows[rows["mechanism"] == baseline], on=on, suffixes=("", "_b"))
-    width = (pd.to_numeric(pair["spread_s"]) / pair["median_s"]
-             + pd.to_numeric(pair["spread_s_b"]) / pair["median_s_b"])
-    return pair[[*on, "_cfg"]].assign(predicted_speedup=pair["flops_b"] / pair["flops"],
-                           measured_speedup=pair["median_s_b"] / pair["median_s"], ratio_spread=width / 2)
 
 
 # The paper's regime claims (flurka.attention.flops.claim1..3): (label, predicate, the baselines

@@ -301,15 +301,17 @@ def _speed_rows(engine: Engine, filters: dict, *, modes: Sequence[str], extra: S
     return df
 
 
-def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = False,
+def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = False, runs: bool = False,
                        **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
     ``align``, ``fused``, ``fused_projections``, ``fused_ffn``, ``pad_to`` and ``xla`` (:func:`stored_execution`) come from the stored config of a
     ``flurka.speed`` result. ``best``: of a mechanism's executions at one N, its fastest
-    (:func:`fastest_execution`), the execution columns saying which."""
-    df = _speed_rows(engine, filters, modes=(mode,))
-    df = combine_repeats(df, ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]])
+    (:func:`fastest_execution`), the execution columns saying which. Repeated runs of a point
+    are combined (:func:`combine_repeats`); ``runs``: those points' rows, one per run, instead."""
+    raw = _speed_rows(engine, filters, modes=(mode,))
+    point = ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c != "device"]]
+    df = combine_repeats(raw, point)
     if best:
         df = fastest_execution(df)
     dup = df.duplicated(["mechanism", "N"], keep=False)
@@ -318,7 +320,7 @@ def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = Fals
                    and not (best and c in EXECUTION)]
         detail = "; ".join(f"{c} in {sorted(map(str, df.loc[dup, c].unique()))}" for c in varying)
         raise ValueError(f"several speed measurements per mechanism and N ({detail}): filter by {', '.join(varying)}")
-    return df
+    return raw.merge(df[point], on=point) if runs else df
 
 
 def fastest_execution(df: pd.DataFrame) -> pd.DataFrame:
@@ -367,6 +369,34 @@ def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
     firsts["runs"] = firsts["_point"].map(per_point.size())
     oom = df[(df["status"] != "ok") & ~df["_point"].isin(ok["_point"])].drop_duplicates("_point")
     return pd.concat([firsts, oom.assign(runs=1)], ignore_index=True).drop(columns="_point")
+
+
+def paired_runs(rows: pd.DataFrame, variant: str, baseline: str, point: Sequence[str]) -> pd.DataFrame:
+    """``variant``'s and ``baseline``'s ok rows side by side (the baseline's columns suffixed
+    ``_b``): one row per point (equal on ``point``, key ``_key``) and run that timed both, as
+    mechanisms timed in one run share its machine's state and their ratio is taken there; where
+    no run timed both, one row of the runs' combined times (``paired`` False). Rows without a
+    ``run`` count as one run."""
+    ok = rows[rows["status"] == "ok"]
+    ok = ok.assign(run=ok["run"].fillna("") if "run" in ok else "",
+                   _key=ok[list(point)].map(str).agg("|".join, axis=1) if len(ok) else "")
+
+    def both(df: pd.DataFrame, on: list[str]) -> pd.DataFrame:
+        return df[df["mechanism"] == variant].merge(df[df["mechanism"] == baseline].drop(columns="_key"),
+                                                    on=on, suffixes=("", "_b"))
+
+    within = both(combine_repeats(ok, ["mechanism", *point, "run"]), [*point, "run"]).assign(paired=True)
+    across = both(combine_repeats(ok, ["mechanism", *point]), list(point))
+    return pd.concat([within, across[~across["_key"].isin(within["_key"])].assign(paired=False)],
+                     ignore_index=True)
+
+
+def run_medians(pairs: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Per point of :func:`paired_runs`' rows: its first row, ``columns`` the median over its
+    runs, ``runs`` how many."""
+    by_key = pairs.groupby("_key", sort=False)
+    first = pairs.drop_duplicates("_key").set_index("_key").drop(columns=list(columns))
+    return first.join(by_key[list(columns)].median()).assign(runs=by_key.size()).reset_index(drop=True)
 
 
 def speed_table(engine: Engine, *, mode: str = "train", best: bool = False,
@@ -449,15 +479,21 @@ def speedup_table(engine: Engine, *, mode: str = "train", best: bool = False,
     constituents, flash and full attention; rows (variant, N); NaN where either side is missing/OOM.
     ``best``: every mechanism at its fastest measured execution (:func:`fastest_execution`), each
     cell's executions in the ``executions`` column (the variant's first)."""
-    df = speed_measurements(engine, mode=mode, best=best, **filters)
-    ok = df[df["status"] == "ok"]
-    times = ok.pivot(index="N", columns="mechanism", values="median_s")
+    runs = speed_measurements(engine, mode=mode, best=best, runs=True, **filters)
+    ok = runs[runs["status"] == "ok"]
     if best:
-        how = ok.assign(e=ok.apply(execution_label, axis=1)).pivot(index="N", columns="mechanism", values="e")
+        how = (ok.assign(e=ok.apply(execution_label, axis=1)).drop_duplicates(["N", "mechanism"])
+               .pivot(index="N", columns="mechanism", values="e"))
+    ratios = {}
+    for variant in set(ok["mechanism"]) & set(KERNEL_OF):
+        for baseline in (LOW_RANK, KERNEL_OF[variant], "flash", "full"):
+            pairs = paired_runs(ok, variant, baseline, ["N"])
+            pairs = run_medians(pairs.assign(ratio=pairs["median_s_b"] / pairs["median_s"]), ["ratio"])
+            ratios.update({(variant, baseline, n): r for n, r in zip(pairs["N"], pairs["ratio"])})
     rows = []
-    for variant in _order(set(times.columns) & set(KERNEL_OF)):
-        for n, t in times[variant].dropna().items():
-            base = lambda m: times.at[n, m] / t if m in times.columns else float("nan")  # noqa: E731
+    for variant in _order(set(ok["mechanism"]) & set(KERNEL_OF)):
+        for n in sorted(ok.loc[ok["mechanism"] == variant, "N"].unique()):
+            base = lambda m: ratios.get((variant, m, n), float("nan"))  # noqa: E731
             row = {"variant": variant, "N": n, "vs low-rank": base(LOW_RANK), "vs kernel": base(KERNEL_OF[variant]),
                    "vs flash": base("flash"), "vs full": base("full")}
             if best:

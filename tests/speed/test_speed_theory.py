@@ -109,3 +109,19 @@ def test_speedup_table_pairs_flurka_with_constituents():
     assert rows["rnn"]["claim1"] is True and rows["linformer"]["claim2"] is True
     assert rows["linformer"]["paper_predicted_speedup"] > 1
     assert rows["rnn"]["paper_predicted_speedup"] > 1
+    assert rows["rnn"]["ratio_spread"] is None
+
+
+def test_speedup_table_reads_a_ratio_within_its_spread_as_a_tie():
+    """flurka-rnn 0.95× rnn with 8 % and 4 % p10–p90 widths: spread 6 %, a tie (agree None);
+    1.2× Linformer beyond its spread agrees with a predicted win."""
+    cfg = dict(mode="forward", scope="layer", seq_len=20000, d_model=2600, num_heads=8, d_k=1500,
+               num_features=325, layers=None, ffn=None, dtype="bfloat16", batch=1, status="ok")
+    timed = lambda m, flops, t, w: dict(cfg, mechanism=m, flops=flops, median_s=t,  # noqa: E731
+                                        p10_s=t * (1 - w / 2), p90_s=t * (1 + w / 2))
+    rows = {r["baseline"]: r for r in T.speedup_table([timed("flurka-rnn", 100, 1.0, 0.08),
+                                                       timed("rnn", 150, 0.95, 0.04),
+                                                       timed("linformer", 300, 1.2, 0.04)])}
+    assert rows["rnn"]["ratio_spread"] == pytest.approx(0.06)
+    assert rows["rnn"]["measured_speedup"] == pytest.approx(0.95) and rows["rnn"]["agree"] is None
+    assert rows["linformer"]["ratio_spread"] == pytest.approx(0.06) and rows["linformer"]["agree"] is True

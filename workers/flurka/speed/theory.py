@@ -237,13 +237,22 @@ CONFIG_KEYS = ("mode", "scope", "seq_len", "d_model", "num_heads", "d_k", "num_f
 PAPER_KIND = {"linformer": "low-rank", "performer": "kernel", "rnn": "kernel", "eva": "kernel"}
 
 
+def _width(result: dict) -> float | None:
+    """A result's p10–p90 width over its median (None without them)."""
+    if result.get("p10_s") is None or result.get("p90_s") is None:
+        return None
+    return (result["p90_s"] - result["p10_s"]) / result["median_s"]
+
+
 def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
     """One row per (FLuRKA result, baseline result) at the same configuration.
 
     ``predicted_speedup`` = baseline FLOPs / FLuRKA FLOPs (our exact FLOP model),
     ``paper_predicted_speedup`` = the same from the paper's appendix-B cost model (layer scope),
-    ``measured_speedup`` = baseline median_s / FLuRKA median_s, and the claims at this shape.
-    ``agree`` says whether "FLuRKA needs fewer FLOPs" and "FLuRKA ran faster" coincide.
+    ``measured_speedup`` = baseline median_s / FLuRKA median_s, its ``ratio_spread`` (half the
+    sum of the two times' p10–p90 widths over their medians, as the report reads it; None
+    without p10/p90), and the claims at this shape. ``agree`` says whether "FLuRKA needs fewer
+    FLOPs" and "FLuRKA ran faster" coincide; None where the ratio is within its spread (a tie).
     """
     groups: dict[tuple, dict[str, dict]] = {}
     for r in results:
@@ -270,10 +279,13 @@ def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
                     paper = (flop_model.paper_cost(PAPER_KIND[base], N, d_m, d_k, d_h, H)
                              / flop_model.paper_cost("flurka", N, d_m, d_k, d_h, H))
                 meas = b["median_s"] / f["median_s"]
+                widths = [_width(f), _width(b)]
+                spread = None if None in widths else sum(widths) / 2
+                tie = abs(meas - 1) <= (spread or 0.0)
                 rows.append({**config, "mechanism": mech, "baseline": base,
                              "predicted_speedup": pred, "paper_predicted_speedup": paper,
-                             "measured_speedup": meas, **claims,
-                             "agree": None if pred is None else (pred > 1) == (meas > 1)})
+                             "measured_speedup": meas, "ratio_spread": spread, **claims,
+                             "agree": None if pred is None or tie else (pred > 1) == (meas > 1)})
     return rows
 
 

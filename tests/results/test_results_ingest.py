@@ -148,6 +148,18 @@ def test_speed_json_file_is_idempotent(engine, speed_dicts, tmp_path):
     assert (oom.mechanism, oom.seq_len, oom.median_s) == ("full", 4096, None)
 
 
+def test_ingesting_again_fills_in_the_run_of_old_rows(engine, speed_dicts):
+    """Rows stored without a run (before revision 0003) get it when their document is ingested
+    again; a row that has a run keeps it, and nothing is added."""
+    assert ingest_speed(engine, speed_dicts).added == len(speed_dicts)
+    again = ingest_speed(engine, [dict(r, run="2026-11-28T03:02:00+00:00") for r in speed_dicts])
+    assert (again.added, again.skipped) == (0, len(speed_dicts))
+    ingest_speed(engine, [dict(r, run="2026-11-29T00:00:00+00:00") for r in speed_dicts])
+    with engine.connect() as conn:
+        runs = conn.scalars(sa.select(models.SpeedMeasurement.run)).all()
+    assert runs == ["2026-11-28T03:02:00+00:00"] * len(speed_dicts)
+
+
 def test_bad_speed_record_writes_nothing(engine, speed_dicts):
     speed_dicts[3] = {**speed_dicts[3], "median_s": None}
     with pytest.raises(ValueError, match=r"speed records\[3\]: status 'ok' needs median_s"):

@@ -75,7 +75,9 @@ def ingest_sweep(engine: Engine, record: SweepRecord | Mapping[str, Any]) -> Ing
 
 
 def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, Any]]) -> IngestReport:
-    """Add speed measurements (records, or the dicts of a speed benchmark's JSON file)."""
+    """Add speed measurements (records, or the dicts of a speed benchmark's JSON file). A
+    measurement already stored is skipped, its run filled in if it was stored without one
+    (before revision 0003): ingesting a document again lets old rows pair within their run."""
     parsed = [r if isinstance(r, SpeedRecord) else SpeedRecord.from_dict(r, f"speed records[{i}]")
               for i, r in enumerate(records)]
     added = skipped = 0
@@ -85,6 +87,10 @@ def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, An
         for r in parsed:
             if r.key in seen:
                 skipped += 1
+                if r.run is not None:
+                    session.execute(sa.update(SpeedMeasurement)
+                                    .where(SpeedMeasurement.key == r.key, SpeedMeasurement.run.is_(None))
+                                    .values(run=r.run))
                 continue
             seen.add(r.key)
             session.add(SpeedMeasurement(

@@ -11,6 +11,8 @@ the JSON schema is identical (``settings.runner`` = "ray"); every row carries th
 on, and ``ceilings`` holds each device's probes (measured inside the tasks, on their own GPU).
 Without ``--interleave`` two mechanisms of one configuration may run on different GPUs (or
 nodes); with it each configuration is one task, so its speedups are ratios measured on one card.
+Every row names its ``task``, which the results database takes as its run: ratios are paired
+within a task, and a per-point sweep's are marked as pairing times from different runs.
 Ray is imported here only; the workers never import it. Without ``--address`` a private local
 Ray starts (``address="local"``, its own temp dir) and is shut down at the end.
 """
@@ -74,7 +76,9 @@ def run(args: argparse.Namespace, indices: list[int], points: list) -> dict:
     finally:
         if started:
             ray.shutdown()
-    rows = sorted((r for o in outs for r in o["rows"]), key=lambda r: r["index"])
+    # Each row names its task: the run whose machine state its mechanisms shared (one card, one
+    # time), so the results database pairs ratios within a task, not across the sweep's cards.
+    rows = sorted(({**r, "task": i} for i, o in enumerate(outs) for r in o["rows"]), key=lambda r: r["index"])
     ceilings: dict = {}
     for o in outs:
         if o["ceilings"] is not None:

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from flurka.results.records import speed_records_from_document
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -38,3 +40,8 @@ def test_ray_sweep_runs_points_as_tasks(tmp_path, interleave):
         assert r["calls_per_sample"] == 3 if interleave else 1 <= r["calls_per_sample"] <= 32
     (ceil,) = doc["ceilings"].values()  # one device kind, probed inside the tasks
     assert ceil["float32"]["matmul_flops_per_s"] > 0
+    # each row names its task, the run its ratio pairs within: one task for the side-by-side pair
+    runs = {r.mechanism: r.run for r in speed_records_from_document(doc)}
+    assert [r["task"] for r in rows] == ([0, 0] if interleave else [0, 1])
+    assert (runs["rnn"] == runs["flurka-rnn"]) is interleave
+    assert runs["rnn"] == f"{doc['created']} task 0"

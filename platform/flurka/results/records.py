@@ -363,7 +363,8 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
     """Speed records from the document ``flurka.speed`` writes: its ``results`` entries (Point
     fields seq_len/num_heads/num_features + status/median_s/p10_s/p90_s/flops), its ``device``
     and ``versions``. ``spread_s`` is p90 - p10; every other result field is kept in ``config``;
-    the document's ``created`` names the run."""
+    the document's ``created`` names the run, with the row's ``task`` where a Ray sweep's tasks
+    timed its rows on several cards."""
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError("speed document: expected an object with a 'results' list")
     env = _document_environment(doc, "speed document")
@@ -380,7 +381,7 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
             "d_k": r.get("d_k"), "m": r.get("num_features"), "batch": r.get("batch", 1), "dtype": r.get("dtype"),
             "status": r.get("status"), "median_s": r.get("median_s"), "spread_s": spread,
             "flops": r.get("flops"), "config": {k: v for k, v in r.items() if k not in own} or None,
-            "run": doc.get("created"),
+            "run": doc.get("created") if r.get("task") is None else f"{doc.get('created')} task {r['task']}",
         }, f"speed document results[{i}]"))
     return records
 

@@ -28,7 +28,8 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
   timing        median_s, p10_s, p90_s, min_s (seconds a call), repeats, warmup,
                 calls_per_sample (back-to-back calls a timed sample: enough for 5 ms, 1 for
                 longer steps; flurka.speed.timing), compile_s (seconds)
-  model         params, params_lowrank (E1/E2), implementation (flash: cudnn|xla), device_name
+  model         params, params_lowrank (E1/E2), implementation (flash: cudnn|xla), device_name;
+                ``task`` (experiments/speed_sweep.py only: the Ray task that timed the row)
   flops         FLOP model (flurka.attention.flops; train = 3 × forward); xla_dot_flops (dots in
                 the compiled HLO), xla_dot_flops_by_type (the same by operand type: a bf16 point
                 should be all "bf16"), xla_flops (XLA cost analysis), xla_memory_bytes,

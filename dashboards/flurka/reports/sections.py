@@ -499,7 +499,8 @@ def agreement_table(pairs: pd.DataFrame) -> pd.DataFrame:
     speedups, the ties (:func:`measured_side` 0) and, of the other points, the share (%) where the
     FLOP model predicts the side that was measured faster (NaN where every point is a tie)."""
     side = measured_side(pairs)
-    summary = (pairs.assign(tie=side == 0, agree=((pairs["predicted_speedup"] > 1) == (side > 0)).astype(float).where(side != 0))
+    agree = ((pairs["predicted_speedup"] > 1) == (side > 0)).astype(float).where(side != 0)
+    summary = (pairs.assign(tie=side == 0, agree=agree)
                .groupby(["mechanism", "baseline", "mode"], sort=False)
                .agg(points=("tie", "size"), predicted=("predicted_speedup", "median"),
                     measured=("measured_speedup", "median"), tie=("tie", "sum"), agree=("agree", "mean")))
@@ -545,7 +546,8 @@ def flops_section(runs: pd.DataFrame) -> Section:
                      "For every configuration measured at 3 or more lengths N: the interval of N in which "
                      "FLuRKA becomes faster than the baseline for good (slower at its left end, faster at its "
                      "right end and at every larger N measured; ≤ N: never slower, faster from N on; > N: "
-                     "slower at N and not faster for good by the largest), measured (faster or slower beyond "
+                     "slower at N and not faster for good by the largest; never slower, tie at N: a tie at the largest N "
+                     "and no point slower), measured (faster or slower beyond "
                      "the spread of the two step times; ties between count as neither, so the interval spans "
                      "them) and as the FLOP model and the paper's appendix-B cost model "
                      "predict on the same lengths, next to the N from which the paper's claim promises it "

@@ -359,7 +359,7 @@ def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
         df = df.drop(columns="run")
     if df.empty:
         return df
-    df = df.assign(_point=df[list(point)].map(str).agg("|".join, axis=1))
+    df = df.assign(_point=point_key(df, point))
     ok = df[df["status"] == "ok"]
     ok = ok.assign(**{c: pd.to_numeric(ok[c], errors="coerce") for c in PER_RUN if c in ok})
     firsts = ok.drop_duplicates("_point").copy()
@@ -371,15 +371,22 @@ def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
     return pd.concat([firsts, oom.assign(runs=1)], ignore_index=True).drop(columns="_point")
 
 
+def point_key(df: pd.DataFrame, point: Sequence[str]) -> pd.Series:
+    """Each row's values on ``point`` as one string: rows equal on ``point`` (missing values
+    alike) share it."""
+    if df.empty:
+        return pd.Series("", index=df.index, dtype=object)
+    return df[list(point)].map(str).agg("|".join, axis=1)
+
+
 def paired_runs(rows: pd.DataFrame, variant: str, baseline: str, point: Sequence[str]) -> pd.DataFrame:
     """``variant``'s and ``baseline``'s ok rows side by side (the baseline's columns suffixed
     ``_b``): one row per point (equal on ``point``, key ``_key``) and run that timed both, as
     mechanisms timed in one run share its machine's state and their ratio is taken there; where
     no run timed both, one row of the runs' combined times (``paired`` False). Rows without a
     ``run`` count as one run."""
-    ok = rows[rows["status"] == "ok"]
-    ok = ok.assign(run=ok["run"].fillna("") if "run" in ok else "",
-                   _key=ok[list(point)].map(str).agg("|".join, axis=1) if len(ok) else "")
+    ok = rows[(rows["status"] == "ok") & rows["mechanism"].isin([variant, baseline])]
+    ok = ok.assign(run=ok["run"].fillna("") if "run" in ok else "", _key=point_key(ok, point))
 
     def both(df: pd.DataFrame, on: list[str]) -> pd.DataFrame:
         return df[df["mechanism"] == variant].merge(df[df["mechanism"] == baseline].drop(columns="_key"),

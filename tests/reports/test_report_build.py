@@ -58,7 +58,7 @@ def test_speed_captions_say_how_the_points_were_timed(built, tmp_path):
     path = RECORDED / "h200-2026-11-26" / "run1" / "n-sweep.json"
     engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
     ingest_file(engine, path)
-    rows = sources.speed_rows(engine)
+    rows = sources.combine_runs(sources.speed_runs(engine))
     engine.dispose()
     groups = sections.speed_groups(rows, "N")
     assert groups and all(sections.speed_caption(g, "N").endswith(
@@ -361,7 +361,7 @@ def test_floor_targets_of_the_recorded_h100_lease(tmp_path):
     url = f"sqlite:///{tmp_path / 'results.db'}"
     engine = open_results(url)
     ingest_file(engine, path)
-    section = sections.floor_section(sources.speed_rows(engine))
+    section = sections.floor_section(sources.combine_runs(sources.speed_runs(engine)))
     engine.dispose()
     (table,) = [i.df.reset_index() for i in section.items if isinstance(i, sections.Table)]
     rows = [r for r in doc["results"] if r["status"] == "ok"]

@@ -62,7 +62,7 @@ def test_best_execution_table_compares_fused_padded_flurka_with_plain_flash(tmp_
     N is in no N-sweep group (one execution each); the report's best-execution table shows it.
     A configuration measured in one execution only gets no such table (it would repeat one)."""
     from flurka.reports.sections import best_execution_tables
-    from flurka.reports.sources import speed_rows
+    from flurka.reports.sources import combine_runs, speed_runs
     from flurka.results import ingest_speed, open_results
 
     def speed(mechanism, median, config=None, d_model=512):
@@ -74,7 +74,7 @@ def test_best_execution_table_compares_fused_padded_flurka_with_plain_flash(tmp_
     ingest_speed(engine, [speed("flash", 0.0656), speed("flurka-rnn", 0.0061),
                           speed("flurka-rnn", 0.0045, {"fused": True, "pad_to": 128}),
                           speed("flash", 0.0300, d_model=256), speed("flurka-rnn", 0.003, d_model=256)])
-    (table,) = best_execution_tables(engine, speed_rows(engine))
+    (table,) = best_execution_tables(engine, combine_runs(speed_runs(engine)))
     engine.dispose()
     assert "d_model=512" in table.caption and "fastest" in table.title
     row = table.df.loc[("flurka-rnn", 52500)]
@@ -102,7 +102,7 @@ def test_drift_between_leases_is_not_noise_in_a_ratio(tmp_path):
     combined point keeps the 1.3× and a 2 % spread, so the claims read a win, not a tie that
     the two leases' 1.5× apart would make."""
     from flurka.reports.sections import claims_table, flop_pairs
-    from flurka.reports.sources import speed_rows
+    from flurka.reports.sources import combine_runs, speed_runs
     from flurka.results import ingest_speed, open_results
 
     def speed(mechanism, median, host):
@@ -113,7 +113,7 @@ def test_drift_between_leases_is_not_noise_in_a_ratio(tmp_path):
     engine = open_results(f"sqlite:///{tmp_path / 'r.db'}")
     ingest_speed(engine, [speed("rnn", 0.013, "a"), speed("flurka-rnn", 0.010, "a"),
                           speed("rnn", 0.0195, "b"), speed("flurka-rnn", 0.015, "b")])
-    rows = speed_rows(engine)
+    rows = combine_runs(speed_runs(engine))
     engine.dispose()
     rnn = rows[rows["mechanism"] == "rnn"].iloc[0]
     assert rnn["runs"] == 2 and rnn["median_s"] == pytest.approx(0.01625)

@@ -373,7 +373,7 @@ def pairing_note(pairs: pd.DataFrame) -> str:
     """How :func:`flop_pairs` took ``pairs``' ratios, for a caption ("" where there are none)."""
     if pairs.empty:
         return ""
-    lone = int((~pairs["paired"].astype(bool)).sum())
+    lone = int((~pairs["paired"]).sum())
     note = (" Speedups are time ratios within a run (both mechanisms timed by one flurka.speed document), "
             "a point's runs combined to the median ratio")
     return note + (f"; {lone} of {len(pairs)} pair times from different runs (no run timed both)." if lone else ".")

@@ -78,11 +78,6 @@ def combine_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return combine_repeats(runs, ["mechanism", *SPEED_CONFIG])
 
 
-def speed_rows(engine: Engine) -> pd.DataFrame:
-    """:func:`speed_runs`, one row per point (:func:`combine_runs`)."""
-    return combine_runs(speed_runs(engine))
-
-
 PROFILE_KINDS = KINDS  # the kinds flurka.speed.profile splits a traced step into
 
 

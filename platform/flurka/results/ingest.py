@@ -84,13 +84,12 @@ def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, An
     with Session(engine) as session, session.begin():
         seen = set(session.scalars(sa.select(SpeedMeasurement.key).where(
             SpeedMeasurement.key.in_([r.key for r in parsed]))))
+        stored: dict[str, list[str]] = {}   # run -> keys already stored, whose run may be unknown
         for r in parsed:
             if r.key in seen:
                 skipped += 1
                 if r.run is not None:
-                    session.execute(sa.update(SpeedMeasurement)
-                                    .where(SpeedMeasurement.key == r.key, SpeedMeasurement.run.is_(None))
-                                    .values(run=r.run))
+                    stored.setdefault(r.run, []).append(r.key)
                 continue
             seen.add(r.key)
             session.add(SpeedMeasurement(
@@ -100,6 +99,10 @@ def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, An
                 config=r.config, run=r.run))
             session.flush()
             added += 1
+        for run, keys in stored.items():   # one statement a run (a document has one, or one a task)
+            session.execute(sa.update(SpeedMeasurement)
+                            .where(SpeedMeasurement.key.in_(keys), SpeedMeasurement.run.is_(None))
+                            .values(run=run))
     return IngestReport(added, skipped)
 
 

@@ -368,6 +368,7 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError("speed document: expected an object with a 'results' list")
     env = _document_environment(doc, "speed document")
+    run = doc.get("created")
     own = {"mechanism", "mode", "scope", "seq_len", "d_model", "num_heads", "d_k", "num_features", "batch",
            "dtype", "status", "median_s", "flops"}
     records = []
@@ -381,7 +382,7 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
             "d_k": r.get("d_k"), "m": r.get("num_features"), "batch": r.get("batch", 1), "dtype": r.get("dtype"),
             "status": r.get("status"), "median_s": r.get("median_s"), "spread_s": spread,
             "flops": r.get("flops"), "config": {k: v for k, v in r.items() if k not in own} or None,
-            "run": doc.get("created") if r.get("task") is None else f"{doc.get('created')} task {r['task']}",
+            "run": run if run is None or r.get("task") is None else f"{run} task {r['task']}",
         }, f"speed document results[{i}]"))
     return records
 

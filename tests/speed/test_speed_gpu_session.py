@@ -85,11 +85,16 @@ def test_plans_name_real_points_in_priority_order():
             for mode in ("forward", "train")} <= flash
     assert {p.mechanism for p in targets[-2:]} == {"full", "flash"}
     second = [p for sweep, where in g.PLANS["h100-second"] for _, p in g.planned(sweep, where)]
-    # the H100's next lease: FLuRKA's best flash comparison and flash, both modes, first (the
-    # first lease timed no flash training step); the quadratic ones last
-    assert {(p.mechanism, p.mode) for p in second[:8]} == {
+    # what the targets owe: the EVAs aligned first, fused and XLA (plain EVA's 2x and
+    # flurka-eva's 1.5x, missed, never timed with the fused chunk softmax), then FLuRKA's best
+    # flash comparison and flash, both modes (the first lease timed no flash training step);
+    # the quadratic ones last
+    assert sorted((p.mechanism, p.fused) for p in second[:4]) == [
+        ("eva", False), ("eva", True), ("flurka-eva", False), ("flurka-eva", True)]
+    assert all(p.align == 128 and p.seq_len == 55500 and p.mode == "forward" for p in second[:4])
+    assert {(p.mechanism, p.mode) for p in second[4:12]} == {
         (m, mode) for m in ("flash", *g.FLURKA) for mode in ("forward", "train")}
-    assert all(p.fused and p.pad_to == 128 for p in second[:8] if p.mechanism != "flash")
+    assert all(p.fused and p.pad_to == 128 for p in second[4:12] if p.mechanism != "flash")
     assert {p.mechanism for p in second[-2:]} == {"full", "flash"}
     # flurka-rnn's aligned training step beside rnn's (a tie within the spread on the first lease)
     assert {"rnn", "flurka-rnn"} <= {p.mechanism for p in second if p.mode == "train" and p.align == 128
@@ -257,12 +262,12 @@ def test_lease_script_runs_the_driver_with_flags_it_knows(tmp_path):
     assert "usage:" in (tmp_path / "lease" / "log.txt").read_text()
 
 
-@pytest.mark.parametrize("card,plan", [("NVIDIA H100 80GB HBM3", "h100-second"),
-                                       ("NVIDIA H200", "fourth")])
-def test_lease_script_picks_the_plan_for_the_card(tmp_path, card, plan):
-    """Without PLAN, an H100 runs what its first lease did not reach and another card the
-    H200's follow-up; the card's name comes from nvidia-smi (faked here, with an interpreter
-    that only echoes what it is asked to run)."""
+@pytest.mark.parametrize("card,mib,budget_gb", [("NVIDIA H100 80GB HBM3", 81559, 73),
+                                               ("NVIDIA H200", 143771, 129)])
+def test_lease_script_runs_what_is_owed_on_any_card(tmp_path, card, mib, budget_gb):
+    """Without PLAN, any card runs what the targets owe, with 92 % of its memory as the budget;
+    the card comes from nvidia-smi (faked here, with an interpreter that only echoes what it is
+    asked to run)."""
     import os
     import subprocess
 
@@ -271,8 +276,8 @@ def test_lease_script_picks_the_plan_for_the_card(tmp_path, card, plan):
     (bin_dir / "nvidia-smi").write_text(
         '#!/bin/bash\ncase "$*" in\n'
         f'  "--query-gpu=name --format=csv,noheader") echo "{card}" ;;\n'
-        '  *noheader,nounits*) echo 81559 ;;\n'
-        f'  *) echo "{card}, 81559 MiB" ;;\nesac\n')
+        f'  *noheader,nounits*) echo {mib} ;;\n'
+        f'  *) echo "{card}, {mib} MiB" ;;\nesac\n')
     (bin_dir / "echo-python").write_text('#!/bin/bash\necho "python $*"\n')
     for f in bin_dir.iterdir():
         f.chmod(0o755)
@@ -283,7 +288,7 @@ def test_lease_script_picks_the_plan_for_the_card(tmp_path, card, plan):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     log = (tmp_path / "lease" / "log.txt").read_text()
-    assert f"--plan {plan} " in log and "--memory-budget-gb 73" in log, log
+    assert "--plan h100-second " in log and f"--memory-budget-gb {budget_gb}\n" in log, log
 
 
 def test_failed_wide_stage_keeps_the_one_block_tuning(monkeypatch):

@@ -163,3 +163,21 @@ def test_database_and_file_draw_the_same_report(real_rows, tmp_path):
             stem = caption.split(" Source: ")[0]
             assert file_caps[key].split(" Source: ")[0] == stem
             assert "results DB (theory run of 2026-11-26 09:00 UTC)" in caption and "theory-" in file_caps[key]
+
+
+def test_report_command_draws_every_theory_file_it_is_given(real_rows, tmp_path):
+    """``--theory A --theory B`` and ``--theory A B`` both draw A and B (the flag repeated once
+    kept only the last file: random inputs and a trained model's, one silently dropped)."""
+    from flurka.cli import main
+
+    files = [tmp_path / "random.json", tmp_path / "captured.json"]
+    for f, doc in zip(files, (document(real_rows), document(real_rows, captured=True))):
+        f.write_text(json.dumps(doc))
+    url = database(tmp_path)
+    for name, flags in (("repeated", ["--theory", str(files[0]), "--theory", str(files[1])]),
+                        ("listed", ["--theory", *map(str, files)])):
+        assert main(["report", "--db", url, "--out", str(tmp_path / name), *flags]) == 0
+        figures = sorted(p.name for p in (tmp_path / name / "figures").glob("*.png"))
+        assert figures == ["error-0.png", "error-1.png", "error-2.png", "rank-0.png", "rank-1.png"], name
+        html = (tmp_path / name / "index.html").read_text()
+        assert "standard normal inputs" in html and "inputs captured from listops-rnn" in html

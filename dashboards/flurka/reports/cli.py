@@ -21,8 +21,9 @@ from flurka.results import db
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=db.DEFAULT_URL, help="SQLAlchemy URL of the results database (default %(default)s)")
     parser.add_argument("--out", required=True, help="directory to write index.html, report.md, tables/, figures/")
-    parser.add_argument("--theory", nargs="*", default=[], metavar="FILE",
-                        help="theory JSON (approximation errors, ranks; see flurka.reports.sources)")
+    parser.add_argument("--theory", nargs="+", action="extend", default=[], metavar="FILE",
+                        help="theory JSON (approximation errors, ranks; see flurka.reports.sources); "
+                             "several files, or the flag again, add to each other")
     parser.add_argument("--title", default=None, help="report title")
     parser.add_argument("--mlflow-uri", help="log the report as artifacts to this MLflow tracking URI")
     parser.add_argument("--run-id", help="MLflow run to log to")

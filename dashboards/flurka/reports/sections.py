@@ -318,13 +318,27 @@ def speed_vs_section(rows: pd.DataFrame, axis: str) -> Section:
     return section
 
 
-def floor_section(rows: pd.DataFrame) -> Section:
+def floor_section(runs: pd.DataFrame) -> Section:
+    """The GPU targets, where each stands per card (``targets``), then every measurement at the
+    targets' N against its floor; ``runs``: :func:`speed_runs`' rows."""
     section = Section("floor", "Step time against the floor (GPU targets)",
                       "Each measurement's median step time over its floor: the larger of the FLOP model's FLOPs "
                       "at the card's measured bf16 matrix rate and the fewest bytes the step must move at its "
                       "measured copy bandwidth (flurka.speed.ceilings, measured in the same run). At the largest "
                       f"N of the sweeps the targets name: every layer within {T.LAYER_TARGET:g}× of its floor, "
                       f"every FLuRKA layer within {T.FLURKA_LAYER_TARGET:g}× (flurka tables --table floor).")
+    targets = T.targets_frame(runs)
+    if not targets.empty:
+        caption = ("Each GPU target where it is set: the N-sweep's layer (floors; FLuRKA against Linformer and "
+                   "its kernel) and the flash comparison's 6-layer model (FLuRKA against cuDNN flash) at their "
+                   "largest N, bf16, every mechanism at its fastest measured execution. "
+                   "worst: the mechanism (× floor) or pair (speedup) furthest from the target, value its "
+                   "number, range all of them, points how many were measured. Speedups are ratios within a "
+                   "run; 'within spread' where the worst is faster but inside its two times' p10–p90 spread "
+                   "(flurka tables --table targets).")
+        section.items.append(Table("targets", "The GPU targets, per card", caption,
+                                   targets.set_index(["device", "target", "mode"])))
+    rows = combine_runs(runs)
     for i, ((device, sweep, scope, dtype), part) in enumerate(T.floor_groups(rows)):
         first = part.iloc[0]
         fixed = [c for c in _fixed(part, SPEED_CONFIG) if c not in ("device", "mode", *T.EXECUTION)]
@@ -343,9 +357,7 @@ def floor_section(rows: pd.DataFrame) -> Section:
 def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """FLuRKA vs each constituent, flash and full at the same configuration: the FLOP model's
     predicted speedup (baseline FLOPs / FLuRKA FLOPs), the measured one (time ratio) and that
-    ratio's spread (``ratio_spread``: half the sum of the two times' p10–p90 widths over their
-    medians, so the p10–p90 ranges overlap, to first order, where |measured − 1| ≤ it; None
-    where a time has no spread).
+    ratio's spread (:func:`flurka.results.tables.with_ratio`).
 
     Where ``rows`` name their run (:func:`speed_runs`), a ratio is taken within each run that
     timed both mechanisms, as they shared its machine's state, and a point's runs combine to the
@@ -360,11 +372,7 @@ def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
             pair = T.paired_runs(ok, variant, baseline, cfg)
             if pair.empty:
                 continue
-            width = (pd.to_numeric(pair["spread_s"]) / pair["median_s"]
-                     + pd.to_numeric(pair["spread_s_b"]) / pair["median_s_b"])
-            pair = pair.assign(predicted_speedup=pair["flops_b"] / pair["flops"],
-                               measured_speedup=pair["median_s_b"] / pair["median_s"], ratio_spread=width / 2,
-                               baseline=baseline)
+            pair = T.with_ratio(pair).assign(predicted_speedup=pair["flops_b"] / pair["flops"], baseline=baseline)
             out.append(T.run_medians(pair, ["predicted_speedup", "measured_speedup", "ratio_spread"])[columns])
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)
 
@@ -395,7 +403,7 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
     from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
 
     cfg = [c for c in SPEED_CONFIG if c in pairs]
-    pairs = pairs.assign(side=measured_side(pairs))
+    pairs = pairs.assign(side=T.measured_side(pairs))
     rows = []
     for variant, kernel in T.KERNEL_OF.items():
         sides = {role: pairs[(pairs["mechanism"] == variant) & (pairs["baseline"] == base)]
@@ -446,14 +454,6 @@ def _onset(ns: list, faster: list, slower: list | None = None) -> str:
     return f"≤ {ns[first]:.0f}" if last_slower is None else f"{ns[last_slower]:.0f}–{ns[first]:.0f}"
 
 
-def measured_side(pairs: pd.DataFrame) -> pd.Series:
-    """+1 where FLuRKA was measured faster than the baseline beyond the ratio's spread, −1 slower,
-    0 within it (a tie; a pair without a spread ties only at exactly 1)."""
-    spread = pd.to_numeric(pairs["ratio_spread"], errors="coerce").fillna(0.0) if "ratio_spread" in pairs else 0.0
-    ratio = pairs["measured_speedup"]
-    return (ratio > 1 + spread).astype(int) - (ratio < 1 - spread).astype(int)
-
-
 NO_BOUND = {"low-rank": "none (d_k ≤ d_h)", "kernel": "none (d_m ≤ d_k)"}  # why a claim says nothing
 
 
@@ -477,7 +477,7 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
                 r = g.iloc[0]
                 d_m, d_k, H = r["d_model"], r["d_k"], r["heads"]
                 d_h = d_m // H
-                ns, side = list(g["N"]), measured_side(g)
+                ns, side = list(g["N"]), T.measured_side(g)
                 paper = [flop_model.paper_cost(role, n, d_m, d_k, d_h, H) > flop_model.paper_cost("flurka", n, d_m, d_k, d_h, H)
                          for n in ns]
                 bound = flop_model.claim_bounds(d_m, d_k, H)[role]
@@ -496,9 +496,9 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
 
 def agreement_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per variant, baseline and mode: how many points, the median predicted and measured
-    speedups, the ties (:func:`measured_side` 0) and, of the other points, the share (%) where the
+    speedups, the ties (:func:`flurka.results.tables.measured_side` 0) and, of the other points, the share (%) where the
     FLOP model predicts the side that was measured faster (NaN where every point is a tie)."""
-    side = measured_side(pairs)
+    side = T.measured_side(pairs)
     agree = ((pairs["predicted_speedup"] > 1) == (side > 0)).astype(float).where(side != 0)
     summary = (pairs.assign(tie=side == 0, agree=agree)
                .groupby(["mechanism", "baseline", "mode"], sort=False)
@@ -692,7 +692,7 @@ def build_sections(engine: Engine, theory: Theory) -> list[Section]:
         speed_vs_section(rows, "d_k"),
         speed_vs_section(rows, "d_model"),
         ups,
-        floor_section(rows),
+        floor_section(runs),
         *quality_sections(engine, prov),
         uptraining_section(engine, prov),
         error_section(theory),

@@ -14,7 +14,7 @@ import sys
 
 from flurka.results import db, tables
 
-TABLES = ("uptraining", "glue", "lra", "collective", "isoflops", "speed", "speedup", "floor")
+TABLES = ("uptraining", "glue", "lra", "collective", "isoflops", "speed", "speedup", "floor", "targets")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="uptraining (Table 5), glue (2), lra (3), collective (4), isoflops (1), speed, speedup, "
                              "floor (the GPU targets: each mechanism and execution against its floor at the "
                              "N-sweep's or flash comparison's largest N; narrow it to one card and scope with "
-                             "--device, --scope, --dtype)")
+                             "--device, --scope, --dtype), targets (where each GPU target stands per card: the "
+                             "worst mechanism or pair, each at its fastest execution)")
     parser.add_argument("--format", default="markdown", choices=tables.FORMATS)
     parser.add_argument("--metric", help="uptraining: metric (default: the benchmark's first, e.g. bleu, accuracy); "
                              "isoflops: curve loss name (default loss)")
@@ -93,6 +94,8 @@ def build(engine, args: argparse.Namespace):
     filters = {k: v for k, v in filters.items() if v is not None}
     if args.table == "floor":
         return tables.floor_table(engine, **filters)
+    if args.table == "targets":
+        return tables.targets_table(engine, **filters)
     speed = tables.speed_table if args.table == "speed" else tables.speedup_table
     return speed(engine, mode=args.mode, best=args.best, **filters)
 

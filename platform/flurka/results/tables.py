@@ -398,6 +398,23 @@ def paired_runs(rows: pd.DataFrame, variant: str, baseline: str, point: Sequence
                      ignore_index=True)
 
 
+def with_ratio(pairs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`paired_runs`' rows with ``measured_speedup`` (baseline time / variant time) and its
+    ``ratio_spread``: half the sum of the two times' p10–p90 widths over their medians, so the
+    two ranges overlap, to first order, where |measured − 1| ≤ it (None where a time has none)."""
+    width = (pd.to_numeric(pairs["spread_s"]) / pairs["median_s"]
+             + pd.to_numeric(pairs["spread_s_b"]) / pairs["median_s_b"])
+    return pairs.assign(measured_speedup=pairs["median_s_b"] / pairs["median_s"], ratio_spread=width / 2)
+
+
+def measured_side(pairs: pd.DataFrame) -> pd.Series:
+    """+1 where the variant was measured faster than the baseline beyond the ratio's spread, −1
+    slower, 0 within it (a tie; a pair without a spread ties only at exactly 1)."""
+    spread = pd.to_numeric(pairs["ratio_spread"], errors="coerce").fillna(0.0) if "ratio_spread" in pairs else 0.0
+    ratio = pairs["measured_speedup"]
+    return (ratio > 1 + spread).astype(int) - (ratio < 1 - spread).astype(int)
+
+
 def run_medians(pairs: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """Per point of :func:`paired_runs`' rows: its first row, ``columns`` the median over its
     runs, ``runs`` how many."""
@@ -460,6 +477,103 @@ def floor_groups(rows: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     have = rows[(rows["status"] == "ok") & rows["floor_s"].notna() & rows["sweep"].isin(FLOOR_SWEEPS)]
     return [(key, part[part["N"] == part["N"].max()])
             for key, part in have.groupby(["device", "sweep", "scope", "dtype"], sort=True)]
+
+
+# The issue's other GPU targets, where it names them: FLuRKA-Performer and FLuRKA-RNN faster
+# than Linformer and than their kernels (the N-sweep's layer), every FLuRKA variant 20× faster
+# than cuDNN flash (the flash comparison's model).
+BEATS_CONSTITUENTS = ("flurka-performer", "flurka-rnn")
+FLASH_TARGET = 20.0
+TARGET_COLUMNS = ["target", "mode", "N", "points", "worst", "value", "range", "met"]
+
+
+def _best_runs(part: pd.DataFrame) -> pd.DataFrame:
+    """``part``'s rows (one per run) of each mechanism's fastest execution per mode, the runs'
+    medians deciding which."""
+    how = ["mechanism", "mode", *EXECUTION]
+    combined = combine_repeats(part, how)
+    best = combined.sort_values("median_s").drop_duplicates(["mechanism", "mode"])
+    return part.merge(best[how], on=how)
+
+
+def _floor_targets(best: pd.DataFrame) -> list[dict]:
+    rows = []
+    combined = combine_repeats(best, ["mechanism", "mode"])
+    combined = combined[combined["floor_s"].notna()]
+    for mode, part in combined.groupby("mode", sort=True):
+        ratio = (part["median_s"] / part["floor_s"]).set_axis(part["mechanism"])
+        for label, limit, of in ((f"every layer ≤ {LAYER_TARGET:g}× its floor", LAYER_TARGET, ratio),
+                                 (f"every FLuRKA layer ≤ {FLURKA_LAYER_TARGET:g}× its floor", FLURKA_LAYER_TARGET,
+                                  ratio[ratio.index.str.startswith("flurka")])):
+            if of.empty:
+                continue
+            rows.append({"target": label, "mode": mode, "points": len(of), "worst": of.idxmax(),
+                         "value": of.max(), "range": f"{of.min():.2f}–{of.max():.2f}",
+                         "met": "yes" if of.max() <= limit else "no"})
+    return rows
+
+
+def _ratio_targets(best: pd.DataFrame, label: str, pairs: Sequence[tuple[str, str]],
+                   limit: float | None) -> list[dict]:
+    """Each mode's worst (smallest) speedup of ``pairs`` (variant, baseline), taken within runs
+    (:func:`paired_runs`; "across runs" where no run timed both); met against ``limit``, or, where ``limit`` is None, faster beyond the spread ("yes"), slower
+    beyond it at one pair ("no"), else "within spread"."""
+    got = [with_ratio(paired_runs(best, v, b, ["mode"])).assign(pair=f"{v} vs {b}") for v, b in pairs]
+    got = [run_medians(g, ["measured_speedup", "ratio_spread"]) for g in got if not g.empty]
+    if not got:
+        return []
+    rows = []
+    for mode, part in pd.concat(got, ignore_index=True).groupby("mode", sort=True):
+        speedup, side = part["measured_speedup"], measured_side(part)
+        worst = part.loc[speedup.idxmin()]
+        met = (("yes" if speedup.min() >= limit else "no") if limit is not None
+               else "no" if (side < 0).any() else "yes" if (side > 0).all() else "within spread")
+        rows.append({"target": label, "mode": mode, "points": len(part),
+                     "worst": worst["pair"] + ("" if worst["paired"] else " (across runs)"),
+                     "value": speedup.min(), "range": f"{speedup.min():.2f}–{speedup.max():.2f}", "met": met})
+    return rows
+
+
+def targets_frame(rows: pd.DataFrame) -> pd.DataFrame:
+    """Every GPU target of the issue where it names it, per device: the bf16 rows of the N-sweep's
+    layer and of the flash comparison's model at each one's largest N, every mechanism at its
+    fastest execution. Per target and mode: how many mechanisms or pairs were measured
+    (``points``), the ``worst`` of them, its ``value`` (× floor, or speedup), the ``range`` and
+    whether the target is ``met``. ``rows``: ok or OOM measurements, one per run (``run``), with
+    their ``sweep`` and ``floor_s``. A target some mechanism was not measured for reads only
+    those that were (``points`` says how many)."""
+    have = rows[(rows["status"] == "ok") & (rows["dtype"] == "bfloat16")
+                & (((rows["sweep"] == "n-sweep") & (rows["scope"] == "layer"))
+                   | ((rows["sweep"] == "flash-compare") & (rows["scope"] == "model")))]
+    out = []
+    for (device, sweep), part in sorted(have.groupby(["device", "sweep"]),
+                                        key=lambda g: (g[0][0], FLOOR_SWEEPS.index(g[0][1]))):
+        part = part[part["N"] == part["N"].max()]
+        best = _best_runs(part)
+        if sweep == "n-sweep":
+            found = _floor_targets(best) + _ratio_targets(
+                best, "FLuRKA-Performer, -RNN faster than Linformer and their kernels",
+                [(v, b) for v in BEATS_CONSTITUENTS for b in (LOW_RANK, KERNEL_OF[v])], None)
+        else:
+            found = _ratio_targets(best, f"every FLuRKA variant ≥ {FLASH_TARGET:g}× cuDNN flash",
+                                   [(v, "flash") for v in KERNEL_OF], FLASH_TARGET)
+        out += [{"device": device, "N": int(part["N"].iloc[0]), **r} for r in found]
+    if not out:
+        return pd.DataFrame(columns=["device", *TARGET_COLUMNS])
+    table = pd.DataFrame(out)[["device", *TARGET_COLUMNS]]
+    table.attrs["floatfmt"] = ".3g"
+    return table
+
+
+def targets_table(engine: Engine, **filters) -> pd.DataFrame:
+    """:func:`targets_frame` of the database's measurements (``filters`` as
+    :func:`speed_measurements`'; ``device`` a substring), indexed by device, target and mode."""
+    df = _speed_rows(engine, filters, modes=("forward", "train"), extra=("floor_s", "sweep"))
+    table = targets_frame(df)
+    if table.empty:
+        raise NoResults(f"no bfloat16 measurements of the N-sweep's layer or the flash comparison's model match "
+                        f"{filters or 'the database'} (python -m flurka.speed --sweep n-sweep|flash-compare on a GPU)")
+    return table.set_index(["device", "target", "mode"])
 
 
 def floor_table(engine: Engine, **filters) -> pd.DataFrame:

@@ -447,3 +447,48 @@ def test_targets_of_the_recorded_h100_lease(tmp_path, capsys):
     row = got.loc[("every FLuRKA variant ≥ 20× cuDNN flash", "forward")]
     assert row["worst"] == "flurka-eva vs flash" and row["value"] == pytest.approx(min(over_flash.values()), rel=1e-9)
     assert row["met"] == "no" and 10 < row["value"] < 11      # the notes: 10.3x
+
+
+def test_fig3_end_next_to_the_paper_from_the_recorded_h100_lease(tmp_path):
+    """The report's table of FLuRKA over its constituents at N = 55.5k in the paper's shape, from
+    the H100 lease's document: measured = the two medians' ratio (one run), the FLOP model = the
+    two FLOP counts' ratio, and the paper's Fig. 3 numbers (§5.1) beside forward rows only."""
+    path = RECORDED / "h100-2026-11-28" / "n-sweep.json"
+    doc = json.loads(path.read_text())
+    engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
+    ingest_file(engine, path)
+    table = sections.paper_table(sections.flop_pairs(sources.speed_runs(engine))).reset_index()
+    engine.dispose()
+    paper = {("flurka-performer", "linformer"): 1.86, ("flurka-performer", "performer"): 1.37,
+             ("flurka-rnn", "linformer"): 1.83, ("flurka-rnn", "rnn"): 1.37,
+             ("flurka-eva", "linformer"): 1.86, ("flurka-eva", "eva"): 1.31}
+    ok = [r for r in doc["results"] if r["status"] == "ok" and r["seq_len"] == 55500]
+
+    def twin(r, mechanism):  # the same mode and execution
+        keys = ("mode", "align", "fused", "pad_to", "fused_projections", "fused_ffn")
+        found = [o for o in ok if o["mechanism"] == mechanism and all(o.get(k) == r.get(k) for k in keys)]
+        return found[0] if found else None
+
+    expected = 0
+    for r in ok:
+        for (variant, baseline), reported in paper.items():
+            b = twin(r, baseline) if r["mechanism"] == variant else None
+            if b is None:
+                continue
+            expected += 1
+            row = table[(table["mechanism"] == variant) & (table["baseline"] == baseline) & (table["mode"] == r["mode"])
+                        & (table["execution"] == ("plain" if r.get("align", 1) == 1 else
+                                                  "align 128, fused, pad_to 128" if r.get("fused") else
+                                                  "align 128, pad_to 128"))]
+            assert len(row) == 1, (variant, baseline, r["mode"])
+            row = row.iloc[0]
+            assert row["measured"] == pytest.approx(b["median_s"] / r["median_s"], rel=1e-9)
+            assert row["FLOP model"] == pytest.approx(b["flops"] / r["flops"], rel=1e-9)
+            assert (row["paper (Fig. 3)"] == reported) if r["mode"] == "forward" else pd.isna(row["paper (Fig. 3)"])
+    assert len(table) == expected == 18
+    # the lease's notes: aligned forward 1.41 / 1.44 (flurka-performer), 1.72 / 1.41 (flurka-rnn)
+    aligned = table[(table["mode"] == "forward") & (table["execution"] == "align 128, pad_to 128")]
+    got = aligned.set_index(["mechanism", "baseline"])["measured"].round(2).to_dict()
+    assert {k: got[k] for k in list(paper)[:4]} == {("flurka-performer", "linformer"): 1.41,
+                                                    ("flurka-performer", "performer"): 1.44,
+                                                    ("flurka-rnn", "linformer"): 1.72, ("flurka-rnn", "rnn"): 1.41}

@@ -494,6 +494,46 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+# The paper's own speedups at the end of its N-sweep (§5.1, Fig. 3: inference on A100s at
+# N = 55.5k, d_model 2600, 8 heads, d_k 1500): each FLuRKA variant over its low-rank and its
+# kernel constituent.
+PAPER_FIG3 = {"flurka-performer": (1.86, 1.37), "flurka-rnn": (1.83, 1.37), "flurka-eva": (1.86, 1.31)}
+FIG3_SHAPE, FIG3_N = {"d_model": 2600, "heads": 8, "d_k": 1500}, 55500
+
+
+def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
+    """FLuRKA over its constituents at the largest N measured in the paper's N-sweep shape, per
+    mode and execution: measured (within runs) and its spread, the FLOP model's and the paper's
+    appendix-B cost model's predictions, and the paper's own measured speedup (forward at
+    N = 55.5k only: its Fig. 3 timed inference, and quotes its largest N)."""
+    from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
+
+    shape = (pairs["scope"] == "layer") & pairs["mechanism"].isin(list(PAPER_FIG3))
+    for name, value in FIG3_SHAPE.items():
+        shape &= pairs[name] == value
+    part = pairs[shape & pairs["baseline"].isin([T.LOW_RANK, *T.KERNEL_OF.values()])]
+    if part.empty:
+        return pd.DataFrame()
+    part = part[part["N"] == part["N"].max()]
+    N, (d_m, H, d_k) = part["N"].iloc[0], FIG3_SHAPE.values()
+    role = lambda base: "low-rank" if base == T.LOW_RANK else "kernel"  # noqa: E731
+    order = {m: i for i, m in enumerate(PAPER_FIG3)}
+    table = pd.DataFrame({
+        "mechanism": part["mechanism"], "baseline": part["baseline"], "mode": part["mode"],
+        "execution": part.apply(T.execution_label, axis=1), "N": part["N"],
+        "measured": part["measured_speedup"], "± spread": part["ratio_spread"],
+        "FLOP model": part["predicted_speedup"],
+        "paper's cost model": [flop_model.paper_cost(role(b), N, d_m, d_k, d_m // H, H)
+                               / flop_model.paper_cost("flurka", N, d_m, d_k, d_m // H, H) for b in part["baseline"]],
+        "paper (Fig. 3)": [PAPER_FIG3[m][role(b) == "kernel"] if mode == "forward" and N == FIG3_N else None
+                           for m, b, mode in zip(part["mechanism"], part["baseline"], part["mode"])],
+        "_order": part["mechanism"].map(order), "_kernel": part["baseline"] != T.LOW_RANK,
+    }).sort_values(["_order", "_kernel", "mode", "execution"]).drop(columns=["_order", "_kernel"])
+    table = table.set_index(["mechanism", "baseline", "mode", "execution"])
+    table.attrs["floatfmt"] = ".3g"
+    return table
+
+
 def agreement_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per variant, baseline and mode: how many points, the median predicted and measured
     speedups, the ties (:func:`flurka.results.tables.measured_side` 0) and, of the other points, the share (%) where the
@@ -535,6 +575,12 @@ def flops_section(runs: pd.DataFrame) -> Section:
                                        "step times, the share where the FLOP model names the same side faster; "
                                        "within spread: the ties, which agree with neither.", agreement_table(p)))
             for key, title, about, table in (
+                    ("paper", "FLuRKA over its constituents in Fig. 3's shape, next to the paper",
+                     "The paper's N-sweep shape (d_model 2600, 8 heads, d_k 1500) at its largest N measured, "
+                     "one layer, each execution: the measured speedup (baseline time / FLuRKA time) and its "
+                     "spread (a speedup within 1 ± spread is a tie), the FLOP model's and the paper's "
+                     "appendix-B cost model's predictions, and the paper's own measured speedup (§5.1: "
+                     "inference on A100s at N = 55.5k, so forward only).", paper_table(p)),
                     ("claims", "The paper's regime claims vs measured",
                      "Per claim: configurations where its condition is met (where it predicts FLuRKA faster "
                      "than the baselines it names: low-rank, kernel or both) and where it is not, and at how "

@@ -133,3 +133,19 @@ def test_floor_table_of_the_recorded_leases(engine, capsys):
     # the lease's notes: flurka-rnn 1.46× (met 1.5×), flurka-performer 1.71× (missed), eva 3.51× (missed 2×)
     assert ratio["flurka-rnn"] == 1.46 and ratio["flurka-performer"] == 1.71 and ratio["eva"] == 3.51
     assert (met["flurka-rnn"], met["flurka-performer"], met["eva"], met["rnn"]) == ("yes", "no", "no", "yes")
+
+    # where each GPU target stands, per card (both cards at once): the H100's from its two
+    # documents, the H200's N-sweep targets only (its flash comparison not ingested here)
+    code, csv, _ = run_cli(["--db", url, "--table", "targets", "--format", "csv"], capsys)
+    assert code == 0
+    targets = pd.read_csv(io.StringIO(csv)).set_index(["device", "target", "mode"])
+    h100, h200 = targets.loc["NVIDIA H100 80GB HBM3"], targets.loc["NVIDIA H200"]
+    assert (h100.loc[("every layer ≤ 2× its floor", "forward"), ["worst", "met"]].tolist() == ["eva", "no"])
+    assert round(h100.loc[("every layer ≤ 2× its floor", "forward"), "value"], 2) == 3.51
+    assert h100.loc[("every FLuRKA variant ≥ 20× cuDNN flash", "forward"), "met"] == "no"
+    assert "every FLuRKA variant ≥ 20× cuDNN flash" not in h200.index.get_level_values("target")
+    assert set(h200.index.get_level_values("target")) == {
+        "every layer ≤ 2× its floor", "every FLuRKA layer ≤ 1.5× its floor",
+        "FLuRKA-Performer, -RNN faster than Linformer and their kernels"}
+    code, out, err = run_cli(["--db", url, "--table", "targets", "--device", "A100"], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "A100" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -10,6 +11,7 @@ from flurka.attention import MECHANISMS
 from flurka.attention import flops as flop_model
 from flurka.speed import configs
 from flurka.speed.runner import run_sweep
+from testsupport import RECORDED
 
 LOW_RANK = {"linformer", *flop_model.FLURKA}
 
@@ -33,11 +35,12 @@ def test_every_mechanism_runs_forward_and_train(layer_doc):
         assert sum(r["xla_traffic_by_kind"].values()) == r["xla_traffic_bytes"]
         assert r["floor_s"] > 0 and r["ratio_to_floor"] == pytest.approx(
             r["median_s"] / r["floor_s"])
-        # the training step does the forward dots and (at least) as many again for backward
+        # the training step does the forward dots and (at least) as many again for backward;
+        # a lone layer's input is data, so x's gradient is neither computed nor counted
         fwd = next(f for f in rows if f["mechanism"] == r["mechanism"] and f["mode"] == "forward")
         if r["mode"] == "train":
-            assert r["xla_dot_flops"] >= 2 * fwd["xla_dot_flops"]
-            assert r["flops"] == 3 * fwd["flops"]
+            assert 2 * fwd["xla_dot_flops"] <= r["xla_dot_flops"] < 3 * fwd["xla_dot_flops"]
+            assert 2 * fwd["flops"] < r["flops"] < 3 * fwd["flops"]
 
 
 def test_parameter_counts_match_across_mechanisms(layer_doc):
@@ -227,3 +230,21 @@ def test_the_mixed_precision_step_is_autodiff_through_the_cast_of_float32_master
         assert got.dtype == jnp.float32 and jnp.allclose(got, ref, rtol=1e-6, atol=1e-9)
     for c, p in zip(jax.tree_util.tree_leaves(new_compute), jax.tree_util.tree_leaves(new)):
         assert c.dtype == bf and jnp.array_equal(c, p.astype(bf))
+
+
+SPEED_DOCUMENTS = sorted(p for p in RECORDED.rglob("*.json")
+                         if str(json.loads(p.read_text()).get("schema", "")).startswith("flurka.speed/"))
+
+
+@pytest.mark.parametrize("path", SPEED_DOCUMENTS, ids=lambda p: str(p.relative_to(RECORDED)))
+def test_recorded_flops_and_floors_are_the_flop_models(path):
+    """Every recorded row's FLOPs and floor are what the FLOP model says today, from the row's own
+    sizes and its run's ceilings (``rederive`` a fixed point); a change of the model re-derives
+    the records (their times untouched) or fails here."""
+    from flurka.speed.bench import rederive
+
+    doc = json.loads(path.read_text())
+    again = rederive(doc)
+    changed = [(r["mechanism"], r["mode"], r["seq_len"]) for r, s in zip(doc["results"], again["results"]) if r != s]
+    assert changed == []
+    assert any(r.get("flops") for r in doc["results"])

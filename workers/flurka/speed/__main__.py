@@ -30,7 +30,8 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
                 longer steps; flurka.speed.timing), compile_s (seconds)
   model         params, params_lowrank (E1/E2), implementation (flash: cudnn|xla), device_name;
                 ``task`` (experiments/speed_sweep.py only: the Ray task that timed the row)
-  flops         FLOP model (flurka.attention.flops; train = 3 × forward); xla_dot_flops (dots in
+  flops         FLOP model (flurka.attention.flops; train: the backward product by product, a
+                lone layer's input needing no gradient); xla_dot_flops (dots in
                 the compiled HLO), xla_dot_flops_by_type (the same by operand type: a bf16 point
                 should be all "bf16"), xla_flops (XLA cost analysis), xla_memory_bytes,
                 xla_traffic_bytes and xla_traffic_by_kind (the compiled plan's memory traffic:

@@ -36,7 +36,9 @@ Random-feature tables (performer/EVA ω) are fixed buffers, not parameters (``ot
 
 FLOPs: ``flops`` is the FLOP model of ``flurka.attention.flops`` (exact count of our layers);
 model scope adds the FFN matmuls (4·b·N·d_model·ffn per layer; LayerNorm/GELU/residual
-elementwise work is omitted, < 1%); train is 3 × forward (``training_flops``' convention).
+elementwise work is omitted, < 1%); train counts the backward pass product by product
+(``training_flops``): a lone layer's input is data, so x's gradient is not computed (2.3–2.6 ×
+its forward, not 3 ×); inside the model every block's LayerNorm needs it.
 ``xla_dot_flops`` counts the dots of the step's HLO (``hlo_dot_flops``), as a check;
 ``xla_dot_flops_by_type`` splits them by operand type (a bf16 point should be all "bf16").
 """
@@ -116,11 +118,45 @@ def attention_shape(point: Point, layer: nnx.Module) -> flop_model.AttentionShap
 
 def model_flops(point: Point, layer: nnx.Module) -> int:
     """FLOP-model FLOPs of the point (see the module docstring)."""
-    attn = flop_model.forward_flops(point.mechanism, attention_shape(point, layer))
-    if point.scope == "model":
-        ffn = 4 * point.batch * point.seq_len * point.d_model * point.ffn
-        attn = point.layers * (attn + ffn)
-    return 3 * attn if point.mode == "train" else attn
+    return point_flops(point, attention_shape(point, layer))
+
+
+def point_flops(point: Point, shape: flop_model.AttentionShape) -> int:
+    """FLOP-model FLOPs of the point whose attention layer has ``shape``."""
+    if point.scope == "layer":
+        return (flop_model.forward_flops(point.mechanism, shape) if point.mode == "forward"
+                else flop_model.training_flops(point.mechanism, shape, input_grad=False))
+    ffn = 4 * point.batch * point.seq_len * point.d_model * point.ffn
+    if point.mode == "forward":
+        return point.layers * (flop_model.forward_flops(point.mechanism, shape) + ffn)
+    return point.layers * (flop_model.training_flops(point.mechanism, shape) + 3 * ffn)
+
+
+def rederive(doc: dict[str, Any]) -> dict[str, Any]:
+    """A recorded ``flurka.speed`` document with the FLOP model's fields of each ok row
+    recomputed by the current FLOP model: ``flops`` and, where its run measured ceilings, the
+    floor (``floor_s``, ``compute_floor_s``, ``memory_floor_s``, ``bound``, ``ratio_to_floor``).
+    The times are untouched. For documents written before the model changed (2026-11-29: a lone
+    layer's training step had been counted as 3 × its forward)."""
+    point_fields = {f.name for f in dataclasses.fields(Point)}
+    results = []
+    for r in doc["results"]:
+        if r.get("status") != "ok" or r.get("flops") is None:
+            results.append(r)
+            continue
+        point = Point(**{k: v for k, v in r.items() if k in point_fields})
+        low_rank = point.mechanism in LOW_RANK
+        shape = flop_model.AttentionShape(
+            batch=point.batch, seq_len=point.seq_len, d_model=point.d_model, num_heads=point.num_heads,
+            d_k=r.get("d_k_used", point.d_k) if low_rank else None,
+            num_features=r.get("num_features_used") or point.num_features)
+        r = {**r, "flops": point_flops(point, shape)}
+        ceilings = (doc.get("ceilings") or {}).get(point.dtype)
+        if "floor_s" in r and ceilings:
+            fl = ceil.floor(r["flops"], r["min_bytes"], ceilings)
+            r.update(fl, ratio_to_floor=r["median_s"] / fl["floor_s"])
+        results.append(r)
+    return {**doc, "results": results}
 
 
 def make_step(point: Point, module: nnx.Module):

@@ -536,8 +536,9 @@ def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
 
 def agreement_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per variant, baseline and mode: how many points, the median predicted and measured
-    speedups, the ties (:func:`flurka.results.tables.measured_side` 0) and, of the other points, the share (%) where the
-    FLOP model predicts the side that was measured faster (NaN where every point is a tie)."""
+    speedups, the ties (:func:`flurka.results.tables.measured_side` 0) and, of the other
+    points, the share (%) where the FLOP model predicts the side that was measured faster (NaN
+    where every point is a tie)."""
     side = T.measured_side(pairs)
     agree = ((pairs["predicted_speedup"] > 1) == (side > 0)).astype(float).where(side != 0)
     summary = (pairs.assign(tie=side == 0, agree=agree)

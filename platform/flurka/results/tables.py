@@ -479,9 +479,9 @@ def floor_groups(rows: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
             for key, part in have.groupby(["device", "sweep", "scope", "dtype"], sort=True)]
 
 
-# The issue's other GPU targets, where it names them: FLuRKA-Performer and FLuRKA-RNN faster
-# than Linformer and than their kernels (the N-sweep's layer), every FLuRKA variant 20× faster
-# than cuDNN flash (the flash comparison's model).
+# The other GPU targets, where they are set: FLuRKA-Performer and FLuRKA-RNN faster than
+# Linformer and than their kernels (the N-sweep's layer), every FLuRKA variant 20× faster than
+# cuDNN flash (the flash comparison's model).
 BEATS_CONSTITUENTS = ("flurka-performer", "flurka-rnn")
 FLASH_TARGET = 20.0
 TARGET_COLUMNS = ["target", "mode", "N", "points", "worst", "value", "range", "met"]
@@ -497,6 +497,7 @@ def _best_runs(part: pd.DataFrame) -> pd.DataFrame:
 
 
 def _floor_targets(best: pd.DataFrame) -> list[dict]:
+    """Each mode's worst × floor of every layer (≤ 2×) and of every FLuRKA layer (≤ 1.5×)."""
     rows = []
     combined = combine_repeats(best, ["mechanism", "mode"])
     combined = combined[combined["floor_s"].notna()]
@@ -516,8 +517,9 @@ def _floor_targets(best: pd.DataFrame) -> list[dict]:
 def _ratio_targets(best: pd.DataFrame, label: str, pairs: Sequence[tuple[str, str]],
                    limit: float | None) -> list[dict]:
     """Each mode's worst (smallest) speedup of ``pairs`` (variant, baseline), taken within runs
-    (:func:`paired_runs`; "across runs" where no run timed both); met against ``limit``, or, where ``limit`` is None, faster beyond the spread ("yes"), slower
-    beyond it at one pair ("no"), else "within spread"."""
+    (:func:`paired_runs`; "across runs" where no run timed both); met against ``limit``, or,
+    where ``limit`` is None, faster beyond the spread ("yes"), slower beyond it at one pair
+    ("no"), else "within spread"."""
     got = [with_ratio(paired_runs(best, v, b, ["mode"])).assign(pair=f"{v} vs {b}") for v, b in pairs]
     got = [run_medians(g, ["measured_speedup", "ratio_spread"]) for g in got if not g.empty]
     if not got:
@@ -535,7 +537,7 @@ def _ratio_targets(best: pd.DataFrame, label: str, pairs: Sequence[tuple[str, st
 
 
 def targets_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """Every GPU target of the issue where it names it, per device: the bf16 rows of the N-sweep's
+    """Every GPU target where it is set, per device: the bf16 rows of the N-sweep's
     layer and of the flash comparison's model at each one's largest N, every mechanism at its
     fastest execution. Per target and mode: how many mechanisms or pairs were measured
     (``points``), the ``worst`` of them, its ``value`` (× floor, or speedup), the ``range`` and

@@ -30,8 +30,8 @@ each operand that needs one, at the product's own cost — so 3 × forward where
 needs it (the usual convention), less the gradients nothing needs: FAVOR+'s ω is a fixed buffer,
 and a layer's input x needs none where it is the data itself (``input_grad=False``: a lone layer
 fed data, as the speed benchmark times one), so x's gradient through W_Q (and W_K, W_V where
-they read x) and through E·X is not computed. A lone layer's training step is then 2.3–2.6 ×
-its forward, not 3 ×, and a floor at 3 × would flatter it. Elementwise work counts 3 ×
+they read x) and through E·X is not computed. A lone layer's training step is then about
+2.3–2.6 × its forward at the paper's N-sweep shape, not 3 ×, and a floor at 3 × would flatter it. Elementwise work counts 3 ×
 (convention); rematerialisation and the optimizer update are left out.
 """
 

@@ -160,6 +160,40 @@ def test_ingesting_again_fills_in_the_run_of_old_rows(engine, speed_dicts):
     assert runs == ["2026-11-28T03:02:00+00:00"] * len(speed_dicts)
 
 
+def test_a_rederived_document_updates_its_rows(engine, tmp_path):
+    """The recorded H100 N-sweep as first written (its training floors counted at 3 × forward),
+    then as re-derived since: the five training rows take the new FLOPs and floors, nothing is
+    added, every other row is left as it was; ingesting the re-derived file again changes
+    nothing (SQLite and PostgreSQL)."""
+    from testsupport import RECORDED
+
+    doc = json.loads((RECORDED / "h100-2026-11-28" / "n-sweep.json").read_text())
+    train = [i for i, r in enumerate(doc["results"]) if r["mode"] == "train" and r["status"] == "ok"]
+    first = json.loads(json.dumps(doc))
+    for i in train:   # as the lease wrote them: 3 × forward, its floor and ratio with it
+        r = first["results"][i]
+        r["flops"] = r["flops"] * 1.25
+        r["floor_s"] = r["compute_floor_s"] = r["compute_floor_s"] * 1.25
+        r["ratio_to_floor"] = r["median_s"] / r["floor_s"]
+    paths = {name: tmp_path / f"{name}.json" for name in ("first", "rederived")}
+    paths["first"].write_text(json.dumps(first))
+    paths["rederived"].write_text(json.dumps(doc))
+    rows = len([r for r in doc["results"]])
+    assert ingest_file(engine, paths["first"]).added == rows
+    assert ingest_file(engine, paths["rederived"]) == ingest.IngestReport(0, rows - len(train), len(train))
+    assert ingest_file(engine, paths["rederived"]) == ingest.IngestReport(0, rows)
+    assert counts(engine)["speed_measurements"] == rows
+    with engine.connect() as conn:
+        stored = {(m.mechanism, m.mode, m.config.get("align"), m.config.get("fused")): m for m in
+                  conn.execute(sa.select(models.SpeedMeasurement)).all()}
+    for r in doc["results"]:
+        if r["status"] != "ok":
+            continue
+        m = stored[(r["mechanism"], r["mode"], r.get("align"), r.get("fused"))]
+        assert m.flops == r["flops"] and m.config["floor_s"] == r["floor_s"]
+        assert m.run == doc["created"]
+
+
 def test_bad_speed_record_writes_nothing(engine, speed_dicts):
     speed_dicts[3] = {**speed_dicts[3], "median_s": None}
     with pytest.raises(ValueError, match=r"speed records\[3\]: status 'ok' needs median_s"):

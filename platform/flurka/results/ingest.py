@@ -21,13 +21,14 @@ from sqlalchemy.orm import Session
 from flurka.results.models import (ApproximationError, CurvePoint, Environment, KernelRank, Metric,
                                     SpeedMeasurement, Sweep, TheoryRun, Trial)
 from flurka.results.records import (EnvironmentRecord, SpeedRecord, SweepRecord, TheoryRecord, TrialRecord,
-                                     is_theory_document, speed_records_from_document)
+                                     is_theory_document, measured_config, speed_records_from_document)
 
 
 @dataclasses.dataclass(frozen=True)
 class IngestReport:
     added: int  # trials (speed measurements, theory rows) written by this call
     skipped: int  # already present, left as they were
+    updated: int = 0  # speed measurements stored before, their FLOP-model fields re-derived since
 
 
 def _environment(session: Session, env: EnvironmentRecord) -> Environment:
@@ -74,13 +75,30 @@ def ingest_sweep(engine: Engine, record: SweepRecord | Mapping[str, Any]) -> Ing
     return IngestReport(added, skipped)
 
 
+def _rederived(session: Session, r: SpeedRecord) -> SpeedMeasurement | None:
+    """The stored row that ``r`` is with its FLOP-model fields re-derived: the same environment,
+    configuration, run (or none stored) and median step time, and its config but for those
+    fields (:func:`flurka.results.records.measured_config`)."""
+    if r.status != "ok" or r.median_s is None:
+        return None
+    rows = session.scalars(
+        sa.select(SpeedMeasurement).join(Environment, Environment.id == SpeedMeasurement.environment_id)
+        .where(Environment.fingerprint == r.environment.fingerprint, SpeedMeasurement.mechanism == r.mechanism,
+               SpeedMeasurement.mode == r.mode, SpeedMeasurement.scope == r.scope, SpeedMeasurement.seq_len == r.N,
+               SpeedMeasurement.dtype == r.dtype, SpeedMeasurement.median_s == r.median_s,
+               sa.or_(SpeedMeasurement.run == r.run, SpeedMeasurement.run.is_(None))))
+    return next((row for row in rows if measured_config(row.config) == measured_config(r.config)), None)
+
+
 def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, Any]]) -> IngestReport:
     """Add speed measurements (records, or the dicts of a speed benchmark's JSON file). A
     measurement already stored is skipped, its run filled in if it was stored without one
-    (before revision 0003): ingesting a document again lets old rows pair within their run."""
+    (before revision 0003): ingesting a document again lets old rows pair within their run. One
+    stored with other FLOP-model fields (a document re-derived since,
+    ``flurka.speed.bench.rederive``) takes the new ones (``updated``), never a second row."""
     parsed = [r if isinstance(r, SpeedRecord) else SpeedRecord.from_dict(r, f"speed records[{i}]")
               for i, r in enumerate(records)]
-    added = skipped = 0
+    added = skipped = updated = 0
     with Session(engine) as session, session.begin():
         seen = set(session.scalars(sa.select(SpeedMeasurement.key).where(
             SpeedMeasurement.key.in_([r.key for r in parsed]))))
@@ -92,6 +110,12 @@ def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, An
                     stored.setdefault(r.run, []).append(r.key)
                 continue
             seen.add(r.key)
+            old = _rederived(session, r)
+            if old is not None:
+                old.key, old.flops, old.config, old.run = r.key, r.flops, r.config, old.run or r.run
+                session.flush()
+                updated += 1
+                continue
             session.add(SpeedMeasurement(
                 key=r.key, environment=_environment(session, r.environment), mechanism=r.mechanism,
                 mode=r.mode, scope=r.scope, seq_len=r.N, d_model=r.d_model, heads=r.heads, d_k=r.d_k,
@@ -103,7 +127,7 @@ def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, An
             session.execute(sa.update(SpeedMeasurement)
                             .where(SpeedMeasurement.key.in_(keys), SpeedMeasurement.run.is_(None))
                             .values(run=run))
-    return IngestReport(added, skipped)
+    return IngestReport(added, skipped, updated)
 
 
 def ingest_theory(engine: Engine, record: TheoryRecord | Mapping[str, Any]) -> IngestReport:

@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         for path, records in parsed:
             report = ingest_parsed(engine, records)
-            print(f"{path}: added {report.added}, already present {report.skipped}")
+            updated = f", updated {report.updated} (FLOP-model fields re-derived)" if report.updated else ""
+            print(f"{path}: added {report.added}, already present {report.skipped}{updated}")
     finally:
         engine.dispose()
     return 0

@@ -347,6 +347,16 @@ class SpeedRecord:
         return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# A speed result's fields the FLOP model derives (flurka.speed.bench.rederive): a document whose
+# rows were re-derived holds the same measurements, which ingest updates rather than adds again.
+DERIVED = ("floor_s", "compute_floor_s", "memory_floor_s", "bound", "ratio_to_floor")
+
+
+def measured_config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """A speed row's stored config without the fields the FLOP model derives (:data:`DERIVED`)."""
+    return {k: v for k, v in (config or {}).items() if k not in DERIVED}
+
+
 def _document_environment(doc: dict[str, Any], where: str) -> dict[str, Any]:
     """The environment fields of a ``flurka.speed`` or ``flurka.speed.theory`` document: device
     name and host from ``device`` ({name, host, ...} or a bare name), versions as strings."""

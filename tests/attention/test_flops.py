@@ -137,6 +137,11 @@ def test_paper_cost_terms():
     assert F.paper_cost("flurka", N, d_m, d_k, d_h, H) == swift
     with pytest.raises(ValueError, match="low-rank, kernel, flurka"):
         F.paper_cost("sparse", N, d_m, d_k, d_h, H)
+    # the speedup at raw sizes, d_h = d_m // H: here 55 // 11 = 5, the point above with d_m = 55
+    d_m = 55.0
+    low = 2*N*d_k*d_m + N*d_m**2 + 2*d_k*d_m**2 + N*d_m*d_k + N*H*d_k + N*d_k*d_m
+    swift = 2*N*d_k*d_m + N*d_m**2 + 2*d_k*d_m**2 + N*d_m + d_m*d_k + d_k*d_m*d_h + N*d_h*d_m
+    assert F.paper_speedup_at("low-rank", N, d_m, d_k, H) == pytest.approx(low / swift, rel=1e-15)
 
 
 def test_claims_at_the_papers_configurations():

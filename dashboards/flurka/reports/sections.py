@@ -476,10 +476,8 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
                     continue
                 r = g.iloc[0]
                 d_m, d_k, H = r["d_model"], r["d_k"], r["heads"]
-                d_h = d_m // H
                 ns, side = list(g["N"]), T.measured_side(g)
-                paper = [flop_model.paper_cost(role, n, d_m, d_k, d_h, H) > flop_model.paper_cost("flurka", n, d_m, d_k, d_h, H)
-                         for n in ns]
+                paper = [flop_model.paper_speedup_at(role, n, d_m, d_k, H) > 1 for n in ns]
                 bound = flop_model.claim_bounds(d_m, d_k, H)[role]
                 bound = f"> {bound:.0f}" if bound is not None else NO_BOUND[role]
                 rows.append({"mechanism": variant, "baseline": base, "mode": r["mode"], "scope": r["scope"],
@@ -523,8 +521,7 @@ def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
         "execution": part.apply(T.execution_label, axis=1), "N": part["N"],
         "measured": part["measured_speedup"], "± spread": part["ratio_spread"],
         "FLOP model": part["predicted_speedup"],
-        "paper's cost model": [flop_model.paper_cost(role(b), N, d_m, d_k, d_m // H, H)
-                               / flop_model.paper_cost("flurka", N, d_m, d_k, d_m // H, H) for b in part["baseline"]],
+        "paper's cost model": [flop_model.paper_speedup_at(role(b), N, d_m, d_k, H) for b in part["baseline"]],
         "paper (Fig. 3)": [PAPER_FIG3[m][role(b) == "kernel"] if mode == "forward" and N == FIG3_N else None
                            for m, b, mode in zip(part["mechanism"], part["baseline"], part["mode"])],
         "_order": part["mechanism"].map(order), "_kernel": part["baseline"] != T.LOW_RANK,

@@ -408,6 +408,13 @@ def claims_at(N: float, d_m: float, d_k: float, H: float) -> dict[str, bool]:
             "claim3": claim3(N, d_m, d_k, H)}
 
 
+def paper_speedup_at(kind: str, N: float, d_m: float, d_k: float, H: float) -> float:
+    """FLuRKA's speedup over ``kind`` ("low-rank" or "kernel") by the paper's cost model
+    (:func:`paper_cost`) at raw sizes, d_h = d_m // H."""
+    d_h = d_m // H
+    return paper_cost(kind, N, d_m, d_k, d_h, H) / paper_cost("flurka", N, d_m, d_k, d_h, H)
+
+
 def claim_bounds(d_m: float, d_k: float, H: float) -> dict[str, float | None]:
     """The N above which the claims promise FLuRKA beats each constituent, at raw sizes: low-rank
     by claim 2 (N > d_k + 1, given d_k > d_h), the kernel by claim 3 (N > d_k(H+2), given
@@ -610,6 +617,6 @@ __all__ = [
     "EVA_WINDOW", "EVA_CHUNK", "PERFORMER_FEATURES", "AttentionShape", "eva_sizes",
     "flurka_eva_sizes",
     "flop_breakdown", "forward_flops", "dot_flops", "training_flops", "training_dot_flops", "constituents",
-    "fewer_than_constituents", "paper_cost", "claim1", "claim2", "claim3", "claims", "claims_at", "claim_bounds",
+    "fewer_than_constituents", "paper_cost", "paper_speedup_at", "claim1", "claim2", "claim3", "claims", "claims_at", "claim_bounds",
     "hlo_dot_flops", "hlo_dot_flops_by_type", "compiled_dot_flops",
 ]

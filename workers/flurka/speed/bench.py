@@ -48,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import time
+import types
 from typing import Any
 
 import jax
@@ -118,11 +119,7 @@ def attention_shape(point: Point, layer: nnx.Module) -> flop_model.AttentionShap
 
 def model_flops(point: Point, layer: nnx.Module) -> int:
     """FLOP-model FLOPs of the point (see the module docstring)."""
-    return point_flops(point, attention_shape(point, layer))
-
-
-def point_flops(point: Point, shape: flop_model.AttentionShape) -> int:
-    """FLOP-model FLOPs of the point whose attention layer has ``shape``."""
+    shape = attention_shape(point, layer)
     if point.scope == "layer":
         return (flop_model.forward_flops(point.mechanism, shape) if point.mode == "forward"
                 else flop_model.training_flops(point.mechanism, shape, input_grad=False))
@@ -145,16 +142,12 @@ def rederive(doc: dict[str, Any]) -> dict[str, Any]:
             results.append(r)
             continue
         point = Point(**{k: v for k, v in r.items() if k in point_fields})
-        low_rank = point.mechanism in LOW_RANK
-        shape = flop_model.AttentionShape(
-            batch=point.batch, seq_len=point.seq_len, d_model=point.d_model, num_heads=point.num_heads,
-            d_k=r.get("d_k_used", point.d_k) if low_rank else None,
-            num_features=r.get("num_features_used") or point.num_features)
-        r = {**r, "flops": point_flops(point, shape)}
+        used = {"d_k": r.get("d_k_used"), "num_features": r.get("num_features_used")}  # as describe() records them
+        built = types.SimpleNamespace(**{k: v for k, v in used.items() if v is not None})
+        r = {**r, "flops": model_flops(point, built)}
         ceilings = (doc.get("ceilings") or {}).get(point.dtype)
         if "floor_s" in r and ceilings:
-            fl = ceil.floor(r["flops"], r["min_bytes"], ceilings)
-            r.update(fl, ratio_to_floor=r["median_s"] / fl["floor_s"])
+            add_floor(r, ceilings)
         results.append(r)
     return {**doc, "results": results}
 
@@ -367,9 +360,14 @@ def finish(prep: Prepared, ceilings: dict[str, Any] | None = None, *,
         except Exception as exc:  # noqa: BLE001 - the timing stands without its profile
             result["profile"] = {"error": failure(exc)["error"]}
     if ceilings is not None and result.get("flops") is not None:
-        fl = ceil.floor(result["flops"], result["min_bytes"], ceilings)
-        result.update(fl, ratio_to_floor=result["median_s"] / fl["floor_s"])
+        add_floor(result, ceilings)
     return result
+
+
+def add_floor(result: dict[str, Any], ceilings: dict[str, Any]) -> None:
+    """A timed row's floor (:func:`flurka.speed.ceilings.floor`) and its ratio to it, in place."""
+    fl = ceil.floor(result["flops"], result["min_bytes"], ceilings)
+    result.update(fl, ratio_to_floor=result["median_s"] / fl["floor_s"])
 
 
 def run_point(point: Point, ceilings: dict[str, Any] | None = None, *, warmup: int = 2,

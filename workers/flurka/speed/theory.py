@@ -262,7 +262,6 @@ def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
     for cfg, by_mech in groups.items():
         config = dict(zip(CONFIG_KEYS, cfg))
         N, d_m, d_k, H = config["seq_len"], config["d_model"], config["d_k"], config["num_heads"]
-        d_h = d_m // H
         claims = flop_model.claims_at(N, d_m, d_k, H) if d_k else {}
         for mech in flop_model.FLURKA:
             if mech not in by_mech:
@@ -276,8 +275,7 @@ def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
                 pred = (b["flops"] / f["flops"]) if b.get("flops") and f.get("flops") else None
                 paper = None
                 if base in PAPER_KIND and d_k:
-                    paper = (flop_model.paper_cost(PAPER_KIND[base], N, d_m, d_k, d_h, H)
-                             / flop_model.paper_cost("flurka", N, d_m, d_k, d_h, H))
+                    paper = flop_model.paper_speedup_at(PAPER_KIND[base], N, d_m, d_k, H)
                 meas = b["median_s"] / f["median_s"]
                 widths = [_width(f), _width(b)]
                 spread = None if None in widths else sum(widths) / 2

@@ -323,12 +323,12 @@ def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = Fals
     return raw.merge(df[point], on=point) if runs else df
 
 
-def fastest_execution(df: pd.DataFrame) -> pd.DataFrame:
-    """Per mechanism, N and configuration, the row of its fastest execution (:data:`EXECUTION`:
-    aligned, fused, fused projections, fused FFN, padded, XLA options) — each mechanism at its best, as a user would run it
-    (cuDNN flash cannot be aligned or fused; FLuRKA's best is fused and padded); OOM only where
-    no execution fitted."""
-    key = ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c not in ("device", *EXECUTION)]]
+def fastest_execution(df: pd.DataFrame, key: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per mechanism, N and configuration (or per ``key``), the row of its fastest execution
+    (:data:`EXECUTION`: aligned, fused, fused projections, fused FFN, padded, XLA options) —
+    each mechanism at its best, as a user would run it (cuDNN flash cannot be aligned or fused;
+    FLuRKA's best is fused and padded); OOM only where no execution fitted."""
+    key = list(key or ["device", "mechanism", "N", *[c for c in SPEED_FILTERS if c not in ("device", *EXECUTION)]])
     ranked = df.assign(_oom=df["status"] != "ok").sort_values(["_oom", "median_s"], na_position="last")
     return ranked.drop_duplicates(key).drop(columns="_oom").sort_index()
 
@@ -491,8 +491,7 @@ def _best_runs(part: pd.DataFrame) -> pd.DataFrame:
     """``part``'s rows (one per run) of each mechanism's fastest execution per mode, the runs'
     medians deciding which."""
     how = ["mechanism", "mode", *EXECUTION]
-    combined = combine_repeats(part, how)
-    best = combined.sort_values("median_s").drop_duplicates(["mechanism", "mode"])
+    best = fastest_execution(combine_repeats(part, how), key=["mechanism", "mode"])
     return part.merge(best[how], on=how)
 
 

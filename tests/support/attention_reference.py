@@ -170,16 +170,21 @@ def eva_core(q, k, v, real, layer, noise, head):
     return out
 
 
-def flurka_eva_core(q, k, v, real_q, layer, noise, head):
+def flurka_eva_core(q, k, v, real_q, real_k, layer, noise, head):
     """flurka-eva per head: exact first window_size compressed rows, chunk CVs for the rest,
-    q̄ = mean of the real queries."""
+    q̄ = mean of the real queries; compressed rows that are not ``real_k`` dropped (a chunk
+    with none left is dropped too, its noise row unused)."""
     d = q.shape[1]
     s = d ** -0.5
     w, c, m = layer.window_size, layer.chunk_size, k.shape[0]
     q_bar = q[real_q].mean(0)
-    logits_k, vals = list(k[:w]), list(v[:w])
+    logits_k = [k[j] for j in range(w) if real_k[j]]
+    vals = [v[j] for j in range(w) if real_k[j]]
     for ci, start in enumerate(range(w, m, c)):
-        kc, vc = k[start:start + c], v[start:start + c]
+        keep = [j for j in range(start, min(start + c, m)) if real_k[j]]
+        if not keep:
+            continue
+        kc, vc = k[keep], v[keep]
         k_tilde = proposal(layer.adaptive_mu_k, kc.mean(0))
         omega = 0.5 * (proposal(layer.adaptive_mu_q, q_bar) + k_tilde)
         if noise is not None:
@@ -213,7 +218,10 @@ def reference(layer, x, mask, *, omega=None, noise="layer"):
                 v = np.stack([heads(linear(e2[h] @ xm, layer.value))[h] for h in range(HEADS)])
             else:
                 k, v = heads(linear(e1 @ xm, layer.key)), heads(linear(e2 @ xm, layer.value))
-            kreal = np.ones(k.shape[1], bool)               # compressed rows are all real
+            # a compressed row is real where E1's or E2's row weighs a real position (any head);
+            # the others are bias-only keys of padding, dropped like padded keys
+            weighs = (np.abs(e1) + np.abs(e2)) @ real.astype(np.float64) > 0
+            kreal = weighs.any(axis=0) if weighs.ndim == 2 else weighs
         else:
             k, v = heads(linear(xb, layer.key)), heads(linear(xb, layer.value))
             kreal = real
@@ -229,7 +237,7 @@ def reference(layer, x, mask, *, omega=None, noise="layer"):
             elif mech == "eva":
                 ctx.append(eva_core(qh, k[h], v[h], real, layer, noise, h))
             elif mech == "flurka-eva":
-                ctx.append(flurka_eva_core(qh, kh, vh, real, layer, noise, h))
+                ctx.append(flurka_eva_core(qh, k[h], v[h], real, kreal, layer, noise, h))
             else:
                 raise AssertionError(mech)
         merged = np.stack(ctx, axis=1).reshape(n, -1)

@@ -69,9 +69,11 @@ PROJECTABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items()
 
 def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int,
                    rngs: nnx.Rngs, d_k: int | None = None, num_features: int | None = None,
-                   handover_from: str | None = None, **options: Any) -> AttentionLayer:
-    """Build the ``mechanism`` layer. ``d_k`` (low-rank) and ``num_features`` (random-feature
-    kernels) are ignored by mechanisms that do not use them, so one model config fits all."""
+                   handover_from: str | None = None, e_init: str | None = None,
+                   **options: Any) -> AttentionLayer:
+    """Build the ``mechanism`` layer. ``d_k`` and ``e_init`` (low-rank: E's initialisation) and
+    ``num_features`` (random-feature kernels) are ignored by mechanisms that do not use them,
+    so one model config fits all."""
     if mechanism not in _CLASSES:
         raise ValueError(f"unknown attention mechanism {mechanism!r}; valid: {', '.join(MECHANISMS)}")
     cls = _CLASSES[mechanism]
@@ -85,6 +87,8 @@ def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int
         raise ValueError(f"{mechanism}: unknown option(s) {unknown}; valid: {valid}")
     if "d_k" in accepted:
         options["d_k"] = d_k
+        if e_init is not None:
+            options["e_init"] = e_init
     if "num_features" in accepted and num_features is not None:
         options["num_features"] = num_features
     return cls(d_model=d_model, num_heads=num_heads, max_len=max_len, rngs=rngs, **options)

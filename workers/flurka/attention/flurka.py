@@ -38,7 +38,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flurka.attention.base import F32, pad_to, zero_padding
+from flurka.attention.base import F32, NEG_INF, pad_to, zero_padding
 from flurka.attention.eva import EVAAttention, chunk_control_variates, masked_mean
 from flurka.attention.fused import Tiling, fused_softmax_attention, reference_softmax_attention
 from flurka.attention.fused_layer import SOFTMAX, ProjectedQuerySide
@@ -62,39 +62,51 @@ class FlurkaRNN(LowRankKV, RNNAttention):
 
 
 def compressed_key_set(k, v, q_bar, *, window_size: int, chunk_size: int, mu_q, mu_k,
-                       noise=None, head_dim: int | None = None):
+                       noise=None, head_dim: int | None = None, row_mask=None):
     """flurka-eva's joint key set, which every query attends: its window's compressed rows and
     the chunk summaries (definition in the module docstring), (keys, values) [b, window_size + C,
     h, d] in k's and v's dtype. k, v: [b, d_k, h, d] compressed (all rows real); q_bar [b, h, ·]
     float32, the mean of the sequence's real queries (d wide, or the true ``head_dim``: the
     proposal reads only those columns); noise None, [≥C, h, head_dim] or [b, ≥C, h, head_dim].
     The short key sets are joined here (not the [N, ·] logits after the product: a concatenation
-    pass over [b, h, N, window_size + C] float32 per layer). Every chunk holds a real row
-    (nc = ⌈rest / chunk_size⌉), so no joint logit is masked."""
+    pass over [b, h, N, window_size + C] float32 per layer). ``row_mask`` [b, d_k] bool or None:
+    the compressed rows that see a real position (the rest are bias-only rows of padding, left
+    out of their chunk's summary and, in the window, masked). Returns (keys, values, key mask
+    [b, window_size + C] bool or None): a joint key is masked where its row, or every row of its
+    chunk, sees only padding."""
     b, m, h, d = k.shape
+    if row_mask is not None:   # the chunk summaries take masked rows as zeros
+        k, v = (jnp.where(row_mask[:, :, None, None], t, jnp.zeros((), t.dtype)) for t in (k, v))
     keys, values = [k[:, :window_size]], [v[:, :window_size]]
+    masks = [] if row_mask is None else [row_mask[:, :window_size]]
     rest = m - window_size
     if rest > 0:
         nc = -(-rest // chunk_size)
         kc, vc = (pad_to(t[:, window_size:], nc * chunk_size).reshape(b, nc, chunk_size, h, d)
                   for t in (k, v))
-        mc = pad_to(jnp.ones((b, rest), bool), nc * chunk_size).reshape(b, nc, chunk_size)
+        real = jnp.ones((b, rest), bool) if row_mask is None else row_mask[:, window_size:]
+        mc = pad_to(real, nc * chunk_size).reshape(b, nc, chunk_size)
+        if row_mask is not None:
+            masks.append(jnp.any(mc, axis=-1))
         if noise is not None:
             noise = noise[..., :nc, :, :]
         q_bar = jnp.broadcast_to(q_bar[:, None], (b, nc) + q_bar.shape[1:])
         k_tilde, beta = chunk_control_variates(kc, vc, mc, q_bar, mu_q, mu_k, noise, head_dim)
         keys.append(k_tilde.astype(k.dtype))
         values.append(beta.astype(v.dtype))
-    return jnp.concatenate(keys, axis=1), jnp.concatenate(values, axis=1)
+    key_mask = None if row_mask is None else jnp.concatenate(masks, axis=1)
+    return jnp.concatenate(keys, axis=1), jnp.concatenate(values, axis=1), key_mask
 
 
 def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_size: int, mu_q,
-                             mu_k, noise=None, fused=None, head_dim: int | None = None):
+                             mu_k, noise=None, fused=None, head_dim: int | None = None,
+                             row_mask=None):
     """flurka-eva's core (definition in the module docstring).
 
     q: [b, n, h, d]; k, v: [b, d_k, h, d] compressed (all rows real); query_mask [b, n] or None;
     noise None, [≥C, h, head_dim] or [b, ≥C, h, head_dim]; ``head_dim``: the true d_h where d is
-    zero-padded past it (aligned layers). Returns float32 [b, n, h, d]; products take operands
+    zero-padded past it (aligned layers); ``row_mask`` [b, d_k]: the compressed rows that see a
+    real position (:func:`compressed_key_set`). Returns float32 [b, n, h, d]; products take operands
     in q's dtype and accumulate in float32 (as :func:`~flurka.attention.eva.eva_attention`).
     ``fused`` (a :class:`~flurka.attention.fused.Tiling`): the query side — one softmax over
     the window_size + C keys — as one Pallas kernel (its gradient two more), its result in v's
@@ -104,14 +116,15 @@ def compressed_eva_attention(q, k, v, query_mask, *, window_size: int, chunk_siz
     q = zero_padding(q, query_mask)
     qmask = jnp.ones((b, n), bool) if query_mask is None else query_mask
     q_bar = masked_mean(q[:, None], qmask[:, None], axis=2)[:, 0]            # [b, h, d]
-    keys, values = compressed_key_set(k, v, q_bar, window_size=window_size,
-                                      chunk_size=chunk_size, mu_q=mu_q, mu_k=mu_k, noise=noise,
-                                      head_dim=head_dim)
+    keys, values, key_mask = compressed_key_set(
+        k, v, q_bar, window_size=window_size, chunk_size=chunk_size, mu_q=mu_q, mu_k=mu_k,
+        noise=noise, head_dim=head_dim, row_mask=row_mask)
     scale = (head_dim or q.shape[-1]) ** -0.5
+    bias = None if key_mask is None else jnp.where(key_mask, 0.0, NEG_INF).astype(F32)
     if fused:
-        return fused_softmax_attention(q, keys, values, scale=scale, tiling=fused,
+        return fused_softmax_attention(q, keys, values, scale=scale, bias=bias, tiling=fused,
                                        out_dtype=v.dtype)
-    return reference_softmax_attention(q, keys, values, scale=scale)
+    return reference_softmax_attention(q, keys, values, scale=scale, bias=bias)
 
 
 class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
@@ -145,11 +158,13 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
         return xc
 
     def key_set(self, k, v, q_bar, rng):
+        """(keys, values) of the projected kernel, which takes no key mask: its speed paths
+        run unpadded sequences (with a mask, a padding-only row would stay in the set)."""
         return compressed_key_set(k, v, q_bar, window_size=self.window_size,
                                   chunk_size=self.chunk_size, mu_q=self.adaptive_mu_q,
                                   mu_k=self.adaptive_mu_k,
                                   noise=self.current_noise(k.shape[0], rng),
-                                  head_dim=self.head_dim)
+                                  head_dim=self.head_dim)[:2]
 
     def projected_key_side(self, x, mask, rng, norm=None):
         """(keys, values) for the projected kernel. Q never exists there, so q̄ — the mean of
@@ -172,7 +187,9 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
 
     def attend(self, x, mask, rng):
         q, k, v = self.low_rank_qkv(x, mask)
+        rows = None if mask is None else self.seen_rows(mask, x.shape[1])
         return compressed_eva_attention(
             q, k, v, mask, window_size=self.window_size, chunk_size=self.chunk_size,
             mu_q=self.adaptive_mu_q, mu_k=self.adaptive_mu_k,
-            noise=self.current_noise(q.shape[0], rng), fused=self.fused, head_dim=self.head_dim)
+            noise=self.current_noise(q.shape[0], rng), fused=self.fused, head_dim=self.head_dim,
+            row_mask=rows)

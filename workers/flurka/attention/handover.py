@@ -83,7 +83,7 @@ class HandoverMixin:
         """The base mechanism's per-head context [b, n, h, d_h] from this layer's parameters."""
         if self.handover_from == "linformer":
             q, k, v = self.low_rank_qkv(x, mask)
-            return softmax_attention(q, k, v, None)
+            return softmax_attention(q, k, v, self.compressed_mask(x.shape[0], mask, x.shape[1]))
         q, k, v = (self.heads(p, x) for p in (self.query, self.key, self.value))
         if self.handover_from == "performer":
             return favor_attention(q, k, v, mask, self.omega(rng))

@@ -10,6 +10,18 @@ actual length N (E[:, :N]). d_k ≤ max_len is checked at construction; d_k > N 
 allowed: the compressed K'/V' then have d_k rows of rank ≤ N (with E = I, d_k = N = max_len,
 Linformer is exactly full attention).
 
+E's initialisation (``e_init``): ``"pool"`` (the default) starts every row of E as the mean of
+one contiguous block of positions (row i averages positions ⌊i·L/d_k⌋ … ⌊(i+1)·L/d_k⌋ − 1 of
+max_len L): a compressed row starts as a local summary, which the keys of language and images
+are, and trains from there. ``"gaussian"`` is the paper's (Linformer's) N(0, 1/d_k): every
+compressed row a dense random signed mix of all positions, which trains to lower quality on the
+small benchmarks (README's quality table). Pass ``e_init="gaussian"`` to reproduce the paper.
+
+Padding: a compressed row whose E1 and E2 rows weigh no real position sees only padding: its key
+and value are the projections' biases alone (K' = b_K, V' = b_V), content-free. Such rows are
+masked out of the key set (:meth:`LowRankKV.compressed_mask`), so padding changes no output
+whatever E is (random E has no zero rows; pooled E on a short sequence has many).
+
 Sharing (Linformer §4 "parameter sharing", fairseq flags):
   ``"headwise"`` (default, fairseq's default): separate E1, E2 per layer, shared by all heads.
   ``"kv"``: one E for keys and values (fairseq ``--shared-kv-compressed``).
@@ -22,14 +34,16 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from flurka.attention.base import (
-    check_positive_int, compress, pad_to, project_heads, round_up, zero_padding)
+    F32, check_positive_int, compress, pad_to, project_heads, round_up, zero_padding)
 from flurka.attention.fused_compress import current_compress_tiling, normalised_compression
 
 Array = jax.Array
 SHARINGS = ("headwise", "kv", "none")
+E_INITS = ("pool", "gaussian")
 
 
 def linformer_init(d_k: int):
@@ -37,19 +51,42 @@ def linformer_init(d_k: int):
     return jax.nn.initializers.normal(stddev=d_k ** -0.5)
 
 
+def pool_matrix(d_k: int, length: int) -> np.ndarray:
+    """[d_k, length] block means: row i averages positions ⌊i·length/d_k⌋ … ⌊(i+1)·length/d_k⌋−1
+    (d_k ≤ length, so no block is empty)."""
+    edges = (np.arange(d_k + 1) * length) // d_k
+    e = np.zeros((d_k, length), np.float64)
+    for i in range(d_k):
+        e[i, edges[i]:edges[i + 1]] = 1.0 / (edges[i + 1] - edges[i])
+    return e
+
+
+def e_initializer(e_init: str, d_k: int):
+    """An initializer ``(key, shape, dtype)`` for E [(H,) d_k, max_len]."""
+    if e_init == "gaussian":
+        return linformer_init(d_k)
+
+    def pool(key, shape, dtype=jnp.float32):
+        del key
+        return jnp.broadcast_to(jnp.asarray(pool_matrix(shape[-2], shape[-1]), dtype), shape)
+    return pool
+
+
 class SeqProjection(nnx.Module):
     """E1 (``e1``) and E2 (``e2``; absent when ``sharing="kv"``), learned, [(H,) d_k, max_len]."""
 
     def __init__(self, *, d_k: int, max_len: int, num_heads: int = 1, sharing: str = "headwise",
-                 rngs: nnx.Rngs, param_dtype=jnp.float32):
+                 e_init: str = "pool", rngs: nnx.Rngs, param_dtype=jnp.float32):
         check_positive_int("d_k", d_k)
         if sharing not in SHARINGS:
             raise ValueError(f"sharing must be one of {SHARINGS}, got {sharing!r}")
+        if e_init not in E_INITS:
+            raise ValueError(f"e_init must be one of {E_INITS}, got {e_init!r}")
         if d_k > max_len:
             raise ValueError(f"d_k={d_k} must be <= max_len={max_len}")
         self.d_k, self.max_len, self.sharing = d_k, max_len, sharing
         shape = (num_heads, d_k, max_len) if sharing == "none" else (d_k, max_len)
-        init = linformer_init(d_k)
+        init = e_initializer(e_init, d_k)
         self.e1 = nnx.Param(init(rngs.params(), shape, param_dtype))
         self.e2 = None if sharing == "kv" else nnx.Param(init(rngs.params(), shape, param_dtype))
 
@@ -63,10 +100,11 @@ class SeqProjection(nnx.Module):
 class LowRankKV:
     """Mixin for an :class:`~flurka.attention.base.AttentionLayer`: adds ``seq_proj`` and replaces
     K, V by their compressed versions before the layer's own ``core`` (softmax for Linformer, the
-    kernel for FLuRKA). Compressed rows are all real, so ``core`` gets no key mask."""
+    kernel for FLuRKA). ``core``'s key mask is :meth:`compressed_mask`: with a padding mask, the
+    compressed rows that see only padding are masked."""
 
     def __init__(self, *, d_k: int | None = None, sharing: str = "headwise",
-                 seq_proj: SeqProjection | None = None, **kwargs):
+                 e_init: str = "pool", seq_proj: SeqProjection | None = None, **kwargs):
         if seq_proj is None:  # checked first (before any parameter is drawn)
             if d_k is None:
                 raise ValueError(f"{self.mechanism}: d_k (the downsampling factor) is required")
@@ -77,11 +115,14 @@ class LowRankKV:
             if sharing not in SHARINGS:
                 raise ValueError(f"{self.mechanism}: sharing must be one of {SHARINGS}, "
                                  f"got {sharing!r}")
+            if e_init not in E_INITS:
+                raise ValueError(f"{self.mechanism}: e_init must be one of {E_INITS}, "
+                                 f"got {e_init!r}")
         self.d_k = d_k if seq_proj is None else seq_proj.d_k  # kernels may size buffers from it
         super().__init__(**kwargs)
         if seq_proj is None:
             seq_proj = SeqProjection(d_k=d_k, max_len=self.max_len, num_heads=self.num_heads,
-                                     sharing=sharing, rngs=kwargs["rngs"],
+                                     sharing=sharing, e_init=e_init, rngs=kwargs["rngs"],
                                      param_dtype=kwargs.get("param_dtype", jnp.float32))
         elif seq_proj.max_len < self.max_len:
             raise ValueError(f"{self.mechanism}: shared seq_proj has max_len={seq_proj.max_len} "
@@ -108,7 +149,7 @@ class LowRankKV:
         """K', V' and their key mask (compressed rows: none unless aligned); ``x``'s padded rows
         zeroed by the caller — or, with ``norm`` (a
         :class:`~flurka.attention.fused_compress.PreNorm`), x the block's input."""
-        return (*self.low_rank_kv(x, norm), self.compressed_mask(x.shape[0]))
+        return (*self.low_rank_kv(x, norm), self.compressed_mask(x.shape[0], mask, x.shape[1]))
 
     def low_rank_kv(self, x: Array, norm=None) -> tuple[Array, Array]:
         """K' = (E1·X) W_K, V' = (E2·X) W_V as heads [b, d_k, h, d_h] (aligned:
@@ -153,13 +194,31 @@ class LowRankKV:
             return e
         return pad_to(e, n, axis=-1)
 
-    def compressed_mask(self, batch: int) -> Array | None:
-        """Key mask of the compressed rows: None (all real) unless aligned padding added rows."""
+    def seen_rows(self, mask: Array, n: int) -> Array:
+        """[b, d_k] bool: the compressed rows whose E1 or E2 row weighs a real position of
+        ``mask`` [b, n] (per-head E: in any head). The others are bias-only keys and values."""
+        real = mask.astype(F32)
+        seen = None
+        for e in {id(e): e for e in self.seq_proj.matrices(n)}.values():
+            e = jax.lax.stop_gradient(jnp.abs(self.aligned_e(e, n)).astype(F32))
+            spec = "hkn,bn->bhk" if e.ndim == 3 else "kn,bn->bk"
+            rows = jnp.einsum(spec, e, real) > 0
+            rows = jnp.any(rows, axis=1) if e.ndim == 3 else rows
+            seen = rows if seen is None else seen | rows
+        return seen
+
+    def compressed_mask(self, batch: int, mask: Array | None = None,
+                        n: int | None = None) -> Array | None:
+        """Key mask of the compressed rows [b, round_up(d_k)]: the rows that see a real position
+        (:meth:`seen_rows`; all, without a mask) and are not aligned padding rows; None where
+        every row is real."""
         d_k_pad = round_up(self.d_k, self.align)
-        if d_k_pad == self.d_k:
-            return None
-        return jnp.broadcast_to(jnp.arange(d_k_pad) < self.d_k, (batch, d_k_pad))
+        if mask is None:
+            if d_k_pad == self.d_k:
+                return None
+            return jnp.broadcast_to(jnp.arange(d_k_pad) < self.d_k, (batch, d_k_pad))
+        return pad_to(self.seen_rows(mask, n or mask.shape[1]), d_k_pad, axis=1)
 
     def attend(self, x, mask, rng):
         q, k, v = self.low_rank_qkv(x, mask)
-        return self.core(q, k, v, self.compressed_mask(x.shape[0]), rng)
+        return self.core(q, k, v, self.compressed_mask(x.shape[0], mask, x.shape[1]), rng)

@@ -115,6 +115,8 @@ def register(name: str):
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+# what a config's attention_options may hold (make_attention takes more: speed options)
+ATTENTION_OPTIONS = ("d_k", "num_features", "window_size", "chunk_size", "e_init")
 
 
 def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
@@ -203,9 +205,13 @@ def validate(config: TrainConfig) -> TrainConfig:
     if c.grad_clip is not None and not c.grad_clip > 0:
         raise ValueError(f"grad_clip must be > 0 or None, got {c.grad_clip}")
     opts = dict(c.attention_options)
-    bad = sorted(set(opts) - {"d_k", "num_features", "window_size", "chunk_size"})
+    bad = sorted(set(opts) - set(ATTENTION_OPTIONS))
     if bad:
-        raise ValueError(f"unknown attention option(s) {bad}; valid: d_k, num_features, window_size, chunk_size")
+        raise ValueError(f"unknown attention option(s) {bad}; valid: {', '.join(ATTENTION_OPTIONS)}")
+    from flurka.attention.lowrank import E_INITS
+    if opts.get("e_init", E_INITS[0]) not in E_INITS:
+        raise ValueError(f"attention_options.e_init must be one of {', '.join(E_INITS)}, "
+                         f"got {opts['e_init']!r}")
     d_k = opts.get("d_k")
     if d_k is not None:
         _positive("attention_options.d_k", d_k)

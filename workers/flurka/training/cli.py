@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base", choices=("low-rank", "kernel"), help="up-training base model")
     parser.add_argument("--base-checkpoint", help="fork the FLuRKA phase from a base run's checkpoint dir")
     parser.add_argument("--d-k", type=int, dest="d_k", help="low-rank projected length")
+    parser.add_argument("--e-init", choices=("pool", "gaussian"), dest="e_init",
+                        help="E1/E2's initialisation: pooled block means (default) or the "
+                             "paper's N(0, 1/d_k)")
     parser.add_argument("--workdir", help="checkpoints go to WORKDIR/checkpoints (resumes if present)")
     parser.add_argument("--checkpoint-every", type=int)
     parser.add_argument("--data-dir")
@@ -55,8 +58,10 @@ def overrides(args: argparse.Namespace) -> dict:
         value = getattr(args, name)
         if value is not None:
             out[name] = value
-    if args.d_k is not None:
-        out["attention_options"] = {**out.get("attention_options", {}), "d_k": args.d_k}
+    for name in ("d_k", "e_init"):
+        if getattr(args, name) is not None:
+            out["attention_options"] = {**out.get("attention_options", {}),
+                                        name: getattr(args, name)}
     return out
 
 

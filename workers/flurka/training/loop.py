@@ -197,10 +197,17 @@ def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task,
         params = optax.apply_updates(params, updates)
         return params, other, opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads), **aux}
 
+    def eval_model(params, other):
+        """The model in evaluation mode: ``deterministic`` layers drop their random terms
+        (EVA's ε: ω = μ), as dropout is off."""
+        model = parts.merge(params, other)
+        model.eval()
+        return model
+
     @jax.jit
     def eval_step(params, other, batch):
         params, batch = compute(params, batch)
-        return task.eval_stats(parts.merge(params, other), batch)
+        return task.eval_stats(eval_model(params, other), batch)
 
     decode = None
     if config.task == "translation":
@@ -208,7 +215,7 @@ def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task,
 
         @jax.jit
         def decode(params, other, inputs, mask):
-            model = parts.merge(compute(params, {})[0], other)
+            model = eval_model(compute(params, {})[0], other)
             ids = dict(bos_id=info.bos_id, eos_id=info.eos_id, pad_id=info.pad_id)
             if config.beam_size > 1:
                 return model.beam_search(inputs, mask, beam_size=config.beam_size, max_len=max_len, **ids)

@@ -21,3 +21,63 @@ def test_speed_table_only_where_speed_was_measured(tmp_path, capsys):
     finally:
         engine.dispose()
     assert {"flurka-rnn", "linformer", "performer"} <= set(speed.columns) and 55_500 in speed.index
+
+
+def _trials() -> list[dict]:
+    """nmt-small, 3 seeds: rnn, Linformer at d_k 8 and 16, flurka-rnn up-trained at α 25 % and 50 %."""
+    out = []
+
+    def add(key, mech, bleu, loss, alpha=None, d_k=None):
+        for s, (b, l) in enumerate(zip(bleu, loss)):
+            out.append({"trial_key": f"{key}-s{s}", "attention": mech, "benchmark": "nmt-small", "seed": s,
+                        "status": "ok", "steps": 600, "alpha": alpha, "base": "linformer" if alpha else None,
+                        "d_k": d_k, "num_features": None, "train_flops": 1e15, "wall_time_s": 76.0,
+                        "metrics": {"bleu": b, "loss": l, "accuracy": 0.5}, "curve": []})
+
+    add("rnn", "rnn", (70.0, 71.0, 72.0), (1.0, 1.1, 0.9))
+    add("lin8", "linformer", (80.0, 82.0, 81.0), (0.5, 0.6, 0.4), d_k=8)
+    add("lin16", "linformer", (84.0, 86.0, 85.0), (0.3, 0.4, 0.2), d_k=16)
+    add("fr8-25", "flurka-rnn", (82.5, 83.5, 83.0), (0.55, 0.65, 0.45), alpha=0.25, d_k=8)
+    add("fr8-50", "flurka-rnn", (76.0, 77.0, 78.0), (0.45, 0.52, 0.38), alpha=0.5, d_k=8)
+    add("fr16-25", "flurka-rnn", (85.5, 84.5, 86.0), (0.35, 0.45, 0.25), alpha=0.25, d_k=16)
+    add("fr16-50", "flurka-rnn", (80.0, 81.0, 79.0), (0.32, 0.41, 0.26), alpha=0.5, d_k=16)
+    return out
+
+
+def test_summary_prints_metric_and_loss_tables_and_the_observations(tmp_path):
+    from flurka.results import ingest_sweep
+    from flurka.sweeps.runner import SweepOutcome, summary
+
+    spec = validate(SweepSpec(benchmarks=("nmt-small",), variants=("flurka-rnn",), alphas=(0.25, 0.5),
+                              steps=8, run_dir=str(tmp_path / "run")))
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    engine = open_results(url)
+    try:
+        ingest_sweep(engine, {"sweep_id": "nmt", "name": "nmt", "created_at": "2026-12-01T12:00:00+00:00",
+                              "environment": {"device": "cpu", "host": "h", "versions": {}}, "trials": _trials()})
+        tables = _tables(engine, spec, "nmt")
+    finally:
+        engine.dispose()
+    assert set(tables) == {"uptraining_nmt-small", "uptraining_nmt-small_loss", "observations_nmt-small",
+                           "observations_nmt-small_loss", "quality"}
+    assert tables["uptraining_nmt-small"].at[("flurka-rnn", 8), "25%"] == "83.0 ± 1.2 (n=3) *"
+    assert tables["uptraining_nmt-small_loss"].at[("flurka-rnn", 8), "50%"] == "0.450 ± 0.174 (n=3) *"
+    assert list(tables["quality"].columns) == ["nmt-small: BLEU (char, 0–100)"]
+    assert tables["quality"].at["linformer", "nmt-small: BLEU (char, 0–100)"] == "85.0 ± 2.5 (n=3)"   # d_k 16
+    text = summary(SweepOutcome("nmt", tmp_path / "run", "sqlite:///mlflow.db", url,
+                                {"uptrain_steps_executed": 10, "uptrain_steps_independent": 16,
+                                 "uptrain_compute_ratio": 10 / 16}, {}, [], tables))
+    order = ["Up-training α, nmt-small: BLEU (char, 0–100), higher is better",
+             "| flurka-rnn |     8 | rnn                  | 71.0 ± 2.5 (n=3) | 81.0 ± 2.5 (n=3) | 83.0 ± 1.2 (n=3) * |",
+             "Up-training α, nmt-small: eval loss, lower is better",
+             "Table 5's observations, nmt-small, BLEU (char, 0–100):",
+             "(1) 2 of 4 α cells lie between their constituents",
+             "(2) best variant beats both: no (flurka-rnn d_k=16 at α=25%",
+             "(3) best α in [25 %, 37.5 %]: yes (2 of 2 rows",
+             "Table 5's observations, nmt-small, eval loss:",
+             "(1) 3 of 4 α cells lie between their constituents",
+             "(3) best α in [25 %, 37.5 %]: no (0 of 2 rows",
+             "Quality (mean ± 95 % CI over seeds, n):"]
+    at = [text.find(line) for line in order]
+    assert -1 not in at, [line for line, i in zip(order, at) if i < 0]
+    assert at == sorted(at)

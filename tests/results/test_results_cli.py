@@ -33,14 +33,20 @@ def test_markdown_latex_csv(seeded_url, capsys):
     assert code == 0
     lines = md.splitlines()
     assert [c.strip() for c in lines[0].strip("|").split("|")] == \
-        ["mechanism", "ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Average"]
+        ["mechanism", "ListOps (acc, %)", "Text (acc, %)", "Retrieval (acc, %)", "Image (acc, %)",
+         "Pathfinder (acc, %)", "Average (%)"]
     assert set(lines[1]) <= set("|-: ") and lines[2].split("|")[1].strip() == "full"
-    assert "57.23" in lines[2] and "59.13" in lines[3]
+    assert "57.2 (1 seed)" in lines[2] and "59.1 (1 seed)" in lines[3]     # paper Table 3: 57.23, 59.13
 
     code, tex, _ = run_cli(["--db", seeded_url, "--table", "uptraining", "--format", "latex"], capsys)
     assert code == 0
     assert r"\begin{tabular}" in tex and r"\end{tabular}" in tex
-    assert r"12.5\%" in tex and "flurka-performer" in tex and "27.49" in tex
+    assert r"12.5\%" in tex and "flurka-performer" in tex and "27.5 ± 6.2 (n=2)" in tex   # seeds 27.98, 27.0
+    assert "% (2) best variant beats both: no" in tex                   # the observations, as LaTeX comments
+
+    code, md, _ = run_cli(["--db", seeded_url, "--table", "uptraining"], capsys)
+    assert code == 0 and md.startswith("Up-training α, nmt-wmt14-ende: BLEU (0–100), higher is better")
+    assert "| 28.0 (1 seed) * |" in md and "\n(1) 1 of 3 α cells lie between their constituents" in md
 
     code, csv, _ = run_cli(["--db", seeded_url, "--table", "speed", "--device", "H100", "--format", "csv"], capsys)
     assert code == 0
@@ -54,7 +60,12 @@ def test_options_reach_the_table(seeded_url, capsys):
     code, out, _ = run_cli(["--db", seeded_url, "--table", "uptraining", "--agg", "best", "--format", "csv"], capsys)
     assert code == 0
     back = pd.read_csv(io.StringIO(out)).set_index("variant")
-    assert back.at["flurka-performer", "12.5%"] == pytest.approx(27.98)
+    assert back.at["flurka-performer", "12.5% mean"] == 28.0                # the best trial, 27.98, to 0.1
+    assert back.at["flurka-performer", "12.5% n"] == 1 and pd.isna(back.at["flurka-performer", "12.5% ci_low"])
+    code, out, _ = run_cli(["--db", seeded_url, "--table", "collective", "--format", "csv"], capsys)
+    back = pd.read_csv(io.StringIO(out)).set_index("mechanism")
+    assert back.at["full", "WikiText-103 (perplexity) mean"] == 5.58         # 3 significant digits
+    assert "5.583" not in out and "21.146" not in out
     code, out, err = run_cli(["--db", seeded_url, "--table", "speedup"], capsys)
     assert code == 1 and out == "" and err.count("\n") == 1 and "filter by device" in err
 
@@ -73,7 +84,7 @@ def test_uptraining_defaults_to_the_benchmark_the_sweep_ran(engine, sweep_dict, 
     code, out, err = run_cli(["--db", url, "--table", "uptraining", "--format", "csv"], capsys)
     assert code == 0, err
     back = pd.read_csv(io.StringIO(out)).set_index("variant")
-    assert back.at["flurka-rnn", "50%"] == pytest.approx(47.0) and back.at["flurka-rnn", "low-rank"] == pytest.approx(45.0)
+    assert back.at["flurka-rnn", "50% mean"] == 47.0 and back.at["flurka-rnn", "low-rank mean"] == 45.0
     ingest_sweep(engine, sweep_dict)  # the paper sweep: up-training on nmt-wmt14-ende too
     code, out, err = run_cli(["--db", url, "--table", "uptraining"], capsys)
     assert code == 1 and "several benchmarks (lra-listops-small, nmt-wmt14-ende): pass --benchmark" in err

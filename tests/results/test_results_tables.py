@@ -1,13 +1,16 @@
 """The paper's tables from a hand-built sweep (conftest.paper_sweep); every expected number
-below is worked out by hand from that data, on SQLite and PostgreSQL."""
+below is worked out by hand from that data (CI half-widths from the tabled t quantiles, paired
+p-values from scipy's own ttest_rel), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import argparse
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as st
 
 from flurka.results import tables
 
@@ -28,21 +31,29 @@ def assert_frame(df: pd.DataFrame, index: list, columns: list[str], rows: list[l
                 assert got == want, (label, col, got)
 
 
+T1 = 12.706204736174707   # Student's t 97.5 % quantile, 1 degree of freedom
+T2 = 4.302652729749464    # 2 degrees of freedom
+
+
 def test_uptraining_table_mean_and_best(seeded):
-    # performer: nf=64 seeds (27.0, 28.0) -> 27.5, nf=128 -> 27.9: best config 27.9; best trial 28.0.
-    # linformer d_k=64 seeds (28.0, 27.0) -> 27.5 | 28.0. flurka-performer alpha=12.5%: (27.98, 27.0) -> 27.49 |
-    # 27.98; its diverged 25% trial (99.0) and from-scratch trial (50.0) are not in the alpha columns.
+    # performer: nf=64 seeds (27.0, 28.0) -> 27.5, nf=128 -> 27.9 (1 seed): best config 27.9; best trial 28.0.
+    # linformer d_k=64 seeds (28.0, 27.0) -> 27.5 ± T1 * 0.5 = 6.35 | 28.0. flurka-performer alpha=12.5%:
+    # (27.98, 27.0) -> 27.49 ± T1 * 0.49 = 6.23 | 27.98; its diverged 25% trial (99.0) and from-scratch trial
+    # (50.0) are not in the alpha columns. The best α per row is marked.
     cols = ["kernel constituent", "kernel", "low-rank", "12.5%", "25%", "37.5%"]
-    index = ["flurka-performer", "flurka-rnn", "flurka-eva"]
-    assert_frame(tables.uptraining_table(seeded), index, cols, [
-        ["performer", 27.9, 27.5, 27.49, nan, 28.0],
-        ["rnn", 23.41, 27.5, nan, 24.57, nan],
-        ["eva", nan, 27.5, nan, nan, 28.87],
+    index = [("flurka-performer", 64), ("flurka-rnn", 64), ("flurka-eva", 64)]
+    table = tables.uptraining_table(seeded)
+    assert table.index.names == ["variant", "d_k"]
+    assert_frame(table, index, cols, [
+        ["performer", "27.9 (1 seed)", "27.5 ± 6.4 (n=2)", "27.5 ± 6.2 (n=2)", nan, "28.0 (1 seed) *"],
+        ["rnn", "23.4 (1 seed)", "27.5 ± 6.4 (n=2)", nan, "24.6 (1 seed) *", nan],
+        ["eva", nan, "27.5 ± 6.4 (n=2)", nan, nan, "28.9 (1 seed) *"],
     ])
+    assert "BLEU (0–100), higher is better" in table.attrs["title"]
     assert_frame(tables.uptraining_table(seeded, agg="best"), index, cols, [
-        ["performer", 28.0, 28.0, 27.98, nan, 28.0],
-        ["rnn", 23.41, 28.0, nan, 24.57, nan],
-        ["eva", nan, 28.0, nan, nan, 28.87],
+        ["performer", "28.0 (1 seed)", "28.0 (1 seed)", "28.0 (1 seed)", nan, "28.0 (1 seed) *"],
+        ["rnn", "23.4 (1 seed)", "28.0 (1 seed)", nan, "24.6 (1 seed) *", nan],
+        ["eva", nan, "28.0 (1 seed)", nan, nan, "28.9 (1 seed) *"],
     ])
     with pytest.raises(tables.NoResults, match="no ok FLuRKA trials with 'bleu' on nmt-wmt14-enfr"):
         tables.uptraining_table(seeded, benchmark="nmt-wmt14-enfr")
@@ -50,46 +61,198 @@ def test_uptraining_table_mean_and_best(seeded):
         tables.uptraining_table(seeded, agg="median")
 
 
+def test_uptraining_stats_carry_the_cells_numbers(seeded):
+    stats = tables.uptraining_stats(seeded)
+    assert list(stats.columns) == ["variant", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean", "low",
+                                   "high", "n", "decimals", "best"]
+    cell = lambda v, c: stats[(stats["variant"] == v) & (stats["column"] == c)].iloc[0]  # noqa: E731
+    low = cell("flurka-performer", "low-rank")
+    assert (low["mechanism"], low["config"], low["seeds"], low["n"]) == ("linformer", "d_k=64", "0,1", 2)
+    assert (low["low"], low["high"]) == pytest.approx((27.5 - T1 * 0.5, 27.5 + T1 * 0.5))
+    a1 = cell("flurka-performer", "12.5%")
+    assert a1["mean"] == pytest.approx(27.49) and a1["high"] == pytest.approx(27.49 + T1 * 0.49)
+    assert a1["alpha"] == 0.125 and a1["config"] == "alpha=0.125, base=linformer, d_k=64" and not a1["best"]
+    kernel = cell("flurka-performer", "kernel")
+    assert (kernel["mechanism"], kernel["config"], kernel["n"]) == ("performer", "num_features=128", 1)
+    assert math.isnan(kernel["low"])
+    assert cell("flurka-performer", "37.5%")["best"] and cell("flurka-rnn", "25%")["best"]
+    assert not ((stats["variant"] == "flurka-eva") & (stats["column"] == "kernel")).any()   # no eva trial
+
+    numbers = tables.uptraining_table(seeded, numbers=True)
+    assert list(numbers.columns[:5]) == ["kernel constituent", "kernel mean", "kernel ci_low", "kernel ci_high",
+                                         "kernel n"]
+    row = numbers.loc[("flurka-performer", 64)]
+    assert (row["low-rank mean"], row["low-rank ci_low"], row["low-rank ci_high"], row["low-rank n"]) == \
+        (27.5, 21.1, 33.9, 2)                                                # rounded to 0.1
+    assert row["12.5% ci_low"] == 21.3 and row["12.5% mean"] == 27.5 and row["best α"] == "37.5%"
+    assert math.isnan(row["25% mean"]) and row["25% n"] == 0
+
+
+def _uptrain_sweep(sweep_dict, make_trial) -> dict:
+    """nmt-small, 3 seeds, flurka-rnn up-trained at α 25 % and 50 % on Linformer d_k 8 and 16: BLEU
+    and eval loss per seed (the expectations below are worked from these)."""
+    t = []
+
+    def add(key, mech, bleu, loss, **kw):
+        for s, (b, l) in enumerate(zip(bleu, loss)):
+            t.append(make_trial(f"{key}-s{s}", mech, "nmt-small", {"bleu": b, "loss": l}, seed=s, **kw))
+
+    add("rnn", "rnn", (70.0, 71.0, 72.0), (1.0, 1.1, 0.9))
+    add("lin8", "linformer", (80.0, 82.0, 81.0), (0.5, 0.6, 0.4), d_k=8)
+    add("lin16", "linformer", (84.0, 86.0, 85.0), (0.3, 0.4, 0.2), d_k=16)
+    up = {"base": "linformer"}
+    add("fr8-25", "flurka-rnn", (82.5, 83.5, 83.0), (0.55, 0.65, 0.45), alpha=0.25, d_k=8, **up)
+    add("fr8-50", "flurka-rnn", (76.0, 77.0, 78.0), (0.45, 0.52, 0.38), alpha=0.5, d_k=8, **up)
+    add("fr16-25", "flurka-rnn", (85.5, 84.5, 86.0), (0.35, 0.45, 0.25), alpha=0.25, d_k=16, **up)
+    add("fr16-50", "flurka-rnn", (80.0, 81.0, 79.0), (0.32, 0.41, 0.26), alpha=0.5, d_k=16, **up)
+    return {**sweep_dict, "sweep_id": "nmt-uptrain", "name": "nmt up-training", "trials": t}
+
+
+def _paired_text(a, b, digits):
+    d = np.array(a) - np.array(b)
+    half = T2 * d.std(ddof=1) / math.sqrt(len(d))
+    return f"{d.mean():+.{digits}f} ± {half:.{digits}f} (n={len(d)}), p={st.ttest_rel(a, b).pvalue:.2g}"
+
+
+def test_uptraining_per_d_k_and_the_papers_observations(engine, sweep_dict, make_trial):
+    from flurka.results import ingest_sweep
+
+    ingest_sweep(engine, _uptrain_sweep(sweep_dict, make_trial))
+    table = tables.uptraining_table(engine, benchmark="nmt-small", metric="bleu")
+    # rnn 71 ± T2/sqrt(3) = 2.48; each row's low-rank is Linformer at its d_k: 81 and 85 (± 2.48)
+    assert_frame(table, [("flurka-rnn", 8), ("flurka-rnn", 16)],
+                 ["kernel constituent", "kernel", "low-rank", "25%", "50%"], [
+        ["rnn", "71.0 ± 2.5 (n=3)", "81.0 ± 2.5 (n=3)", "83.0 ± 1.2 (n=3) *", "77.0 ± 2.5 (n=3)"],
+        ["rnn", "71.0 ± 2.5 (n=3)", "85.0 ± 2.5 (n=3)", "85.3 ± 1.9 (n=3) *", "80.0 ± 2.5 (n=3)"],
+    ])
+    assert "BLEU (char, 0–100)" in table.attrs["title"]
+
+    obs = tables.uptraining_observations(engine, benchmark="nmt-small", metric="bleu")
+    assert list(obs.index) == [("flurka-rnn", 8), ("flurka-rnn", 16)]
+    # d_k 8: 83 is above both constituents (71, 81), 77 between; d_k 16: 80 between, 85.33 above 85
+    assert obs["between"].tolist() == [1, 1] and obs["judged"].tolist() == [2, 2]
+    assert obs["best α"].tolist() == ["25%", "25%"] and obs["best α in [25 %, 37.5 %]"].tolist() == ["yes", "yes"]
+    # d_k 8, best (25 %) − linformer: 2.5, 1.5, 2.0 -> CI (0.76, 3.24) above 0: FLuRKA; − rnn: 12.5, 12.5, 11
+    assert obs.at[("flurka-rnn", 8), "best − low-rank"] == _paired_text([82.5, 83.5, 83.0], [80.0, 82.0, 81.0], 1)
+    assert obs.at[("flurka-rnn", 8), "best − kernel"] == _paired_text([82.5, 83.5, 83.0], [70.0, 71.0, 72.0], 1)
+    assert obs.at[("flurka-rnn", 8), "vs low-rank"] == "flurka-rnn" == obs.at[("flurka-rnn", 8), "vs kernel"]
+    assert obs["beats both"].tolist() == ["yes", "no"]
+    # d_k 16: 1.5, -1.5, 1.0 against Linformer: the CI holds 0, a tie, though the mean is higher
+    assert obs.at[("flurka-rnn", 16), "vs low-rank"] == "tie"
+    assert obs["overall best"].tolist() == [False, True]                  # 85.33 > 83
+    one, two, three = tables.observation_lines(obs)
+    assert one.startswith("(1) 2 of 4 α cells lie between their constituents")
+    assert two.startswith("(2) best variant beats both: no (flurka-rnn d_k=16 at α=25%")
+    assert "vs linformer: " + _paired_text([85.5, 84.5, 86.0], [84.0, 86.0, 85.0], 1) + " -> tie" in two
+    assert three.startswith("(3) best α in [25 %, 37.5 %]: yes (2 of 2 rows")
+
+
+def test_uptraining_on_eval_loss_is_lower_is_better(engine, sweep_dict, make_trial):
+    from flurka.results import ingest_sweep
+
+    ingest_sweep(engine, _uptrain_sweep(sweep_dict, make_trial))
+    table = tables.uptraining_table(engine, benchmark="nmt-small", metric="loss")
+    # 3 significant digits; the lower α = 50 % loss is the best on both rows (0.45 < 0.55, 0.33 < 0.35)
+    assert_frame(table.drop(columns="kernel constituent"), [("flurka-rnn", 8), ("flurka-rnn", 16)],
+                 ["kernel", "low-rank", "25%", "50%"], [
+        ["1.00 ± 0.25 (n=3)", "0.500 ± 0.248 (n=3)", "0.550 ± 0.248 (n=3)", "0.450 ± 0.174 (n=3) *"],
+        ["1.00 ± 0.25 (n=3)", "0.300 ± 0.248 (n=3)", "0.350 ± 0.248 (n=3)", "0.330 ± 0.188 (n=3) *"],
+    ])
+    assert "eval loss, lower is better" in table.attrs["title"]
+    obs = tables.uptraining_observations(engine, benchmark="nmt-small", metric="loss")
+    assert obs["best α"].tolist() == ["50%", "50%"] and obs["best α in [25 %, 37.5 %]"].tolist() == ["no", "no"]
+    # d_k 8: 0.55 between 0.5 and 1.0, 0.45 below both; d_k 16: 0.35 and 0.33 between 0.3 and 1.0
+    assert obs["between"].tolist() == [1, 2]
+    # lower loss than rnn beyond noise: FLuRKA wins though its difference is negative
+    assert obs.at[("flurka-rnn", 8), "vs kernel"] == "flurka-rnn"
+    assert obs.at[("flurka-rnn", 8), "best − kernel"] == _paired_text([0.45, 0.52, 0.38], [1.0, 1.1, 0.9], 3)
+    assert obs["vs low-rank"].tolist() == ["tie", "tie"] and obs["beats both"].tolist() == ["no", "no"]
+    assert obs["overall best"].tolist() == [False, True]                  # 0.33 < 0.45
+    lines = tables.observation_lines(obs)
+    assert lines[0].startswith("(1) 3 of 4") and lines[2].startswith("(3) best α in [25 %, 37.5 %]: no (0 of 2")
+    numbers = tables.uptraining_table(engine, benchmark="nmt-small", metric="loss", numbers=True)
+    assert numbers.at[("flurka-rnn", 8), "50% ci_low"] == round(0.45 - T2 * np.std([0.45, 0.52, 0.38], ddof=1)
+                                                                 / math.sqrt(3), 3)
+    assert numbers.at[("flurka-rnn", 8), "best α"] == "50%"
+
+
 def test_collective_table(seeded):
     # En-De: flurka-performer's configs are alpha 12.5% (27.49), 37.5% (28.0), scratch (50.0) -> 50.0.
-    # WikiText-103 perplexity is lower-is-better: full seeds (5.533, 5.633) -> 5.583; linformer min(7.696, 7.5).
-    # No En-Fr results: that column is left out. ImageNet fractions are shown in percent.
-    cols = ["En-De (BLEU)", "ImageNet top-1", "ImageNet top-5", "WikiText-103 (ppl)"]
+    # WikiText-103 perplexity is lower-is-better: full seeds (5.533, 5.633) -> 5.583 ± T1 * 0.05 = 0.635
+    # (3 significant digits); linformer min(7.696, 7.5). No En-Fr results: that column is left out.
+    # ImageNet fractions are shown in percent; full's En-De seeds agree (24.65 twice): a zero-width CI.
+    cols = ["En-De (BLEU, 0–100)", "ImageNet top-1 (%)", "ImageNet top-5 (%)", "WikiText-103 (perplexity)"]
     assert_frame(tables.collective_table(seeded),
                  ["full", "linformer", "performer", "rnn", "flurka-performer", "flurka-rnn", "flurka-eva"], cols, [
-                     [24.65, 71.662, 90.982, 5.583],
-                     [27.5, nan, nan, 7.5],
-                     [27.9, nan, nan, nan],
-                     [23.41, nan, nan, nan],
-                     [50.0, nan, nan, nan],
-                     [24.57, nan, nan, nan],
-                     [28.87, nan, nan, nan],
+                     ["24.6 ± 0.0 (n=2)", "71.7 (1 seed)", "91.0 (1 seed)", "5.58 ± 0.64 (n=2)"],
+                     ["27.5 ± 6.4 (n=2)", nan, nan, "7.50 (1 seed)"],
+                     ["27.9 (1 seed)", nan, nan, nan],
+                     ["23.4 (1 seed)", nan, nan, nan],
+                     ["50.0 (1 seed)", nan, nan, nan],
+                     ["24.6 (1 seed)", nan, nan, nan],
+                     ["28.9 (1 seed)", nan, nan, nan],
                  ])
     best = tables.collective_table(seeded, agg="best")
-    assert best.at["full", "WikiText-103 (ppl)"] == pytest.approx(5.533)
-    assert best.at["linformer", "En-De (BLEU)"] == pytest.approx(28.0)
+    assert best.at["full", "WikiText-103 (perplexity)"] == "5.53 (1 seed)"
+    assert best.at["linformer", "En-De (BLEU, 0–100)"] == "28.0 (1 seed)"
+    numbers = tables.collective_table(seeded, numbers=True)
+    ppl = "WikiText-103 (perplexity)"
+    assert (numbers.at["full", f"{ppl} mean"], numbers.at["full", f"{ppl} ci_low"],
+            numbers.at["full", f"{ppl} ci_high"], numbers.at["full", f"{ppl} n"]) == \
+        (round(5.583, 2), round(5.583 - T1 * 0.05, 2), round(5.583 + T1 * 0.05, 2), 2)
+    assert numbers.at["full", "ImageNet top-1 (%) mean"] == 71.7 and numbers.at["full", "ImageNet top-1 (%) n"] == 1
+    stats = tables.metric_stats(seeded, tables.COLLECTIVE_COLUMNS)
+    assert list(stats.columns) == ["mechanism", "column", "benchmark", "metric", "config", "seeds", "mean", "low",
+                                   "high", "n", "decimals"]
+    full_ppl = stats[(stats["mechanism"] == "full") & (stats["column"] == ppl)].iloc[0]
+    assert full_ppl["mean"] == pytest.approx(5.583) and full_ppl["seeds"] == "0,1" and full_ppl["decimals"] == 2
+    lin = stats[(stats["mechanism"] == "linformer") & (stats["column"] == ppl)].iloc[0]
+    assert lin["config"] == "d_k=128" and lin["mean"] == pytest.approx(7.5)
 
 
 def test_glue_table_average_matches_the_paper(seeded):
     df = tables.glue_table(seeded)
     assert list(df.index) == ["full", "linformer"]
-    assert list(df.columns) == [label for label, _, _ in tables.GLUE_COLUMNS] + ["Average"]
-    assert df.loc["full"].tolist()[:-1] == pytest.approx(
-        [48.9, 90.7, 89.1, 84.8, 85.5, 85.6, 86.4, 90.0, 81.3, 81.8, 88.2, 65.7])
-    assert df.at["full", "Average"] == pytest.approx(81.5)  # the paper's Table 2 value
-    assert df.at["linformer", "CoLA (mcc)"] == pytest.approx(29.2)
-    assert math.isnan(df.at["linformer", "Average"])  # missing tasks: no average, never a partial one
+    assert list(df.columns) == [label for label, _, _ in tables.GLUE_COLUMNS] + ["Average (%)"]
+    assert df.loc["full"].tolist()[:-1] == [f"{v} (1 seed)" for v in
+                                            ("48.9", "90.7", "89.1", "84.8", "85.5", "85.6", "86.4", "90.0", "81.3",
+                                             "81.8", "88.2", "65.7")]
+    assert df.at["full", "Average (%)"] == "81.5 (1 seed)"  # the paper's Table 2 value
+    numbers = tables.glue_table(seeded, numbers=True)
+    assert numbers.at["full", "Average (%) mean"] == 81.5 and numbers.at["full", "Average (%) n"] == 1
+    assert df.at["linformer", "CoLA (mcc, %)"] == "29.2 (1 seed)"
+    assert math.isnan(df.at["linformer", "Average (%)"])  # missing tasks: no average, never a partial one
 
 
 def test_lra_table(seeded):
-    cols = ["ListOps", "Text", "Retrieval", "Image", "Pathfinder", "Average"]
-    assert_frame(tables.lra_table(seeded), ["full", "eva"], cols, [
-        [37.95, 60.18, 80.45, 37.39, 70.19, 57.232],  # paper Table 3: 57.23
-        [38.61, 65.16, 81.00, 41.60, 69.27, 59.128],  # paper Table 3: 59.13
-    ])
-    assert_frame(tables.lra_table(seeded, small=True), ["flurka-eva"], ["ListOps", "Average"], [[55.0, 55.0]])
-    assert_frame(tables.lra_table(seeded, small=True, agg="best"), ["flurka-eva"], ["ListOps", "Average"],
-                 [[60.0, 60.0]])
+    cols = ["ListOps (acc, %)", "Text (acc, %)", "Retrieval (acc, %)", "Image (acc, %)", "Pathfinder (acc, %)",
+            "Average (%)"]
+    numbers = tables.lra_table(seeded, numbers=True)
+    assert [numbers.at["full", f"{c} mean"] for c in cols] == [38.0, 60.2, 80.5, 37.4, 70.2, 57.2]  # Table 3: 57.23
+    assert [numbers.at["eva", f"{c} mean"] for c in cols] == [38.6, 65.2, 81.0, 41.6, 69.3, 59.1]   # Table 3: 59.13
+    assert tables.lra_table(seeded).at["eva", "Average (%)"] == "59.1 (1 seed)"
+    # flurka-eva on ListOps-small: seeds 50 and 60 -> 55 ± T1 * 5 = 63.5; the average of one column is it
+    assert_frame(tables.lra_table(seeded, small=True), ["flurka-eva"], ["ListOps (acc, %)", "Average (%)"],
+                 [["55.0 ± 63.5 (n=2)", "55.0 ± 63.5 (n=2)"]])
+    assert_frame(tables.lra_table(seeded, small=True, agg="best"), ["flurka-eva"], ["ListOps (acc, %)", "Average (%)"],
+                 [["60.0 (1 seed)", "60.0 (1 seed)"]])
+
+
+def test_average_over_cells_of_different_seeds_has_no_ci(engine, sweep_dict, make_trial):
+    from flurka.results import ingest_sweep
+
+    trials = [make_trial("a0", "rnn", "lra-listops-small", {"accuracy": 0.40}, seed=0),
+              make_trial("a1", "rnn", "lra-listops-small", {"accuracy": 0.42}, seed=1),
+              make_trial("i0", "rnn", "lra-image-small", {"accuracy": 0.90}, seed=0),
+              make_trial("j0", "full", "lra-listops-small", {"accuracy": 0.50}, seed=0),
+              make_trial("j1", "full", "lra-listops-small", {"accuracy": 0.54}, seed=1),
+              make_trial("k0", "full", "lra-image-small", {"accuracy": 0.96}, seed=0),
+              make_trial("k1", "full", "lra-image-small", {"accuracy": 0.98}, seed=1)]
+    ingest_sweep(engine, {**sweep_dict, "trials": trials})
+    df = tables.lra_table(engine, small=True)
+    assert df.at["rnn", "Average (%)"] == "65.5 (no CI)"          # (41 + 90) / 2 over seeds {0, 1} and {0}
+    # full: per-seed averages (50 + 96) / 2 = 73, (54 + 98) / 2 = 76 -> 74.5 ± T1 * 1.5
+    assert df.at["full", "Average (%)"] == f"74.5 ± {T1 * 1.5:.1f} (n=2)"
 
 
 def test_sweep_filter(seeded, sweep_dict, make_trial):
@@ -98,8 +261,8 @@ def test_sweep_filter(seeded, sweep_dict, make_trial):
     ingest_sweep(seeded, {**sweep_dict, "sweep_id": "later", "name": "later run",
                           "trials": [make_trial("x", "rnn", "lra-listops-small", {"accuracy": 0.25})]})
     assert list(tables.lra_table(seeded, small=True).index) == ["rnn", "flurka-eva"]
-    assert_frame(tables.lra_table(seeded, small=True, sweep="later run"), ["rnn"], ["ListOps", "Average"],
-                 [[25.0, 25.0]])
+    assert_frame(tables.lra_table(seeded, small=True, sweep="later run"), ["rnn"], ["ListOps (acc, %)", "Average (%)"],
+                 [["25.0 (1 seed)", "25.0 (1 seed)"]])
     assert list(tables.lra_table(seeded, small=True, sweep="paper-2024-05-01").index) == ["flurka-eva"]
 
 
@@ -116,6 +279,17 @@ def test_isoflops_table(seeded):
                  ["Loss", "EFLOPs"], [[0.375, 2.0], [0.5, 2.0], [0.24, 1.0]])
     with pytest.raises(tables.NoResults, match="no 'rnn' trials"):
         tables.isoflops_table(seeded, reference="rnn")
+
+
+def test_isoflops_numbers_for_csv_are_rounded(engine, sweep_dict, make_trial):
+    from flurka.results import ingest_sweep
+
+    curve = [{"step": 1, "loss": 0.123456789, "train_flops": 1.23456789e18}]
+    ingest_sweep(engine, {**sweep_dict, "trials": [make_trial("f", "full", "nmt-small", {"bleu": 50.0}, curve=curve)]})
+    exact = tables.isoflops_table(engine, benchmark="nmt-small")
+    assert exact.at["full", "Loss"] == 0.123456789
+    assert_frame(tables.isoflops_table(engine, benchmark="nmt-small", numbers=True), ["full"], ["Loss", "EFLOPs"],
+                 [[0.1235, 1.235]])
 
 
 def test_speed_and_speedup_tables(seeded):

@@ -3,6 +3,11 @@
     flurka tables --db postgresql://me@db-host/flurka --table glue --format latex
     flurka tables --db sqlite:////abs/results.db --table uptraining --metric bleu --benchmark nmt-small
 
+Quality tables (uptraining, glue, lra, collective) show each cell as mean ± 95 % CI over seeds
+(n); ``--format csv`` gives them as rounded numbers instead (per cell ``mean``, ``ci_low``,
+``ci_high``, ``n`` columns). ``--table uptraining`` also prints Table 5's three observations
+evaluated on the data (markdown and LaTeX; CSV is the table alone).
+
 Exit codes: 0 printed; 1 nothing to build the table from or a bad option; 2 the database cannot
 be reached or is not at this code's schema (one line on stderr, never the password).
 """
@@ -31,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmark", help="uptraining: benchmark (default: the one the database has up-training "
                              "trials on); isoflops: benchmark (default nmt-wmt14-ende)")
     parser.add_argument("--agg", default="mean", choices=tables.AGGS,
-                        help="mean: best config's mean over seeds (default); best: best single trial")
+                        help="mean: best config's mean over seeds with its 95%% CI and n (default); best: best "
+                             "single trial (n=1, no CI)")
     parser.add_argument("--sweep", help="only this sweep (external id or name)")
     parser.add_argument("--small", action="store_true", help="lra: the CPU-size tasks (lra-*-small)")
     parser.add_argument("--mode", default="train", choices=("forward", "train"), help="speed/speedup mode")
@@ -72,13 +78,18 @@ def _first_metric(benchmark: str) -> str:
         raise ValueError(f"unknown benchmark {benchmark!r}: pass --metric") from None
 
 
+def _uptraining(engine, args: argparse.Namespace) -> dict:
+    benchmark = args.benchmark or tables.uptrained_benchmark(engine, sweep=args.sweep)
+    return {"benchmark": benchmark, "metric": args.metric or _first_metric(benchmark), "agg": args.agg,
+            "sweep": args.sweep}
+
+
 def build(engine, args: argparse.Namespace):
-    quality = {"agg": args.agg, "sweep": args.sweep}
+    """The table ``args`` ask for; quality tables as text cells, or as rounded numbers for CSV."""
+    quality = {"agg": args.agg, "sweep": args.sweep, "numbers": args.format == "csv"}
     bench = {"benchmark": args.benchmark} if args.benchmark else {}
     if args.table == "uptraining":
-        benchmark = args.benchmark or tables.uptrained_benchmark(engine, sweep=args.sweep)
-        return tables.uptraining_table(engine, benchmark=benchmark,
-                                       metric=args.metric or _first_metric(benchmark), **quality)
+        return tables.uptraining_table(engine, numbers=args.format == "csv", **_uptraining(engine, args))
     if args.table == "glue":
         return tables.glue_table(engine, **quality)
     if args.table == "lra":
@@ -86,7 +97,8 @@ def build(engine, args: argparse.Namespace):
     if args.table == "collective":
         return tables.collective_table(engine, **quality)
     if args.table == "isoflops":
-        return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep, **bench)
+        return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep,
+                                     numbers=args.format == "csv", **bench)
     filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "dtype": args.dtype,
                "align": args.align,
                "fused": args.fused, "fused_projections": args.fused_projections,
@@ -111,10 +123,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         df = build(engine, args)
+        observations = (tables.uptraining_observations(engine, **_uptraining(engine, args))
+                        if args.table == "uptraining" and args.format != "csv" else None)
     except ValueError as e:  # NoResults, ambiguous speed filters
         print(f"flurka tables: {e}", file=sys.stderr)
         return 1
     finally:
         engine.dispose()
-    sys.stdout.write(tables.format_table(df, args.format))
+    sys.stdout.write(text(df, args.format, observations))
     return 0
+
+
+def text(df, fmt: str, observations=None) -> str:
+    """What ``flurka tables`` prints: the table (its title first, where it has one: a line in
+    markdown, a comment in LaTeX, nothing in CSV), then the observations block, if any."""
+    comment = {"markdown": "", "latex": "% ", "csv": None}[fmt]
+    title = df.attrs.get("title")
+    out = f"{comment}{title}\n\n" if title and comment is not None else ""
+    out += tables.format_table(df, fmt)
+    if observations is not None:
+        out += "\n" + tables.format_observations(observations, fmt)
+    return out

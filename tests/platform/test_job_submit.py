@@ -69,7 +69,7 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
         logs = job.stdout + job.stderr
         assert job.returncode == 0, logs[-4000:]
         assert "succeeded" in logs, logs[-4000:]
-        assert "Up-training (lra-listops-small):" in logs and "| flurka-rnn" in logs, logs[-4000:]
+        assert "Up-training α, lra-listops-small" in logs and "| flurka-rnn" in logs, logs[-4000:]
         assert "Trials: 2 finished, 0 stopped early, 0 failed" in logs
         assert (run_dir / "mlflow.db").exists() and (run_dir / "results.db").exists()
     finally:

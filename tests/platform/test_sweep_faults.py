@@ -88,11 +88,12 @@ def test_killed_trial_is_retried_from_its_checkpoint(tmp_path, tiny_overrides, m
     # MLflow: one nested run per planned trial, each loss step once; DB: the branch once.
     client, runs = mlflow_runs(out.mlflow_uri, "faults")
     nested = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert sorted(r.info.run_name for r in nested) == sorted(out.results) and len(runs) == 3
-    run = next(r for r in nested if r.info.run_name == branch_key)
+    assert sorted(r.data.tags["flurka.trial_key"] for r in nested) == sorted(out.results) and len(runs) == 3
+    run = next(r for r in nested if r.data.tags["flurka.trial_key"] == branch_key)
+    assert run.info.run_name == "flurka-rnn a=0.25 dk=16 s0"
     assert run.info.status == "FINISHED"
     assert run.data.metrics["compilation.cache_hits"] == got["compilation"]["cache_hits"]
-    steps = [m.step for m in client.get_metric_history(run.info.run_id, "loss")]
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
     assert steps == [6, 8, 10, 12, 14, 16]
     with sa.create_engine(out.results_url).connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM trials")).scalar() == 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import sqlalchemy as sa
 import pytest
 
@@ -27,15 +30,28 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     nested = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == out.parent_run_id]
     assert len(parents) == 1 and len(nested) == 3 and len(runs) == 4
-    branch = next(r for r in nested if "a0.25" in r.info.run_name)
+    # named by what differs (one benchmark: not in the name), identified by the planned run's key
+    assert sorted(r.info.run_name for r in nested) == [
+        "flurka-rnn a=0.25 dk=16 s0", "flurka-rnn a=0.5 dk=16 s0", "linformer dk=16 s0 base"]
+    assert sorted(r.data.tags["flurka.trial_key"] for r in nested) == sorted(out.results)
+    branch = next(r for r in nested if r.info.run_name == "flurka-rnn a=0.25 dk=16 s0")
     assert branch.info.status == "FINISHED"
+    # one name per metric (not accuracy, eval_accuracy and final.accuracy); final = the last eval point
+    names = set(branch.data.metrics)
+    assert {"train/loss", "train/accuracy", "train/flops", "eval/loss", "eval/accuracy"} <= names
+    assert all(k.startswith(("train/", "eval/", "compilation.")) for k in names), names
+    final = out.results[branch.data.tags["flurka.trial_key"]]["final_metrics"]
+    assert branch.data.metrics["eval/accuracy"] == pytest.approx(final["accuracy"])
     assert branch.data.params["config.attention"] == "flurka-rnn" and branch.data.params["config.alpha"] == "0.25"
     assert "git_commit" in branch.data.params and "version.jax" in branch.data.params
-    steps = [m.step for m in client.get_metric_history(branch.info.run_id, "loss")]
+    steps = [m.step for m in client.get_metric_history(branch.info.run_id, "train/loss")]
     assert steps == sorted(set(steps)) and steps[-1] == 8       # each step once
     assert {a.path for a in client.list_artifacts(branch.info.run_id)} >= {"result.json", "config.json", "curves.csv"}
     tables = {a.path for a in client.list_artifacts(out.parent_run_id, "tables")}
-    assert "tables/uptraining_lra-listops-small.csv" in tables
+    assert {"tables/uptraining_lra-listops-small.csv", "tables/uptraining_lra-listops-small.json"} <= tables
+    for path in (p for p in tables if p.endswith(".json")):       # columns MLflow's table viewer shows
+        local = client.download_artifacts(out.parent_run_id, path, str(tmp_path / "dl"))
+        assert not [c for c in json.loads(Path(local).read_text())["columns"] if "." in c], path
     assert parents[0].data.metrics["uptrain_compute_ratio"] == pytest.approx(14 / 16)
 
     engine = sa.create_engine(out.results_url)

@@ -66,29 +66,33 @@ def test_resume_restores_an_interrupted_sweep(mlflow_runs):
         uri = f"sqlite:///{run_dir / 'mlflow.db'}"
         client = MlflowClient(tracking_uri=uri)
         exp = client.get_experiment_by_name("resume")
-        (base_run,) = [r for r in client.search_runs([exp.experiment_id]) if r.info.run_name.startswith("base/")]
+        (base_run,) = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("flurka.kind") == "base"]
+        assert base_run.info.run_name == "linformer dk=16 s0 base"
         assert base_run.info.status == "FINISHED"
         assert not (run_dir / "results.db").exists() or _count(run_dir) == 0   # nothing ingested yet
 
         resumed = _sweep(run_dir, "--resume")
         out, _ = resumed.communicate(timeout=480)
         assert resumed.returncode == 0, out
-        assert "restoring first phase" in out and "restoring branches phase" in out and "Up-training (lra-listops-small)" in out
+        assert "restoring first phase" in out and "restoring branches phase" in out and "Up-training α, lra-listops-small" in out
 
         # The finished base run was not run again: Tune results and checkpoints untouched.
         assert (base_trial / "result.json").read_text() == base_results
         assert {p: p.stat().st_mtime_ns for p in base_ckpts.rglob("*")} == before
 
         client, runs = mlflow_runs(uri, "resume")
-        names = sorted(r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags)
-        assert names == sorted({"base/lra-listops-small/linformer/s0/T16/dk16",
-                                "branch/lra-listops-small/flurka-rnn/s0/T16/dk16/a0.25-linformer",
-                                "branch/lra-listops-small/flurka-rnn/s0/T16/dk16/a0.5-linformer"})
+        nested = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+        keys = sorted(r.data.tags["flurka.trial_key"] for r in nested)   # found again by key, not by name
+        assert keys == sorted({"base/lra-listops-small/linformer/s0/T16/dk16",
+                               "branch/lra-listops-small/flurka-rnn/s0/T16/dk16/a0.25-linformer",
+                               "branch/lra-listops-small/flurka-rnn/s0/T16/dk16/a0.5-linformer"})
+        assert sorted(r.info.run_name for r in nested) == [
+            "flurka-rnn a=0.25 dk=16 s0", "flurka-rnn a=0.5 dk=16 s0", "linformer dk=16 s0 base"]
         assert len(runs) == 4                                  # + the one sweep (parent) run
         for r in runs:
             if "mlflow.parentRunId" in r.data.tags:
                 assert r.info.status == "FINISHED", r.info.run_name
-                steps = [m.step for m in client.get_metric_history(r.info.run_id, "loss")]
+                steps = [m.step for m in client.get_metric_history(r.info.run_id, "train/loss")]
                 assert steps == sorted(set(steps)) and steps[-1] in (4, 8, 16), (r.info.run_name, steps)
         base_again = client.get_run(base_run.info.run_id)
         assert base_again.info.end_time == base_run.info.end_time

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import os
 import socket
@@ -58,7 +59,7 @@ def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
 
 def _trial_configs(runs: tuple[PlannedRun, ...], spec: SweepSpec, run_dir: Path) -> list[dict[str, Any]]:
     return [{"run": r.to_dict(),
-             "train": train_overrides(r, spec.overrides, run_dir=str(run_dir), base=spec.base, steps=spec.steps,
+             "train": train_overrides(r, spec.config_overrides, run_dir=str(run_dir), base=spec.base, steps=spec.steps,
                                       checkpoint_every=spec.checkpoint_every),
              "compilation_cache": spec.compilation_cache_dir}
             for r in runs]
@@ -150,7 +151,8 @@ def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: 
         # reuse_actors: a worker process runs trial after trial, so flurka.training's cache of
         # compiled steps is hit by every later trial of the same program (no recompiling per trial).
         tune_config=tune.TuneConfig(num_samples=num_samples, search_alg=search_alg, scheduler=scheduler,
-                                    reuse_actors=True, trial_name_creator=_trial_name,
+                                    reuse_actors=True, trial_name_creator=functools.partial(
+                                        _trial_name, several=len(spec.benchmarks) > 1),
                                     trial_dirname_creator=_trial_dirname),
         run_config=tune.RunConfig(
             name=exp_name, storage_path=str(storage), callbacks=callbacks, progress_reporter=reporter,
@@ -158,8 +160,16 @@ def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: 
             checkpoint_config=tune.CheckpointConfig(num_to_keep=2), verbose=1))
 
 
-def _trial_name(trial) -> str:
-    return resolve(trial.config)["run"]["key"].replace("/", ":")[-120:]
+def _run_name(cfg: dict[str, Any], several: bool) -> str:
+    """The name Tune's progress table and MLflow show for a planned-run config: what differs
+    first, the benchmark too when the sweep has ``several``. The run's key stays the identifier."""
+    from flurka.tracking.mlflow_runs import trial_run_name
+
+    return trial_run_name(cfg["run"], benchmark=several)
+
+
+def _trial_name(trial, several: bool = False) -> str:
+    return _run_name(resolve(trial.config), several)[:120]
 
 
 def _trial_dirname(trial) -> str:
@@ -187,9 +197,11 @@ def _trial_record(key: str, result: dict[str, Any], run: dict[str, Any]):
 
 
 def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
-    """Up-training (Table 5 shape) per benchmark, a quality table over the sweep's benchmarks,
-    and the speed table if the database holds speed measurements (a sweep's own database holds
-    none: then no table and no line about it)."""
+    """Per benchmark, up-training (Table 5 shape: per variant and d_k, mean ± CI over seeds) on
+    the task metric (``uptraining_<bench>``) and on the eval loss (``uptraining_<bench>_loss``),
+    with Table 5's observations on each (``observations_<bench>``, ``observations_<bench>_loss``);
+    a quality table over the sweep's benchmarks; and the speed table if the database holds speed
+    measurements (a sweep's own database holds none: then no table and no line about it)."""
     from sqlalchemy import select
 
     from flurka.results import tables as T
@@ -199,11 +211,15 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
     columns = []
     for bench in spec.benchmarks:
         metric, _ = _metric_of(spec, bench)
-        columns.append((f"{bench} ({metric})", bench, metric))
-        try:
-            out[f"uptraining_{bench}"] = T.uptraining_table(engine, benchmark=bench, metric=metric, sweep=sweep_id)
-        except Exception as exc:  # NoResults: nothing ok to show
-            print(f"[flurka] no up-training table for {bench}: {exc}", file=sys.stderr)
+        columns.append((f"{bench}: {T.metric_label(metric, bench)}", bench, metric))
+        for m, suffix in ((metric, ""), ("loss", "_loss")):
+            try:
+                out[f"uptraining_{bench}{suffix}"] = T.uptraining_table(engine, benchmark=bench, metric=m,
+                                                                        sweep=sweep_id)
+                out[f"observations_{bench}{suffix}"] = T.uptraining_observations(engine, benchmark=bench, metric=m,
+                                                                                 sweep=sweep_id)
+            except Exception as exc:  # NoResults: nothing ok to show
+                print(f"[flurka] no up-training table for {bench} ({m}): {exc}", file=sys.stderr)
     with engine.connect() as conn:
         measured = conn.execute(select(SpeedMeasurement.id).limit(1)).first() is not None
     for name, fn in [("quality", lambda: T.metric_table(engine, columns, sweep=sweep_id)),
@@ -261,8 +277,10 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
             if not planned:
                 continue
             configs = _trial_configs(planned, spec, run_dir)
+            callback = MLflowTrialCallback(tracker, resolve, params_of=_params,
+                                           name_of=functools.partial(_run_name, several=len(spec.benchmarks) > 1))
             grid = _tuner(spec, phase, configs, storage, f"{sweep_id}-{phase}",
-                          [MLflowTrialCallback(tracker, resolve, params_of=_params)]).fit()  # Tune appends to the list: fresh each time
+                          [callback]).fit()  # Tune appends to the list: fresh each time
             for res in grid:
                 cfg = resolve(res.config)
                 key = cfg["run"]["key"]
@@ -305,15 +323,28 @@ def _commit() -> str | None:
 
 
 def summary(outcome: SweepOutcome) -> str:
-    from flurka.results.tables import format_table
+    """What a sweep prints at its end: per up-training benchmark the task-metric table, the eval
+    loss table and Table 5's observations on each, then the quality table and where things are."""
+    from flurka.results.tables import format_observations, format_table
     from flurka.results.db import redact
 
     lines = []
-    for name, df in outcome.tables.items():
-        if name.startswith("uptraining_"):
-            lines += [f"\nUp-training ({name.removeprefix('uptraining_')}):", format_table(df)]
-    if "quality" in outcome.tables:
-        lines += ["\nQuality:", format_table(outcome.tables["quality"])]
+    tables = outcome.tables
+    benches = [n.removeprefix("uptraining_") for n in tables
+               if n.startswith("uptraining_") and not n.endswith("_loss")]
+    benches += [n.removeprefix("uptraining_").removesuffix("_loss") for n in tables   # loss without metric
+                if n.startswith("uptraining_") and n.endswith("_loss") and n.removesuffix("_loss") not in tables]
+    for bench in benches:
+        for suffix in ("", "_loss"):
+            df = tables.get(f"uptraining_{bench}{suffix}")
+            if df is not None:
+                lines += ["\n" + df.attrs.get("title", f"Up-training ({bench}{suffix})") + ":", format_table(df)]
+        for suffix in ("", "_loss"):
+            obs = tables.get(f"observations_{bench}{suffix}")
+            if obs is not None:
+                lines += ["", format_observations(obs)]
+    if "quality" in tables:
+        lines += ["\nQuality (mean ± 95 % CI over seeds, n):", format_table(tables["quality"])]
     c = outcome.compute
     lines += [
         f"\nBranching up-training: {c['uptrain_steps_executed']} train steps instead of "

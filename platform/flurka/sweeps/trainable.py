@@ -30,6 +30,7 @@ from typing import Any
 from flurka.sweeps.branching import PlannedRun
 
 RESULT_KEY = "result_json"   # = flurka.tracking.callback.RESULT_KEY (kept Ray-free here)
+EVAL_PREFIX = "eval_"        # = flurka.tracking.callback.EVAL_PREFIX: Tune's name of an eval metric
 
 
 def work_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
@@ -120,7 +121,7 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
             raise _StopAfterFork  # the checkpoint at `stop` was saved after the previous entry
         values = {k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))}
         if kind == "eval":
-            values = {f"eval_{k}": v for k, v in values.items()}
+            values = {f"{EVAL_PREFIX}{k}": v for k, v in values.items()}
         last["step"] = step
         tune.report({**values, "step": step, "stream": kind, "device": device})
 

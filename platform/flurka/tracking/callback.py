@@ -2,8 +2,9 @@
 
 Tune calls it in the driver process for every result a trial reports, so all MLflow writes
 come from one process however many trials (and nodes) there are. The trial's planned run
-(``config["run"]``) names its nested MLflow run; a retried or restored trial lands in the same
-nested run and replays no step twice.
+(``config["run"]``) identifies its nested MLflow run by key and names it
+(:func:`~flurka.tracking.mlflow_runs.trial_run_name`); a retried or restored trial lands in the
+same nested run and replays no step twice.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from typing import Any, Callable
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS
 
-from flurka.tracking.mlflow_runs import SweepTracker
+from flurka.tracking.mlflow_runs import BENCHMARK_TAG, SweepTracker, trial_run_name
 
 RESULT_KEY = "result_json"          # the trainable's final report carries training.run's result
+EVAL_PREFIX = "eval_"               # the trainable reports an evaluation's metrics to Tune as eval_<name>
 _SKIP = set(AUTO_RESULT_KEYS) | {"done", "trial_id", "experiment_tag", "step", "should_checkpoint", "stream",
                                  "iterations_since_restore", "time_since_restore", "warmup_time", "device"}
 
@@ -31,17 +33,20 @@ def trial_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
 
 class MLflowTrialCallback(Callback):
     def __init__(self, tracker: SweepTracker, resolve: Callable[[dict], dict] = lambda c: c,
-                 params_of: Callable[[dict], dict] = lambda c: c):
+                 params_of: Callable[[dict], dict] = lambda c: c,
+                 name_of: Callable[[dict], str] = lambda c: trial_run_name(c["run"])):
         self.tracker = tracker
         self.resolve = resolve      # trial config -> {"run": planned run, "train": config overrides}
         self.params_of = params_of  # that -> the params to log (full training config)
+        self.name_of = name_of      # that -> the nested run's name
 
     def _run_id(self, trial) -> str:
         cfg = self.resolve(trial.config)
         run = cfg["run"]
         if run["key"] in self.tracker._runs:
             return self.tracker._runs[run["key"]]
-        return self.tracker.trial_run(run["key"], run["kind"], self.params_of(cfg))
+        return self.tracker.trial_run(run["key"], run["kind"], self.params_of(cfg), name=self.name_of(cfg),
+                                      tags={BENCHMARK_TAG: run["benchmark"]})
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self._run_id(trial)
@@ -52,6 +57,8 @@ class MLflowTrialCallback(Callback):
         if step is None or stream not in ("train", "eval"):
             return
         metrics = {k: v for k, v in result.items() if k not in _SKIP and k != RESULT_KEY}
+        if stream == "eval":  # back to training's own names: the tracker names the streams
+            metrics = {k.removeprefix(EVAL_PREFIX): v for k, v in metrics.items()}
         logged = self.tracker.log_step(run_id, int(step), metrics, int(result.get("timestamp", time.time()) * 1000),
                                        stream=stream)
         if logged and isinstance(result.get("device"), str):
@@ -68,4 +75,4 @@ class MLflowTrialCallback(Callback):
         self.tracker.finish_trial(self._run_id(trial), None, status="FAILED")
 
 
-__all__ = ["MLflowTrialCallback", "trial_result", "RESULT_KEY"]
+__all__ = ["MLflowTrialCallback", "trial_result", "RESULT_KEY", "EVAL_PREFIX"]

@@ -2,8 +2,27 @@
 
 Every write goes through one :class:`SweepTracker` in one process (the sweep's driver), so a
 SQLite tracking store never sees two writers. Writes are idempotent across retries and
-``--resume``: runs are found again by tag, a step already logged is not logged twice, and a
-finished trial is not finished twice.
+``--resume``: runs are found again by tag, a step already logged is not logged twice, a
+finished trial is not finished twice, and a table logged again replaces the first one.
+
+What the MLflow UI shows (the names are made here, in one place):
+
+* **Run names** (:func:`trial_run_name`) start with what differs between a sweep's trials:
+  ``flurka-rnn a=0.25 dk=16 s0`` (an α branch), ``linformer dk=16 s0`` (the Linformer baseline,
+  which branches fork from), ``rnn s0`` (a kernel baseline), ``linformer dk=16 s0 base`` (a
+  separate base run, stopped after its last fork step: no final evaluation); the benchmark comes
+  last when the sweep has several. The planned run's key (``flurka.trial_key`` tag, ``run.*``
+  params) stays the identifier: resume finds runs by it, never by name.
+* **Metrics** (:func:`metric_name`): one name per quantity, grouped by stream — ``train/loss``,
+  ``train/accuracy``, ``train/grad_norm``, ``train/learning_rate``, ``train/flops`` (the
+  training FLOPs so far); ``eval/loss``, ``eval/accuracy``, ``eval/bleu`` ... The final value of
+  a metric is the last point of its ``eval/`` series (training evaluates at its last step; the
+  run's metric summary shows exactly that), not a copy under another name. What compiling cost:
+  ``compilation.<name>``, once.
+* **Table columns** (:func:`table_column`): MLflow's table viewer reads a column name with a dot
+  as a nested path (TanStack ``accessorKey``) and shows it blank, so a decimal point between
+  digits becomes a middle dot (``12.5%`` -> ``12·5%``) and any other dot an underscore. Only
+  the viewer's JSON table is renamed; the CSV beside it keeps the table's own names.
 """
 
 from __future__ import annotations
@@ -12,17 +31,21 @@ import functools
 import json
 import math
 import platform as _stdlib_platform
+import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import mlflow
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
 
 SWEEP_TAG = "flurka.sweep_id"
 TRIAL_TAG = "flurka.trial_key"
 KIND_TAG = "flurka.kind"
+BENCHMARK_TAG = "flurka.benchmark"
 PARENT_TAG = "mlflow.parentRunId"
 PACKAGES = ("flurka", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ray", "mlflow", "numpy", "optuna")
 
@@ -63,6 +86,72 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
             text = json.dumps(v) if isinstance(v, (list, tuple, Mapping)) else str(v)
             out[key] = text[:6000]
     return out
+
+
+# -- names: runs, metrics, table columns (see the module docstring) ---------------------------------
+
+STREAMS = ("train", "eval")
+METRIC_ALIASES = {"train_flops": "flops"}        # train/train_flops reads twice
+# Entries of an evaluation that describe the training state, not the evaluation: already in the
+# train stream (one name per quantity), so not logged again under eval/.
+EVAL_CONTEXT = ("train_flops", "handover_beta")
+DECIMAL_POINT = "\u00b7"                          # "·": 12.5% -> 12·5% in a table column
+
+
+def metric_name(stream: str, key: str) -> str | None:
+    """The MLflow name of training's metric ``key`` in ``stream`` ("train" | "eval"); None for an
+    evaluation entry that repeats the train stream (:data:`EVAL_CONTEXT`)."""
+    if stream not in STREAMS:
+        raise ValueError(f"unknown metric stream {stream!r}; one of {STREAMS}")
+    if stream == "eval" and key in EVAL_CONTEXT:
+        return None
+    return f"{stream}/{METRIC_ALIASES.get(key, key)}"
+
+
+def trial_run_name(run: Mapping[str, Any], *, benchmark: bool = True) -> str:
+    """A planned run's MLflow run name: mechanism, α, d_k, seed (what differs between trials),
+    "base" for a separate base run, and the benchmark when ``benchmark`` (sweeps of several)."""
+    parts = [str(run["attention"])]
+    if run.get("alpha") is not None:
+        parts.append(f"a={float(run['alpha']):g}")
+    if run.get("d_k") is not None:
+        parts.append(f"dk={run['d_k']}")
+    parts.append(f"s{run['seed']}")
+    if run.get("kind") == "base":
+        parts.append("base")
+    if benchmark:
+        parts.append(str(run["benchmark"]))
+    return " ".join(parts)
+
+
+def table_column(name: Any) -> str:
+    """A table column name MLflow's table viewer displays: no dots (see the module docstring)."""
+    return re.sub(r"(?<=\d)\.(?=\d)", DECIMAL_POINT, _column_text(name)).replace(".", "_")
+
+
+def _column_text(name: Any) -> str:
+    return " ".join(map(str, name)).strip() if isinstance(name, tuple) else str(name)
+
+
+def _flat_table(df):
+    """The index as columns, a column's levels joined by spaces."""
+    flat = (df.reset_index() if not _default_index(df) else df).copy()
+    flat.columns = [_column_text(c) for c in flat.columns]
+    return flat
+
+
+def viewer_table(df):
+    """``df`` as the parent run shows it: index as columns, :func:`table_column` names (made
+    unique), missing cells blank; every other cell (numbers, "97.2 ± 1.7 (n=3)") unchanged."""
+    flat = _flat_table(df)
+    names: list[str] = []
+    for col in flat.columns:
+        name, n = table_column(col), 2
+        while name in names:
+            name, n = f"{table_column(col)} ({n})", n + 1
+        names.append(name)
+    flat.columns = names
+    return flat.astype(object).where(flat.notna(), "")
 
 
 def _finite_numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -113,8 +202,10 @@ class SweepTracker:
                                           **{f"version.{k}": v for k, v in package_versions().items()}})
         return self.parent_id
 
-    def trial_run(self, trial_key: str, kind: str, params: Mapping[str, Any]) -> str:
-        """The nested run of one planned trial (one per key, however often Tune retries it)."""
+    def trial_run(self, trial_key: str, kind: str, params: Mapping[str, Any], *, name: str | None = None,
+                  tags: Mapping[str, Any] | None = None) -> str:
+        """The nested run of one planned trial (one per key, however often Tune retries it), named
+        ``name`` (default: the key; sweeps pass :func:`trial_run_name`) and found again by key."""
         if trial_key in self._runs:
             return self._runs[trial_key]
         assert self.parent_id, "start_sweep first"
@@ -122,12 +213,13 @@ class SweepTracker:
         if found:
             run = found[0]
             run_id = run.info.run_id
-            for stream in ("train", "eval"):
+            for stream in STREAMS:
                 self._last_step[run_id, stream] = self._max_logged_step(run_id, run.data.metrics, stream)
             if run.info.status == "FINISHED":
                 self._finished.add(run_id)
         else:
-            run = self.client.create_run(self.experiment_id, run_name=trial_key, tags={
+            run = self.client.create_run(self.experiment_id, run_name=name or trial_key, tags={
+                **{k: str(v) for k, v in (tags or {}).items()},
                 PARENT_TAG: self.parent_id, SWEEP_TAG: self.sweep_id, TRIAL_TAG: trial_key, KIND_TAG: kind})
             run_id = run.info.run_id
             self._log_params(run_id, {**flatten(params), "git_commit": git_commit(),
@@ -136,7 +228,7 @@ class SweepTracker:
         return run_id
 
     def _max_logged_step(self, run_id: str, metrics: Mapping[str, float], stream: str) -> int:
-        keys = [k for k in metrics if not k.startswith("final.") and k.startswith("eval_") == (stream == "eval")]
+        keys = [k for k in metrics if k.startswith(f"{stream}/")]
         steps = [m.step for key in keys for m in self.client.get_metric_history(run_id, key)]
         return max(steps, default=-1)
 
@@ -148,12 +240,14 @@ class SweepTracker:
     # -- metrics / artifacts ------------------------------------------------------------------
     def log_step(self, run_id: str, step: int, metrics: Mapping[str, Any], timestamp_ms: int,
                  stream: str = "train") -> bool:
-        """Per-step metrics of one stream (train history / eval, whose names start ``eval_``); a
-        step at or before the last one logged (a retried trial replaying from its checkpoint) is
-        skipped so nothing is counted twice."""
+        """One entry of a stream ("train": a history entry, "eval": an evaluation), with training's
+        own metric names, logged under :func:`metric_name`'s; a step at or before the last one
+        logged (a retried trial replaying from its checkpoint) is skipped so nothing is counted
+        twice."""
         if step <= self._last_step.get((run_id, stream), -1):
             return False
-        values = _finite_numbers(metrics)
+        named = ((metric_name(stream, k), v) for k, v in metrics.items() if k != "step")
+        values = _finite_numbers({k: v for k, v in named if k is not None})
         if values:
             self.client.log_batch(run_id, metrics=[Metric(k, v, timestamp_ms, step) for k, v in values.items()])
         self._last_step[run_id, stream] = step
@@ -164,19 +258,25 @@ class SweepTracker:
 
     def finish_trial(self, run_id: str, result: Mapping[str, Any] | None, *, status: str = "FINISHED",
                      extra_params: Mapping[str, Any] | None = None) -> None:
-        """Final metrics, what the trial spent compiling, the training result as JSON, its config and
-        curves; once per run."""
+        """What the trial spent compiling, the training result as JSON, its config and curves; once
+        per run. History and evaluations not yet logged (the driver missed reports, e.g. before a
+        ``--resume``) are logged from the result first, so the final evaluation is always the last
+        point of the ``eval/`` series — the run's final metrics, under no other name."""
         if run_id in self._finished:
             return
         if extra_params:
             existing = self.client.get_run(run_id).data.params
             self._log_params(run_id, {k: v for k, v in flatten(extra_params).items() if k not in existing})
         if result:
+            now = int(time.time() * 1000)
+            for stream, entries in (("train", result.get("history")), ("eval", result.get("eval_history"))):
+                for entry in entries or []:
+                    if "step" in entry:
+                        self.log_step(run_id, int(entry["step"]), entry, now, stream=stream)
             step = int(result.get("steps") or 0)
-            final = {f"final.{k}": v for k, v in _finite_numbers(result.get("final_metrics") or {}).items()}
-            final.update({f"compilation.{k}": v for k, v in _finite_numbers(result.get("compilation") or {}).items()})
-            if final:
-                self.client.log_batch(run_id, metrics=[Metric(k, v, 0, step) for k, v in final.items()])
+            compiled = {f"compilation.{k}": v for k, v in _finite_numbers(result.get("compilation") or {}).items()}
+            if compiled:
+                self.client.log_batch(run_id, metrics=[Metric(k, v, now, step) for k, v in compiled.items()])
             self.client.log_dict(run_id, _jsonable(result), "result.json")
             if result.get("config") is not None:
                 self.client.log_dict(run_id, _jsonable(result["config"]), "config.json")
@@ -212,15 +312,23 @@ class SweepTracker:
         plt.close(fig)
 
     def log_tables(self, tables: Mapping[str, Any]) -> None:
-        """The paper's tables on the parent run (MLflow table + CSV), so the UI alone shows them."""
+        """The paper's tables on the parent run, so the UI alone shows them: ``tables/<name>.json``
+        in MLflow's table format under viewer-safe column names (:func:`viewer_table`), and
+        ``tables/<name>.csv`` as the table has them. Logging a table again (``--resume``)
+        replaces it (``MlflowClient.log_table`` would append its rows to the first ones)."""
         for name, df in tables.items():
             if df is None or len(df) == 0:
                 continue
-            flat = df.reset_index() if not _default_index(df) else df
-            flat = flat.copy()
-            flat.columns = [" ".join(map(str, c)).strip() if isinstance(c, tuple) else str(c) for c in flat.columns]
-            self.client.log_table(self.parent_id, flat, f"tables/{name}.json")
-            self.client.log_text(self.parent_id, flat.to_csv(index=False), f"tables/{name}.csv")
+            path = f"tables/{name}.json"
+            # MlflowClient.log_table's format (pandas "split", no index) and its tag, which makes
+            # the UI open the artifact in its table viewer.
+            self.client.log_text(self.parent_id, viewer_table(df).to_json(orient="split", index=False,
+                                                                         date_format="iso"), path)
+            logged = json.loads(self.client.get_run(self.parent_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+            if {"path": path, "type": "table"} not in logged:
+                self.set_tags(self.parent_id, {MLFLOW_LOGGED_ARTIFACTS: json.dumps(
+                    [*logged, {"path": path, "type": "table"}])})
+            self.client.log_text(self.parent_id, _flat_table(df).to_csv(index=False), f"tables/{name}.csv")
 
     def log_sweep_metrics(self, metrics: Mapping[str, Any]) -> None:
         values = _finite_numbers(metrics)
@@ -254,5 +362,6 @@ def artifact_root_for(tracking_uri: str, run_dir: Path) -> str | None:
     return (Path(run_dir) / "mlartifacts").resolve().as_uri() if tracking_uri.startswith("sqlite:") else None
 
 
-__all__ = ["SweepTracker", "git_commit", "package_versions", "flatten", "artifact_root_for",
-           "SWEEP_TAG", "TRIAL_TAG", "KIND_TAG", "PARENT_TAG", "RunStatus", "mlflow"]
+__all__ = ["SweepTracker", "git_commit", "package_versions", "flatten", "artifact_root_for", "metric_name",
+           "trial_run_name", "table_column", "viewer_table", "SWEEP_TAG", "TRIAL_TAG", "KIND_TAG",
+           "BENCHMARK_TAG", "PARENT_TAG", "RunStatus", "mlflow"]

@@ -1,0 +1,200 @@
+"""What a sweep looks like in MLflow, on a real SQLite tracking store and without Ray trials: table
+columns the viewer displays (no dots), trial names that start with what differs, one name per
+metric with the final value as the last eval point."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flurka.sweeps import runner
+from flurka.sweeps.branching import make_plan
+from flurka.sweeps.spec import SweepSpec
+from flurka.tracking import SweepTracker
+from flurka.tracking.callback import RESULT_KEY, MLflowTrialCallback
+from flurka.tracking.mlflow_runs import BENCHMARK_TAG, TRIAL_TAG, metric_name, table_column, trial_run_name
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    t = SweepTracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "names", "names-sweep",
+                     artifact_root=(tmp_path / "artifacts").as_uri())
+    t.start_sweep("names-sweep", {"benchmarks": ["lra-listops-small"]})
+    return t
+
+
+def _plan(benchmarks=("lra-listops-small",), baselines=True):
+    spec = SweepSpec(benchmarks=benchmarks, variants=("flurka-rnn",), alphas=(0.25, 0.5), baselines=baselines,
+                     seeds=(0, 1))
+    return make_plan(spec, steps={b: 8 for b in benchmarks}, d_ks={b: (16,) for b in benchmarks})
+
+
+# -- (a) table columns ------------------------------------------------------------------------------
+
+def _artifact(client, run_id, path, tmp_path):
+    return client.download_artifacts(run_id, path, str(tmp_path / "dl"))
+
+
+def test_table_columns_have_no_dot_and_cells_pass_through(tracker, tmp_path):
+    cells = ["97.2 ± 1.7 (n=3)", "35.0 ± 0.4 (n=3)"]
+    df = pd.DataFrame({"kernel": cells, "low-rank": [31.1, np.nan], "12.5%": cells, "25%": [20.0, 21.5],
+                       "37.5%": ["14.1 ± 2.0 (n=3)", None], "62.5%": [1, 2], "87.5%": [3, 4],
+                       "acc. (%)": [0.5, 0.6]},
+                      index=pd.Index(["flurka-rnn", "flurka-performer"], name="variant"))
+    multi = pd.DataFrame([[1.0, 2.0]], columns=pd.MultiIndex.from_tuples([("nmt-small", "bleu 0.5"),
+                                                                          ("mean", "")]))
+    tracker.log_tables({"uptraining_lra-listops-small": df, "quality": multi, "empty": df.iloc[:0]})
+    tracker.log_tables({"uptraining_lra-listops-small": df})   # --resume logs again: replaced, not appended
+
+    client, run_id = tracker.client, tracker.parent_id
+    with open(_artifact(client, run_id, "tables/uptraining_lra-listops-small.json", tmp_path)) as f:
+        table = json.load(f)
+    assert table["columns"] == ["variant", "kernel", "low-rank", "12·5%", "25%", "37·5%", "62·5%", "87·5%",
+                                "acc_ (%)"]
+    assert len(table["data"]) == 2                             # once, however often logged
+    rows = [dict(zip(table["columns"], r)) for r in table["data"]]
+    assert [r["kernel"] for r in rows] == cells and [r["12·5%"] for r in rows] == cells   # strings unchanged
+    assert rows[0]["low-rank"] == 31.1 and rows[1]["low-rank"] == "" and rows[1]["37·5%"] == ""
+    # MLflow's own table format (what MlflowClient.load_table reads) ...
+    loaded = pd.read_json(_artifact(client, run_id, "tables/uptraining_lra-listops-small.json", tmp_path),
+                          orient="split")
+    assert len(loaded) == 2 and "12·5%" in loaded.columns
+    # ... and the tag load_table and the UI find a logged table by
+    found = client.search_runs([tracker.experiment_id], filter_string=(
+        "tags.`mlflow.loggedArtifacts` LIKE "
+        """'%"path"%:%"tables/uptraining_lra-listops-small.json",%"type"%:%"table"%'"""))
+    assert [r.info.run_id for r in found] == [run_id]
+
+    logged = json.loads(client.get_run(run_id).data.tags["mlflow.loggedArtifacts"])
+    paths = [a["path"] for a in logged if a["type"] == "table"]
+    assert sorted(paths) == ["tables/quality.json", "tables/uptraining_lra-listops-small.json"]  # the viewer's cue
+    columns = {}
+    for path in paths:
+        with open(_artifact(client, run_id, path, tmp_path)) as f:
+            columns[path] = json.load(f)["columns"]
+    assert not [c for cols in columns.values() for c in cols if "." in c], columns
+    assert columns["tables/quality.json"] == ["nmt-small bleu 0·5", "mean"]
+    csv = _artifact(client, run_id, "tables/uptraining_lra-listops-small.csv", tmp_path)
+    assert list(pd.read_csv(csv).columns[3:5]) == ["12.5%", "25%"]   # the CSV keeps the table's names
+
+
+def test_table_column_rule():
+    assert table_column("12.5%") == "12·5%" and table_column("α = 0.875") == "α = 0·875"
+    assert table_column(("lra-listops-small (accuracy, %)", "")) == "lra-listops-small (accuracy, %)"
+    assert table_column("e.g.") == "e_g_" and table_column(25) == "25"
+
+
+# -- (b) run names ----------------------------------------------------------------------------------
+
+def test_trial_run_names_start_with_what_differs():
+    plan = _plan()
+    names = {r.key: trial_run_name(r.to_dict(), benchmark=False) for r in plan.baselines + plan.bases + plan.branches}
+    assert sorted(names.values()) == sorted([
+        "full s0", "full s1", "rnn s0", "rnn s1", "linformer dk=16 s0", "linformer dk=16 s1",
+        "flurka-rnn a=0.25 dk=16 s0", "flurka-rnn a=0.5 dk=16 s0",
+        "flurka-rnn a=0.25 dk=16 s1", "flurka-rnn a=0.5 dk=16 s1"])
+    # without baselines a separate base run (it stops at its last fork) says so
+    bases = _plan(baselines=False).bases
+    assert sorted(trial_run_name(r.to_dict(), benchmark=False) for r in bases) == [
+        "linformer dk=16 s0 base", "linformer dk=16 s1 base"]
+    # several benchmarks: the benchmark last; names stay unique within the sweep
+    plan = _plan(benchmarks=("lra-listops-small", "nmt-small"))
+    runs = plan.baselines + plan.bases + plan.branches
+    names = [runner._run_name({"run": r.to_dict()}, several=True) for r in runs]
+    assert "flurka-rnn a=0.25 dk=16 s1 nmt-small" in names and len(set(names)) == len(runs)
+
+
+def _result(run, steps=8):
+    history = [{"step": s, "loss": 2.0 - 0.1 * s, "accuracy": 0.1 * s, "grad_norm": 1.0, "train_flops": 1e9 * s,
+                "learning_rate": 1e-3, "attention": run["attention"]} for s in range(2, steps + 1, 2)]
+    evals = [{"step": s, "loss": 2.1 - 0.1 * s, "accuracy": 0.05 * s, "train_flops": 1e9 * s,
+              "attention": run["attention"]} for s in (4, steps)]
+    return {"status": "ok", "steps": steps, "history": history, "eval_history": evals,
+            "final_metrics": {k: v for k, v in evals[-1].items() if k not in ("step", "train_flops", "attention")},
+            "compilation": {"compiles": 3, "cache_hits": 1, "compile_s": 0.5}, "config": {"seed": run["seed"]}}
+
+
+def _drive(callback, trial, result, *, report_all=True):
+    """What Tune hands the driver's callback for one trial, as the trainable reports it."""
+    callback.on_trial_start(0, [], trial)
+    entries = [("train", e) for e in result["history"]] + [("eval", e) for e in result["eval_history"]]
+    for stream, entry in sorted(entries, key=lambda x: (x[1]["step"], x[0] == "eval")):
+        if not report_all and entry["step"] > 4:
+            break                                               # the driver died: a later --resume
+        values = {k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))}
+        if stream == "eval":
+            values = {f"eval_{k}": v for k, v in values.items()}
+        callback.on_trial_result(0, [], trial, {**values, "step": entry["step"], "stream": stream,
+                                                "device": "cpu x1", "timestamp": 1_700_000_000})
+    trial.last_result = {"step": result["steps"], "stream": "final", "device": "cpu x1",
+                         **{f"final_{k}": v for k, v in result["final_metrics"].items()},
+                         RESULT_KEY: json.dumps(result)}
+    callback.on_trial_complete(0, [], trial)
+
+
+def test_nested_runs_named_and_each_metric_under_one_name(tracker):
+    plan = _plan()
+    runs = plan.baselines + plan.bases + plan.branches
+    callback = MLflowTrialCallback(tracker, runner.resolve, params_of=lambda cfg: {"run": cfg["run"]},
+                                   name_of=lambda cfg: runner._run_name(cfg, several=False))
+    results = {}
+    for i, r in enumerate(runs):
+        run = r.to_dict()
+        results[r.key] = _result(run)
+        _drive(callback, SimpleNamespace(config={"cfg": {"run": run}}, last_result={}), results[r.key],
+               report_all=i % 2 == 0)
+
+    nested = tracker.nested_runs()
+    assert len(nested) == len(runs)
+    by_key = {r.data.tags[TRIAL_TAG]: r for r in nested}
+    assert set(by_key) == {r.key for r in runs}                 # the key stays the identifier
+    assert {r.key: by_key[r.key].info.run_name for r in runs} == {
+        r.key: trial_run_name(r.to_dict(), benchmark=False) for r in runs}
+    assert {r.data.tags[BENCHMARK_TAG] for r in nested} == {"lra-listops-small"}
+
+    want = {"train/loss", "train/accuracy", "train/grad_norm", "train/flops", "train/learning_rate",
+            "eval/loss", "eval/accuracy", "compilation.compiles", "compilation.cache_hits", "compilation.compile_s"}
+    client = tracker.client
+    for r in nested:
+        assert set(r.data.metrics) == want, r.info.run_name      # no accuracy / eval_accuracy / final.accuracy
+        result = results[r.data.tags[TRIAL_TAG]]
+        for name in ("loss", "accuracy"):
+            points = client.get_metric_history(r.info.run_id, f"eval/{name}")
+            assert [m.step for m in points] == [4, 8]            # each eval once, reported or backfilled
+            assert points[-1].value == pytest.approx(result["final_metrics"][name])   # final = last eval point
+            assert r.data.metrics[f"eval/{name}"] == pytest.approx(result["final_metrics"][name])
+        train = client.get_metric_history(r.info.run_id, "train/loss")
+        assert [m.step for m in train] == [2, 4, 6, 8]
+        assert math.isclose(r.data.metrics["train/flops"], 8e9)
+
+
+def test_metric_name_rule():
+    assert metric_name("train", "loss") == "train/loss" and metric_name("eval", "bleu") == "eval/bleu"
+    assert metric_name("train", "train_flops") == "train/flops"
+    assert metric_name("eval", "train_flops") is None and metric_name("eval", "handover_beta") is None
+    with pytest.raises(ValueError):
+        metric_name("final", "loss")
+
+
+def test_resume_finds_the_run_by_key_and_skips_logged_steps(tracker):
+    (branch, *_) = _plan().branches
+    run = branch.to_dict()
+    cb = MLflowTrialCallback(tracker, runner.resolve, params_of=lambda cfg: {"run": cfg["run"]})
+    trial = SimpleNamespace(config={"cfg": {"run": run}}, last_result={})
+    result = _result(run)
+    cb.on_trial_start(0, [], trial)
+    for e in result["history"][:2]:
+        cb.on_trial_result(0, [], trial, {"loss": e["loss"], "step": e["step"], "stream": "train"})
+    again = SweepTracker(tracker.uri, "names", "names-sweep")      # a --resume'd driver
+    again.start_sweep("names-sweep", {})
+    cb2 = MLflowTrialCallback(again, runner.resolve, params_of=lambda cfg: {"run": cfg["run"]})
+    _drive(cb2, trial, result)
+    (nested,) = again.nested_runs()
+    assert nested.info.run_name == trial_run_name(run)          # default: with the benchmark
+    steps = [m.step for m in again.client.get_metric_history(nested.info.run_id, "train/loss")]
+    assert sorted(steps) == [2, 4, 6, 8]                       # steps 2, 4 not logged again

@@ -79,3 +79,26 @@ def test_alpha_without_an_inner_fork_step_trains_independently():
     _, plan = _plan(variants=("flurka-eva",), alphas=(0.0, 0.5, 1.0), baselines=False)
     starts = {b.alpha: (b.start_step, b.base_key is not None) for b in plan.branches}
     assert starts == {0.0: (0, False), 0.5: (400, True), 1.0: (0, False)}
+
+
+@pytest.mark.parametrize("config", ["uptrain_small.yaml", "uptrain_full.yaml"])
+def test_main_job_trains_one_linformer_base_per_d_k_and_seed(config):
+    """The main job (make sweep) and Table 5 whole (make sweep-full): the Linformer baseline of
+    each (benchmark, d_k, seed) is the base every variant's α branches fork from, so no variant
+    trains a base of its own; full attention is left out (not a constituent)."""
+    from pathlib import Path
+
+    from flurka.sweeps.spec import from_args
+
+    path = Path(__file__).resolve().parents[2] / "experiments" / config
+    spec = validate(from_args({"config": str(path)}))
+    plan = make_plan(spec)
+    assert len(spec.seeds) >= 3 and not plan.bases
+    linformer = {(r.benchmark, r.d_k, r.seed): r for r in plan.baselines if r.attention == "linformer"}
+    assert len(linformer) == len(spec.benchmarks) * len(spec.d_k) * len(spec.seeds)
+    assert all(r.fork_steps for r in linformer.values())
+    assert "full" not in {r.attention for r in plan.baselines}
+    for br in plan.branches:
+        base = linformer[(br.benchmark, br.d_k, br.seed)]
+        assert br.base_key == base.key and br.start_step in base.fork_steps
+    assert len(plan.branches) == len(spec.variants) * len(spec.alphas) * len(spec.d_k) * len(spec.seeds)

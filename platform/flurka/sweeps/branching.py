@@ -130,7 +130,8 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
         T = steps[bench]
         for d_k in d_ks[bench]:
             if spec.baselines:
-                for mech, dk in [(FULL, None), (LOW_RANK, d_k), *[(kernel_of(v), None) for v in spec.variants]]:
+                reference = [(FULL, None)] if spec.full else []
+                for mech, dk in [*reference, (LOW_RANK, d_k), *[(kernel_of(v), None) for v in spec.variants]]:
                     run = PlannedRun("baseline", bench, mech, seed, T, d_k=dk)
                     baselines.setdefault(run.key, run)
             for variant in spec.variants:

@@ -43,7 +43,9 @@ class SweepSpec:
     seeds: tuple[int, ...] = (0,)
     steps: int | None = None                # T; None = the benchmark config's
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # passed to get_config
-    baselines: bool = True                  # constituents + full attention in the same sweep
+    baselines: bool = True                  # the constituents (and full) in the same sweep
+    full: bool = True                       # full attention among the baselines, as a reference
+    e_init: str | None = None               # E1/E2's init (None: the configs' default, pooled)
     branching: bool = True                  # fork α branches from one base run
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
@@ -83,6 +85,15 @@ class SweepSpec:
             return str(Path(cache).expanduser().resolve())
         return str(self.run_path / "jax-cache")
 
+    @property
+    def config_overrides(self) -> dict[str, Any]:
+        """What every trial's ``get_config`` gets: ``overrides`` with ``e_init`` merged in."""
+        overrides = dict(self.overrides)
+        if self.e_init is not None:
+            overrides["attention_options"] = {**overrides.get("attention_options", {}),
+                                              "e_init": self.e_init}
+        return overrides
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -115,7 +126,7 @@ def base_mechanism(variant: str, base: str) -> str:
 def benchmark_config(benchmark: str, spec: SweepSpec, **extra: Any):
     from flurka import configs
 
-    overrides = dict(spec.overrides)
+    overrides = spec.config_overrides
     if spec.steps is not None:
         overrides["steps"] = spec.steps
     overrides.update(extra)
@@ -216,6 +227,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=S, metavar="KEY=VALUE",
                    help="benchmark config override (YAML value), repeatable")
     p.add_argument("--no-baselines", dest="baselines", action="store_false", default=S)
+    p.add_argument("--no-full", dest="full", action="store_false", default=S,
+                   help="leave full attention out of the baselines")
+    p.add_argument("--e-init", choices=("pool", "gaussian"), default=S,
+                   help="E1/E2's initialisation (default pool; gaussian: the paper's)")
     p.add_argument("--no-branching", dest="branching", action="store_false", default=S,
                    help="train every α independently (the paper's way)")
     p.add_argument("--cpus-per-trial", type=float, default=S)

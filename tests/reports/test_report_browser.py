@@ -1,5 +1,8 @@
 """The report as a user sees it: opened in headless Chromium over HTTP, every table has body rows,
-every figure is a decoded, non-blank image, every contents link lands on a section.
+every figure is a decoded, non-blank image, every contents link lands on a section, and the
+page leads with the main job's result: the up-training section (its table, then its α figure)
+comes first, on the full data set and on the main job's database alone, where the sections it
+cannot fill are one line each at the end.
 
 The check runs inside the page (a script the test server appends to index.html, not part of the
 report): it reads each <img>'s decoded pixels through a canvas and writes its findings into the
@@ -24,7 +27,17 @@ from flurka.reports import build_report
 
 CHECK = """<script>
 window.addEventListener('load', () => {
-  const out = {tables: [], images: [], toc: [], missing: document.querySelectorAll('.missing').length};
+  const out = {tables: [], images: [], toc: [], missing: [],
+               sections: Array.from(document.querySelectorAll('main > section'), e => e.id)};
+  const first = document.querySelector('main > section');
+  out.first = first ? {id: first.id, items: Array.from(first.querySelectorAll('figure'), f => f.className + ' ' + f.id),
+                       top: first.getBoundingClientRect().top + window.scrollY,
+                       cells: Array.from(first.querySelectorAll('figure.table tbody td'), td => td.textContent)} : null;
+  for (const li of document.querySelectorAll('.missing')) {
+    const style = getComputedStyle(li);
+    out.missing.push({id: li.id, tag: li.tagName, text: li.textContent, blocks: li.querySelectorAll('table, img, figure, p, div').length,
+                      height: li.getBoundingClientRect().height, line: parseFloat(style.lineHeight) || 20});
+  }
   for (const t of document.querySelectorAll('table')) {
     out.tables.push({id: t.closest('figure') ? t.closest('figure').id : null,
                      rows: t.querySelectorAll('tbody tr').length, cells: t.querySelectorAll('tbody td').length});
@@ -85,14 +98,27 @@ def report_dir(populated, tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def served(report_dir):
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(report_dir)))
+def _serve(directory: Path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Handler, directory=str(directory)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/index.html"
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/index.html"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def served(report_dir):
+    yield from _serve(report_dir)
+
+
+@pytest.fixture(scope="module")
+def main_job_served(main_job, tmp_path_factory):
+    out = tmp_path_factory.mktemp("main-job-report")
+    build_report(main_job, out)
+    yield from _serve(out)
 
 
 def chromium(binary: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
@@ -102,13 +128,18 @@ def chromium(binary: str, tmp_path: Path, *args: str) -> subprocess.CompletedPro
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=True)
 
 
-def test_every_table_has_rows_and_every_figure_renders(report_dir, served, tmp_path, chromium_binary):
-    dom = chromium(chromium_binary, tmp_path, "--virtual-time-budget=15000", "--run-all-compositor-stages-before-draw",
-                   "--window-size=1280,2000", "--dump-dom", served).stdout
+def page_check(binary: str, tmp_path: Path, url: str) -> dict:
+    """The check script's findings on the page at ``url``, loaded in headless Chromium."""
+    dom = chromium(binary, tmp_path, "--virtual-time-budget=15000", "--run-all-compositor-stages-before-draw",
+                   "--window-size=1280,2000", "--dump-dom", url).stdout
     found = re.search(r'<pre id="report-check">(.*?)</pre>', dom, re.S)
     assert found, "the page did not finish loading in Chromium"
-    check = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&").replace("&lt;", "<")
-                       .replace("&gt;", ">"))
+    return json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
+                      .replace("&amp;", "&"))
+
+
+def test_every_table_has_rows_and_every_figure_renders(report_dir, served, tmp_path, chromium_binary):
+    check = page_check(chromium_binary, tmp_path, served)
 
     pngs = sorted(p.name for p in (report_dir / "figures").glob("*.png"))
     assert len(pngs) >= 9, pngs  # one per populated figure kind at least
@@ -124,8 +155,11 @@ def test_every_table_has_rows_and_every_figure_renders(report_dir, served, tmp_p
     for t in check["tables"]:
         assert t["rows"] >= 1 and t["cells"] >= t["rows"], t
 
-    assert check["missing"] == 0  # the synthetic data fills every section
+    assert check["missing"] == []  # the synthetic data fills every section
     assert len(check["toc"]) == 15 and all(link["found"] for link in check["toc"]), check["toc"]
+    assert check["sections"][:2] == ["uptraining", "isoflops"], check["sections"]
+    assert check["first"]["items"][:3] == ["table cells uptraining-nmt-wmt14-ende", "plot uptraining-nmt-wmt14-ende-fig",
+                                           "table prose uptraining-nmt-wmt14-ende-observations"]
 
 
 def test_screenshot_shows_the_report(served, tmp_path, chromium_binary):
@@ -146,3 +180,32 @@ def test_captions_name_device_and_config(report_dir, device_name):
     for key, caption in captions:
         assert f"Device: {device_name}" in caption or "Device: cpu" in caption, (key, caption)
         assert "Config:" in caption or "Sweep '" in caption, (key, caption)
+
+
+def test_main_job_report_leads_with_uptraining(main_job_served, tmp_path, chromium_binary):
+    """The main job's database alone: in the browser the first section is up-training, its
+    table's cells are "mean ± CI (n=3)", its α figure is the page's first image and is drawn;
+    loss vs FLOPs follows; the 13 sections it cannot fill are one line each at the end (a list
+    item one line high at 1280 px, two where its command is longer than the column), each
+    naming its section and the command that fills it."""
+    check = page_check(chromium_binary, tmp_path, main_job_served)
+    assert check["sections"] == ["uptraining", "isoflops", "not-filled"]
+    first = check["first"]
+    assert first["id"] == "uptraining" and first["items"] == [
+        "table cells uptraining-nmt-small", "plot uptraining-nmt-small-fig", "table prose uptraining-nmt-small-observations"]
+    ci_cells = [c for c in first["cells"] if re.fullmatch(r"\d+\.\d ± \d+\.\d \(n=3\)", c)]
+    assert len(ci_cells) == 4 * 6, first["cells"]            # 4 rows (variant, d_k) × kernel, low-rank, 4 α
+    assert Path(check["images"][0]["src"]).name == "uptraining-nmt-small-fig.png"
+    assert all(img["complete"] and img["std"] > 10 and img["ink"] > 0.01 for img in check["images"]), check["images"]
+    assert len(check["images"]) == 2
+    missing = check["missing"]
+    assert [m["id"] for m in missing] == ["speed-n", "speed-dk", "speed-dmodel", "speedups", "floor", "glue", "lra",
+                                          "lra-small", "collective", "approximation-error", "rank", "flops", "profiles"]
+    for m in missing:
+        assert m["tag"] == "LI" and m["blocks"] == 0, m
+        title, _, command = m["text"].partition(": run ")
+        assert title and command.startswith(("python -m flurka.speed", "python experiments/uptrain_sweep.py")), m
+        # one line at 1280 px; a command longer than the column wraps once
+        assert m["height"] < (1.5 if len(m["text"]) <= 150 else 2.5) * m["line"], m
+    assert [t["id"] for t in check["toc"]] == ["uptraining", "isoflops", "not-filled"]
+    assert all(t["found"] for t in check["toc"])

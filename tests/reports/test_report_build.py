@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as st
 
+from flurka import stats
 from flurka.reports import build_report, cli, sections, sources
 from flurka.results import connect, ingest_file, open_results, tables
 from testsupport import RECORDED
@@ -37,7 +40,7 @@ def built(populated, tmp_path_factory):
 def test_every_table_in_markdown_latex_and_csv(built):
     csvs = sorted(p.stem for p in (built / "tables").glob("*.csv"))
     assert {"glue", "lra", "lra-small", "collective", "isoflops-nmt-wmt14-ende", "uptraining-nmt-wmt14-ende",
-            "error-0-table", "rank-0-table", "flops-0-summary", "flops-0-claims", "profiles-0-table",
+            "uptraining-nmt-wmt14-ende-observations", "error-0-table", "rank-0-table", "flops-0-summary", "flops-0-claims", "profiles-0-table",
             "floor-0", "floor-1"} <= set(csvs)
     assert any(k.startswith("speedups-") for k in csvs) and any(k.startswith("speed-dk-") for k in csvs)
     for key in csvs:
@@ -47,7 +50,8 @@ def test_every_table_in_markdown_latex_and_csv(built):
     assert tex.count("\\begin{table}") == len(csvs) and "\\caption{" in tex
     md = (built / "report.md").read_text()
     assert md.count("![") == len(list((built / "figures").glob("*.png")))
-    assert "no data yet" not in md
+    assert "Not in this database" not in md
+    assert md.index("## Up-training") < md.index("## Loss vs training FLOPs") < md.index("## Step time vs sequence")
 
 
 def test_speed_captions_say_how_the_points_were_timed(built, tmp_path):
@@ -69,16 +73,101 @@ def test_speed_captions_say_how_the_points_were_timed(built, tmp_path):
         " Timing: samples of 2–7 back-to-back calls; one blocked call a sample, dispatch included (2 of 4 points).")
 
 
+CELL = re.compile(r"^(-?\d+\.\d) ± (\d+\.\d) \(n=(\d+)\)$")
+
+
+def _cell(text: str) -> tuple[float, float, int]:
+    found = CELL.match(text)
+    assert found, text
+    return float(found[1]), float(found[2]), int(found[3])
+
+
 def test_uptraining_alpha_columns_match_the_sweep(built, populated):
-    """Table 5 from the report vs a seed mean worked out from the sweep's raw trial rows."""
-    table = pd.read_csv(built / "tables" / "uptraining-nmt-wmt14-ende.csv").set_index("variant")
-    assert [c for c in table.columns if c.endswith("%")] == ["12.5%", "25%", "37.5%", "50%", "62.5%", "75%", "87.5%"]
+    """Table 5 from the report vs the sweep's raw trial rows: every α cell (and the kernel and
+    low-rank ones) is the seeds' mean ± scipy's 95 % t interval, n the seeds."""
+    table = pd.read_csv(built / "tables" / "uptraining-nmt-wmt14-ende.csv").set_index(["variant", "d_k"])
+    assert [c for c in table.columns if c.endswith("%") and c != "best α"] == [
+        "12.5%", "25%", "37.5%", "50%", "62.5%", "75%", "87.5%"]
     engine = connect(populated[0])
-    raw = pd.read_sql("SELECT t.attention, t.alpha, m.value FROM trials t JOIN metrics m ON m.trial_id = t.id "
-                      "WHERE t.benchmark = 'nmt-wmt14-ende' AND m.name = 'bleu' AND t.alpha = 0.5", engine)
+    raw = pd.read_sql("SELECT t.attention, t.alpha, t.d_k, t.seed, m.value FROM trials t JOIN metrics m "
+                      "ON m.trial_id = t.id WHERE t.benchmark = 'nmt-wmt14-ende' AND m.name = 'bleu'", engine)
     engine.dispose()
-    for variant, value in raw.groupby("attention")["value"].mean().items():
-        assert table.loc[variant, "50%"] == pytest.approx(value)
+    checked = 0
+    for (variant, alpha), g in raw[raw["alpha"].notna()].groupby(["attention", "alpha"]):
+        values = g.sort_values("seed")["value"].to_numpy()
+        assert len(values) == 2
+        low, high = st.t.interval(0.95, 1, loc=values.mean(), scale=st.sem(values))
+        got = _cell(table.loc[(variant, 64), tables.alpha_label(alpha)])
+        assert got == (round(values.mean(), 1), round((high - low) / 2, 1), 2)
+        checked += 1
+    assert checked == 21
+    kernel = raw[(raw["attention"] == "rnn") & raw["alpha"].isna()]["value"].to_numpy()
+    assert _cell(table.loc[("flurka-rnn", 64), "kernel"])[0] == round(kernel.mean(), 1)
+    low_rank = raw[(raw["attention"] == "linformer") & raw["alpha"].isna()]["value"].to_numpy()
+    mean, _, n = _cell(table.loc[("flurka-eva", 64), "low-rank"])
+    assert (mean, n) == (round(low_rank.mean(), 1), 2)
+    best = raw[raw["attention"] == "flurka-eva"].groupby("alpha")["value"].mean().idxmax()
+    assert table.loc[("flurka-eva", 64), "best α"] == tables.alpha_label(best)
+
+
+def test_main_job_report_leads_with_uptraining_and_lists_what_it_lacks(main_job, tmp_path):
+    """The main job's database (nmt-small alone): the report's sections are up-training, then
+    loss vs training FLOPs, then one line for each section it cannot fill, naming its command."""
+    index = build_report(main_job, tmp_path / "out")
+    html = index.read_text()
+    shown = re.findall(r'<section id="([^"]+)"><h2>', html)
+    assert shown == ["uptraining", "isoflops", "not-filled"]
+    lines = re.findall(r'<li class="missing" id="([^"]+)"><b>([^<]+)</b>: run <code>([^<]+)</code></li>', html)
+    assert [key for key, _, _ in lines] == [
+        "speed-n", "speed-dk", "speed-dmodel", "speedups", "floor", "glue", "lra", "lra-small", "collective",
+        "approximation-error", "rank", "flops", "profiles"]
+    assert html.count('class="missing"') == 13
+    commands = {key: cmd for key, _, cmd in lines}
+    assert commands["glue"].startswith("python experiments/uptrain_sweep.py --benchmarks glue-cola,glue-sst2,")
+    assert commands["speed-dk"] == "python -m flurka.speed --sweep dk-sweep --out FILE.json &amp;&amp; flurka ingest --db URL FILE.json"
+    assert "flash-compare" in commands["speedups"] and "--profile-steps" in commands["profiles"]
+    assert commands["rank"].startswith("python -m flurka.speed.theory --out theory.json")
+    missing_part = html[html.index('<section id="not-filled">'):]
+    assert "<table" not in missing_part and "<img" not in missing_part and "<p" not in missing_part
+    assert sorted(p.name for p in (tmp_path / "out" / "figures").iterdir()) == [
+        "loss-vs-flops-nmt-small.png", "uptraining-nmt-small-fig.png"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert md.count("\n- **") == 13 and md.index("## Up-training") < md.index("## Not in this database")
+
+
+def test_main_job_table_and_observations_against_the_raw_trials(main_job, tmp_path):
+    """The main job's Table 5 per (variant, d_k), and the paper's three observations worked out
+    from the raw rows: cells between the constituents by mean, the best cell paired against both
+    constituents over the seeds (scipy's ttest_rel), the best α's range."""
+    build_report(main_job, tmp_path / "out")
+    table = pd.read_csv(tmp_path / "out" / "tables" / "uptraining-nmt-small.csv").set_index(["variant", "d_k"])
+    assert list(table.index) == [("flurka-performer", 16), ("flurka-performer", 32), ("flurka-rnn", 16),
+                                 ("flurka-rnn", 32)]
+    assert list(table.columns) == ["kernel constituent", "kernel", "low-rank", "25%", "37.5%", "50%", "75%", "best α"]
+    engine = connect(main_job)
+    raw = pd.read_sql("SELECT t.attention, t.alpha, t.d_k, t.seed, m.value FROM trials t JOIN metrics m "
+                      "ON m.trial_id = t.id WHERE m.name = 'bleu'", engine)
+    engine.dispose()
+    seeds = lambda q: raw.query(q).set_index("seed")["value"].sort_index()  # noqa: E731
+    between, best = 0, None
+    for (variant, d_k), row in table.iterrows():
+        kernel, low = seeds(f"attention == '{row['kernel constituent']}'"), seeds(f"attention == 'linformer' and d_k == {d_k}")
+        assert _cell(row["low-rank"]) == (round(low.mean(), 1), round(stats.mean_ci(low).half_width, 1), 3)
+        for a in (0.25, 0.375, 0.5, 0.75):
+            cell = seeds(f"attention == '{variant}' and d_k == {d_k} and alpha == {a}")
+            assert _cell(row[tables.alpha_label(a)])[0] == round(cell.mean(), 1)
+            between += min(kernel.mean(), low.mean()) <= cell.mean() <= max(kernel.mean(), low.mean())
+            if best is None or cell.mean() > best[0].mean():
+                best = (cell, kernel, low, f"{variant} d_k={d_k} α={tables.alpha_label(a)}")
+    obs = pd.read_csv(tmp_path / "out" / "tables" / "uptraining-nmt-small-observations.csv").set_index(
+        "paper's observation")["on this data"]
+    assert obs["FLuRKA cells between their two constituents"] == f"{between} of 16"
+    cell, kernel, low, name = best
+    p_low = st.ttest_rel(cell.to_numpy(), low.to_numpy()).pvalue
+    evidence = pd.read_csv(tmp_path / "out" / "tables" / "uptraining-nmt-small-observations.csv")["evidence"][1]
+    assert evidence.startswith(name) and f"p={p_low:.2g} (linformer better)" in evidence
+    assert obs["the best FLuRKA cell beats both constituents (paired over seeds)"] == "no"  # Linformer is better
+    assert obs["the best α lies in [25 %, 37.5 %]"] == f"{sum(a in ('25%', '37.5%') for a in table['best α'])} of 4"
 
 
 def test_flop_model_speedups_against_the_speed_document(populated):
@@ -274,13 +363,17 @@ def test_recorded_cpu_crossings_read_with_the_noise(tmp_path):
 
 
 def test_empty_database_says_what_to_run(tmp_path):
+    """Nothing to show: every section is one line of the "Not in this database" list, its
+    title and the command that fills it; no table, figure or paragraph for any of them."""
     url = f"sqlite:///{tmp_path / 'empty.db'}"
     open_results(url).dispose()
     index = build_report(url, tmp_path / "out")
     html = index.read_text()
-    assert html.count('class="missing"') == 15 and html.count("no data yet: run ") == 15
+    lines = re.findall(r'<li class="missing" id="([^"]+)"><b>[^<]+</b>: run <code>[^<]+</code></li>', html)
+    assert len(lines) == 15 == html.count('class="missing"') and lines[:2] == ["uptraining", "isoflops"]
+    assert re.findall(r'<section id="([^"]+)">', html) == ["not-filled"]
     assert "python -m flurka.speed --sweep n-sweep" in html and "experiments/uptrain_sweep.py" in html
-    assert "<img" not in html and "<table" not in html
+    assert "<img" not in html and "<table" not in html and 'class="about"' not in html
     assert not list((tmp_path / "out" / "figures").iterdir())
 
 

@@ -2,11 +2,14 @@
 recorded in the repository (benchmarks/results/: real step times over one to five decades, one-N
 training panels), each figure's text stays on the canvas, no two tick labels of an axis collide,
 ticks read as plain numbers (no 10^k powers or "6×10¹" minor labels), every log axis has at least
-two labelled ticks, and no axis label runs into its panel's title."""
+two labelled ticks, and no axis label runs into its panel's title. On the main job's database:
+the α figure's CI bands and colours, the loss-vs-FLOPs figure's mean curves and FLOP unit."""
 
 from __future__ import annotations
 
+import colorsys
 import json
+import re
 
 import matplotlib
 import numpy as np
@@ -16,9 +19,11 @@ import pytest
 matplotlib.use("Agg")
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402
+from matplotlib.colors import to_rgb  # noqa: E402
 
 from flurka.reports import figures, sections, sources  # noqa: E402
-from flurka.results import ingest_file, open_results  # noqa: E402
+from flurka.results import connect, ingest_file, open_results, tables  # noqa: E402
 from testsupport import RECORDED  # noqa: E402
 
 RESULT_FILES = sorted(p for p in RECORDED.rglob("*.json")
@@ -165,3 +170,109 @@ def test_measured_speedups_carry_their_spread():
     assert np.allclose(segments[:, 0, 1], r * (1 - w)) and np.allclose(segments[:, 1, 1], r * (1 + w))
     assert np.allclose(segments[:, 0, 0], [1.2, 1.5, 2.0])
     assert not legibility_problems(sections.Plot("flops-bars", "t", "c", fig))
+
+
+@pytest.fixture(scope="module")
+def main_job_plots(main_job) -> dict[str, sections.Plot]:
+    return {p.key: p for p in _plots(main_job)}
+
+
+def test_main_job_figures_are_legible(main_job_plots):
+    assert sorted(main_job_plots) == ["loss-vs-flops-nmt-small", "uptraining-nmt-small-fig"]
+    problems = [line for p in main_job_plots.values() for line in legibility_problems(p)]
+    assert not problems, "\n".join(problems)
+
+
+def _hue(colour) -> float:
+    return colorsys.rgb_to_hsv(*to_rgb(colour))[0]
+
+
+def _band_of(ax, line):
+    """The fill_between band (a PolyCollection) drawn in ``line``'s colour."""
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)
+             and np.allclose(c.get_facecolor()[0][:3], to_rgb(line.get_color()))]
+    assert len(bands) == 1, (line.get_label(), len(bands))
+    return bands[0].get_paths()[0].vertices
+
+
+def test_alpha_figure_has_a_ci_band_per_variant_and_tells_it_from_its_kernel(main_job_plots):
+    """One panel per (variant, d_k). In each: the variant's mean against α inside its own CI
+    band (a band with height at every α), its kernel and Linformer as lines with bands of their
+    own, the variant and its kernel in different hues, Linformer a third, and the legend naming
+    the variant, its kernel and Linformer at the panel's d_k."""
+    fig = main_job_plots["uptraining-nmt-small-fig"].fig
+    axes = [a for a in fig.axes if a.get_visible()]
+    assert sorted(a.get_title() for a in axes) == ["flurka-performer, d_k=16", "flurka-performer, d_k=32",
+                                                   "flurka-rnn, d_k=16", "flurka-rnn, d_k=32"]
+    for ax in axes:
+        variant, d_k = ax.get_title().split(", ")
+        kernel = tables.KERNEL_OF[variant]
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        own = next(v for k, v in lines.items() if k.startswith(f"{variant}: up-trained"))
+        ref_k = next(v for k, v in lines.items() if k.startswith(f"{kernel}: kernel"))
+        ref_l = next(v for k, v in lines.items() if k.startswith(f"linformer {d_k}: low-rank"))
+        band = _band_of(ax, own)
+        for x, y in zip(own.get_xdata(), own.get_ydata()):
+            at = band[np.isclose(band[:, 0], x), 1]
+            assert at.min() < y < at.max(), (ax.get_title(), x, y, at)
+        for ref in (ref_k, ref_l):
+            ref_band = _band_of(ax, ref)
+            assert ref_band[:, 1].min() < ref.get_ydata()[0] < ref_band[:, 1].max()
+        hues = [_hue(line.get_color()) for line in (own, ref_k, ref_l)]
+        gaps = [min(abs(a - b), 1 - abs(a - b)) for a, b in ((hues[0], hues[1]), (hues[0], hues[2]), (hues[1], hues[2]))]
+        assert min(gaps) > 0.15, (ax.get_title(), [own.get_color(), ref_k.get_color(), ref_l.get_color()])
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert any(t.startswith(f"{variant}: up-trained (n=3)") for t in legend), legend
+        assert any(t.startswith(f"{kernel}: kernel") for t in legend) and any(t.startswith(f"linformer {d_k}") for t in legend)
+
+
+def test_loss_vs_flops_draws_a_mean_curve_per_mechanism_in_readable_flops(main_job_plots, main_job):
+    """From scratch: one bold curve per mechanism (and d_k), the mean of its three seeds (drawn
+    faint), read back from the database; each up-trained variant's α branches in a panel of their
+    own; FLOPs in the SI unit the data calls for (600 steps at ~1.5e11: TFLOP), tick labels plain
+    numbers and no offset text on either axis."""
+    fig = main_job_plots["loss-vs-flops-nmt-small"].fig
+    FigureCanvasAgg(fig).draw()
+    scratch, *branches = fig.axes
+    for ax in fig.axes:
+        assert ax.get_xlabel() == "training FLOPs (TFLOP)"
+        assert ax.xaxis.get_offset_text().get_text() == "" and ax.yaxis.get_offset_text().get_text() == ""
+        ticks = [t.get_text() for t in _shown_ticklabels(ax, "x")]
+        assert len(ticks) >= 3 and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in ticks), ticks
+    bold = {line.get_label().split(" (")[0]: line for line in scratch.get_lines()
+            if not line.get_label().startswith(("_", "target"))}
+    assert sorted(bold) == ["eva", "full", "linformer d_k=16", "linformer d_k=32", "performer", "rnn"]
+    assert all(line.get_linewidth() >= 1.5 for line in bold.values())
+    faint = [line for line in scratch.get_lines() if (line.get_alpha() or 1) < 0.5]
+    assert len(faint) == 6 * 3 and all(line.get_linewidth() < 1 for line in faint)
+    engine = connect(main_job)
+    curves = tables.curves(engine, "nmt-small", ["loss", "train_flops"])
+    engine.dispose()
+    for label, query in (("full", "attention == 'full'"), ("linformer d_k=32", "attention == 'linformer' and d_k == 32")):
+        want = curves.query(query).groupby("step")[["train_flops", "loss"]].mean()
+        assert curves.query(query)["trial_id"].nunique() == 3
+        assert np.allclose(bold[label].get_xdata(), want["train_flops"] / 1e12)
+        assert np.allclose(bold[label].get_ydata(), want["loss"])
+    assert max(max(line.get_xdata()) for line in scratch.get_lines()) == pytest.approx(144, rel=0.01)
+    assert [ax.get_title().split(":")[0] for ax in branches] == ["flurka-performer", "flurka-rnn"]
+    for ax in branches:
+        labels = [line.get_label() for line in ax.get_lines()]
+        assert sum(label.startswith("α = ") for label in labels) == 4 * 2     # 4 α × 2 d_k, each a seed mean
+        assert sum("(base, mean of 3)" in label for label in labels) == 2     # the Linformer base at each d_k
+
+
+@pytest.mark.parametrize("largest, unit", [(4.2e11, "GFLOP"), (1.44e14, "TFLOP"), (9.99e14, "TFLOP"),
+                                           (1e15, "PFLOP"), (2.4e19, "EFLOP"), (512.0, "FLOP")])
+def test_flop_unit_is_chosen_from_the_data(largest, unit):
+    scale, name = figures.flop_unit(largest)
+    assert name == unit and 1 <= largest / scale < 1000
+
+
+def test_mean_curve_interpolates_seeds_on_a_common_grid():
+    """Two seeds logged at different FLOPs: the mean is taken on the range both cover, each seed
+    interpolated there (at 10: seed 1 logged 2.0, seed 2 lies halfway from 3 at 5 to 2 at 15)."""
+    part = pd.DataFrame({"trial_id": [1] * 3 + [2] * 3, "step": [1, 2, 3] * 2,
+                         "train_flops": [0.0, 10, 20, 5, 15, 25], "loss": [3.0, 2, 1, 3, 2, 1]})
+    grid, mean, runs = figures.mean_curve(part, "loss")
+    assert (grid[0], grid[-1], len(runs)) == (5, 20, 2)
+    assert np.interp(10, grid, mean) == pytest.approx((2.0 + 2.5) / 2)

@@ -81,7 +81,8 @@ def test_report_from_theory_rows_in_the_database_alone(synthetic_theory, tmp_pat
     out = tmp_path / "report"
     build_report(url, out)
     md = (out / "report.md").read_text()
-    assert md.count("no data yet: run ") == 13
+    assert md.count("\n- **") == 13 and md.count("**: run `") == 13   # one line each, under "Not in this database"
+    assert md.index("## Approximation error") < md.index("## Rank of") < md.index("## Not in this database")
     assert {p.stem for p in (out / "figures").glob("*.png")} == {"error-0", "rank-0"}
     assert {p.stem for p in (out / "tables").glob("*.csv")} == {"error-0-table", "rank-0-table"}
     ranks = pd.read_csv(out / "tables" / "rank-0-table.csv")

@@ -2,8 +2,10 @@
 
 ``build_report(db_url, out_dir, theory=[...])`` writes ``index.html`` (figures as PNG beside it),
 ``report.md``, and every table as Markdown/LaTeX/CSV; ``log_report`` uploads the directory to an
-MLflow run. ``flurka report`` is the command line (:mod:`flurka.reports.cli`). Sections without
-data say which command produces it instead of showing an empty table or figure.
+MLflow run. ``flurka report`` is the command line (:mod:`flurka.reports.cli`). The report leads
+with the main job's result (the up-training table with seed CIs, the paper's observations on it
+and the α figure, then loss against training FLOPs); the sections the database cannot fill close
+it, one line each naming the command that fills them.
 """
 
 from __future__ import annotations

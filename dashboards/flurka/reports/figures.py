@@ -10,12 +10,14 @@ from __future__ import annotations
 import io
 import math
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from flurka.results.records import MECHANISMS
+from flurka.results.tables import KERNEL_OF, LOWER_IS_BETTER
 
 STYLE = {  # mechanism -> (colour, marker)
     "full": ("#222222", "o"), "flash": ("#8c8c8c", "D"), "linformer": ("#1f5fbf", "o"),
@@ -203,44 +205,197 @@ def speedups(panels: dict[str, pd.DataFrame], claim_bound: float | None = None) 
     return fig
 
 
-def uptraining(table: pd.DataFrame, metric: str) -> Figure:
-    """Metric against α per FLuRKA variant (a ``uptraining_table``), with the kernel constituent
-    (dashed, variant colour) and low-rank (dotted blue) trained from scratch as references."""
-    alpha_cols = [c for c in table.columns if c.endswith("%")]
-    fig = Figure(figsize=(6.4, 3.8), layout="constrained")
-    ax = fig.subplots()
-    xs = [float(c.rstrip("%")) for c in alpha_cols]
-    for variant, row in table.iterrows():
-        ys = pd.to_numeric(row[alpha_cols], errors="coerce").to_numpy(float)
-        ax.plot(xs, ys, label=variant, **_style(variant))
-        if not math.isnan(row["kernel"]):
-            ax.axhline(row["kernel"], linestyle="--", linewidth=1, color=STYLE.get(variant, ("#555",))[0],
-                       label=f"{row['kernel constituent']} (kernel)")
-    low = table["low-rank"].dropna()
-    if not low.empty:
-        ax.axhline(low.iloc[0], linestyle=":", linewidth=1.4, color=STYLE["linformer"][0], label="linformer (low-rank)")
-    ax.set_xlabel("α: % of steps trained as the base model")
-    ax.set_ylabel(metric)
-    ax.grid(True, alpha=0.25)
-    _legend(fig, fig.axes)
+# Reference lines of the up-training figure: the kernel constituent dashed, low-rank dotted.
+KERNEL_LINE, LOW_RANK_LINE = "--", ":"
+BAND_ALPHA, REF_BAND_ALPHA = 0.22, 0.12
+
+
+def _band(ax, x, low, high, colour, label=None, alpha=BAND_ALPHA):
+    """A shaded CI band (a ``PolyCollection``) from ``low`` to ``high`` over ``x``."""
+    return ax.fill_between(x, low, high, color=colour, alpha=alpha, linewidth=0, label=label)
+
+
+def _dk_label(d_k) -> str:
+    return "d_k —" if d_k is None or d_k != d_k else f"d_k={int(d_k)}"
+
+
+def uptraining(cells: pd.DataFrame, metric: str, label: str | None = None) -> Figure:
+    """Table 5 as a figure: one panel per FLuRKA variant (rows) and d_k (columns; one d_k: the
+    variants two to a row), the variant's
+    seed mean against α with its 95 % CI band, its kernel constituent (orange family, dashed) and
+    Linformer at that d_k (blue, dotted) trained from scratch as horizontal lines with their own
+    bands; the best α starred; each panel's legend, below it, names every line. ``cells``: one row
+    per (variant, kernel, d_k, what, alpha) with ``mean``, ``low``, ``high`` and ``n`` over seeds,
+    ``what`` one of kernel, low-rank, alpha (:func:`flurka.reports.sections.uptraining_cells`);
+    ``label``: the y axis's (default ``metric``)."""
+    variants = _ordered(cells["variant"])
+    dks = sorted(cells["d_k"].dropna().unique()) or [float("nan")]
+    if cells["d_k"].isna().any() and cells["d_k"].notna().any():
+        dks.append(float("nan"))
+    panels = [(v, d) for v in variants for d in dks]
+    cols = len(dks) if len(dks) > 1 else min(2, len(variants))
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(4.3 * cols + 1.2, 3.9 * rows + 0.2), layout="constrained")
+    grid = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel().tolist()
+    for ax in grid[len(panels):]:
+        ax.set_visible(False)
+    ups = cells[cells["what"] == "alpha"]
+    xs_all = np.sort(ups["alpha"].unique()) * 100
+    pad = max(4.0, 0.06 * (xs_all.max() - xs_all.min())) if len(xs_all) else 5.0
+    span = np.array([xs_all.min() - pad, xs_all.max() + pad]) if len(xs_all) else np.array([0.0, 100.0])
+    lower = metric in LOWER_IS_BETTER
+    for i, (variant, d_k) in enumerate(panels):
+        ax, c = grid[i], i % cols
+        here = cells[(cells["variant"] == variant) & ((cells["d_k"] == d_k) | (cells["d_k"].isna() & (d_k != d_k)))]
+        curve = here[here["what"] == "alpha"].sort_values("alpha")
+        if curve.empty:
+            ax.set_visible(False)
+            continue
+        colour = STYLE.get(variant, ("#555555",))[0]
+        kernel = curve["kernel"].iloc[0]
+        for what, name, style, line in (("kernel", f"{kernel}: kernel, from scratch", kernel, KERNEL_LINE),
+                                        ("low-rank", f"linformer {_dk_label(d_k)}: low-rank, from scratch",
+                                         "linformer", LOW_RANK_LINE)):
+            ref = here[here["what"] == what]
+            if ref.empty or ref["mean"].isna().all():
+                continue
+            ref = ref.iloc[0]
+            ref_colour = STYLE.get(style, ("#555555",))[0]
+            ax.plot(span, [ref["mean"]] * 2, linestyle=line, linewidth=1.4, color=ref_colour,
+                    label=f"{name} (n={int(ref['n'])})")
+            _band(ax, span, [ref["low"]] * 2, [ref["high"]] * 2, ref_colour, alpha=REF_BAND_ALPHA)
+            for edge in (ref["low"], ref["high"]):  # where overlapping bands blend, their edges still show
+                ax.plot(span, [edge] * 2, linestyle=line, linewidth=0.6, color=ref_colour, alpha=0.6)
+        x = curve["alpha"].to_numpy(float) * 100
+        ax.plot(x, curve["mean"], label=f"{variant}: up-trained (n={int(curve['n'].max())})",
+                **{**_style(variant), "linewidth": 1.8, "markersize": 5})
+        _band(ax, x, curve["low"].to_numpy(float), curve["high"].to_numpy(float), colour,
+              label="bands: 95 % CI over seeds")
+        best = curve.loc[curve["mean"].idxmin() if lower else curve["mean"].idxmax()]
+        ax.plot([best["alpha"] * 100], [best["mean"]], linestyle="none", marker="*", markersize=12,
+                color=colour, markeredgecolor="#222222", markeredgewidth=0.6,
+                label=f"best α = {best['alpha'] * 100:g}%")
+        ax.set_xlim(*span)
+        ax.set_xticks(x, [f"{v:g}" for v in x])
+        ax.set_title(f"{variant}, {_dk_label(d_k)}", fontsize=10)
+        ax.set_xlabel("α: % of steps trained as the base model")
+        if c == 0:
+            ax.set_ylabel(f"{label or metric}, mean ± 95 % CI")
+        ax.grid(True, alpha=0.25)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=6.5, frameon=False)
     return fig
 
 
+# SI prefixes for a FLOP axis: the largest one the data's maximum reaches.
+FLOP_UNITS = ((1e18, "EFLOP"), (1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
+DK_LINES = ("-", "--", "-.", ":")
+
+
+def flop_unit(largest: float) -> tuple[float, str]:
+    """(scale, unit) with ``largest / scale`` in [1, 1000): 1.2e14 -> (1e12, "TFLOP")."""
+    for scale, name in FLOP_UNITS:
+        if largest >= scale:
+            return scale, name
+    return 1.0, "FLOP"
+
+
+def _full_length(part: pd.DataFrame) -> pd.DataFrame:
+    """The trials of a group that ran its whole length (a stopped base run's prefix left out)."""
+    last = part.groupby("trial_id")["step"].max()
+    return part[part["trial_id"].isin(last[last == last.max()].index)]
+
+
+def mean_curve(part: pd.DataFrame, y: str, x: str = "train_flops", points: int = 200):
+    """(grid, mean, runs): the seeds' mean of ``y`` against ``x``, on the seeds' common x points
+    where they share them, else interpolated on ``points`` x values spanning the range every seed
+    covers; ``runs`` each trial's own (x, y)."""
+    runs = [(g[x].to_numpy(float), g[y].to_numpy(float)) for _, g in part.sort_values("step").groupby("trial_id")]
+    first = runs[0][0]
+    if all(len(r[0]) == len(first) and np.allclose(r[0], first) for r in runs):
+        grid = first
+    else:
+        lo, hi = max(r[0][0] for r in runs), min(r[0][-1] for r in runs)
+        grid = np.linspace(lo, hi, points) if hi > lo else first
+    mean = np.mean([np.interp(grid, rx, ry) for rx, ry in runs], axis=0)
+    return grid, mean, runs
+
+
+def _group_label(mech: str, d_k, num_features, many_m: bool) -> str:
+    label = mech
+    if d_k == d_k and d_k is not None:
+        label += f" d_k={int(d_k)}"
+    if many_m and num_features == num_features and num_features is not None:
+        label += f" m={int(num_features)}"
+    return label
+
+
 def loss_vs_flops(curves: pd.DataFrame, loss: str, target: float | None) -> Figure:
-    """Every ok trial's training curve: ``loss`` against cumulative training EFLOPs (Table 1)."""
-    fig = Figure(figsize=(6.4, 3.8), layout="constrained")
-    ax = fig.subplots()
-    labelled = set()
-    for (trial, mech), part in curves.sort_values("step").groupby(["trial_id", "attention"]):
-        ax.plot(part["train_flops"] / 1e18, part[loss], label=None if mech in labelled else mech,
-                **{**_style(mech), "linewidth": 1.0, "markersize": 2})
-        labelled.add(mech)
-    if target is not None:
-        ax.axhline(target, color="#999999", linestyle="--", linewidth=0.9, label=f"target {loss} {target:.4g}")
-    ax.set_xlabel("training EFLOPs (1e18)")
-    ax.set_ylabel(loss)
-    ax.grid(True, alpha=0.25)
-    _legend(fig, fig.axes)
+    """Training ``loss`` against cumulative training FLOPs (Table 1), in an SI unit chosen from the
+    data. Top panel: every mechanism trained from scratch, its mean over seeds bold, each seed
+    faint; then one panel per up-trained FLuRKA variant: the mean over seeds of each α branch
+    (darker = larger α) beside the Linformer base and the kernel constituent it sits between.
+    Line style tells d_k apart; the dashed grey line is the target loss (full attention's)."""
+    up = curves["alpha"].notna() & (curves["alpha"] > 0) & (curves["alpha"] < 1)
+    scratch, branches = curves[~up], curves[up]
+    variants = _ordered(branches["attention"].unique())
+    scale, unit = flop_unit(float(curves["train_flops"].max()))
+    dks = sorted(curves["d_k"].dropna().unique())
+    dk_line = {d: DK_LINES[i % len(DK_LINES)] for i, d in enumerate(dks)}
+    n_panels = (not scratch.empty) + len(variants)
+    fig = Figure(figsize=(8.4, 3.1 * n_panels + 0.3), layout="constrained")
+    axes = fig.subplots(n_panels, 1, squeeze=False, sharex=True).ravel().tolist()
+    key = ["attention", "d_k", "num_features"]
+    means = {}
+    for k, part in scratch.groupby(key, dropna=False, sort=False):
+        grid, mean, runs = mean_curve(_full_length(part), loss)
+        means[k] = (grid / scale, mean, len(runs), runs)
+    many_m = scratch.groupby("attention")["num_features"].nunique().to_dict()
+
+    def line(d_k):
+        return dk_line.get(d_k, "-")
+
+    panels = iter(axes)
+    if not scratch.empty:
+        ax = next(panels)
+        order = _ordered({k[0] for k in means})
+        for k in sorted(means, key=lambda k: (order.index(k[0]), -1 if k[1] != k[1] else k[1])):
+            x, mean, n, runs = means[k]
+            style = {**_style(k[0]), "marker": None}
+            for rx, ry in runs:
+                ax.plot(rx / scale, ry, color=style["color"], linestyle=line(k[1]), linewidth=0.6, alpha=0.3)
+            ax.plot(x, mean, linestyle=line(k[1]), color=style["color"], linewidth=1.8,
+                    label=f"{_group_label(*k, many_m.get(k[0], 0) > 1)} (mean of {n})")
+        ax.set_title("trained from scratch: mean over seeds (bold), each seed (faint)", fontsize=10)
+    for variant in variants:
+        ax = next(panels)
+        part = branches[branches["attention"] == variant]
+        alphas = sorted(part["alpha"].round(6).unique())
+        shades = [0.45 + 0.5 * i / max(len(alphas) - 1, 1) for i in range(len(alphas))]
+        cmap = matplotlib.colormaps["Greens"]
+        bases = set(part["base"].dropna()) or {"linformer"}
+        for ref, ls_label in [*((b, "base") for b in sorted(bases)), (KERNEL_OF.get(variant), "kernel")]:
+            for k in [k for k in means if k[0] == ref and (k[1] != k[1] or k[1] in set(part["d_k"]))]:
+                x, mean, n, _ = means[k]
+                ax.plot(x, mean, linestyle=line(k[1]), color=STYLE.get(ref, ("#555555",))[0], linewidth=1.2,
+                        label=f"{_group_label(*k, many_m.get(k[0], 0) > 1)} ({ls_label}, mean of {n})")
+        for (d_k, alpha), g in part.assign(alpha=part["alpha"].round(6)).groupby(["d_k", "alpha"], dropna=False):
+            grid, mean, runs = mean_curve(_full_length(g), loss)
+            shade = shades[alphas.index(alpha)]
+            ax.plot(grid / scale, mean, color=cmap(shade), linestyle=line(d_k), linewidth=1.5,
+                    label=f"α = {alpha * 100:g}%, {_dk_label(d_k)} (mean of {len(runs)})")
+        base = ", ".join(sorted(part["base"].dropna().unique())) or "base"
+        ax.set_title(f"{variant}: α branches forked from the {base} base (mean over seeds)", fontsize=10)
+    for ax in axes:
+        if target is not None:
+            ax.axhline(target, color="#999999", linestyle="--", linewidth=0.9, label=f"target {loss} {target:.4g}")
+        _log(ax, "y")
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(plain_number))
+        ax.set_xlim(left=0)
+        ax.set_ylabel(loss)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6.5, frameon=False)
+        ax.set_xlabel(f"training FLOPs ({unit})")
+        ax.tick_params(labelbottom=True)
     return fig
 
 

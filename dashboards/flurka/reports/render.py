@@ -2,6 +2,10 @@
 table as Markdown, LaTeX and CSV under ``tables/`` (``tables.tex`` collects the LaTeX tables with
 their captions, ready to ``\\input``).
 
+The sections with items come first, in their order; those this database cannot fill follow as
+one list, "Not in this database", a line each: the section's title and the command that fills
+it (each line keeps its section's id, so a link to the section lands on it).
+
 Table text comes from ``flurka.results.tables.format_table``; the HTML cells use the same number
 format (the table's ``attrs["floatfmt"]``, else two decimals, "--" for a missing cell).
 """
@@ -22,17 +26,21 @@ from flurka.results.tables import format_table
 
 CSS = """
 body { font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d1d1f; margin: 0; background: #fafafa; }
-main { max-width: 1100px; margin: 0 auto; padding: 24px 32px 64px; background: #fff; }
+main { max-width: 1240px; margin: 0 auto; padding: 24px 32px 64px; background: #fff; }
 h1 { font-size: 28px; margin: 8px 0 4px; } h2 { font-size: 21px; margin-top: 40px; border-bottom: 1px solid #ddd; }
 h3 { font-size: 16px; margin: 22px 0 6px; } .meta, .about { color: #555; } .about { margin-top: -4px; }
 nav ol { columns: 2; padding-left: 20px; } nav a { text-decoration: none; color: #1f5fbf; }
-.nodata { color: #8a6d00; font-size: 12px; } .missing { background: #fff8e1; border-left: 4px solid #f0b400; padding: 8px 12px; }
+#not-filled ul { list-style: none; padding: 0; margin: 8px 0; } .missing { font-size: 13px; padding: 2px 0; color: #444; }
+.missing code { font-size: 12px; background: #f4f4f4; padding: 1px 4px; border-radius: 3px; }
 figure { margin: 12px 0 22px; } figcaption { font-size: 13px; color: #444; margin: 4px 0 8px; }
 img { max-width: 100%; border: 1px solid #eee; }
 table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
 th, td { padding: 3px 10px; text-align: right; border-bottom: 1px solid #eee; }
 th { border-bottom: 2px solid #999; } tbody tr:hover { background: #f3f7ff; }
 td:first-child, th:first-child { text-align: left; } .links { font-size: 12px; }
+figure.table { overflow-x: auto; } figure.cells td { white-space: nowrap; }
+figure.cells th, figure.cells td { padding: 3px 6px; font-size: 12px; }
+figure.prose td { text-align: left; vertical-align: top; }
 """
 
 
@@ -52,7 +60,8 @@ def _table_html(t: Table) -> str:
     body = cells(t.df).to_html(index=False, border=0, escape=True)
     links = " · ".join(f'<a href="tables/{t.key}.{ext}">{name}</a>'
                        for ext, name in (("md", "Markdown"), ("tex", "LaTeX"), ("csv", "CSV")))
-    return (f'<figure class="table" id="{t.key}"><h3>{html.escape(t.title)}</h3>'
+    kind = " ".join(["table", *t.df.attrs.get("html_class", "").split()])
+    return (f'<figure class="{kind}" id="{t.key}"><h3>{html.escape(t.title)}</h3>'
             f"<figcaption>{html.escape(t.caption)}</figcaption>{body}"
             f'<div class="links">{links}</div></figure>')
 
@@ -63,18 +72,34 @@ def _plot_html(p: Plot) -> str:
             f"<figcaption>{html.escape(p.caption)}</figcaption></figure>")
 
 
+NOT_FILLED = ("not-filled", "Not in this database")
+
+
+def filled(sections: Sequence[Section]) -> tuple[list[Section], list[Section]]:
+    """(sections with items, sections this database cannot fill), each in the given order."""
+    return [s for s in sections if not s.missing], [s for s in sections if s.missing]
+
+
 def _section_html(s: Section) -> str:
     parts = [f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2><p class="about">{html.escape(s.about)}</p>']
-    if s.missing:
-        parts.append(f'<p class="missing">{html.escape(s.missing)}</p>')
     parts += [_table_html(i) if isinstance(i, Table) else _plot_html(i) for i in s.items]
     return "".join(parts) + "</section>"
 
 
+def _missing_html(missing: Sequence[Section]) -> str:
+    if not missing:
+        return ""
+    lines = "".join(f'<li class="missing" id="{s.key}"><b>{html.escape(s.title)}</b>: run '
+                    f"<code>{html.escape(s.missing)}</code></li>" for s in missing)
+    return f'<section id="{NOT_FILLED[0]}"><h2>{NOT_FILLED[1]}</h2><ul>{lines}</ul></section>'
+
+
 def page(sections: Sequence[Section], title: str, meta: str) -> str:
-    toc = "".join(f'<li><a href="#{s.key}">{html.escape(s.title)}</a>'
-                  f'{" <span class=nodata>(no data yet)</span>" if s.missing else ""}</li>' for s in sections)
-    body = "".join(_section_html(s) for s in sections)
+    shown, missing = filled(sections)
+    toc = "".join(f'<li><a href="#{s.key}">{html.escape(s.title)}</a></li>' for s in shown)
+    if missing:
+        toc += f'<li><a href="#{NOT_FILLED[0]}">{NOT_FILLED[1]}</a> ({len(missing)} sections)</li>'
+    body = "".join(_section_html(s) for s in shown) + _missing_html(missing)
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>'
             f'<body><main><h1>{html.escape(title)}</h1><p class="meta">{html.escape(meta)}</p>'
@@ -82,16 +107,17 @@ def page(sections: Sequence[Section], title: str, meta: str) -> str:
 
 
 def markdown(sections: Sequence[Section], title: str, meta: str) -> str:
+    shown, missing = filled(sections)
     out = [f"# {title}\n\n{meta}\n"]
-    for s in sections:
+    for s in shown:
         out.append(f"\n## {s.title}\n\n{s.about}\n")
-        if s.missing:
-            out.append(f"\n> {s.missing}\n")
         for i in s.items:
             if isinstance(i, Table):
                 out.append(f"\n### {i.title}\n\n{i.caption}\n\n{format_table(i.df, 'markdown')}")
             else:
                 out.append(f"\n### {i.title}\n\n![{i.title}](figures/{i.key}.png)\n\n{i.caption}\n")
+    if missing:
+        out.append(f"\n## {NOT_FILLED[1]}\n\n" + "".join(f"- **{s.title}**: run `{s.missing}`\n" for s in missing))
     return "".join(out)
 
 

@@ -2,9 +2,12 @@
 database (through ``flurka.results.tables``; theory runs through ``flurka.reports.sources``) and
 the theory files.
 
-A section with nothing to show carries ``missing`` ("no data yet: run ...") instead of an empty
-table or a blank figure. Every item's caption names the device(s) and the configuration that
-produced it, read from the database rows (or the theory file).
+The main job's result leads: the up-training table (each FLuRKA variant and d_k: kernel,
+low-rank and every α as mean ± 95 % CI over seeds, :mod:`flurka.stats`), the paper's three
+observations on it and the α figure, then loss against training FLOPs. A section this database
+cannot fill carries ``missing``, the command that fills it, and is shown as one line. Every
+item's caption names the device(s) and the configuration that produced it, read from the
+database rows (or the theory file).
 """
 
 from __future__ import annotations
@@ -16,14 +19,21 @@ import pandas as pd
 from matplotlib.figure import Figure
 from sqlalchemy.engine import Engine
 
+from flurka import stats
 from flurka.reports import figures as F
 from flurka.reports.sources import (PROFILE_KINDS, SPEED_CONFIG, Theory, combine_runs, describe, profile_rows,
                                     speed_runs, trial_provenance, with_stored)
 from flurka.results import tables as T
-from flurka.results.records import BENCHMARKS
+from flurka.results.records import BENCHMARKS, FRACTION_METRICS
 
-INGEST = "then ingest the file with flurka.results.ingest_file(flurka.results.open_results(URL), FILE)"
+INGEST = "flurka ingest --db URL FILE.json"
 SWEEP = "python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml --results-db URL"
+SPEED = "python -m flurka.speed --sweep {} --out FILE.json && " + INGEST
+
+
+def sweep_on(benchmarks) -> str:
+    """The sweep command that trains every mechanism on ``benchmarks`` into the database."""
+    return SWEEP.replace("--config experiments/uptrain_small.yaml", f"--benchmarks {','.join(benchmarks)}")
 PRIMARY_METRIC = {"glue-cola": "matthews", "glue-stsb": "pearson", "mlm": "perplexity", "nmt": "bleu"}
 QUALITY_AGG = "cell = best hyperparameter configuration's mean over seeds (status ok trials only)"
 SOFT = ["m", "layers", "ffn", "align"]  # may co-vary with an axis (m = d_model / heads in the d_model
@@ -53,7 +63,7 @@ class Section:
     title: str
     about: str
     items: list[Table | Plot] = dataclasses.field(default_factory=list)
-    missing: str | None = None  # "no data yet: run ..." when items is empty
+    missing: str | None = None  # when items is empty: the command that fills the section
 
 
 def primary_metric(benchmark: str) -> str:
@@ -73,12 +83,12 @@ def trial_caption(prov: pd.DataFrame, benchmarks) -> str:
 
 
 def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame], columns, prov: pd.DataFrame,
-             run: str) -> Section:
+             run: str | None = None) -> Section:
     section = Section(key, title, about)
     try:
         df = build()
     except T.NoResults:
-        section.missing = f"no data yet: run {run}"
+        section.missing = run or sweep_on(dict.fromkeys(b for _, b, _ in columns))
         return section
     benches = [b for label, b, _ in columns if label in df.columns]
     section.items.append(Table(key, title, f"{trial_caption(prov, benches)}. Percent for fractions; {QUALITY_AGG}.", df))
@@ -86,61 +96,220 @@ def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame]
 
 
 def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
-    section = Section("isoflops", "Quality vs training FLOPs (Table 1)",
-                      "Training FLOPs each mechanism needs to reach full attention's final loss, and every "
-                      "trial's loss curve against cumulative training FLOPs.")
+    section = Section("isoflops", "Loss vs training FLOPs (Table 1)",
+                      "Training loss against cumulative training FLOPs: a mean curve per mechanism over its "
+                      "seeds, the up-training branches in their own panels; and the training FLOPs each "
+                      "mechanism needs to reach full attention's final loss.")
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
+        curves = T.curves(engine, bench, ["loss", "train_flops"])
+        if curves.empty:
+            continue
+        scale, unit = F.flop_unit(float(curves["train_flops"].max()))
         try:
             table = T.isoflops_table(engine, benchmark=bench)
-        except T.NoResults:
-            continue
-        target = table.attrs.get("target_loss")
-        caption = f"{trial_caption(prov, [bench])}; {bench}, target loss {target:.4g} (full attention's final loss)."
-        section.items.append(Table(f"isoflops-{bench}", f"Iso-FLOPs, {bench}", caption, table))
-        curves = T.curves(engine, bench, ["loss", "train_flops"])
+        except T.NoResults:  # no full attention to take the target from
+            table, target = None, None
+        else:
+            target = table.attrs.get("target_loss")
+        caption = trial_caption(prov, [bench]) + f"; {bench}"
+        caption += f", target loss {target:.4g} (full attention's final loss)." if target is not None else "."
         section.items.append(Plot(f"loss-vs-flops-{bench}", f"Loss vs training FLOPs, {bench}", caption,
                                   F.loss_vs_flops(curves, "loss", target)))
+        if table is not None:
+            shown = table.copy()
+            if "EFLOPs" in shown:
+                label = f"training FLOPs ({unit})"
+                shown = shown.rename(columns={"EFLOPs": label})
+                shown[label] = shown[label] * (1e18 / scale)
+            shown.attrs.update(table.attrs)
+            section.items.append(Table(f"isoflops-{bench}", f"Iso-FLOPs, {bench}", caption, shown))
     if not section.items:
-        section.missing = f"no data yet: run {SWEEP} (trials log loss and train_flops curves; full attention is the reference)"
+        section.missing = SWEEP
     return section
 
 
+# ---------------------------------------------------------------------------------------------
+# Up-training (Table 5): the main job's result
+# ---------------------------------------------------------------------------------------------
+BEST_ALPHA_RANGE = (0.25, 0.375)  # the paper: the best α lies between 25 % and 37.5 %
+_CELL_CONFIG = ["base", "d_k", "num_features"]
+
+
+def _scaled_metrics(engine: Engine, bench: str, metric: str) -> pd.DataFrame:
+    df = T.final_metrics(engine, [bench], [metric])
+    if metric in FRACTION_METRICS:
+        df = df.assign(value=df["value"] * 100.0)
+    return df
+
+
+def seed_values(part: pd.DataFrame, lower: bool) -> dict:
+    """{seed: value} of the configuration (base, d_k, num_features) with the best seed mean: the
+    tables' cell rule, kept per seed so that a cell has a CI and two cells can be paired."""
+    if part.empty:
+        return {}
+    groups = dict(list(part.groupby(_CELL_CONFIG, dropna=False)))
+    best = (min if lower else max)(groups, key=lambda k: groups[k]["value"].mean())
+    return {int(k): float(v) for k, v in groups[best].groupby("seed")["value"].mean().items()}
+
+
+def uptraining_cells(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Table 5's cells from ``final_metrics`` rows (fractions already in percent): per FLuRKA
+    variant and d_k, its kernel constituent and Linformer at that d_k trained from scratch
+    (``what`` kernel, low-rank) and the variant up-trained at each α (``what`` alpha), each with
+    its seeds' values (``values``: {seed: value}) and their mean, 95 % CI and n."""
+    lower = metric in T.LOWER_IS_BETTER
+    alpha = pd.to_numeric(df["alpha"], errors="coerce")
+    is_up = (alpha > 0) & (alpha < 1)
+    up = df[is_up & df["attention"].isin(T.KERNEL_OF)].assign(alpha=alpha[is_up].round(6))
+    scratch = df[~is_up]
+    rows = []
+    for variant in [v for v in F._ordered(up["attention"]) if v in T.KERNEL_OF]:
+        mine = up[up["attention"] == variant]
+        kernel = T.KERNEL_OF[variant]
+        for d_k in sorted(mine["d_k"].dropna().unique()) + ([float("nan")] if mine["d_k"].isna().any() else []):
+            at = mine[mine["d_k"] == d_k] if d_k == d_k else mine[mine["d_k"].isna()]
+            low = scratch[scratch["attention"] == T.LOW_RANK]
+            low = low[low["d_k"] == d_k] if d_k == d_k else low
+            parts = [("kernel", float("nan"), scratch[scratch["attention"] == kernel]), ("low-rank", float("nan"), low)]
+            parts += [("alpha", a, g) for a, g in at.groupby("alpha")]
+            for what, a, part in parts:
+                values = seed_values(part, lower)
+                est = stats.mean_ci(list(values.values()))
+                rows.append({"variant": variant, "kernel": kernel, "d_k": d_k, "what": what, "alpha": a,
+                             "values": values, "mean": est.mean, "low": est.low, "high": est.high, "n": est.n,
+                             "estimate": est})
+    return pd.DataFrame(rows)
+
+
+def _digits(cells: pd.DataFrame) -> int:
+    typical = cells["mean"].abs().median()
+    return 1 if typical >= 10 else 2 if typical >= 1 else 3
+
+
+def _best(curve: pd.DataFrame, lower: bool) -> pd.Series:
+    return curve.loc[curve["mean"].idxmin() if lower else curve["mean"].idxmax()]
+
+
+def uptraining_frame(cells: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Rows (variant, d_k): kernel constituent, kernel, low-rank and each α as "mean ± CI (n=…)",
+    the best α (by mean) named in the last column."""
+    lower, digits = metric in T.LOWER_IS_BETTER, _digits(cells)
+    alphas = sorted(cells.loc[cells["what"] == "alpha", "alpha"].unique())
+    out = []
+    for (variant, d_k), g in cells.groupby(["variant", "d_k"], sort=False, dropna=False):
+        row = {"variant": variant, "d_k": "—" if d_k != d_k else int(d_k), "kernel constituent": g["kernel"].iloc[0]}
+        for what in ("kernel", "low-rank"):
+            row[what] = g.loc[g["what"] == what, "estimate"].iloc[0].format(digits)
+        curve = g[g["what"] == "alpha"]
+        for a in alphas:
+            hit = curve[curve["alpha"] == a]
+            row[T.alpha_label(a)] = hit["estimate"].iloc[0].format(digits) if not hit.empty else "—"
+        row["best α"] = T.alpha_label(_best(curve, lower)["alpha"])
+        out.append(row)
+    table = pd.DataFrame(out).set_index(["variant", "d_k"])
+    table.attrs["html_class"] = "cells"  # "mean ± CI (n)" cells, not wrapped
+    return table
+
+
+def _paired(a: dict, b: dict, names: tuple[str, str], lower: bool, digits: int) -> tuple[str, str]:
+    """(verdict, "diff ± CI (n), p") of A − B over their common seeds; verdict names the better
+    one (lower is better for loss and perplexity), or tie."""
+    result = stats.paired(a, b, names=names)
+    return result.winner(lower_is_better=lower), result.format(digits)
+
+
+def _row_name(variant: str, d_k) -> str:
+    return f"{variant} {'d_k —' if d_k != d_k else f'd_k={int(d_k)}'}"
+
+
+def observations_frame(cells: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The paper's three up-training observations (§5.3) on these cells: how many α cells lie
+    between their two constituents (by mean); whether the best cell of all beats both of its
+    constituents, paired over seeds (a difference whose CI holds 0 is a tie); in how many rows
+    the best α lies in [25 %, 37.5 %]."""
+    lower, digits = metric in T.LOWER_IS_BETTER, _digits(cells)
+    better = (lambda a, b: a < b) if lower else (lambda a, b: a > b)  # noqa: E731
+    between, total, in_range, per_row, best_alphas = 0, 0, 0, [], []
+    top = None  # (row name, best cell, its constituents)
+    rows = list(cells.groupby(["variant", "d_k"], sort=False, dropna=False))
+    for (variant, d_k), g in rows:
+        refs = {w: g[g["what"] == w].iloc[0] for w in ("kernel", "low-rank")}
+        curve, name = g[g["what"] == "alpha"], _row_name(variant, d_k)
+        if all(r["n"] for r in refs.values()):
+            lo, hi = sorted(r["mean"] for r in refs.values())
+            k = int(curve["mean"].between(lo, hi).sum())
+            between, total = between + k, total + len(curve)
+            per_row.append(f"{name}: {k} of {len(curve)}")
+        best = _best(curve, lower)
+        in_range += BEST_ALPHA_RANGE[0] <= best["alpha"] <= BEST_ALPHA_RANGE[1]
+        best_alphas.append(f"{name}: {T.alpha_label(best['alpha'])}")
+        if top is None or better(best["mean"], top[1]["mean"]):
+            top = (name, best, refs)
+    name, best, refs = top
+    verdicts, evidence = [], []
+    for what, ref in refs.items():
+        other = ref["kernel"] if what == "kernel" else T.LOW_RANK
+        if not ref["n"]:
+            verdicts.append("n<2")
+            evidence.append(f"no {other} trials")
+            continue
+        verdict, text = _paired(best["values"], ref["values"], (best["variant"], other), lower, digits)
+        verdicts.append(verdict)
+        said = {"tie": "tie", "n<2": "one seed: no verdict"}.get(verdict, f"{verdict} better")
+        evidence.append(f"vs {other}: {text} ({said})")
+    beats = ("yes" if all(v == best["variant"] for v in verdicts) else
+             "no" if any(v not in (best["variant"], "tie", "n<2") for v in verdicts) else
+             "not beyond noise (tie)" if "tie" in verdicts else "fewer than 2 seeds")
+    table = pd.DataFrame([
+        ("FLuRKA cells between their two constituents", f"{between} of {total}" if total else "—", "; ".join(per_row)),
+        ("the best FLuRKA cell beats both constituents (paired over seeds)", beats,
+         f"{name} α={T.alpha_label(best['alpha'])}, {best['estimate'].format(digits)}; " + "; ".join(evidence)),
+        ("the best α lies in [25 %, 37.5 %]", f"{in_range} of {len(rows)}", "; ".join(best_alphas)),
+    ], columns=["paper's observation", "on this data", "evidence"]).set_index("paper's observation")
+    table.attrs["html_class"] = "prose"
+    return table
+
+
 def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
-    section = Section("uptraining", "Up-training α (Table 5)",
-                      "Each FLuRKA variant up-trained from its low-rank base for a fraction α of the steps, "
-                      "beside its kernel and low-rank constituents trained from scratch.")
+    section = Section("uptraining", "Up-training α (Table 5): the main job's result",
+                      "Each FLuRKA variant up-trained from its base model (Linformer) for a fraction α of the steps, "
+                      "beside its kernel and low-rank constituents trained from scratch: every cell the mean "
+                      "over seeds ± its 95 % CI (Student's t; n seeds), the best α by mean named.")
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
         metric = primary_metric(bench)
-        try:
-            table = T.uptraining_table(engine, benchmark=bench, metric=metric)
-        except T.NoResults:
+        df = _scaled_metrics(engine, bench, metric)
+        if df.empty:
             continue
-        if not any(c.endswith("%") for c in table.columns):
+        cells = uptraining_cells(df, metric)
+        if cells.empty:
             continue  # FLuRKA trained only from scratch here: no α to show
-        caption = f"{trial_caption(prov, [bench])}; {bench}, {metric}; {QUALITY_AGG}."
-        section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench} ({metric})", caption, table))
-        section.items.append(Plot(f"uptraining-{bench}-fig", f"{metric} vs α, {bench}", caption,
-                                  F.uptraining(table, metric)))
+        unit = " (%)" if metric in FRACTION_METRICS else ""
+        caption = (f"{trial_caption(prov, [bench])}; {bench}, {metric}{unit}; cell = mean ± 95 % CI over seeds "
+                   "(n=seeds; one seed: no CI) of the best configuration by mean, status ok trials only.")
+        section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench} ({metric}{unit})", caption,
+                                   uptraining_frame(cells, metric)))
+        section.items.append(Plot(f"uptraining-{bench}-fig", f"{metric} vs α, {bench}", caption
+                                  + " Bands: 95 % CI over seeds; the star: the best α.",
+                                  F.uptraining(cells, metric, f"{metric}{unit}")))
+        section.items.append(Table(f"uptraining-{bench}-observations", f"The paper's observations on {bench}",
+                                   caption + " Paired: the difference over the seeds both cells have, its 95 % CI "
+                                   "and ttest_rel's p; a CI that holds 0 is a tie.", observations_frame(cells, metric)))
     if not section.items:
-        section.missing = f"no data yet: run {SWEEP} (FLuRKA variants at α in (0, 1))"
+        section.missing = SWEEP
     return section
 
 
 def quality_sections(engine: Engine, prov: pd.DataFrame) -> list[Section]:
     return [
         _quality("glue", "GLUE (Table 2)", "GLUE dev scores and their average over all columns.",
-                 lambda: T.glue_table(engine), T.GLUE_COLUMNS, prov,
-                 f"{SWEEP.replace('--config experiments/uptrain_small.yaml', '--benchmarks glue-cola,glue-sst2,...')}"),
+                 lambda: T.glue_table(engine), T.GLUE_COLUMNS, prov),
         _quality("lra", "Long Range Arena (Table 3)", "LRA accuracy and its average.",
-                 lambda: T.lra_table(engine), T.LRA_COLUMNS, prov,
-                 SWEEP.replace("--config experiments/uptrain_small.yaml", "--benchmarks lra-listops,lra-text,...")),
+                 lambda: T.lra_table(engine), T.LRA_COLUMNS, prov),
         _quality("lra-small", "Long Range Arena, CPU-size tasks", "ListOps and Image at laptop size.",
-                 lambda: T.lra_table(engine, small=True), T.LRA_SMALL_COLUMNS, prov, SWEEP),
+                 lambda: T.lra_table(engine, small=True), T.LRA_SMALL_COLUMNS, prov),
         _quality("collective", "Translation, ImageNet, masked LM (Table 4)",
                  "WMT14 BLEU, ImageNet top-1/top-5 and WikiText-103 perplexity.",
-                 lambda: T.collective_table(engine), T.COLLECTIVE_COLUMNS, prov,
-                 SWEEP.replace("--config experiments/uptrain_small.yaml",
-                               "--benchmarks nmt-wmt14-ende,imagenet,mlm-wikitext103")),
+                 lambda: T.collective_table(engine), T.COLLECTIVE_COLUMNS, prov),
     ]
 
 
@@ -264,12 +433,11 @@ def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Sec
             ups.items.append(Plot(f"speedups-{i}", f"Speedups vs N ({g.iloc[0]['device']})", caption,
                                   F.speedups(panels, claim_bound=_claim_bound(g))))
     ups.items += best_execution_tables(engine, rows)
-    run = "python -m flurka.speed --sweep {} --out FILE.json"
     if not speed.items:
-        speed.missing = f"no data yet: run {run.format('n-sweep')}, {INGEST}"
+        speed.missing = SPEED.format("n-sweep")
     if not ups.items:
-        ups.missing = (f"no data yet: run {run.format('n-sweep')} and {run.format('flash-compare')} "
-                       f"(FLuRKA variants with their constituents and flash), {INGEST}")
+        ups.missing = ("python -m flurka.speed --sweep n-sweep --out n.json && python -m flurka.speed --sweep "
+                       "flash-compare --out flash.json && flurka ingest --db URL n.json flash.json")
     return speed, ups
 
 
@@ -313,8 +481,7 @@ def speed_vs_section(rows: pd.DataFrame, axis: str) -> Section:
                                        f"Step time (ms) vs {axis}, {mode}, {scope} scope", caption,
                                        _pivot_ms(part, axis)))
     if not section.items:
-        sweep = {"d_k": "dk-sweep", "d_model": "dmodel-sweep"}[axis]
-        section.missing = f"no data yet: run python -m flurka.speed --sweep {sweep} --out FILE.json, {INGEST}"
+        section.missing = SPEED.format({"d_k": "dk-sweep", "d_model": "dmodel-sweep"}[axis])
     return section
 
 
@@ -349,8 +516,7 @@ def floor_section(runs: pd.DataFrame) -> Section:
         section.items.append(Table(f"floor-{i}", title, caption, table))
         section.items.append(Plot(f"floor-{i}-fig", title, caption, F.floor_ratios(table)))
     if not section.items:
-        section.missing = ("no data yet: run python -m flurka.speed --sweep n-sweep --out FILE.json on a GPU "
-                           f"(its rows carry the floor unless --no-ceilings), {INGEST}")
+        section.missing = SPEED.format("n-sweep")  # on a GPU: the title says so
     return section
 
 
@@ -600,15 +766,14 @@ def flops_section(runs: pd.DataFrame) -> Section:
                     section.items.append(Table(f"flops-{i}-{key}", f"{title} ({device})", f"{caption} {about}",
                                                table))
     if not section.items:
-        section.missing = f"no data yet: run python -m flurka.speed --sweep n-sweep --out FILE.json, {INGEST}"
+        section.missing = SPEED.format("n-sweep")
     return section
 
 
 # ---------------------------------------------------------------------------------------------
 # Theory (Theorem 1, Fig. 2)
 # ---------------------------------------------------------------------------------------------
-THEORY = ("python -m flurka.speed.theory --out theory.json, then flurka ingest --db URL theory.json "
-          "(or pass the file as flurka report --theory theory.json)")
+THEORY = "python -m flurka.speed.theory --out theory.json && flurka ingest --db URL theory.json"
 
 
 def _theory_groups(df: pd.DataFrame, by=("device", "config")):
@@ -653,7 +818,7 @@ def error_section(theory: Theory) -> Section:
         table.attrs["floatfmt"] = ".4g"
         section.items.append(Table(f"error-{i}-table", f"Approximation error ({where})", caption, table))
     if not section.items:
-        section.missing = f"no data yet: run {THEORY}"
+        section.missing = THEORY
     return section
 
 
@@ -683,7 +848,7 @@ def rank_section(theory: Theory) -> Section:
         section.items.append(Table(f"rank-{i}-table", f"Rank summary ({_where(device, part)})", caption,
                                    table))
     if not section.items:
-        section.missing = f"no data yet: run {THEORY}"
+        section.missing = THEORY
     return section
 
 
@@ -716,21 +881,22 @@ def profile_section(rows: pd.DataFrame) -> Section:
         table.attrs["floatfmt"] = ".3g"
         section.items.append(Table(f"profiles-{i}-table", f"Time by kind ({device})", caption, table))
     if not section.items:
-        section.missing = ("no data yet: run python -m flurka.speed --sweep ... --profile-steps 3 --out FILE.json, "
-                           + INGEST)
+        section.missing = SPEED.format("n-sweep --profile-steps 3")
     return section
 
 
 # ---------------------------------------------------------------------------------------------
 def build_sections(engine: Engine, theory: Theory) -> list[Section]:
-    """Every section of the report, in the paper's order; ``theory`` (the files' rows) is joined
-    by the database's theory runs."""
+    """Every section of the report: the main job's result first (up-training, then loss vs
+    training FLOPs), the rest in the paper's order; ``theory`` (the files' rows) is joined by the
+    database's theory runs."""
     prov = trial_provenance(engine)
     theory = with_stored(engine, theory)
     runs = speed_runs(engine)
     rows = combine_runs(runs)
     speed, ups = speed_vs_n_section(engine, rows)
     return [
+        uptraining_section(engine, prov),
         isoflops_section(engine, prov),
         speed,
         speed_vs_section(rows, "d_k"),
@@ -738,7 +904,6 @@ def build_sections(engine: Engine, theory: Theory) -> list[Section]:
         ups,
         floor_section(runs),
         *quality_sections(engine, prov),
-        uptraining_section(engine, prov),
         error_section(theory),
         rank_section(theory),
         flops_section(runs),

@@ -4,20 +4,21 @@
     ray job submit --working-dir . -- python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml
 
 Without ``--address`` / ``RAY_ADDRESS`` it starts its own local Ray; MLflow and the results DB
-default to SQLite files in ``--run-dir``. Bad specs, an unreachable database or cluster, and GPU
-requests on a GPU-less cluster fail before any trial, with one line and exit status 2.
+default to SQLite files in ``--run-dir``. Bad specs (malformed YAML, wrong types, unwritable
+directories), an unreachable database or cluster, a file that is no database, and GPU requests
+on a GPU-less cluster fail before any trial, with one line and exit status 2; all but the
+cluster's checks also before Ray starts and before anything is written.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
     from flurka.sweeps import spec as S
 
-    parser = argparse.ArgumentParser(prog="uptrain_sweep", description=__doc__.splitlines()[0])
+    parser = S.ArgumentParser(prog="uptrain_sweep", description=__doc__.splitlines()[0])
     S.add_arguments(parser)
     args = parser.parse_args(argv)
     from flurka.cluster import ClusterError

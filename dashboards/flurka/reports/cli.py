@@ -52,8 +52,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--run-id/--experiment/--sweep-id need --mlflow-uri", 1)
     try:
         index = build_report(args.db, args.out, theory=args.theory, title=args.title or TITLE)
-    except (db.DatabaseUnreachable, db.SchemaOutOfDate) as e:
+    except (db.DatabaseUnreachable, db.SchemaOutOfDate) as e:  # incl. a file that is no database
         return _fail(str(e), 2)
+    except db.database_errors() as e:  # corrupt past the schema: found while building, before writing
+        return _fail(db.database_error(args.db, e), 2)
     except ValueError as e:  # a bad theory file
         return _fail(str(e), 1)
     print(f"wrote {index}")

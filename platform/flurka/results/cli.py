@@ -9,7 +9,8 @@ Quality tables (uptraining, glue, lra, collective) show each cell as mean ± 95 
 evaluated on the data (markdown and LaTeX; CSV is the table alone).
 
 Exit codes: 0 printed; 1 nothing to build the table from or a bad option; 2 the database cannot
-be reached or is not at this code's schema (one line on stderr, never the password).
+be reached, is no database (a text file, a corrupt SQLite file) or is not at this code's schema
+(one line on stderr, never the password).
 """
 
 from __future__ import annotations
@@ -128,6 +129,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:  # NoResults, ambiguous speed filters
         print(f"flurka tables: {e}", file=sys.stderr)
         return 1
+    except db.database_errors() as e:  # a page corrupt past the schema (connect read that)
+        print(f"flurka tables: {db.database_error(engine.url, e)}", file=sys.stderr)
+        return 2
     finally:
         engine.dispose()
     sys.stdout.write(text(df, args.format, observations))

@@ -1,13 +1,15 @@
 """Opening the results database and migrating it.
 
 ``connect`` fails at once, with one line that never shows the password, when the database
-cannot be reached, so a sweep stops before its first trial rather than after its last.
+cannot be reached or a SQLite file is no database (or a corrupt one), so a sweep stops before
+its first trial rather than after its last; ``probe`` checks the same without creating a file.
 ``upgrade`` is the only way the schema is created: Alembic, run through its Python API from
 the migrations inside this package (works from an installed wheel; no alembic.ini).
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -31,14 +33,77 @@ class SchemaOutOfDate(RuntimeError):
 
 
 def redact(url: str | URL) -> str:
-    """The URL as text with the password removed (``postgresql://user@host:port/db``)."""
+    """The URL as text with the password removed (``postgresql://user@host:port/db``), also one
+    given as a ``?password=`` query parameter."""
     u = sa.make_url(url)
-    return URL.create(u.drivername, u.username, None, u.host, u.port, u.database, u.query).render_as_string()
+    query = {k: v for k, v in u.query.items() if k.lower() != "password"}
+    return URL.create(u.drivername, u.username, None, u.host, u.port, u.database, query).render_as_string()
+
+
+def mask_url(url: str) -> str:
+    """``url`` as text without its password, unchanged if it has none: :func:`redact` for a
+    SQLAlchemy URL, the ``user:password@`` (and a ``password=`` query parameter) taken out of
+    any other (an ``http://`` MLflow server)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    in_query = any(k.lower() == "password" for k, _ in parse_qsl(parts.query))
+    if password is None and not in_query:
+        return url
+    try:
+        return redact(url)
+    except Exception:  # not a SQLAlchemy URL (an http:// MLflow server with user:password@)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        netloc = f"{parts.username}@{host}" if parts.username else host
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.lower() != "password"])
+        return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def has_password(url: str | URL) -> bool:
+    """Whether the URL carries a password (in its user part or as a query parameter)."""
+    u = sa.make_url(url)
+    return u.password is not None or any(k.lower() == "password" for k in u.query)
 
 
 def _fail(url: str | URL, reason: object) -> DatabaseUnreachable:
     line = " ".join(str(reason).split()) or type(reason).__name__
     return DatabaseUnreachable(f"cannot reach {redact(url)}: {line}")
+
+
+def _not_a_database(url: str | URL, reason: object) -> DatabaseUnreachable:
+    line = " ".join(str(reason).split()) or type(reason).__name__
+    return DatabaseUnreachable(f"cannot open {redact(url)}: {line} (not a SQLite database, or a corrupt one)")
+
+
+def database_errors() -> tuple[type[BaseException], ...]:
+    """What a query can raise for a broken database: SQLAlchemy's DatabaseError, and pandas' own
+    (``read_sql`` wraps the driver's) once pandas is loaded — evaluated in the ``except``, so
+    this module never imports pandas."""
+    pandas_errors = sys.modules.get("pandas.errors")
+    return (sa.exc.DatabaseError,) + ((pandas_errors.DatabaseError,) if pandas_errors is not None else ())
+
+
+def database_error(url: str | URL, error: BaseException) -> str:
+    """One line for a database error raised past ``connect`` (a page corrupt past the schema, a
+    lost server), without the SQL or the password."""
+    e = error
+    while not isinstance(e, sa.exc.DBAPIError) and e.__cause__ is not None:
+        e = e.__cause__
+    reason = getattr(e, "orig", None) or e
+    line = " ".join(str(reason).split()).split(" [SQL:")[0] or type(reason).__name__
+    return f"database error in {redact(url)}: {line}"
+
+
+def _sqlite_file(u: URL) -> Path | None:
+    """The file of a SQLite URL (None: in memory, or a ``file:`` URI)."""
+    db = u.database
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db).expanduser().resolve()
 
 
 def _check_sqlite_path(u: URL) -> None:
@@ -49,12 +114,53 @@ def _check_sqlite_path(u: URL) -> None:
             raise _fail(u, f"directory {parent} does not exist")
 
 
-def connect(url: str | URL = DEFAULT_URL) -> Engine:
-    """An engine for ``url`` whose database answered a first connection (else DatabaseUnreachable)."""
+def _parse(url: str | URL) -> URL:
     try:
-        u = sa.make_url(url)
+        return sa.make_url(url)
     except sa.exc.ArgumentError as e:
         raise DatabaseUnreachable(f"cannot parse database URL {str(url)!r}: {e}") from None
+
+
+def probe(url: str | URL, *, will_create: str | Path | None = None) -> None:
+    """Raise DatabaseUnreachable (one line) unless ``url`` can be opened, creating nothing: an
+    existing SQLite file is opened read-only and must be a database; a missing one needs its
+    directory to exist, or to be (under) ``will_create``, the directory the caller makes next; a
+    server is connected."""
+    u = _parse(url)
+    if u.get_backend_name() != "sqlite":
+        connect(u).dispose()
+        return
+    path = _sqlite_file(u)
+    if path is None:
+        return
+    if not path.exists():
+        made = Path(will_create).expanduser().resolve() if will_create is not None else None
+        if not path.parent.is_dir() and not (made is not None and path.parent.is_relative_to(made)):
+            raise _fail(u, f"directory {path.parent} does not exist")
+        return
+    if not path.is_file():
+        raise DatabaseUnreachable(f"cannot open {redact(u)}: {path} is not a file")
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise _fail(u, e) from None
+    try:
+        con.execute("SELECT count(*) FROM sqlite_master").fetchall()
+    except sqlite3.OperationalError as e:
+        raise _fail(u, e) from None
+    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
+        raise _not_a_database(u, e) from None
+    finally:
+        con.close()
+
+
+def connect(url: str | URL = DEFAULT_URL) -> Engine:
+    """An engine for ``url`` whose database answered a first connection (else DatabaseUnreachable).
+    A SQLite file must be a database: its schema is read, so a text file or a corrupt header
+    fails here, in one line, not in the first query."""
+    u = _parse(url)
     connect_args: dict[str, object] = {}
     if u.get_backend_name() == "sqlite":
         _check_sqlite_path(u)
@@ -66,12 +172,18 @@ def connect(url: str | URL = DEFAULT_URL) -> Engine:
         raise _fail(u, e) from None
     if u.get_backend_name() == "sqlite":
         sa.event.listen(engine, "connect", _sqlite_pragmas)
+    # SQLite opens any file lazily: "SELECT 1" passes on a text file; reading the schema does not.
+    first = "SELECT count(*) FROM sqlite_master" if u.get_backend_name() == "sqlite" else "SELECT 1"
     try:
         with engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
+            conn.execute(sa.text(first))
     except sa.exc.DBAPIError as e:
         engine.dispose()
-        raise _fail(u, e.orig if e.orig is not None else e) from None
+        reason = e.orig if e.orig is not None else e
+        if u.get_backend_name() == "sqlite" and isinstance(e, sa.exc.DatabaseError) \
+                and not isinstance(e, sa.exc.OperationalError):
+            raise _not_a_database(u, reason) from None
+        raise _fail(u, reason) from None
     return engine
 
 

@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
             report = ingest_parsed(engine, records)
             updated = f", updated {report.updated} (FLOP-model fields re-derived)" if report.updated else ""
             print(f"{path}: added {report.added}, already present {report.skipped}{updated}")
+    except db.database_errors() as e:  # a page corrupt past the schema: the file's transaction rolled back
+        print(f"flurka ingest: {db.database_error(engine.url, e)}", file=sys.stderr)
+        return 2
     finally:
         engine.dispose()
     return 0

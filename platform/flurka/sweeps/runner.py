@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from flurka.sweeps.branching import PlannedRun, describe, make_plan
-from flurka.sweeps.spec import SweepSpec, benchmark_config, validate
+from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields,
+                                stored_dict, validate)
 from flurka.sweeps.trainable import train_overrides
 
 PHASES = ("first", "branches")  # baselines + bases, then the α branches
@@ -42,16 +43,40 @@ class SweepOutcome:
 
 # -- sweep identity (stable across --resume) ----------------------------------------------------
 
+def _stored_state(spec: SweepSpec) -> dict[str, Any]:
+    """``--resume``: the run dir's sweep.json, checked before Ray starts. A URL stored masked
+    (its password never is) must be given again by its flag: say so, in one line."""
+    path = spec.run_path / "sweep.json"
+    if not path.exists():
+        raise SpecError(f"--resume: no sweep to resume in {spec.run_path} (no sweep.json)")
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"--resume: cannot read {path}: {' '.join(str(exc).split())}") from None
+    if not isinstance(state, dict) or "sweep_id" not in state:
+        raise SpecError(f"--resume: {path} holds no sweep (no sweep_id)")
+    for field in state.get("masked") or ():
+        if field in SECRET_FIELDS and getattr(spec, field) is None:
+            flag = f"--{field.replace('_', '-')}"
+            stored = (state.get("spec") or {}).get(field)
+            raise SpecError(f"--resume: the sweep's {flag} {stored} was stored without its password; "
+                            f"give {flag} with the full URL again")
+    return state
+
+
 def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
+    """The sweep's identity: read back on ``--resume``, else new, written to ``sweep.json``
+    (owner-only) with ``stored_dict``'s spec: no password, the masked fields listed."""
     path = spec.run_path / "sweep.json"
     if spec.resume:
-        if not path.exists():
-            raise FileNotFoundError(f"--resume: no sweep to resume in {spec.run_path} (no sweep.json)")
-        return json.loads(path.read_text())
+        return _stored_state(spec)
     state = {"sweep_id": f"{spec.name}-{dt.datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}",
-             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(), "spec": spec.to_dict()}
+             "created_at": dt.datetime.now(dt.timezone.utc).isoformat(), "spec": stored_dict(spec),
+             "masked": masked_fields(spec)}
     spec.run_path.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(state, indent=2))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(state, indent=2))
     return state
 
 
@@ -234,21 +259,71 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
 
 # -- the sweep ----------------------------------------------------------------------------------
 
+_MLFLOW_DB_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+MLFLOW_PROBE_TIMEOUT_S = 5
+
+
+def check_stores(spec: SweepSpec) -> None:
+    """The results DB and the MLflow store can be opened, creating nothing: an existing SQLite
+    file must be a database (read-only look), a server must answer (a few seconds). Raises
+    DatabaseUnreachable (one line, no password)."""
+    from flurka.results.db import DatabaseUnreachable, probe
+
+    probe(spec.results_url, will_create=spec.run_path)
+    uri = spec.mlflow_tracking_uri
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme in _MLFLOW_DB_SCHEMES:
+        try:
+            probe(uri, will_create=spec.run_path)
+        except DatabaseUnreachable as exc:
+            raise DatabaseUnreachable(f"MLflow store: {exc}") from None
+    elif scheme in ("http", "https"):
+        import urllib.error
+        import urllib.request
+
+        try:
+            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=MLFLOW_PROBE_TIMEOUT_S).close()
+        except urllib.error.HTTPError:
+            pass  # it answered
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise DatabaseUnreachable(f"cannot reach the MLflow server at {mask_url(uri)}: "
+                                      f"{' '.join(str(reason).split())}") from None
+
+
 def preflight(spec: SweepSpec):
-    """Everything that can fail without running a trial; returns (spec, plan, engine)."""
+    """Everything that can fail without running a trial, in the order that creates nothing until
+    all has passed (the spec, its paths, a resumed sweep's state, the plan, the stores); then the
+    run dir and the migrated results DB. Returns (spec, plan, engine)."""
     from flurka.results import open_results
 
     spec = validate(spec)
+    if spec.resume:
+        _stored_state(spec)
     plan = make_plan(spec)
-    spec.run_path.mkdir(parents=True, exist_ok=True)
+    check_stores(spec)
+    try:  # what check_paths cannot see (root on a pseudo file system, a race)
+        spec.run_path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"--run-dir {spec.run_path}: cannot create it: {exc.strerror or exc}") from None
     engine = open_results(spec.results_url)
     return spec, plan, engine
+
+
+def open_tracking(spec: SweepSpec, sweep_id: str, ray_address: str):
+    """The sweep's MLflow tracker and parent run (created, or found again on ``--resume``); its
+    params ``spec.*`` are ``stored_dict``'s: passwords masked. Returns (tracker, parent run id)."""
+    from flurka.tracking.mlflow_runs import SweepTracker, artifact_root_for
+
+    tracker = SweepTracker(spec.mlflow_tracking_uri, spec.name, sweep_id,
+                           artifact_root=artifact_root_for(spec.mlflow_tracking_uri, spec.run_path))
+    parent = tracker.start_sweep(sweep_id, {**stored_dict(spec), "ray_address": mask_url(ray_address)})
+    return tracker, parent
 
 
 def run_sweep(spec: SweepSpec) -> SweepOutcome:
     from flurka import cluster
     from flurka.tracking.callback import MLflowTrialCallback, trial_result
-    from flurka.tracking.mlflow_runs import SweepTracker, artifact_root_for
 
     spec, plan, engine = preflight(spec)
     ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,
@@ -261,9 +336,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         sweep_id = state["sweep_id"]
         run_dir = spec.run_path
         print(f"[flurka] sweep {sweep_id}: {describe(plan)}", flush=True)
-        tracker = SweepTracker(spec.mlflow_tracking_uri, spec.name, sweep_id,
-                               artifact_root=artifact_root_for(spec.mlflow_tracking_uri, run_dir))
-        parent = tracker.start_sweep(sweep_id, {**spec.to_dict(), "ray_address": ctx.address})
+        tracker, parent = open_tracking(spec, sweep_id, ctx.address)
         compute = plan.compute()
         tracker.log_sweep_metrics(compute)
         tracker.log_sweep_dict({"plan": [r.to_dict() for r in plan.baselines + plan.bases + plan.branches],
@@ -351,11 +424,11 @@ def summary(outcome: SweepOutcome) -> str:
         f"{c['uptrain_steps_independent']} for independent runs ({c['uptrain_compute_ratio']:.3f}×).",
         f"Trials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, {len(outcome.failed)} failed{': ' + ', '.join(outcome.failed) if outcome.failed else ''}",
         f"Run dir:    {outcome.run_dir}",
-        f"MLflow:     {outcome.mlflow_uri}  (flurka ui --backend-store-uri {outcome.mlflow_uri})",
+        f"MLflow:     {mask_url(outcome.mlflow_uri)}  (flurka ui --backend-store-uri {mask_url(outcome.mlflow_uri)})",
         f"Results DB: {redact(outcome.results_url)}",
         f"Sweep id:   {outcome.sweep_id}",
     ]
     return "\n".join(lines)
 
 
-__all__ = ["run_sweep", "preflight", "summary", "resolve", "SweepOutcome", "PHASES"]
+__all__ = ["run_sweep", "preflight", "check_stores", "open_tracking", "summary", "resolve", "SweepOutcome", "PHASES"]

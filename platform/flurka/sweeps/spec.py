@@ -1,10 +1,12 @@
 """The sweep specification: CLI flags and/or a YAML file, validated in one place.
 
-Every mistake a user can make in a spec (an unknown benchmark or variant, α outside [0, 1],
-d_k longer than the benchmark's sequence, ...) is caught by :func:`validate` with one line
-naming the valid choices, before Ray, MLflow or any trial starts. Checks that need the outside
-world (the cluster's GPUs, the database) live in ``flurka.cluster`` / the runner and run next,
-still before any trial.
+Every mistake a user can make in a spec (malformed YAML, a value of the wrong type, an unknown
+benchmark or variant, α outside [0, 1], d_k longer than the benchmark's sequence, a run dir or
+compilation cache that cannot be written, ...) is caught by :func:`from_args` / :func:`validate`
+with one line naming the key and the valid choices, before Ray, MLflow or any trial starts, and
+before anything is created on disk. Checks that need the outside world (the databases, the
+cluster's GPUs) live in the runner's ``preflight`` / ``flurka.cluster`` and run next, still
+before any trial. What is persisted of a spec (:func:`stored_dict`) never holds a password.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -142,6 +145,7 @@ def _one_of(kind: str, value: Any, valid: Sequence[Any]) -> None:
 
 def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
     """Return the spec with defaults filled in, or raise SpecError (one line)."""
+    _check_types(spec)
     cat = cat or catalogue()
     if not spec.benchmarks:
         raise SpecError(f"no benchmark given; valid: {', '.join(cat['benchmarks'])}")
@@ -172,6 +176,12 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
         raise SpecError(f"--gpus-per-trial must be a fraction in (0, 1] or a whole number, got {spec.gpus_per_trial:g}")
     if spec.max_failures < 0:
         raise SpecError(f"--max-failures must be >= 0, got {spec.max_failures}")
+    if spec.num_cpus is not None and spec.num_cpus < 1:
+        raise SpecError(f"--num-cpus must be >= 1, got {spec.num_cpus}")
+    if spec.checkpoint_every is not None and spec.checkpoint_every < 0:
+        raise SpecError(f"--checkpoint-every must be >= 0, got {spec.checkpoint_every}")
+    if len(set(spec.seeds)) != len(spec.seeds):
+        raise SpecError(f"--seeds has duplicates: {list(spec.seeds)}")
     for b in spec.benchmarks:
         try:
             cfg = benchmark_config(b, spec)
@@ -183,7 +193,83 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
                 raise SpecError(f"d_k must be a positive integer, got {d!r}")
             if int(d) > seq_len:
                 raise SpecError(f"d_k={d} is larger than {b}'s sequence length {seq_len}")
+    check_paths(spec)
     return dataclasses.replace(spec, variants=tuple(variants), alphas=tuple(float(a) for a in spec.alphas))
+
+
+def _writable_dir(path: Path, what: str) -> None:
+    """``path`` is a writable directory, or one that can be made: its nearest existing ancestor
+    is a writable directory. Creates nothing."""
+    p = path
+    while not p.exists():
+        if p.parent == p:
+            break
+        p = p.parent
+    if not p.is_dir():
+        raise SpecError(f"{what} {path}: {p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise SpecError(f"{what} {path}: {p} is not writable" + ("" if p == path else " (cannot create it)"))
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL (None for other URLs, in-memory and ``file:`` ones)."""
+    if not url.startswith("sqlite:"):
+        return None
+    import sqlalchemy as sa
+
+    try:
+        db = sa.make_url(url).database
+    except sa.exc.ArgumentError:
+        return None
+    if not db or db == ":memory:" or db.startswith("file:"):
+        return None
+    return Path(db).expanduser().resolve()
+
+
+def check_paths(spec: SweepSpec) -> None:
+    """The directories the sweep writes are (or can be made) writable directories, the SQLite
+    files it opens sit in them; nothing is created. Whether the files are databases is the
+    stores' check (``flurka.sweeps.runner.preflight``)."""
+    _writable_dir(spec.run_path, "--run-dir")
+    cache = spec.compilation_cache_dir
+    if cache is not None:
+        what = ("--compilation-cache" if spec.compilation_cache
+                else "$JAX_COMPILATION_CACHE_DIR" if os.environ.get("JAX_COMPILATION_CACHE_DIR")
+                else "the compilation cache")
+        _writable_dir(Path(cache), what)
+    for flag, url in (("--mlflow-uri", spec.mlflow_tracking_uri), ("--results-db", spec.results_url)):
+        path = _sqlite_path(url)
+        if path is None:
+            continue
+        if path.exists() and not path.is_file():
+            raise SpecError(f"{flag} {path} is not a file")
+        _writable_dir(path.parent, f"{flag} directory")
+
+
+# -- secrets: what is stored of a spec ----------------------------------------------------------
+
+SECRET_FIELDS = ("results_db", "mlflow_uri")   # URLs that may carry a password
+
+
+def mask_url(url: str) -> str:
+    """``url`` without its password (``flurka.results.db.mask_url``), unchanged if it has none."""
+    from flurka.results.db import mask_url as mask
+
+    return mask(url)
+
+
+def masked_fields(spec: SweepSpec) -> list[str]:
+    """The spec's URL fields that carry a password (stored masked)."""
+    return [f for f in SECRET_FIELDS if getattr(spec, f) and mask_url(getattr(spec, f)) != getattr(spec, f)]
+
+
+def stored_dict(spec: SweepSpec) -> dict[str, Any]:
+    """What is persisted of a spec (``sweep.json``, the MLflow params ``spec.*``): ``to_dict``
+    with every password masked. The real URLs live only in memory, from the flags."""
+    out = spec.to_dict()
+    for f in masked_fields(spec):
+        out[f] = mask_url(out[f])
+    return out
 
 
 def seq_len_of(cfg: Any) -> int:
@@ -197,35 +283,142 @@ def d_k_of(cfg: Any) -> int | None:
 
 
 # -- CLI / YAML ---------------------------------------------------------------------------------
+#
+# Every field's type, one row each: what a YAML value or a flag's text must be. ``_normalize``
+# converts (a comma-separated string to a tuple, "3" to 3) and refuses anything else in one line
+# naming the key; ``validate`` runs the same check on a SweepSpec built in Python.
 
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(x) for x in text.replace(",", " ").split())
+_KINDS: dict[str, str] = {
+    "benchmarks": "strs", "variants": "strs", "alphas": "floats", "d_k": "ints", "seeds": "ints",
+    "base": "str", "search": "str", "scheduler": "str", "num_samples": "int", "steps": "int?",
+    "overrides": "overrides", "baselines": "bool", "full": "bool", "e_init": "str?", "branching": "bool",
+    "cpus_per_trial": "float", "gpus_per_trial": "float", "max_failures": "int", "name": "str",
+    "run_dir": "str", "address": "str?", "mlflow_uri": "str?", "results_db": "str?", "num_cpus": "int?",
+    "resume": "bool", "checkpoint_every": "int?", "compilation_cache": "str?",
+}
+_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
+          "strs": "names (a list, or comma-separated)", "floats": "numbers (a list, or comma-separated)",
+          "ints": "integers (a list, or comma-separated)",
+          "overrides": "a mapping of config fields to values (or a list of FIELD=VALUE)"}
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.replace(",", " ").split())
+class _Bad(ValueError):
+    """A value of the wrong type (caught by ``_convert``, reported with its key and source)."""
 
 
-def _strs(text: str) -> tuple[str, ...]:
-    return tuple(x for x in text.replace(",", " ").split())
+def _int(v: Any) -> int:
+    if isinstance(v, bool):
+        raise _Bad
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
+        try:
+            return int(v.strip())
+        except ValueError:
+            raise _Bad from None
+    raise _Bad
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, bool):
+        raise _Bad
+    if isinstance(v, (int, float)):
+        out = float(v)
+    elif isinstance(v, str):
+        try:
+            out = float(v.strip())
+        except ValueError:
+            raise _Bad from None
+    else:
+        raise _Bad
+    if out != out or out in (float("inf"), float("-inf")):
+        raise _Bad
+    return out
+
+
+def _str(v: Any) -> str:
+    if isinstance(v, os.PathLike):         # a run dir given as a Path in Python
+        v = os.fspath(v)
+    if not isinstance(v, str) or not v:
+        raise _Bad
+    return v
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise _Bad
+    return v
+
+
+def _items(v: Any, one) -> tuple:
+    if isinstance(v, str):
+        v = v.replace(",", " ").split()
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        v = [v]
+    if not isinstance(v, (list, tuple)):
+        raise _Bad
+    return tuple(one(x) for x in v)
+
+
+def _overrides(v: Any) -> dict[str, Any]:
+    from flurka.configs.overrides import parse_assignments
+
+    if isinstance(v, (list, tuple)):                    # --set FIELD=VALUE (or a YAML list of them)
+        if not all(isinstance(x, str) for x in v):
+            raise _Bad
+        try:
+            return parse_assignments(v)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise _Bad
+    return dict(v)
+
+
+_CONVERT = {"str": _str, "int": _int, "float": _float, "bool": _bool, "overrides": _overrides,
+            "strs": lambda v: _items(v, _str), "floats": lambda v: _items(v, _float),
+            "ints": lambda v: _items(v, _int)}
+assert set(_KINDS) == {f.name for f in dataclasses.fields(SweepSpec)}, "every SweepSpec field needs a _KINDS row"
+
+
+def _convert(key: str, value: Any, source: str) -> Any:
+    kind = _KINDS[key]
+    if value is None and kind.endswith("?"):
+        return None
+    name = f"--{key.replace('_', '-')}" if source == "command line" else key
+    try:
+        return _CONVERT[kind.rstrip("?")](value)
+    except _Bad:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise SpecError(f"{source}: {name} must be {_WORDS[kind.rstrip('?')]}, got {shown}") from None
+
+
+def _check_types(spec: SweepSpec) -> None:
+    for key in _KINDS:
+        _convert(key, getattr(spec, key), "spec")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags mirror the YAML keys (dashes for underscores); a flag given wins over the file."""
+    """Flags mirror the YAML keys (dashes for underscores); a flag given wins over the file.
+    Flags are read as text and converted with the YAML keys' rules (``_normalize``), so a wrong
+    value is the same one line from either."""
     S = argparse.SUPPRESS  # absent flags stay absent, so YAML/defaults fill them
     p.add_argument("--config", metavar="YAML", help="sweep spec file with the same keys as the flags")
-    p.add_argument("--benchmarks", type=_strs, default=S, help="comma-separated benchmark names")
-    p.add_argument("--variants", type=_strs, default=S, help="FLuRKA variants (default: all)")
-    p.add_argument("--alphas", type=_floats, default=S, help="up-training fractions (default 0.125..0.875)")
-    p.add_argument("--d-k", dest="d_k", type=_ints, default=S, help="low-rank downsampling factors")
+    p.add_argument("--benchmarks", default=S, help="comma-separated benchmark names")
+    p.add_argument("--variants", default=S, help="FLuRKA variants (default: all)")
+    p.add_argument("--alphas", default=S, help="up-training fractions (default 0.125..0.875)")
+    p.add_argument("--d-k", dest="d_k", default=S, help="low-rank downsampling factors")
     p.add_argument("--base", choices=BASES, default=S, help="base model of the up-training")
     p.add_argument("--search", choices=SEARCHES, default=S)
     p.add_argument("--scheduler", choices=SCHEDULERS, default=S)
-    p.add_argument("--num-samples", type=int, default=S, help="optuna samples (grid: repeats)")
-    p.add_argument("--seeds", type=_ints, default=S, help="comma-separated seeds")
-    p.add_argument("--steps", type=int, default=S, help="training steps T per run")
+    p.add_argument("--num-samples", default=S, help="optuna samples (grid: repeats)")
+    p.add_argument("--seeds", default=S, help="comma-separated seeds")
+    p.add_argument("--steps", default=S, help="training steps T per run")
     p.add_argument("--set", dest="overrides", action="append", default=S, metavar="KEY=VALUE",
-                   help="benchmark config override (YAML value), repeatable")
+                   help="benchmark config override, repeatable; VALUE as `flurka train --set` reads it "
+                        "(a Python literal: 1e6, 16, [1, 2], {'d_k': 16}; else the text)")
     p.add_argument("--no-baselines", dest="baselines", action="store_false", default=S)
     p.add_argument("--no-full", dest="full", action="store_false", default=S,
                    help="leave full attention out of the baselines")
@@ -233,51 +426,77 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="E1/E2's initialisation (default pool; gaussian: the paper's)")
     p.add_argument("--no-branching", dest="branching", action="store_false", default=S,
                    help="train every α independently (the paper's way)")
-    p.add_argument("--cpus-per-trial", type=float, default=S)
-    p.add_argument("--gpus-per-trial", type=float, default=S, help="fractions share one GPU")
-    p.add_argument("--max-failures", type=int, default=S, help="retries of a failed trial")
+    p.add_argument("--cpus-per-trial", default=S)
+    p.add_argument("--gpus-per-trial", default=S, help="fractions share one GPU")
+    p.add_argument("--max-failures", default=S, help="retries of a failed trial")
     p.add_argument("--name", default=S)
     p.add_argument("--run-dir", default=S, help="where Tune, MLflow and the results DB write")
     p.add_argument("--address", default=S, help="Ray cluster (default: RAY_ADDRESS, else embedded)")
     p.add_argument("--mlflow-uri", default=S)
-    p.add_argument("--results-db", default=S, help="SQLAlchemy URL of the results database")
-    p.add_argument("--num-cpus", type=int, default=S, help="CPUs of the embedded Ray")
-    p.add_argument("--checkpoint-every", type=int, default=S)
+    p.add_argument("--results-db", default=S,
+                   help="SQLAlchemy URL of the results database; a password in it is never stored "
+                        "(sweep.json and MLflow keep it masked): give the flag again with --resume")
+    p.add_argument("--num-cpus", default=S, help="CPUs of the embedded Ray")
+    p.add_argument("--checkpoint-every", default=S)
     p.add_argument("--compilation-cache", metavar="DIR|off", default=S,
                    help="JAX's persistent compilation cache the trials share (default: "
                         "$JAX_COMPILATION_CACHE_DIR if set, else <run-dir>/jax-cache)")
     p.add_argument("--resume", action="store_true", default=S, help="restore an interrupted sweep")
 
 
-_FIELDS = {f.name for f in dataclasses.fields(SweepSpec)}
-_TUPLE_FIELDS = {"benchmarks": _strs, "variants": _strs, "alphas": _floats, "d_k": _ints, "seeds": _ints}
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with its errors as one line (``PROG: error: …``, exit 2), no usage block."""
+
+    def error(self, message: str):  # noqa: D102 (argparse's hook)
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
+_FIELDS = set(_KINDS)
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load, with YAML 1.2's floats: ``1e6`` is the number (YAML 1.1 reads a string), as
+    ``--set learning_rate=1e6`` is."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"), list("-+0123456789."))
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    """The mapping in a sweep file; SpecError (one line) for an unreadable, malformed or unsafe
+    file (``safe_load``: a ``!!python/...`` tag is refused, never run)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read sweep file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"cannot read sweep file {path}: not UTF-8 text") from None
+    try:
+        loaded = yaml.load(text, Loader=_Loader)  # noqa: S506 (_Loader is a SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"sweep file {path} is not valid YAML: {' '.join(str(problem).split())}{where}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise SpecError(f"sweep file {path} must hold a mapping of flag names to values, "
+                        f"got {type(loaded).__name__}")
+    return loaded
 
 
 def _normalize(values: dict[str, Any], source: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in values.items():
+        if not isinstance(key, str):
+            raise SpecError(f"{source}: keys must be names, got {key!r}; valid: {', '.join(sorted(_FIELDS))}")
         key = key.replace("-", "_")
         if key not in _FIELDS:
             raise SpecError(f"{source}: unknown key {key!r}; valid: {', '.join(sorted(_FIELDS))}")
-        if key in _TUPLE_FIELDS and value is not None:
-            if isinstance(value, str):
-                value = _TUPLE_FIELDS[key](value)
-            elif isinstance(value, (int, float)):
-                value = (value,)
-            value = tuple(value)
-        if key == "overrides" and isinstance(value, list):  # from --set KEY=VALUE
-            value = _parse_overrides(value)
-        out[key] = value
-    return out
-
-
-def _parse_overrides(items: list[str]) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise SpecError(f"--set expects KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        out[key] = _convert(key, value, source)
     return out
 
 
@@ -287,13 +506,7 @@ def from_args(args: argparse.Namespace | dict[str, Any]) -> SweepSpec:
     values: dict[str, Any] = {}
     path = given.pop("config", None)
     if path:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as exc:
-            raise SpecError(f"cannot read sweep file {path}: {exc.strerror}") from None
-        if not isinstance(loaded, dict):
-            raise SpecError(f"sweep file {path} must hold a mapping of flag names to values")
-        values.update(_normalize(loaded, str(path)))
+        values.update(_normalize(load_yaml(path), str(path)))
     cli = _normalize({k: v for k, v in given.items() if k in _FIELDS}, "command line")
     if "overrides" in cli and "overrides" in values:
         cli["overrides"] = {**values["overrides"], **cli["overrides"]}
@@ -304,10 +517,11 @@ def from_args(args: argparse.Namespace | dict[str, Any]) -> SweepSpec:
 
 
 def parse(argv: Sequence[str] | None = None) -> SweepSpec:
-    parser = argparse.ArgumentParser(prog="uptrain_sweep", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="uptrain_sweep", description=__doc__.splitlines()[0])
     add_arguments(parser)
     return from_args(parser.parse_args(argv))
 
 
 __all__ = ["SweepSpec", "SpecError", "PAPER_ALPHAS", "validate", "from_args", "parse", "add_arguments",
+           "ArgumentParser", "load_yaml", "check_paths", "stored_dict", "masked_fields", "mask_url", "SECRET_FIELDS",
            "catalogue", "kernel_of", "base_mechanism", "benchmark_config"]

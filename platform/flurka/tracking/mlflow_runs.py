@@ -164,11 +164,22 @@ def _batched(items: list, n: int) -> Iterable[list]:
         yield items[i:i + n]
 
 
+# The real tracking URIs of this process by their masked form. Tune pickles the tracker (its
+# callback's) into tuner.pkl for --resume: only the masked URI goes there, and the tracker gets
+# the real one back from here (the resumed driver's own tracker, made from the flag, put it here).
+_REAL_URIS: dict[str, str] = {}
+
+
 class SweepTracker:
-    """The sweep's MLflow writer (driver side)."""
+    """The sweep's MLflow writer (driver side). Pickled (by Tune, for ``--resume``) it keeps no
+    password: see ``_REAL_URIS``."""
 
     def __init__(self, tracking_uri: str, experiment: str, sweep_id: str, *, artifact_root: str | None = None):
+        from flurka.results.db import mask_url
+
         self.uri = tracking_uri
+        if mask_url(tracking_uri) != tracking_uri:
+            _REAL_URIS[mask_url(tracking_uri)] = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.sweep_id = sweep_id
         exp = self.client.get_experiment_by_name(experiment)
@@ -181,6 +192,19 @@ class SweepTracker:
         self._runs: dict[str, str] = {}        # trial key -> run id
         self._last_step: dict[tuple[str, str], int] = {}   # (run id, stream) -> last step logged
         self._finished: set[str] = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        from flurka.results.db import mask_url
+
+        state = self.__dict__.copy()
+        state.pop("client", None)           # it holds the URI too; made again on unpickling
+        state["uri"] = mask_url(self.uri)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.uri = _REAL_URIS.get(state["uri"], state["uri"])
+        self.client = MlflowClient(tracking_uri=self.uri)
 
     # -- runs ---------------------------------------------------------------------------------
     def _find(self, filter_string: str) -> list:

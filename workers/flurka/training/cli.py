@@ -3,13 +3,14 @@
     flurka train --benchmark lra-listops-small --attention flurka-rnn --steps 200 --json
 
 Any config field can be overridden with ``--set name=value`` (a Python literal, e.g.
-``--set attention_options="{'d_k': 16}"``). A progress bar shows on a terminal.
+``--set learning_rate=1e6`` or ``--set attention_options="{'d_k': 16}"``), read by
+:mod:`flurka.configs.overrides`, the parser the sweep's ``--set`` uses too.
+A progress bar shows on a terminal.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import sys
 
@@ -39,20 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true")
 
 
-def _literal(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def overrides(args: argparse.Namespace) -> dict:
-    out = {}
-    for item in args.set:
-        if "=" not in item:
-            raise ValueError(f"--set expects FIELD=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        out[key.strip()] = _literal(value)
+    from flurka.configs.overrides import parse_assignments
+
+    out = parse_assignments(args.set)
     for name in ("attention", "steps", "seed", "alpha", "base", "base_checkpoint", "workdir",
                  "checkpoint_every", "data_dir"):
         value = getattr(args, name)

@@ -192,9 +192,11 @@ def test_main_job_report_leads_with_uptraining(main_job_served, tmp_path, chromi
     assert check["sections"] == ["uptraining", "isoflops", "not-filled"]
     first = check["first"]
     assert first["id"] == "uptraining" and first["items"] == [
-        "table cells uptraining-nmt-small", "plot uptraining-nmt-small-fig", "table prose uptraining-nmt-small-observations"]
-    ci_cells = [c for c in first["cells"] if re.fullmatch(r"\d+\.\d ± \d+\.\d \(n=3\)", c)]
+        "table cells uptraining-nmt-small", "plot uptraining-nmt-small-fig", "table prose uptraining-nmt-small-observations",
+        "table cells uptraining-nmt-small-observations-rows"]
+    ci_cells = [c for c in first["cells"] if re.fullmatch(r"\d+\.\d ± \d+\.\d \(n=3\)( \*)?", c)]
     assert len(ci_cells) == 4 * 6, first["cells"]            # 4 rows (variant, d_k) × kernel, low-rank, 4 α
+    assert sum(c.endswith(" *") for c in ci_cells) == 4      # each row's best α
     assert Path(check["images"][0]["src"]).name == "uptraining-nmt-small-fig.png"
     assert all(img["complete"] and img["std"] > 10 and img["ink"] > 0.01 for img in check["images"]), check["images"]
     assert len(check["images"]) == 2

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from flurka import stats
 from flurka.reports import build_report, cli, sections, sources
 from flurka.results import connect, ingest_file, open_results, tables
 from testsupport import RECORDED
@@ -40,7 +39,7 @@ def built(populated, tmp_path_factory):
 def test_every_table_in_markdown_latex_and_csv(built):
     csvs = sorted(p.stem for p in (built / "tables").glob("*.csv"))
     assert {"glue", "lra", "lra-small", "collective", "isoflops-nmt-wmt14-ende", "uptraining-nmt-wmt14-ende",
-            "uptraining-nmt-wmt14-ende-observations", "error-0-table", "rank-0-table", "flops-0-summary", "flops-0-claims", "profiles-0-table",
+            "uptraining-nmt-wmt14-ende-observations", "uptraining-nmt-wmt14-ende-observations-rows", "error-0-table", "rank-0-table", "flops-0-summary", "flops-0-claims", "profiles-0-table",
             "floor-0", "floor-1"} <= set(csvs)
     assert any(k.startswith("speedups-") for k in csvs) and any(k.startswith("speed-dk-") for k in csvs)
     for key in csvs:
@@ -73,21 +72,33 @@ def test_speed_captions_say_how_the_points_were_timed(built, tmp_path):
         " Timing: samples of 2–7 back-to-back calls; one blocked call a sample, dispatch included (2 of 4 points).")
 
 
-CELL = re.compile(r"^(-?\d+\.\d) ± (\d+\.\d) \(n=(\d+)\)$")
+CELL = re.compile(r"^(-?\d+\.\d) ± (\d+\.\d) \(n=(\d+)\)( \*)?$")
 
 
 def _cell(text: str) -> tuple[float, float, int]:
+    """(mean, CI half-width, n) of a "97.2 ± 1.7 (n=3)" cell, the row's best α's " *" allowed."""
     found = CELL.match(text)
     assert found, text
     return float(found[1]), float(found[2]), int(found[3])
 
 
+def _t_cell(values) -> tuple[float, float, int]:
+    """What a cell of ``values`` (one per seed) must read: mean, scipy's 95 % t half-width, n."""
+    values = np.asarray(values, dtype=float)
+    low, high = st.t.interval(0.95, len(values) - 1, loc=values.mean(), scale=st.sem(values))
+    return round(values.mean(), 1), round((high - low) / 2, 1), len(values)
+
+
+def _starred(row: pd.Series) -> list[str]:
+    return [c for c, v in row.items() if isinstance(v, str) and v.endswith(" *")]
+
+
 def test_uptraining_alpha_columns_match_the_sweep(built, populated):
     """Table 5 from the report vs the sweep's raw trial rows: every α cell (and the kernel and
-    low-rank ones) is the seeds' mean ± scipy's 95 % t interval, n the seeds."""
+    low-rank ones) is the seeds' mean ± scipy's 95 % t interval, n the seeds; the one starred
+    cell of a row is its best α by mean."""
     table = pd.read_csv(built / "tables" / "uptraining-nmt-wmt14-ende.csv").set_index(["variant", "d_k"])
-    assert [c for c in table.columns if c.endswith("%") and c != "best α"] == [
-        "12.5%", "25%", "37.5%", "50%", "62.5%", "75%", "87.5%"]
+    assert [c for c in table.columns if c.endswith("%")] == ["12.5%", "25%", "37.5%", "50%", "62.5%", "75%", "87.5%"]
     engine = connect(populated[0])
     raw = pd.read_sql("SELECT t.attention, t.alpha, t.d_k, t.seed, m.value FROM trials t JOIN metrics m "
                       "ON m.trial_id = t.id WHERE t.benchmark = 'nmt-wmt14-ende' AND m.name = 'bleu'", engine)
@@ -96,18 +107,16 @@ def test_uptraining_alpha_columns_match_the_sweep(built, populated):
     for (variant, alpha), g in raw[raw["alpha"].notna()].groupby(["attention", "alpha"]):
         values = g.sort_values("seed")["value"].to_numpy()
         assert len(values) == 2
-        low, high = st.t.interval(0.95, 1, loc=values.mean(), scale=st.sem(values))
-        got = _cell(table.loc[(variant, 64), tables.alpha_label(alpha)])
-        assert got == (round(values.mean(), 1), round((high - low) / 2, 1), 2)
+        assert _cell(table.loc[(variant, 64), tables.alpha_label(alpha)]) == _t_cell(values)
         checked += 1
     assert checked == 21
-    kernel = raw[(raw["attention"] == "rnn") & raw["alpha"].isna()]["value"].to_numpy()
-    assert _cell(table.loc[("flurka-rnn", 64), "kernel"])[0] == round(kernel.mean(), 1)
-    low_rank = raw[(raw["attention"] == "linformer") & raw["alpha"].isna()]["value"].to_numpy()
-    mean, _, n = _cell(table.loc[("flurka-eva", 64), "low-rank"])
-    assert (mean, n) == (round(low_rank.mean(), 1), 2)
-    best = raw[raw["attention"] == "flurka-eva"].groupby("alpha")["value"].mean().idxmax()
-    assert table.loc[("flurka-eva", 64), "best α"] == tables.alpha_label(best)
+    kernel = raw[(raw["attention"] == "rnn") & raw["alpha"].isna()].sort_values("seed")["value"]
+    assert _cell(table.loc[("flurka-rnn", 64), "kernel"]) == _t_cell(kernel)
+    low_rank = raw[(raw["attention"] == "linformer") & raw["alpha"].isna()].sort_values("seed")["value"]
+    assert _cell(table.loc[("flurka-eva", 64), "low-rank"]) == _t_cell(low_rank)
+    for variant in ("flurka-performer", "flurka-rnn", "flurka-eva"):
+        best = raw[raw["attention"] == variant].groupby("alpha")["value"].mean().idxmax()
+        assert _starred(table.loc[(variant, 64)]) == [tables.alpha_label(best)]
 
 
 def test_main_job_report_leads_with_uptraining_and_lists_what_it_lacks(main_job, tmp_path):
@@ -137,37 +146,59 @@ def test_main_job_report_leads_with_uptraining_and_lists_what_it_lacks(main_job,
 
 def test_main_job_table_and_observations_against_the_raw_trials(main_job, tmp_path):
     """The main job's Table 5 per (variant, d_k), and the paper's three observations worked out
-    from the raw rows: cells between the constituents by mean, the best cell paired against both
-    constituents over the seeds (scipy's ttest_rel), the best α's range."""
+    from the raw rows: cells strictly between the constituents by mean, each row's best α cell
+    and the table's best paired against both constituents over the seeds (the difference's mean
+    and scipy's t interval, scipy's ttest_rel), the best α's range."""
     build_report(main_job, tmp_path / "out")
-    table = pd.read_csv(tmp_path / "out" / "tables" / "uptraining-nmt-small.csv").set_index(["variant", "d_k"])
+    tables_dir = tmp_path / "out" / "tables"
+    table = pd.read_csv(tables_dir / "uptraining-nmt-small.csv").set_index(["variant", "d_k"])
     assert list(table.index) == [("flurka-performer", 16), ("flurka-performer", 32), ("flurka-rnn", 16),
                                  ("flurka-rnn", 32)]
-    assert list(table.columns) == ["kernel constituent", "kernel", "low-rank", "25%", "37.5%", "50%", "75%", "best α"]
+    assert list(table.columns) == ["kernel constituent", "kernel", "low-rank", "25%", "37.5%", "50%", "75%"]
+    rows = pd.read_csv(tables_dir / "uptraining-nmt-small-observations-rows.csv").set_index(["variant", "d_k"])
+    assert list(rows.index) == list(table.index)
     engine = connect(main_job)
     raw = pd.read_sql("SELECT t.attention, t.alpha, t.d_k, t.seed, m.value FROM trials t JOIN metrics m "
                       "ON m.trial_id = t.id WHERE m.name = 'bleu'", engine)
     engine.dispose()
     seeds = lambda q: raw.query(q).set_index("seed")["value"].sort_index()  # noqa: E731
-    between, best = 0, None
+
+    def paired_text(a: pd.Series, b: pd.Series) -> str:
+        d = (a - b).to_numpy()
+        low, high = st.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=st.sem(d))
+        return f"{d.mean():+.1f} ± {(high - low) / 2:.1f} (n={len(d)}), p={st.ttest_rel(a, b).pvalue:.2g}"
+
+    between, top, best_alphas = 0, None, []
     for (variant, d_k), row in table.iterrows():
         kernel, low = seeds(f"attention == '{row['kernel constituent']}'"), seeds(f"attention == 'linformer' and d_k == {d_k}")
-        assert _cell(row["low-rank"]) == (round(low.mean(), 1), round(stats.mean_ci(low).half_width, 1), 3)
+        assert _cell(row["kernel"]) == _t_cell(kernel) and _cell(row["low-rank"]) == _t_cell(low)
+        best = None
         for a in (0.25, 0.375, 0.5, 0.75):
             cell = seeds(f"attention == '{variant}' and d_k == {d_k} and alpha == {a}")
-            assert _cell(row[tables.alpha_label(a)])[0] == round(cell.mean(), 1)
-            between += min(kernel.mean(), low.mean()) <= cell.mean() <= max(kernel.mean(), low.mean())
+            assert _cell(row[tables.alpha_label(a)]) == _t_cell(cell)
+            between += min(kernel.mean(), low.mean()) < cell.mean() < max(kernel.mean(), low.mean())
             if best is None or cell.mean() > best[0].mean():
-                best = (cell, kernel, low, f"{variant} d_k={d_k} α={tables.alpha_label(a)}")
-    obs = pd.read_csv(tmp_path / "out" / "tables" / "uptraining-nmt-small-observations.csv").set_index(
-        "paper's observation")["on this data"]
-    assert obs["FLuRKA cells between their two constituents"] == f"{between} of 16"
-    cell, kernel, low, name = best
-    p_low = st.ttest_rel(cell.to_numpy(), low.to_numpy()).pvalue
-    evidence = pd.read_csv(tmp_path / "out" / "tables" / "uptraining-nmt-small-observations.csv")["evidence"][1]
-    assert evidence.startswith(name) and f"p={p_low:.2g} (linformer better)" in evidence
-    assert obs["the best FLuRKA cell beats both constituents (paired over seeds)"] == "no"  # Linformer is better
-    assert obs["the best α lies in [25 %, 37.5 %]"] == f"{sum(a in ('25%', '37.5%') for a in table['best α'])} of 4"
+                best = (cell, a)
+        cell, a = best
+        assert _starred(row) == [tables.alpha_label(a)]
+        best_alphas.append(a)
+        got = rows.loc[(variant, d_k)]
+        assert (got["best α"], got["best mean"]) == (tables.alpha_label(a), round(cell.mean(), 1))
+        assert got["best − kernel"] == paired_text(cell, kernel) and got["vs kernel"] == variant
+        assert got["best − low-rank"] == paired_text(cell, low) and got["vs low-rank"] == "linformer"
+        assert got["beats both"] == "no"  # Linformer is better beyond noise in every row
+        if top is None or cell.mean() > top[0].mean():
+            top = (cell, kernel, low, variant, d_k, a)
+    lines = pd.read_csv(tables_dir / "uptraining-nmt-small-observations.csv").set_index("observation")["on this data"]
+    assert list(lines.index) == ["(1)", "(2)", "(3)"]
+    assert lines["(1)"] == f"{between} of 16 α cells lie between their constituents (kernel, low-rank)"
+    cell, kernel, low, variant, d_k, a = top
+    assert lines["(2)"] == (
+        f"best variant beats both: no ({variant} d_k={d_k} at α={tables.alpha_label(a)}, {round(cell.mean(), 1):g}; "
+        f"paired differences vs {tables.KERNEL_OF[variant]}: {paired_text(cell, kernel)} -> {variant}; "
+        f"vs linformer: {paired_text(cell, low)} -> linformer)")
+    in_range = sum(0.25 <= a <= 0.375 for a in best_alphas)
+    assert lines["(3)"].startswith(f"best α in [25 %, 37.5 %]: {'yes' if in_range == 4 else 'no'} ({in_range} of 4 rows; ")
 
 
 def test_flop_model_speedups_against_the_speed_document(populated):

@@ -226,6 +226,47 @@ def test_alpha_figure_has_a_ci_band_per_variant_and_tells_it_from_its_kernel(mai
         assert any(t.startswith(f"{kernel}: kernel") for t in legend) and any(t.startswith(f"linformer {d_k}") for t in legend)
 
 
+def test_alpha_figure_draws_the_raw_trials_means_and_t_intervals(main_job_plots, main_job):
+    """The α figure's numbers against the raw trials: in each panel the variant's line at α is
+    the seeds' mean, its band spans scipy's 95 % t interval, Linformer's line and band those of
+    its seeds at the panel's d_k, and the one star sits at the row's best α by mean."""
+    from scipy import stats as st
+
+    engine = connect(main_job)
+    raw = pd.read_sql("SELECT t.attention, t.alpha, t.d_k, t.seed, m.value FROM trials t JOIN metrics m "
+                      "ON m.trial_id = t.id WHERE m.name = 'bleu'", engine)
+    engine.dispose()
+
+    def interval(values):
+        values = np.asarray(values, dtype=float)
+        return (values.mean(), *st.t.interval(0.95, len(values) - 1, loc=values.mean(), scale=st.sem(values)))
+
+    fig = main_job_plots["uptraining-nmt-small-fig"].fig
+    for ax in [a for a in fig.axes if a.get_visible()]:
+        variant, d_k = ax.get_title().split(", ")
+        d_k = int(d_k.removeprefix("d_k="))
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        own = next(v for k, v in lines.items() if k.startswith(f"{variant}: up-trained"))
+        band = _band_of(ax, own)
+        mine = raw[(raw["attention"] == variant) & (raw["d_k"] == d_k)]
+        means = {}
+        for x, y in zip(own.get_xdata(), own.get_ydata()):
+            mean, low, high = interval(mine.loc[np.isclose(mine["alpha"] * 100, x), "value"])
+            at = band[np.isclose(band[:, 0], x), 1]
+            assert y == pytest.approx(mean) and (at.min(), at.max()) == (pytest.approx(low), pytest.approx(high))
+            means[x] = mean
+        low_rank = next(v for k, v in lines.items() if k.startswith(f"linformer d_k={d_k}: low-rank"))
+        mean, low, high = interval(raw.loc[(raw["attention"] == "linformer") & (raw["d_k"] == d_k), "value"])
+        ref_band = _band_of(ax, low_rank)[:, 1]
+        assert low_rank.get_ydata()[0] == pytest.approx(mean)
+        assert (ref_band.min(), ref_band.max()) == (pytest.approx(low), pytest.approx(high))
+        stars = [line for line in ax.get_lines() if line.get_marker() == "*"]
+        assert len(stars) == 1
+        best = max(means, key=means.get)
+        assert (stars[0].get_xdata()[0], stars[0].get_ydata()[0]) == (pytest.approx(best), pytest.approx(means[best]))
+        assert stars[0].get_label() == f"best α = {best:g}%"
+
+
 def test_loss_vs_flops_draws_a_mean_curve_per_mechanism_in_readable_flops(main_job_plots, main_job):
     """From scratch: one bold curve per mechanism (and d_k), the mean of its three seeds (drawn
     faint), read back from the database; each up-trained variant's α branches in a panel of their

@@ -17,7 +17,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from flurka.results.records import MECHANISMS
-from flurka.results.tables import KERNEL_OF, LOWER_IS_BETTER
+from flurka.results.tables import KERNEL_OF, LOW_RANK, NO_VALUE
 
 STYLE = {  # mechanism -> (colour, marker)
     "full": ("#222222", "o"), "flash": ("#8c8c8c", "D"), "linformer": ("#1f5fbf", "o"),
@@ -215,23 +215,28 @@ def _band(ax, x, low, high, colour, label=None, alpha=BAND_ALPHA):
     return ax.fill_between(x, low, high, color=colour, alpha=alpha, linewidth=0, label=label)
 
 
+def _no_dk(d_k) -> bool:
+    """No d_k recorded: None, NaN or the tables' "—"."""
+    return d_k is None or d_k == NO_VALUE or (isinstance(d_k, float) and d_k != d_k)
+
+
 def _dk_label(d_k) -> str:
-    return "d_k —" if d_k is None or d_k != d_k else f"d_k={int(d_k)}"
+    return "d_k —" if _no_dk(d_k) else f"d_k={int(d_k)}"
 
 
-def uptraining(cells: pd.DataFrame, metric: str, label: str | None = None) -> Figure:
+def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
     """Table 5 as a figure: one panel per FLuRKA variant (rows) and d_k (columns; one d_k: the
-    variants two to a row), the variant's
-    seed mean against α with its 95 % CI band, its kernel constituent (orange family, dashed) and
-    Linformer at that d_k (blue, dotted) trained from scratch as horizontal lines with their own
-    bands; the best α starred; each panel's legend, below it, names every line. ``cells``: one row
-    per (variant, kernel, d_k, what, alpha) with ``mean``, ``low``, ``high`` and ``n`` over seeds,
-    ``what`` one of kernel, low-rank, alpha (:func:`flurka.reports.sections.uptraining_cells`);
-    ``label``: the y axis's (default ``metric``)."""
-    variants = _ordered(cells["variant"])
-    dks = sorted(cells["d_k"].dropna().unique()) or [float("nan")]
-    if cells["d_k"].isna().any() and cells["d_k"].notna().any():
-        dks.append(float("nan"))
+    variants two to a row), the variant's seed mean against α with its 95 % CI band, its kernel
+    constituent (orange family, dashed) and Linformer at that d_k (blue, dotted) trained from
+    scratch as horizontal lines with their own bands; the row's best α starred; each panel's
+    legend, below it, names every line. ``stats``: :func:`flurka.results.tables.uptraining_stats`'
+    frame (one row per variant, d_k and column "kernel", "low-rank" or an α, with ``mechanism``,
+    ``alpha``, ``mean``, ``low``, ``high``, ``n`` and ``best``); ``label``: the y axis's (default
+    the frame's ``attrs["metric"]``)."""
+    no_dk = stats["d_k"].map(_no_dk).astype(bool)
+    variants = _ordered(stats["variant"])
+    dks = sorted({int(d) for d in stats.loc[~no_dk, "d_k"]})
+    dks = [*dks, None] if no_dk.any() or not dks else dks
     panels = [(v, d) for v in variants for d in dks]
     cols = len(dks) if len(dks) > 1 else min(2, len(variants))
     rows = math.ceil(len(panels) / cols)
@@ -239,48 +244,48 @@ def uptraining(cells: pd.DataFrame, metric: str, label: str | None = None) -> Fi
     grid = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel().tolist()
     for ax in grid[len(panels):]:
         ax.set_visible(False)
-    ups = cells[cells["what"] == "alpha"]
+    ups = stats[stats["alpha"].notna()]
     xs_all = np.sort(ups["alpha"].unique()) * 100
     pad = max(4.0, 0.06 * (xs_all.max() - xs_all.min())) if len(xs_all) else 5.0
     span = np.array([xs_all.min() - pad, xs_all.max() + pad]) if len(xs_all) else np.array([0.0, 100.0])
-    lower = metric in LOWER_IS_BETTER
     for i, (variant, d_k) in enumerate(panels):
         ax, c = grid[i], i % cols
-        here = cells[(cells["variant"] == variant) & ((cells["d_k"] == d_k) | (cells["d_k"].isna() & (d_k != d_k)))]
-        curve = here[here["what"] == "alpha"].sort_values("alpha")
+        at_dk = stats["d_k"].map(lambda d, want=d_k: _no_dk(d) if want is None else not _no_dk(d) and int(d) == want)
+        here = stats[(stats["variant"] == variant) & at_dk.astype(bool)]
+        curve = here[here["alpha"].notna()].sort_values("alpha")
         if curve.empty:
             ax.set_visible(False)
             continue
         colour = STYLE.get(variant, ("#555555",))[0]
-        kernel = curve["kernel"].iloc[0]
-        for what, name, style, line in (("kernel", f"{kernel}: kernel, from scratch", kernel, KERNEL_LINE),
-                                        ("low-rank", f"linformer {_dk_label(d_k)}: low-rank, from scratch",
-                                         "linformer", LOW_RANK_LINE)):
-            ref = here[here["what"] == what]
+        kernel = KERNEL_OF.get(variant, "kernel")
+        for column, name, line in (("kernel", f"{kernel}: kernel, from scratch", KERNEL_LINE),
+                                   ("low-rank", f"{LOW_RANK} {_dk_label(d_k)}: low-rank, from scratch",
+                                    LOW_RANK_LINE)):
+            ref = here[here["column"] == column]
             if ref.empty or ref["mean"].isna().all():
                 continue
             ref = ref.iloc[0]
-            ref_colour = STYLE.get(style, ("#555555",))[0]
+            ref_colour = STYLE.get(ref["mechanism"], ("#555555",))[0]
             ax.plot(span, [ref["mean"]] * 2, linestyle=line, linewidth=1.4, color=ref_colour,
                     label=f"{name} (n={int(ref['n'])})")
             _band(ax, span, [ref["low"]] * 2, [ref["high"]] * 2, ref_colour, alpha=REF_BAND_ALPHA)
             for edge in (ref["low"], ref["high"]):  # where overlapping bands blend, their edges still show
                 ax.plot(span, [edge] * 2, linestyle=line, linewidth=0.6, color=ref_colour, alpha=0.6)
         x = curve["alpha"].to_numpy(float) * 100
-        ax.plot(x, curve["mean"], label=f"{variant}: up-trained (n={int(curve['n'].max())})",
+        ax.plot(x, curve["mean"].to_numpy(float), label=f"{variant}: up-trained (n={int(curve['n'].max())})",
                 **{**_style(variant), "linewidth": 1.8, "markersize": 5})
         _band(ax, x, curve["low"].to_numpy(float), curve["high"].to_numpy(float), colour,
               label="bands: 95 % CI over seeds")
-        best = curve.loc[curve["mean"].idxmin() if lower else curve["mean"].idxmax()]
-        ax.plot([best["alpha"] * 100], [best["mean"]], linestyle="none", marker="*", markersize=12,
-                color=colour, markeredgecolor="#222222", markeredgewidth=0.6,
-                label=f"best α = {best['alpha'] * 100:g}%")
+        for _, best in curve[curve["best"].astype(bool)].iterrows():
+            ax.plot([best["alpha"] * 100], [best["mean"]], linestyle="none", marker="*", markersize=12,
+                    color=colour, markeredgecolor="#222222", markeredgewidth=0.6,
+                    label=f"best α = {best['alpha'] * 100:g}%")
         ax.set_xlim(*span)
         ax.set_xticks(x, [f"{v:g}" for v in x])
         ax.set_title(f"{variant}, {_dk_label(d_k)}", fontsize=10)
         ax.set_xlabel("α: % of steps trained as the base model")
         if c == 0:
-            ax.set_ylabel(f"{label or metric}, mean ± 95 % CI")
+            ax.set_ylabel(f"{label or stats.attrs.get('metric', 'value')}, mean ± 95 % CI")
         ax.grid(True, alpha=0.25)
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=6.5, frameon=False)
     return fig

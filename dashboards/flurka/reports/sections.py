@@ -3,11 +3,12 @@ database (through ``flurka.results.tables``; theory runs through ``flurka.report
 the theory files.
 
 The main job's result leads: the up-training table (each FLuRKA variant and d_k: kernel,
-low-rank and every α as mean ± 95 % CI over seeds, :mod:`flurka.stats`), the paper's three
-observations on it and the α figure, then loss against training FLOPs. A section this database
-cannot fill carries ``missing``, the command that fills it, and is shown as one line. Every
-item's caption names the device(s) and the configuration that produced it, read from the
-database rows (or the theory file).
+low-rank and every α as mean ± 95 % CI over seeds), the α figure and the paper's three
+observations on it, all as ``flurka tables`` computes them (``uptraining_table``,
+``uptraining_stats``, ``uptraining_observations``), then loss against training FLOPs. A section
+this database cannot fill carries ``missing``, the command that fills it, and is shown as one
+line. Every item's caption names the device(s) and the configuration that produced it, read
+from the database rows (or the theory file).
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 from sqlalchemy.engine import Engine
 
-from flurka import stats
 from flurka.reports import figures as F
 from flurka.reports.sources import (PROFILE_KINDS, SPEED_CONFIG, Theory, combine_runs, describe, profile_rows,
                                     speed_runs, trial_provenance, with_stored)
 from flurka.results import tables as T
-from flurka.results.records import BENCHMARKS, FRACTION_METRICS
+from flurka.results.records import BENCHMARKS
 
 INGEST = "flurka ingest --db URL FILE.json"
 SWEEP = "python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml --results-db URL"
@@ -131,169 +131,51 @@ def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
 # ---------------------------------------------------------------------------------------------
 # Up-training (Table 5): the main job's result
 # ---------------------------------------------------------------------------------------------
-BEST_ALPHA_RANGE = (0.25, 0.375)  # the paper: the best α lies between 25 % and 37.5 %
-_CELL_CONFIG = ["base", "d_k", "num_features"]
-
-
-def _scaled_metrics(engine: Engine, bench: str, metric: str) -> pd.DataFrame:
-    df = T.final_metrics(engine, [bench], [metric])
-    if metric in FRACTION_METRICS:
-        df = df.assign(value=df["value"] * 100.0)
-    return df
-
-
-def seed_values(part: pd.DataFrame, lower: bool) -> dict:
-    """{seed: value} of the configuration (base, d_k, num_features) with the best seed mean: the
-    tables' cell rule, kept per seed so that a cell has a CI and two cells can be paired."""
-    if part.empty:
-        return {}
-    groups = dict(list(part.groupby(_CELL_CONFIG, dropna=False)))
-    best = (min if lower else max)(groups, key=lambda k: groups[k]["value"].mean())
-    return {int(k): float(v) for k, v in groups[best].groupby("seed")["value"].mean().items()}
-
-
-def uptraining_cells(df: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Table 5's cells from ``final_metrics`` rows (fractions already in percent): per FLuRKA
-    variant and d_k, its kernel constituent and Linformer at that d_k trained from scratch
-    (``what`` kernel, low-rank) and the variant up-trained at each α (``what`` alpha), each with
-    its seeds' values (``values``: {seed: value}) and their mean, 95 % CI and n."""
-    lower = metric in T.LOWER_IS_BETTER
-    alpha = pd.to_numeric(df["alpha"], errors="coerce")
-    is_up = (alpha > 0) & (alpha < 1)
-    up = df[is_up & df["attention"].isin(T.KERNEL_OF)].assign(alpha=alpha[is_up].round(6))
-    scratch = df[~is_up]
-    rows = []
-    for variant in [v for v in F._ordered(up["attention"]) if v in T.KERNEL_OF]:
-        mine = up[up["attention"] == variant]
-        kernel = T.KERNEL_OF[variant]
-        for d_k in sorted(mine["d_k"].dropna().unique()) + ([float("nan")] if mine["d_k"].isna().any() else []):
-            at = mine[mine["d_k"] == d_k] if d_k == d_k else mine[mine["d_k"].isna()]
-            low = scratch[scratch["attention"] == T.LOW_RANK]
-            low = low[low["d_k"] == d_k] if d_k == d_k else low
-            parts = [("kernel", float("nan"), scratch[scratch["attention"] == kernel]), ("low-rank", float("nan"), low)]
-            parts += [("alpha", a, g) for a, g in at.groupby("alpha")]
-            for what, a, part in parts:
-                values = seed_values(part, lower)
-                est = stats.mean_ci(list(values.values()))
-                rows.append({"variant": variant, "kernel": kernel, "d_k": d_k, "what": what, "alpha": a,
-                             "values": values, "mean": est.mean, "low": est.low, "high": est.high, "n": est.n,
-                             "estimate": est})
-    return pd.DataFrame(rows)
-
-
-def _digits(cells: pd.DataFrame) -> int:
-    typical = cells["mean"].abs().median()
-    return 1 if typical >= 10 else 2 if typical >= 1 else 3
-
-
-def _best(curve: pd.DataFrame, lower: bool) -> pd.Series:
-    return curve.loc[curve["mean"].idxmin() if lower else curve["mean"].idxmax()]
-
-
-def uptraining_frame(cells: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Rows (variant, d_k): kernel constituent, kernel, low-rank and each α as "mean ± CI (n=…)",
-    the best α (by mean) named in the last column."""
-    lower, digits = metric in T.LOWER_IS_BETTER, _digits(cells)
-    alphas = sorted(cells.loc[cells["what"] == "alpha", "alpha"].unique())
-    out = []
-    for (variant, d_k), g in cells.groupby(["variant", "d_k"], sort=False, dropna=False):
-        row = {"variant": variant, "d_k": "—" if d_k != d_k else int(d_k), "kernel constituent": g["kernel"].iloc[0]}
-        for what in ("kernel", "low-rank"):
-            row[what] = g.loc[g["what"] == what, "estimate"].iloc[0].format(digits)
-        curve = g[g["what"] == "alpha"]
-        for a in alphas:
-            hit = curve[curve["alpha"] == a]
-            row[T.alpha_label(a)] = hit["estimate"].iloc[0].format(digits) if not hit.empty else "—"
-        row["best α"] = T.alpha_label(_best(curve, lower)["alpha"])
-        out.append(row)
-    table = pd.DataFrame(out).set_index(["variant", "d_k"])
-    table.attrs["html_class"] = "cells"  # "mean ± CI (n)" cells, not wrapped
-    return table
-
-
-def _paired(a: dict, b: dict, names: tuple[str, str], lower: bool, digits: int) -> tuple[str, str]:
-    """(verdict, "diff ± CI (n), p") of A − B over their common seeds; verdict names the better
-    one (lower is better for loss and perplexity), or tie."""
-    result = stats.paired(a, b, names=names)
-    return result.winner(lower_is_better=lower), result.format(digits)
-
-
-def _row_name(variant: str, d_k) -> str:
-    return f"{variant} {'d_k —' if d_k != d_k else f'd_k={int(d_k)}'}"
-
-
-def observations_frame(cells: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The paper's three up-training observations (§5.3) on these cells: how many α cells lie
-    between their two constituents (by mean); whether the best cell of all beats both of its
-    constituents, paired over seeds (a difference whose CI holds 0 is a tie); in how many rows
-    the best α lies in [25 %, 37.5 %]."""
-    lower, digits = metric in T.LOWER_IS_BETTER, _digits(cells)
-    better = (lambda a, b: a < b) if lower else (lambda a, b: a > b)  # noqa: E731
-    between, total, in_range, per_row, best_alphas = 0, 0, 0, [], []
-    top = None  # (row name, best cell, its constituents)
-    rows = list(cells.groupby(["variant", "d_k"], sort=False, dropna=False))
-    for (variant, d_k), g in rows:
-        refs = {w: g[g["what"] == w].iloc[0] for w in ("kernel", "low-rank")}
-        curve, name = g[g["what"] == "alpha"], _row_name(variant, d_k)
-        if all(r["n"] for r in refs.values()):
-            lo, hi = sorted(r["mean"] for r in refs.values())
-            k = int(curve["mean"].between(lo, hi).sum())
-            between, total = between + k, total + len(curve)
-            per_row.append(f"{name}: {k} of {len(curve)}")
-        best = _best(curve, lower)
-        in_range += BEST_ALPHA_RANGE[0] <= best["alpha"] <= BEST_ALPHA_RANGE[1]
-        best_alphas.append(f"{name}: {T.alpha_label(best['alpha'])}")
-        if top is None or better(best["mean"], top[1]["mean"]):
-            top = (name, best, refs)
-    name, best, refs = top
-    verdicts, evidence = [], []
-    for what, ref in refs.items():
-        other = ref["kernel"] if what == "kernel" else T.LOW_RANK
-        if not ref["n"]:
-            verdicts.append("n<2")
-            evidence.append(f"no {other} trials")
-            continue
-        verdict, text = _paired(best["values"], ref["values"], (best["variant"], other), lower, digits)
-        verdicts.append(verdict)
-        said = {"tie": "tie", "n<2": "one seed: no verdict"}.get(verdict, f"{verdict} better")
-        evidence.append(f"vs {other}: {text} ({said})")
-    beats = ("yes" if all(v == best["variant"] for v in verdicts) else
-             "no" if any(v not in (best["variant"], "tie", "n<2") for v in verdicts) else
-             "not beyond noise (tie)" if "tie" in verdicts else "fewer than 2 seeds")
-    table = pd.DataFrame([
-        ("FLuRKA cells between their two constituents", f"{between} of {total}" if total else "—", "; ".join(per_row)),
-        ("the best FLuRKA cell beats both constituents (paired over seeds)", beats,
-         f"{name} α={T.alpha_label(best['alpha'])}, {best['estimate'].format(digits)}; " + "; ".join(evidence)),
-        ("the best α lies in [25 %, 37.5 %]", f"{in_range} of {len(rows)}", "; ".join(best_alphas)),
-    ], columns=["paper's observation", "on this data", "evidence"]).set_index("paper's observation")
+def observations_table(obs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`flurka.results.tables.observation_lines` of ``obs`` (an ``uptraining_observations``
+    frame) as a table: one row per observation, its number and what this data says."""
+    number, text = zip(*(line.split(" ", 1) for line in T.observation_lines(obs)))
+    table = pd.DataFrame({"on this data": list(text)}, index=pd.Index(list(number), name="observation"))
     table.attrs["html_class"] = "prose"
     return table
 
 
 def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
+    """Table 5 (``flurka.results.tables.uptraining_table``), its α figure (drawn from
+    ``uptraining_stats``) and the paper's three observations on it (``uptraining_observations``
+    and ``observation_lines``) per benchmark with up-trained FLuRKA: what ``flurka tables`` says."""
     section = Section("uptraining", "Up-training α (Table 5): the main job's result",
                       "Each FLuRKA variant up-trained from its base model (Linformer) for a fraction α of the steps, "
                       "beside its kernel and low-rank constituents trained from scratch: every cell the mean "
-                      "over seeds ± its 95 % CI (Student's t; n seeds), the best α by mean named.")
+                      "over seeds ± its 95 % CI (n seeds), the row's best α starred.")
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
         metric = primary_metric(bench)
-        df = _scaled_metrics(engine, bench, metric)
-        if df.empty:
-            continue
-        cells = uptraining_cells(df, metric)
-        if cells.empty:
-            continue  # FLuRKA trained only from scratch here: no α to show
-        unit = " (%)" if metric in FRACTION_METRICS else ""
-        caption = (f"{trial_caption(prov, [bench])}; {bench}, {metric}{unit}; cell = mean ± 95 % CI over seeds "
-                   "(n=seeds; one seed: no CI) of the best configuration by mean, status ok trials only.")
-        section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench} ({metric}{unit})", caption,
-                                   uptraining_frame(cells, metric)))
-        section.items.append(Plot(f"uptraining-{bench}-fig", f"{metric} vs α, {bench}", caption
-                                  + " Bands: 95 % CI over seeds; the star: the best α.",
-                                  F.uptraining(cells, metric, f"{metric}{unit}")))
+        try:
+            cells = T.uptraining_stats(engine, benchmark=bench, metric=metric)
+        except T.NoResults:
+            continue  # FLuRKA trained only from scratch here (or not at all): no α to show
+        table = T.uptraining_table(engine, benchmark=bench, metric=metric)
+        table.attrs["html_class"] = "cells"  # "mean ± CI (n)" cells, not wrapped
+        obs = T.uptraining_observations(engine, benchmark=bench, metric=metric)
+        label = T.metric_label(metric, bench)
+        caption = (f"{trial_caption(prov, [bench])}. {table.attrs['title']}. Cell: the best hyperparameter "
+                   f"configuration's mean over seeds ± its 95 % CI (Student's t below 10 seeds, a bootstrap from "
+                   f"10; one seed: no CI), status ok trials only; kernel: the variant's kernel constituent, "
+                   f"low-rank: Linformer at the row's d_k, both from scratch.")
+        section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench}: {label}", caption, table))
+        section.items.append(Plot(f"uptraining-{bench}-fig", f"{label} vs α, {bench}", caption
+                                  + " Bands: 95 % CI over seeds; the star: the row's best α.",
+                                  F.uptraining(cells, label)))
+        about = (" (1) counts the α cells whose mean lies strictly between their row's kernel and low-rank means "
+                 "(judged: rows with both); (2) takes the table's best α cell and pairs it against each "
+                 "constituent over the seeds both have (difference ± 95 % CI (n), ttest_rel's p; a CI that "
+                 "holds 0 is a tie); (3) asks whether every row's best α lies in [25 %, 37.5 %].")
         section.items.append(Table(f"uptraining-{bench}-observations", f"The paper's observations on {bench}",
-                                   caption + " Paired: the difference over the seeds both cells have, its 95 % CI "
-                                   "and ttest_rel's p; a CI that holds 0 is a tie.", observations_frame(cells, metric)))
+                                   caption + about, observations_table(obs)))
+        rows = obs.drop(columns=["overall best", "cells"])
+        rows.attrs.update(floatfmt="g", html_class="cells")
+        section.items.append(Table(f"uptraining-{bench}-observations-rows",
+                                   f"The paper's observations on {bench}, per row", caption + about, rows))
     if not section.items:
         section.missing = SWEEP
     return section

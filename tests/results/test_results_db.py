@@ -103,8 +103,11 @@ def test_unreachable_sqlite_directory(tmp_path):
 
 
 def test_bad_url_is_one_line():
-    with pytest.raises(db.DatabaseUnreachable, match="cannot parse database URL 'not a url'"):
-        db.connect("not a url")
+    """A malformed URL (a scheme, then no ``//``) is one line; text without a scheme is a SQLite
+    file's path (``db.as_url``; tests/infra/test_newcomer_paths.py)."""
+    for bad in ("postgres:oops", "sqlite:/one-slash.db"):
+        with pytest.raises(db.DatabaseUnreachable, match=f"cannot parse database URL '{bad}'"):
+            db.connect(bad)
 
 
 def test_redact_keeps_everything_but_the_password():

@@ -28,7 +28,8 @@ def build_report(db_url_or_engine, out_dir: str | Path, *, theory: Sequence[str 
     from flurka.results import db
 
     loaded = sources.load_theory(theory)  # bad theory files fail before any database work
-    engine = db.connect(db_url_or_engine) if not hasattr(db_url_or_engine, "connect") else db_url_or_engine
+    # a URL or a SQLite file's path; a missing file is DatabaseMissing (a report creates no database)
+    engine = db.connect_existing(db_url_or_engine) if not hasattr(db_url_or_engine, "connect") else db_url_or_engine
     try:
         db.require_current(engine)
         built = sections.build_sections(engine, loaded)

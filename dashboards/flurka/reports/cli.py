@@ -1,12 +1,18 @@
 """``flurka report``: the paper's tables and figures as a static HTML report (plus Markdown and
 LaTeX tables) from a results database, optionally logged to the sweep's MLflow run.
 
-    flurka report --db sqlite:////abs/results.db --out report/ --theory theory.json
+    flurka report --out report/            # the newest run dir's results.db (make sweep: runs/uptrain-small)
+    flurka report --db runs/uptrain-small/results.db --out report/ --theory theory.json
     flurka report --db postgresql://me@db-host/flurka --out report/ \\
         --mlflow-uri sqlite:////abs/mlflow.db --experiment uptrain --sweep-id uptrain-2024-05-01-a1b2
 
-Exit codes: 0 written; 1 a bad option or theory file; 2 the database or MLflow cannot be reached
-or the database is not at this code's schema (one line on stderr, never the password).
+``--db`` takes a URL or a SQLite file's path; without it the report is read from the results.db of
+the newest run dir under ``runs/`` (stderr says which). A missing SQLite file is an error naming
+it (the report creates no database).
+
+Exit codes: 0 written; 1 a bad option or theory file; 2 no database (none given and no run dir
+holds one, or a missing SQLite file), the database or MLflow cannot be reached, or the database is
+not at this code's schema (one line on stderr, never the password).
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ import argparse
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
-from flurka.results import db
+from flurka.results import db, rundirs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", default=db.DEFAULT_URL, help="SQLAlchemy URL of the results database (default %(default)s)")
+    parser.add_argument("--db", default=None, metavar="URL|PATH",
+                        help="SQLAlchemy URL or SQLite file path of the results database (default: the "
+                             "results.db of the newest run dir under runs/)")
     parser.add_argument("--out", required=True, help="directory to write index.html, report.md, tables/, figures/")
     parser.add_argument("--theory", nargs="+", action="extend", default=[], metavar="FILE",
                         help="theory JSON (approximation errors, ranks; see flurka.reports.sources); "
@@ -50,12 +58,20 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--mlflow-uri needs --run-id, or --experiment (with --sweep-id for the sweep's run)", 1)
     if (args.run_id or args.experiment or args.sweep_id) and not args.mlflow_uri:
         return _fail("--run-id/--experiment/--sweep-id need --mlflow-uri", 1)
+    url = args.db
+    if url is None:
+        found = rundirs.newest_store(rundirs.RESULTS)
+        if found is None:
+            return _fail(rundirs.missing_line("flurka report", rundirs.RESULTS, "--db URL|PATH")
+                         .removeprefix("flurka report: "), 2)
+        print(rundirs.picked_line("flurka report", found, "--db"), file=sys.stderr)
+        url = str(found)
     try:
-        index = build_report(args.db, args.out, theory=args.theory, title=args.title or TITLE)
+        index = build_report(url, args.out, theory=args.theory, title=args.title or TITLE)
     except (db.DatabaseUnreachable, db.SchemaOutOfDate) as e:  # incl. a file that is no database
         return _fail(str(e), 2)
     except db.database_errors() as e:  # corrupt past the schema: found while building, before writing
-        return _fail(db.database_error(args.db, e), 2)
+        return _fail(db.database_error(url, e), 2)
     except ValueError as e:  # a bad theory file
         return _fail(str(e), 1)
     print(f"wrote {index}")

@@ -1,30 +1,45 @@
 """``flurka tables``: print one of the paper's tables from a results database.
 
+    flurka tables --table uptraining        # the newest run dir's results.db (make sweep: runs/uptrain-small)
     flurka tables --db postgresql://me@db-host/flurka --table glue --format latex
-    flurka tables --db sqlite:////abs/results.db --table uptraining --metric bleu --benchmark nmt-small
+    flurka tables --db runs/uptrain-small/results.db --table uptraining --metric bleu --benchmark nmt-small
+
+Without ``--db`` the table is read from the results.db of the newest run dir under ``runs/``
+(stderr says which); ``--db`` takes a URL or a SQLite file's path. A reading command: a missing
+SQLite file is an error naming it, never created. What a table is built from defaults to what the
+database holds (``--table uptraining``/``isoflops``: the benchmark with up-training trials / with
+loss and FLOPs curves; ``--table lra``: the small tasks when only they are there), stderr saying
+what was picked; a database holding nothing for the table is one line naming what it does hold.
 
 Quality tables (uptraining, glue, lra, collective) show each cell as mean ± 95 % CI over seeds
 (n); ``--format csv`` gives them as rounded numbers instead (per cell ``mean``, ``ci_low``,
 ``ci_high``, ``n`` columns). ``--table uptraining`` also prints Table 5's three observations
 evaluated on the data (markdown and LaTeX; CSV is the table alone).
 
-Exit codes: 0 printed; 1 nothing to build the table from or a bad option; 2 the database cannot
-be reached, is no database (a text file, a corrupt SQLite file) or is not at this code's schema
-(one line on stderr, never the password).
+Exit codes: 0 printed; 1 nothing to build the table from or a bad option; 2 no database (none
+given and no run dir holds one, or a missing SQLite file), or it cannot be reached, is no database
+(a text file, a corrupt SQLite file) or is not at this code's schema (one line on stderr, never
+the password).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 
-from flurka.results import db, tables
+import sqlalchemy as sa
+
+from flurka.results import db, rundirs, tables
+from flurka.results.models import CurvePoint, Sweep, Trial
 
 TABLES = ("uptraining", "glue", "lra", "collective", "isoflops", "speed", "speedup", "floor", "targets")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", default=db.DEFAULT_URL, help="SQLAlchemy URL (default %(default)s)")
+    parser.add_argument("--db", default=None, metavar="URL|PATH",
+                        help="SQLAlchemy URL or a SQLite file's path (default: the results.db of the newest "
+                             "run dir under runs/, e.g. runs/uptrain-small/results.db after make sweep)")
     parser.add_argument("--table", required=True, choices=TABLES,
                         help="uptraining (Table 5), glue (2), lra (3), collective (4), isoflops (1), speed, speedup, "
                              "floor (the GPU targets: each mechanism and execution against its floor at the "
@@ -35,12 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", help="uptraining: metric (default: the benchmark's first, e.g. bleu, accuracy); "
                              "isoflops: curve loss name (default loss)")
     parser.add_argument("--benchmark", help="uptraining: benchmark (default: the one the database has up-training "
-                             "trials on); isoflops: benchmark (default nmt-wmt14-ende)")
+                             "trials on); isoflops: benchmark (default: the one with loss and train_flops curves, "
+                             "nmt-wmt14-ende among several)")
     parser.add_argument("--agg", default="mean", choices=tables.AGGS,
                         help="mean: best config's mean over seeds with its 95%% CI and n (default); best: best "
                              "single trial (n=1, no CI)")
     parser.add_argument("--sweep", help="only this sweep (external id or name)")
-    parser.add_argument("--small", action="store_true", help="lra: the CPU-size tasks (lra-*-small)")
+    parser.add_argument("--small", action="store_true",
+                        help="lra: the CPU-size tasks (lra-*-small; the default when the database holds only those)")
     parser.add_argument("--mode", default="train", choices=("forward", "train"), help="speed/speedup mode")
     parser.add_argument("--device", help="speed/speedup: device name contains this")
     parser.add_argument("--d-model", type=int, help="speed/speedup: only this d_model")
@@ -84,6 +101,110 @@ def _uptraining(engine, args: argparse.Namespace) -> dict:
     return {"benchmark": benchmark, "metric": args.metric or _first_metric(benchmark), "agg": args.agg,
             "sweep": args.sweep}
 
+# -- defaults: what the database holds -------------------------------------------------------------
+
+PAPER_ISOFLOPS = "nmt-wmt14-ende"   # Table 1's benchmark, taken when it is among several with curves
+METRIC_TABLES = {"glue": ("a GLUE task", tables.GLUE_COLUMNS), "collective": ("a Table 4 benchmark",
+                                                                             tables.COLLECTIVE_COLUMNS)}
+
+
+def _in_sweep(stmt: sa.Select, sweep: str | None) -> sa.Select:
+    if sweep is None:
+        return stmt
+    return stmt.join(Sweep, Sweep.id == Trial.sweep_id).where(sa.or_(Sweep.external_id == sweep, Sweep.name == sweep))
+
+
+def held_benchmarks(engine, sweep: str | None = None) -> dict[str, int]:
+    """Benchmark -> number of ok trials the database (or ``sweep``) holds."""
+    stmt = _in_sweep(sa.select(Trial.benchmark, sa.func.count()).where(Trial.status == "ok")
+                     .group_by(Trial.benchmark), sweep)
+    with engine.connect() as conn:
+        return dict(conn.execute(stmt).all())
+
+
+def holdings(held: dict[str, int], sweep: str | None = None) -> str:
+    """What the database holds, in words: "the database holds nmt-small (27 ok trials)"."""
+    where = f"sweep {sweep!r}" if sweep is not None else "the database"
+    if not held:
+        return f"{where} holds no ok trials"
+    return f"{where} holds " + ", ".join(f"{b} ({n} ok trial{'' if n == 1 else 's'})" for b, n in sorted(held.items()))
+
+
+def _isoflops_benchmark(engine, loss: str, sweep: str | None) -> tuple[str, str]:
+    """The benchmark for Table 1 and why: the one with ``loss`` and ``train_flops`` curves (those
+    with a full-attention trial to take the target from first), the paper's among several."""
+    stmt = _in_sweep(sa.select(Trial.benchmark, CurvePoint.name).distinct()
+                     .join(CurvePoint, CurvePoint.trial_id == Trial.id)
+                     .where(Trial.status == "ok", CurvePoint.name.in_([loss, "train_flops"])), sweep)
+    ref = _in_sweep(sa.select(Trial.benchmark).distinct().where(Trial.status == "ok", Trial.attention == "full"), sweep)
+    with engine.connect() as conn:
+        names: dict[str, set[str]] = {}
+        for bench, name in conn.execute(stmt):
+            names.setdefault(bench, set()).add(name)
+        with_ref = set(conn.scalars(ref))
+    curves = sorted(b for b, n in names.items() if n == {loss, "train_flops"})
+    if not curves:
+        raise tables.NoResults(f"no ok trials with {loss!r} and 'train_flops' curves; "
+                               f"{holdings(held_benchmarks(engine, sweep), sweep)}")
+    pool = [b for b in curves if b in with_ref] or curves
+    if PAPER_ISOFLOPS in pool and len(pool) > 1:
+        return PAPER_ISOFLOPS, f"the paper's, among {len(pool)} benchmarks with {loss} and train_flops curves"
+    if len(pool) > 1:
+        raise ValueError(f"{loss!r} and 'train_flops' curves on several benchmarks ({', '.join(pool)}): "
+                         "pass --benchmark")
+    return pool[0], f"the benchmark the database holds {loss} and train_flops curves on"
+
+
+def resolve_defaults(engine, args: argparse.Namespace) -> tuple[argparse.Namespace, list[str]]:
+    """``args`` with what the table is built from filled in from what the database holds, and
+    one note per choice made (for stderr). Raises NoResults (one line, naming what the database
+    does hold) where nothing fits the table."""
+    args, notes = copy.copy(args), []
+    if args.table == "uptraining" and not args.benchmark:
+        try:
+            args.benchmark = tables.uptrained_benchmark(engine, sweep=args.sweep)
+        except tables.NoResults as e:
+            raise tables.NoResults(f"{e}; {holdings(held_benchmarks(engine, args.sweep), args.sweep)}") from None
+        notes.append(f"uptraining: {args.benchmark} (the benchmark the database holds up-training trials on; "
+                     "--benchmark to choose)")
+    elif args.table == "isoflops" and not args.benchmark:
+        args.benchmark, why = _isoflops_benchmark(engine, args.metric or "loss", args.sweep)
+        notes.append(f"isoflops: {args.benchmark} ({why}; --benchmark to choose)")
+    elif args.table == "lra":
+        held = held_benchmarks(engine, args.sweep)
+        full = {b for _, b, _ in tables.LRA_COLUMNS}
+        small = sorted({b for _, b, _ in tables.LRA_SMALL_COLUMNS})
+        if args.small and not held.keys() & set(small):
+            raise tables.NoResults(f"no ok trials on the small LRA tasks ({', '.join(small)}); "
+                                   f"{holdings(held, args.sweep)}")
+        if not args.small and not held.keys() & full:
+            if not held.keys() & set(small):
+                raise tables.NoResults(f"no ok trials on an LRA task (lra-listops, …, lra-pathfinder, or "
+                                       f"{', '.join(small)}); {holdings(held, args.sweep)}")
+            args.small = True
+            notes.append(f"lra: the small tasks ({', '.join(small)}), the only LRA trials the database holds "
+                         "(--small)")
+    elif args.table in METRIC_TABLES:
+        what, columns = METRIC_TABLES[args.table]
+        held = held_benchmarks(engine, args.sweep)
+        wanted = sorted({b for _, b, _ in columns})
+        if not held.keys() & set(wanted):
+            raise tables.NoResults(f"no ok trials on {what} ({', '.join(wanted)}); {holdings(held, args.sweep)}")
+    return args, notes
+
+
+def database_url(args: argparse.Namespace, prog: str = "flurka tables") -> str | None:
+    """``--db``, or the newest run dir's results.db (its line printed on stderr); None, its line
+    printed, where none was given and no run dir holds one."""
+    if args.db is not None:
+        return args.db
+    found = rundirs.newest_store(rundirs.RESULTS)
+    if found is None:
+        print(rundirs.missing_line(prog, rundirs.RESULTS, "--db URL|PATH"), file=sys.stderr)
+        return None
+    print(rundirs.picked_line(prog, found, "--db"), file=sys.stderr)
+    return str(found)
+
 
 def build(engine, args: argparse.Namespace):
     """The table ``args`` ask for; quality tables as text cells, or as rounded numbers for CSV."""
@@ -114,8 +235,11 @@ def build(engine, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    url = database_url(args)
+    if url is None:
+        return 2
     try:
-        engine = db.connect(args.db)
+        engine = db.connect_existing(url)   # a reading command creates no database
         if args.upgrade:
             db.upgrade(engine)
         db.require_current(engine)
@@ -123,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"flurka tables: {e}", file=sys.stderr)
         return 2
     try:
+        args, notes = resolve_defaults(engine, args)
         df = build(engine, args)
         observations = (tables.uptraining_observations(engine, **_uptraining(engine, args))
                         if args.table == "uptraining" and args.format != "csv" else None)
@@ -134,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         engine.dispose()
+    for note in notes:
+        print(f"flurka tables: {note}", file=sys.stderr)
     sys.stdout.write(text(df, args.format, observations))
     return 0
 

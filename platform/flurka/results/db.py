@@ -2,13 +2,18 @@
 
 ``connect`` fails at once, with one line that never shows the password, when the database
 cannot be reached or a SQLite file is no database (or a corrupt one), so a sweep stops before
-its first trial rather than after its last; ``probe`` checks the same without creating a file.
+its first trial rather than after its last; ``probe`` checks the same without creating a file;
+``connect_existing`` is what a reading command opens (a missing SQLite file is an error, never
+created). Every function taking a URL also takes a plain path (``runs/uptrain-small/results.db``)
+as that SQLite file (:func:`as_url`).
 ``upgrade`` is the only way the schema is created: Alembic, run through its Python API from
 the migrations inside this package (works from an installed wheel; no alembic.ini).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -28,14 +33,38 @@ class DatabaseUnreachable(RuntimeError):
     """The database at a URL cannot be opened; the message is one line without the password."""
 
 
+class DatabaseMissing(DatabaseUnreachable):
+    """A reading command was given a SQLite file that does not exist (it creates none)."""
+
+
 class SchemaOutOfDate(RuntimeError):
     """The database exists but is not migrated to this code's schema."""
+
+
+# What fills a results database, for the line that says one is missing.
+FILLED_BY = ("`make sweep` writes runs/uptrain-small/results.db; `flurka ingest --db PATH FILE.json` "
+             "loads speed or theory JSON into one")
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]+:")   # "postgresql:…", "sqlite:…": no path
+
+
+def as_url(url: str | URL | os.PathLike) -> str | URL:
+    """``url`` as given when it is a URL (``scheme://…``, or a SQLAlchemy URL object); a plain
+    path (``runs/uptrain-small/results.db``, ``~/r.db``) as the URL of that SQLite file, made
+    absolute (``sqlite:////abs/runs/uptrain-small/results.db``)."""
+    if isinstance(url, URL):
+        return url
+    text = os.fspath(url)
+    if "://" in text or not text.strip() or _SCHEME.match(text):   # a URL, or a malformed one
+        return text
+    return f"sqlite:///{Path(text).expanduser().resolve()}"
 
 
 def redact(url: str | URL) -> str:
     """The URL as text with the password removed (``postgresql://user@host:port/db``), also one
     given as a ``?password=`` query parameter."""
-    u = sa.make_url(url)
+    u = sa.make_url(as_url(url))
     query = {k: v for k, v in u.query.items() if k.lower() != "password"}
     return URL.create(u.drivername, u.username, None, u.host, u.port, u.database, query).render_as_string()
 
@@ -65,7 +94,7 @@ def mask_url(url: str) -> str:
 
 def has_password(url: str | URL) -> bool:
     """Whether the URL carries a password (in its user part or as a query parameter)."""
-    u = sa.make_url(url)
+    u = sa.make_url(as_url(url))
     return u.password is not None or any(k.lower() == "password" for k in u.query)
 
 
@@ -116,7 +145,7 @@ def _check_sqlite_path(u: URL) -> None:
 
 def _parse(url: str | URL) -> URL:
     try:
-        return sa.make_url(url)
+        return sa.make_url(as_url(url))
     except sa.exc.ArgumentError as e:
         raise DatabaseUnreachable(f"cannot parse database URL {str(url)!r}: {e}") from None
 
@@ -185,6 +214,18 @@ def connect(url: str | URL = DEFAULT_URL) -> Engine:
             raise _not_a_database(u, reason) from None
         raise _fail(u, reason) from None
     return engine
+
+
+def connect_existing(url: str | URL) -> Engine:
+    """:func:`connect`, for a command that only reads: a SQLite file that does not exist is
+    DatabaseMissing, one line naming the file and what fills it, and nothing is created (SQLite
+    would create an empty file on connecting)."""
+    u = _parse(url)
+    path = _sqlite_file(u) if u.get_backend_name() == "sqlite" else None
+    if path is not None and not path.exists():
+        where = "" if path.parent.is_dir() else f" (directory {path.parent} does not exist)"
+        raise DatabaseMissing(f"no results database at {path}{where}: {FILLED_BY}")
+    return connect(u)
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

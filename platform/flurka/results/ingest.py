@@ -160,6 +160,16 @@ def load_json(path: str | Path) -> Any:
 Parsed = SweepRecord | TheoryRecord | list[SpeedRecord]
 
 
+def sweep_spec_line(path: str | Path, state: Mapping[str, Any]) -> str:
+    """The one line for a run dir's ``sweep.json`` given as a results file: it is the sweep's spec
+    (what ``--resume`` reads back), and the sweep has written its trials to its database already."""
+    spec = state.get("spec") if isinstance(state.get("spec"), Mapping) else {}
+    results = spec.get("results_db") or str(Path(path).parent / "results.db")
+    return (f"{path} is sweep {state.get('sweep_id')}'s spec (its sweep.json, read back by --resume), not a "
+            f"results file: the sweep wrote its trials to {results} already; read them with "
+            f"`flurka tables --db {results} --table uptraining`")
+
+
 def parse_file(path: str | Path) -> Parsed:
     """Read and validate one results file, writing nothing: a list is speed records, a
     ``flurka.theory/1`` object (or one with ``approximation_errors``/``ranks``) a
@@ -167,6 +177,8 @@ def parse_file(path: str | Path) -> Parsed:
     with ``sweep_id`` or ``trials`` a sweep record. Errors name the file: a lease's folder also
     holds JSON that is none of these (its card checks, the fused kernels' tuning)."""
     data = load_json(path)
+    if isinstance(data, dict) and "spec" in data and "sweep_id" in data and "trials" not in data:
+        raise ValueError(sweep_spec_line(path, data))
     try:
         if is_theory_document(data):
             return TheoryRecord.from_dict(data)

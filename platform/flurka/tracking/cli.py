@@ -1,46 +1,103 @@
-"""``flurka ui``: the MLflow UI of a sweep's tracking store, on 127.0.0.1 only."""
+"""``flurka ui``: the MLflow UI of a sweep's tracking store, on 127.0.0.1 only.
+
+    flurka ui                              # the newest run dir under runs/ (make sweep: runs/uptrain-small)
+    flurka ui --run-dir runs/uptrain-small --port 5001
+
+Without ``--run-dir`` / ``--backend-store-uri`` the store is the mlflow.db of the newest run dir
+under ``runs/`` (stderr says which); ``--backend-store-uri`` takes a URI or a SQLite file's path.
+A port out of range or already in use on 127.0.0.1 is one line and exit 2, before MLflow starts.
+"""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+from flurka.results import rundirs
+
+HOST = "127.0.0.1"
+
+
+class CannotServe(RuntimeError):
+    """The UI cannot start: no store, or no port to serve on (the message is one line)."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend-store-uri", default=None,
-                        help="MLflow store (default: sqlite:///<run-dir>/mlflow.db)")
-    parser.add_argument("--run-dir", default="runs/uptrain", help="a sweep's run dir (default runs/uptrain)")
-    parser.add_argument("--port", type=int, default=5000)
+    parser.add_argument("--backend-store-uri", default=None, metavar="URI|PATH",
+                        help="MLflow store: a URI, or a SQLite file's path (a directory: MLflow's file "
+                             "store) (default: <run-dir>/mlflow.db)")
+    parser.add_argument("--run-dir", default=None,
+                        help="a sweep's run dir (default: the newest run dir under runs/ holding a mlflow.db, "
+                             "e.g. runs/uptrain-small after make sweep)")
+    parser.add_argument("--port", type=int, default=5000, help="port on 127.0.0.1 (default %(default)s)")
     parser.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
 
 
-def command(args: argparse.Namespace) -> list[str]:
-    run_dir = Path(args.run_dir).expanduser().resolve()
-    uri = args.backend_store_uri or f"sqlite:///{run_dir / 'mlflow.db'}"
+def store_uri(args: argparse.Namespace) -> str:
+    """The MLflow store to serve, an absolute ``sqlite:///`` URI for a file (the UI process may run
+    elsewhere); CannotServe where the file is missing or none was given and no run dir holds one."""
+    uri = args.backend_store_uri
+    if uri is not None and "://" not in uri and not Path(uri).expanduser().is_dir():
+        uri = f"sqlite:///{Path(uri).expanduser().resolve()}"   # a plain path: that SQLite file
+    if uri is None:
+        if args.run_dir is not None:
+            uri = f"sqlite:///{Path(args.run_dir).expanduser().resolve() / rundirs.MLFLOW}"
+        else:
+            found = rundirs.newest_store(rundirs.MLFLOW)
+            if found is None:
+                raise CannotServe(rundirs.missing_line("flurka ui", rundirs.MLFLOW, "--run-dir DIR or "
+                                                       "--backend-store-uri URI").removeprefix("flurka ui: "))
+            print(rundirs.picked_line("flurka ui", found, "--run-dir"), file=sys.stderr, flush=True)
+            uri = f"sqlite:///{found.resolve()}"
     if uri.startswith("sqlite:///"):
         db = Path(uri.removeprefix("sqlite:///"))
-        if not db.is_absolute():  # the UI process may run elsewhere: make it absolute
+        if not db.is_absolute():
             db = db.resolve()
             uri = f"sqlite:///{db}"
         if not db.exists():
-            raise FileNotFoundError(f"no MLflow store at {db}; run a sweep first or pass --backend-store-uri")
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
+            raise CannotServe(f"no MLflow store at {db}; `make sweep` writes {rundirs.MAIN_RUN_DIR / rundirs.MLFLOW}, "
+                              "or pass --run-dir / --backend-store-uri")
+    return uri
+
+
+def check_port(port: int) -> None:
+    """CannotServe unless ``port`` is a TCP port that nothing listens on at 127.0.0.1."""
+    if not 1 <= port <= 65535:
+        raise CannotServe(f"--port {port} is not a TCP port (1-65535)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as the server binds: TIME_WAIT is free
+        try:
+            s.bind((HOST, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise CannotServe(f"port {port} on {HOST} is in use (another `flurka ui`?): pass a free --port") from None
+            raise CannotServe(f"cannot serve on {HOST}:{port}: {e.strerror or e}") from None
+
+
+def command(args: argparse.Namespace) -> list[str]:
+    if not 1 <= args.port <= 65535:
+        raise CannotServe(f"--port {args.port} is not a TCP port (1-65535)")
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", store_uri(args), "--host", HOST,
             "--port", str(args.port)]
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         cmd = command(args)
-    except FileNotFoundError as exc:
+        if not args.dry_run:
+            check_port(args.port)
+    except CannotServe as exc:
         print(f"flurka ui: {exc}", file=sys.stderr)
         return 2
     print(" ".join(cmd), flush=True)
     if args.dry_run:
         return 0
-    print(f"MLflow UI on http://127.0.0.1:{args.port} (Ctrl-C to stop)", flush=True)
+    print(f"MLflow UI on http://{HOST}:{args.port} (Ctrl-C to stop)", flush=True)
     try:
         return subprocess.call(cmd, env=os.environ.copy())
     except KeyboardInterrupt:

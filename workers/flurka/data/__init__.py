@@ -5,7 +5,7 @@ See ``core`` for the batch contract (batch ``k`` is a pure function of
 """
 
 from flurka.data.core import DataNotFoundError, Dataset, DatasetInfo, resolve_data_dir
-from flurka.data.registry import DATASETS, SMALL_DATASETS, get_dataset
+from flurka.data.registry import DATASETS, SMALL_DATASETS, generation_plan, get_dataset
 
 __all__ = [
     "DATASETS",
@@ -13,6 +13,7 @@ __all__ = [
     "DataNotFoundError",
     "Dataset",
     "DatasetInfo",
+    "generation_plan",
     "get_dataset",
     "resolve_data_dir",
 ]

@@ -129,17 +129,40 @@ def build_small(
     return _dataset("lra-listops-small", train, val if eval_split == "validation" else test, cfg["max_length"], seed)
 
 
+RELEASE_FILES = {"train": "basic_train.tsv", "validation": "basic_val.tsv", "test": "basic_test.tsv"}
+
+
+def release_dir(data_dir=None) -> Path:
+    """Where lra-listops's files are read from (and written to when generated)."""
+    return resolve_data_dir(data_dir) / "lra_release" / "listops-1000"
+
+
+def release_present(data_dir=None) -> bool:
+    """Whether the LRA release files (or a generated set) are under ``data_dir``."""
+    root = release_dir(data_dir)
+    return all((root / f).is_file() for f in RELEASE_FILES.values())
+
+
+def generation_plan(data_dir=None) -> str | None:
+    """What building lra-listops would generate first, in words (None: its files are there)."""
+    if release_present(data_dir):
+        return None
+    return (f"generate LRA ListOps (100k trees of up to 2000 tokens, about 10 minutes once, ~630 MB) into "
+            f"{release_dir(data_dir)}")
+
+
 def build_full(*, seed: int = 0, data_dir=None, eval_split: str = "validation", generator_seed: int = 0) -> Dataset:
     """lra-listops: the LRA release files if present, else the generator (cached as LRA tsv files).
 
     Looks for ``<data_dir>/lra_release/listops-1000/basic_{train,val,test}.tsv``
     (the LRA release layout); otherwise generates the 96k/2k/2k set with the
-    original settings and writes it there, which takes several minutes once.
+    original settings and writes it there, which takes several minutes once
+    (``flurka train`` asks for ``--generate-data`` first: :func:`generation_plan`).
     """
-    root = resolve_data_dir(data_dir) / "lra_release" / "listops-1000"
-    names = {"train": "basic_train.tsv", "validation": "basic_val.tsv", "test": "basic_test.tsv"}
+    root = release_dir(data_dir)
+    names = RELEASE_FILES
     _check_eval_split(eval_split)
-    if not all((root / f).is_file() for f in names.values()):
+    if not release_present(data_dir):
         logging.getLogger(__name__).warning("generating LRA ListOps (100k trees, ~10 min once) into %s", root)
         cfg = FULL
         rows = generate(

@@ -51,3 +51,14 @@ def get_dataset(name: str, *, seed: int = 0, data_dir: str | None = None, **opti
         if unknown:
             raise ValueError(f"unknown options {unknown} for dataset {name!r}; valid: {valid}")
     return builder(seed=seed, data_dir=data_dir, **fixed, **options)
+
+
+def generation_plan(name: str, data_dir: str | None = None) -> str | None:
+    """What building ``name`` would generate (and write under the data root) before it can train,
+    in words; None where it reads prepared files, ships or is small. Today: lra-listops without
+    its LRA release files generates them (minutes)."""
+    if name == "lra-listops":
+        from flurka.data.listops import generation_plan as listops_plan
+
+        return listops_plan(data_dir)
+    return None

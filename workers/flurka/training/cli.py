@@ -6,6 +6,11 @@ Any config field can be overridden with ``--set name=value`` (a Python literal, 
 ``--set learning_rate=1e6`` or ``--set attention_options="{'d_k': 16}"``), read by
 :mod:`flurka.configs.overrides`, the parser the sweep's ``--set`` uses too.
 A progress bar shows on a terminal.
+
+A benchmark whose data must first be generated (``lra-listops`` without the LRA release files
+under the data dir: 100k trees, minutes, ~630 MB) is refused in one line (exit 2) unless
+``--generate-data`` is given or ``--data-dir`` holds the files; its ``-small`` version needs
+neither.
 """
 
 from __future__ import annotations
@@ -29,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "paper's N(0, 1/d_k)")
     parser.add_argument("--workdir", help="checkpoints go to WORKDIR/checkpoints (resumes if present)")
     parser.add_argument("--checkpoint-every", type=int)
-    parser.add_argument("--data-dir")
+    parser.add_argument("--data-dir", help="data root (default $FLURKA_DATA_DIR, else ~/flurka_data)")
+    parser.add_argument("--generate-data", action="store_true",
+                        help="generate data the benchmark lacks into the data dir first (lra-listops: "
+                             "100k trees, about 10 minutes once, ~630 MB)")
     parser.add_argument("--compilation-cache", metavar="DIR",
                         help="JAX's persistent compilation cache: a rerun or resumed run loads "
                              "the programs an earlier one compiled (the JSON result's "
@@ -63,6 +71,13 @@ def run(args: argparse.Namespace) -> int:
         config = get_config(args.benchmark, **overrides(args))
     except ValueError as exc:
         print(f"flurka train: error: {exc}", file=sys.stderr)
+        return 2
+    from flurka.data import generation_plan
+    plan = generation_plan(config.dataset, config.data_dir)
+    if plan is not None and not args.generate_data:
+        print(f"flurka train: error: {args.benchmark} has no prepared data: training would first {plan}; pass "
+              "--generate-data to do that, or --data-dir DIR holding lra_release/listops-1000/"
+              f"basic_{{train,val,test}}.tsv (the CPU-size {args.benchmark}-small needs neither)", file=sys.stderr)
         return 2
     from flurka.training import compilation
     with compilation.accounting(args.compilation_cache) as compiled:

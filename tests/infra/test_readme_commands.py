@@ -254,27 +254,28 @@ def wait_gone(marker: str, timeout_s: float) -> list[int]:
 # A workspace shaped like what `make sweep` leaves (runs/uptrain-small/...), on SQLite and PostgreSQL
 # ---------------------------------------------------------------------------------------------
 def make_sweep_record() -> dict:
-    """A sweep record shaped like ``make sweep``'s: lra-listops-small accuracy (fractions), every
-    FLuRKA variant at the paper's seven α on a Linformer base, the baselines, two seeds; one
-    lra-image-small run so the README's pandas pivot has two columns."""
+    """A sweep record shaped like ``make sweep``'s (Table 5 whole, as ``make sweep-full``): nmt-small
+    BLEU (0-100), every FLuRKA variant at the paper's seven α on a Linformer base, the baselines,
+    two seeds."""
     from flurka.sweeps.spec import PAPER_ALPHAS
 
-    def trial(key, attention, acc, *, bench="lra-listops-small", seed=0, alpha=None, d_k=None, nf=None):
+    def trial(key, attention, bleu, *, bench="nmt-small", seed=0, alpha=None, d_k=None, nf=None):
         return {"trial_key": key, "attention": attention, "benchmark": bench, "seed": seed, "status": "ok",
-                "steps": 160, "alpha": alpha, "base": "linformer" if alpha is not None else None, "d_k": d_k,
-                "num_features": nf, "train_flops": 1.2e12, "wall_time_s": 30.0, "metrics": {"accuracy": acc},
-                "curve": [{"step": 20 * i, "loss": 2.4 - 0.1 * i, "train_flops": 1.5e11 * i} for i in range(1, 9)]}
+                "steps": 600, "alpha": 0.0 if alpha is None else alpha,
+                "base": "linformer" if alpha is not None else None, "d_k": d_k,
+                "num_features": nf, "train_flops": 1.2e12, "wall_time_s": 30.0,
+                "metrics": {"bleu": bleu, "loss": 0.5 - bleu / 400},
+                "curve": [{"step": 75 * i, "loss": 2.4 - 0.1 * i, "train_flops": 1.5e11 * i} for i in range(1, 9)]}
 
     trials = []
     for seed in (0, 1):
-        for mech, acc in (("full", 0.41), ("linformer", 0.37), ("performer", 0.35), ("rnn", 0.34), ("eva", 0.39)):
-            trials.append(trial(f"{mech}-s{seed}", mech, acc + 0.01 * seed, seed=seed,
+        for mech, bleu in (("full", 94.1), ("linformer", 95.7), ("performer", 93.7), ("rnn", 75.0), ("eva", 95.4)):
+            trials.append(trial(f"{mech}-s{seed}", mech, bleu + 0.3 * seed, seed=seed,
                                 d_k=16 if mech == "linformer" else None, nf=32 if mech == "performer" else None))
         for v in ("flurka-performer", "flurka-rnn", "flurka-eva"):
             for a in PAPER_ALPHAS:
-                trials.append(trial(f"{v}-a{a}-s{seed}", v, 0.33 + 0.05 * a + 0.01 * seed, seed=seed, alpha=a,
+                trials.append(trial(f"{v}-a{a}-s{seed}", v, 80.0 + 10 * a + 0.3 * seed, seed=seed, alpha=a,
                                     d_k=16, nf=32 if v == "flurka-performer" else None))
-    trials.append(trial("full-image", "full", 0.62, bench="lra-image-small"))
     return {"sweep_id": "uptrain-small-readme", "name": "uptrain-small", "created_at": "2025-01-02T03:04:05+00:00",
             "git_commit": None, "environment": {"device": "cpu", "host": "ci", "versions": {"jax": "0.10"}},
             "trials": trials}
@@ -374,7 +375,13 @@ def check_make(cmd: Command, ctx: Ctx) -> None:
     proc = shell(["make", "-n", "-o", str(stamp), "-C", str(ROOT), f"VENV={sys.prefix}", *argv[1:]], ROOT, 60)
     assert proc.returncode == 0, proc.stderr
     recipe = proc.stdout
-    if target == "sweep":
+    if target == "sweep-full":
+        line = next(l for l in recipe.splitlines() if "experiments/uptrain_sweep.py" in l)
+        spec = check_sweep_args(shlex.split(line.split("experiments/uptrain_sweep.py", 1)[1]))
+        assert len(spec.variants) == 3 and len(spec.alphas) == 7 and len(spec.d_k) == 2
+        covered_by("tests/platform/test_sweep_branching.py::"
+                   "test_main_job_trains_one_linformer_base_per_d_k_and_seed", "uptrain_full.yaml")
+    elif target == "sweep":
         line = next(l for l in recipe.splitlines() if "experiments/uptrain_sweep.py" in l)
         check_sweep_args(shlex.split(line.split("experiments/uptrain_sweep.py", 1)[1]))
         if "ARGS=" in cmd.text:
@@ -434,7 +441,8 @@ def check_sweep_script(cmd: Command, ctx: Ctx) -> None:
     argv = tokens(cmd)
     assert argv[0] == "experiments/uptrain_sweep.py"
     spec = check_sweep_args(argv[1:])
-    assert spec.name == "uptrain-small" and len(spec.alphas) == 7 and len(spec.variants) == 3
+    assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-small",)
+    assert len(spec.seeds) >= 3 and spec.steps == 600 and not spec.full
 
 
 def check_flops(cmd: Command, ctx: Ctx) -> None:
@@ -591,7 +599,7 @@ def check_report(cmd: Command, ctx: Ctx) -> None:
     index = (out_dir / "index.html").read_text()
     assert "Up-training" in index
     tables = {p.stem for p in (out_dir / "tables").glob("*.csv")}
-    assert "uptraining-lra-listops-small" in tables
+    assert "uptraining-nmt-small" in tables
     if "--theory" in argv:
         assert {"error-0-table", "rank-0-table"} <= tables
     covered_by("tests/reports/test_report_browser.py::test_every_table_has_rows_and_every_figure_renders")
@@ -643,8 +651,8 @@ def check_sql(cmd: Command, ctx: Ctx) -> None:
         with engine.connect() as conn:
             rows = conn.execute(sa.text(cmd.text.strip().rstrip(";"))).mappings().all()
         engine.dispose()
-        assert len(rows) == 3 * 7, rows  # every FLuRKA variant at the seven α
-        assert {r["seeds"] for r in rows} == {2} and all(0 <= r["accuracy"] <= 1 for r in rows)
+        assert len(rows) == 3 * 7, rows  # every FLuRKA variant at the seven α, no baseline
+        assert {r["seeds"] for r in rows} == {2} and all(0 <= r["bleu"] <= 100 for r in rows)
         assert [(r["attention"], r["alpha"]) for r in rows] == sorted((r["attention"], r["alpha"]) for r in rows)
 
 
@@ -652,11 +660,10 @@ def check_pandas(cmd: Command, ctx: Ctx) -> None:
     for url in ctx.ws.urls():
         code = cmd.text if url == README_DB else substitute(cmd.text, f'"{README_DB}"', repr(url))
         ns, _ = exec_snippet(code, ctx.ws.root)
-        lra = ns["lra"]
-        assert set(lra.columns) == {"lra-listops-small", "lra-image-small"}
-        assert lra.loc["flurka-rnn", "lra-listops-small"] == pytest.approx(100 * (0.33 + 0.05 * 0.5 + 0.005), abs=2)
-        values = lra.stack().dropna()
-        assert len(values) == 9 and ((values >= 0) & (values <= 100)).all()
+        bleu = ns["bleu"]
+        assert set(bleu.index) == {"full", "linformer", "performer", "rnn", "eva"}   # no α branch
+        assert (bleu["count"] == 2).all()
+        assert bleu.loc["rnn", "mean"] == pytest.approx(75.15) and bleu.loc["rnn", "std"] > 0
 
 
 def check_python_attention(cmd: Command, ctx: Ctx) -> None:
@@ -877,6 +884,9 @@ COVERAGE: list[Cover] = [
           "make -n (recipe = uptrain_sweep.py on uptrain_small.yaml, ARGS passed through) + spec and "
           "trial plan validated; the sweep runs (tiny) in tests/platform/test_sweep_local.py and, as "
           "the same script, test_job_submit.py [slow]"),
+    Cover(ANY, r"make sweep-full", "parse", check_make,
+          "make -n (recipe = uptrain_sweep.py on uptrain_full.yaml) + spec and trial plan validated "
+          "(3 variants x 7 alpha x 2 d_k x 3 seeds, one Linformer base per d_k and seed)"),
     Cover(ANY, r"make test", "covered", check_make, "CI: .ci/run ends with `make test`; make -n runs pytest"),
     Cover(IN, r"make test-fast", "parse", check_make, "make -n: pytest -m 'not slow'; marker registered"),
     Cover(ANY, r'make aot( ARGS="[^"]*")?', "covered", check_make,

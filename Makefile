@@ -39,7 +39,7 @@ aot: $(CUDA_STAMP)
 sweep: $(STAMP)
 	$(PY) experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml $(ARGS)
 
-# Table 5 whole: 3 variants x 7 alpha x 2 d_k x 3 seeds on nmt-small (about 70 minutes on 2 cores).
+# Table 5 whole: 3 variants x 7 alpha x 2 d_k x 3 seeds on nmt-small (about 100 minutes on 2 cores).
 sweep-full: $(STAMP)
 	$(PY) experiments/uptrain_sweep.py --config experiments/uptrain_full.yaml $(ARGS)
 

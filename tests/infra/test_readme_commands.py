@@ -619,6 +619,20 @@ def check_ui(cmd: Command, ctx: Ctx) -> None:
     covered_by("tests/infra/test_readme_commands.py::test_flurka_ui_serves_the_runs", "ui_cmd")
 
 
+def check_main_job_output(cmd: Command, ctx: Ctx) -> None:
+    """The README quotes the main job's summary: its title, Table 5's header and the three
+    observation lines must be what runner.summary prints."""
+    lines = cmd.text.splitlines()
+    assert lines[0].startswith("Up-training α, nmt-small: BLEU (char, 0–100), higher is better")
+    assert lines[1].split("|")[1:6] == [" variant          ", "   d_k ", " kernel constituent   ",
+                                        " kernel           ", " low-rank         "]
+    assert "Table 5's observations, nmt-small, BLEU (char, 0–100):" in lines
+    for i in (1, 2, 3):
+        assert any(line.startswith(f"({i}) ") for line in lines)
+    covered_by("tests/platform/test_sweep_tables.py::test_summary_prints_metric_and_loss_tables_and_the_observations",
+               "Table 5's observations")
+
+
 def check_subcommand(cmd: Command, ctx: Ctx) -> None:
     """``flurka X [--flag [value]]...`` / ``python -m M`` named in prose: the subcommand (module)
     exists, answers --help, and knows each flag (and value, where it has choices)."""
@@ -958,8 +972,11 @@ COVERAGE: list[Cover] = [
           "report's loader", slow=True),
     Cover(SH, r"flurka ingest --db sqlite:///runs/uptrain-small/results\.db speed\.json", "run", check_ingest,
           "the README speed command's file, SQLite and PostgreSQL, twice (idempotent)"),
-    Cover(IN, r"python -m flurka\.(speed(\.theory)?|training\.quality_table)", "run", check_subcommand,
-          "the module exists"),
+    Cover(IN, r"python -m flurka\.(speed(\.theory)?|training\.quality_table)( --seeds [0-9,]+)?", "run",
+          check_subcommand, "the module exists"),
+    Cover(("block:text",), r"Up-training α, nmt-small: .*", "covered", check_main_job_output,
+          "what make sweep printed: the summary's headings and observation lines, in its order "
+          "(tests/platform/test_sweep_tables.py prints it from a database)"),
     # -- data ---------------------------------------------------------------------------------
     Cover(IN, r"tfds build NAME .*", "parse", check_tfds,
           "tfds's own build parser (needs TensorFlow + data to run); reading TFDS data: tests/data"),

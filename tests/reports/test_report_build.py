@@ -410,7 +410,9 @@ def test_empty_database_says_what_to_run(tmp_path):
 
 def test_cli_errors(tmp_path, capsys):
     assert cli.run(_args(db=f"sqlite:///{tmp_path}/nowhere/x.db", out=str(tmp_path / "o"))) == 2
-    assert "cannot reach" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no results database at" in err and "make sweep" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "nowhere").exists() and not (tmp_path / "o").exists()
     url = f"sqlite:///{tmp_path / 'r.db'}"
     open_results(url).dispose()
     bad = tmp_path / "bad.json"

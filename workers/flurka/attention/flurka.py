@@ -187,7 +187,7 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
 
     def attend(self, x, mask, rng):
         q, k, v = self.low_rank_qkv(x, mask)
-        rows = None if mask is None else self.seen_rows(mask, x.shape[1])
+        rows = self.real_rows(x.shape[0], mask, x.shape[1])
         return compressed_eva_attention(
             q, k, v, mask, window_size=self.window_size, chunk_size=self.chunk_size,
             mu_q=self.adaptive_mu_q, mu_k=self.adaptive_mu_k,

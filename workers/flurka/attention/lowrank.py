@@ -38,7 +38,7 @@ import numpy as np
 from flax import nnx
 
 from flurka.attention.base import (
-    F32, check_positive_int, compress, pad_to, project_heads, round_up, zero_padding)
+    check_positive_int, compress, pad_to, project_heads, round_up, zero_padding)
 from flurka.attention.fused_compress import current_compress_tiling, normalised_compression
 
 Array = jax.Array
@@ -194,18 +194,19 @@ class LowRankKV:
             return e
         return pad_to(e, n, axis=-1)
 
-    def seen_rows(self, mask: Array, n: int) -> Array:
-        """[b, d_k] bool: the compressed rows whose E1 or E2 row weighs a real position of
-        ``mask`` [b, n] (per-head E: in any head). The others are bias-only keys and values."""
-        real = mask.astype(F32)
-        seen = None
+    def seen_rows(self, mask: Array | None, n: int) -> Array:
+        """[b, d_k] bool ([1, d_k] without a mask): the compressed rows whose E1 or E2 row weighs
+        a real position of ``mask`` [b, n] (per-head E: in any head), or any of the n positions.
+        The others are bias-only keys and values (pooled E sliced to a short n has such rows)."""
+        weighs = None   # [d_k, n]: E1's or E2's entry is nonzero (per-head E: in any head)
         for e in {id(e): e for e in self.seq_proj.matrices(n)}.values():
-            e = jax.lax.stop_gradient(jnp.abs(self.aligned_e(e, n)).astype(F32))
-            spec = "hkn,bn->bhk" if e.ndim == 3 else "kn,bn->bk"
-            rows = jnp.einsum(spec, e, real) > 0
-            rows = jnp.any(rows, axis=1) if e.ndim == 3 else rows
-            seen = rows if seen is None else seen | rows
-        return seen
+            nonzero = jax.lax.stop_gradient(self.aligned_e(e, n)) != 0
+            nonzero = jnp.any(nonzero, axis=0) if nonzero.ndim == 3 else nonzero
+            weighs = nonzero if weighs is None else weighs | nonzero
+        # a compare-and-reduce, not a product: no GEMM for the FLOP model or the bf16 policy
+        if mask is None:
+            return jnp.any(weighs, axis=-1)[None]
+        return jnp.any(weighs[None] & mask[:, None, :], axis=-1)
 
     def compressed_mask(self, batch: int, mask: Array | None = None,
                         n: int | None = None) -> Array | None:
@@ -213,11 +214,19 @@ class LowRankKV:
         (:meth:`seen_rows`; all, without a mask) and are not aligned padding rows; None where
         every row is real."""
         d_k_pad = round_up(self.d_k, self.align)
-        if mask is None:
+        seen = self.real_rows(batch, mask, n or mask.shape[1])
+        if seen is None:
             if d_k_pad == self.d_k:
                 return None
             return jnp.broadcast_to(jnp.arange(d_k_pad) < self.d_k, (batch, d_k_pad))
-        return pad_to(self.seen_rows(mask, n or mask.shape[1]), d_k_pad, axis=1)
+        return pad_to(seen, d_k_pad, axis=1)
+
+    def real_rows(self, batch: int, mask: Array | None, n: int) -> Array | None:
+        """[b, d_k] :meth:`seen_rows`, or None where every row is real: no mask, and E as built
+        for at least n positions (a row of E is zero over them only if trained so)."""
+        if mask is None and not self.seq_proj.e1[...].shape[-1] > n:
+            return None
+        return jnp.broadcast_to(self.seen_rows(mask, n), (batch, self.d_k))
 
     def attend(self, x, mask, rng):
         q, k, v = self.low_rank_qkv(x, mask)

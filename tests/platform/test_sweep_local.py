@@ -59,3 +59,12 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
         rows = conn.execute(sa.text("SELECT attention, alpha FROM trials ORDER BY alpha")).all()
     assert [(a, al) for a, al in rows] == [("flurka-rnn", 0.25), ("flurka-rnn", 0.5)]
     assert "25%" in summary(out) and str(out.run_dir) in summary(out)
+    # the main job's time split: each trial's own (the base stopped after its fork too), the driver's
+    for key, r in out.results.items():
+        assert {"data", "setup", "train_steps", "checkpoints", "report"} <= set(r["time_split"]), key
+        assert any(k.startswith("compile/") for k in r["time_split"]), key
+    split = out.time_split
+    assert split["trials"] == 3 and 0 < split["train_steps_share"] < 1
+    assert split["driver"]["ray_start"] > 0 and 0 < split["driver"]["mlflow"] < split["driver"]["wall"]
+    assert parents[0].data.metrics["time/train_steps_share"] == pytest.approx(split["train_steps_share"])
+    assert "Time split" in summary(out) and "driver: ray_start" in summary(out)

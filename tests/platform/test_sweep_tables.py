@@ -81,3 +81,48 @@ def test_summary_prints_metric_and_loss_tables_and_the_observations(tmp_path):
     at = [text.find(line) for line in order]
     assert -1 not in at, [line for line, i in zip(order, at) if i < 0]
     assert at == sorted(at)
+
+
+def test_summary_ends_with_the_time_split(tmp_path):
+    from flurka.sweeps.runner import SweepOutcome, _log_time_split, summary, time_split
+
+    def trial(steps, extra=0.0, **parts):
+        split = {"data": 0.5, "setup": 1.0, "train_steps": steps, "eval": 2.0, "checkpoints": 1.5,
+                 "report": 0.25, **parts}
+        return {"wall_time_s": sum(split.values()) + extra, "time_split": split}
+
+    results = {"base": trial(30.0, extra=0.75, **{"compile/rnn": 4.0}),     # a stopped base run's trainable
+               "a50": trial(40.0, **{"compile/rnn-to-flurka-rnn": 3.0, "compile/flurka-rnn": 2.0}),
+               "old": {"wall_time_s": 5.0}}                                   # a result from before the split
+    split = time_split(results, {"ray_start": 6.0, "mlflow": 4.5, "results_db": 1.5, "wall": 120.0})
+    wall = 2 * (0.5 + 1.0 + 2.0 + 1.5 + 0.25) + 30 + 40 + 4 + 3 + 2 + 0.75 + 5.0
+    assert split["trials_wall_s"] == wall and split["parts"]["other"] == 5.75
+    assert list(split["parts"]) == ["data", "setup", "compile/flurka-rnn", "compile/rnn",
+                                    "compile/rnn-to-flurka-rnn", "train_steps", "eval", "checkpoints", "report",
+                                    "other"]
+    text = summary(SweepOutcome("s", tmp_path / "run", "sqlite:///mlflow.db", "sqlite:///r.db",
+                                {"uptrain_steps_executed": 10, "uptrain_steps_independent": 16,
+                                 "uptrain_compute_ratio": 10 / 16}, results, [], {}, time_split=split))
+    block = text[text.index("Time split"):]
+    assert text.index("Sweep id:") < text.index("Time split")                      # last
+    assert f"3 trials, % of their {wall:.1f} s wall time" in block and "driver's 120.0 s" in block
+    rows = {line[:36].strip(): line[36:] for line in block.splitlines()[1:-1]}
+    assert list(rows) == [*split["parts"], "driver: ray_start", "driver: mlflow", "driver: results_db"]
+    for part, seconds in split["parts"].items():                                   # every part, its share
+        assert rows[part] == f" {seconds:9.1f} s  {100 * seconds / wall:5.1f} %", rows[part]
+    assert rows["driver: ray_start"] == "       6.0 s    5.0 %"                    # of the driver's wall
+    assert block.splitlines()[-1] == (f"Training steps: {100 * 70 / wall:.1f} % of the trials' wall time "
+                                      "(target ≥ 80 %: not met).")
+
+    class Tracker:
+        def log_sweep_metrics(self, metrics):
+            self.metrics = metrics
+
+        def log_sweep_dict(self, d, name):
+            self.dict = (d, name)
+
+    tracker = Tracker()
+    _log_time_split(tracker, split)
+    assert tracker.metrics["time/compile/rnn-to-flurka-rnn_s"] == 3.0 and tracker.metrics["time/other_s"] == 5.75
+    assert tracker.metrics["time/driver_ray_start_s"] == 6.0 and tracker.dict == (split, "time_split.json")
+    assert tracker.metrics["time/train_steps_share"] == 70 / wall

@@ -23,7 +23,7 @@ def _stop_at(step):
 
 
 def _strip(result):
-    return {k: v for k, v in result.items() if k != "wall_time_s"}
+    return {k: v for k, v in result.items() if k not in ("wall_time_s", "time_split")}
 
 
 def test_resume_from_checkpoint_is_bit_for_bit(tmp_path, digits):
@@ -39,6 +39,31 @@ def test_resume_from_checkpoint_is_bit_for_bit(tmp_path, digits):
     assert len(straight["history"]) == 8 and straight["eval_history"][0]["step"] == 4
     # and a finished run's workdir just gives the same result back
     assert _strip(run(ckpt, dataset=digits))["final_metrics"] == straight["final_metrics"]
+
+
+def _sums_to_wall(split, wall):
+    assert split and all(v >= 0 for v in split.values()), split
+    assert sum(split.values()) == pytest.approx(wall, rel=0.03, abs=0.02), (split, wall)
+
+
+def test_time_split_covers_the_wall_time(tmp_path, digits):
+    # up-training (base, hand-over, variant: each phase's first step apart), evals, checkpoints,
+    # a callback
+    config = tiny(attention="flurka-rnn", base="kernel", alpha=0.5, steps=8, eval_every=4,
+                  log_every=2, workdir=str(tmp_path / "run"), checkpoint_every=3)
+    phases = {"compile/rnn", "compile/rnn-to-flurka-rnn", "compile/flurka-rnn"}
+    with pytest.raises(Stop) as stopped:            # stopped from the callback after step 6
+        run(config, dataset=digits, callback=_stop_at(6))
+    assert set(stopped.value.time_split) >= {"data", "compile/rnn", "checkpoints", "report"}
+    result = run(config, dataset=digits, callback=lambda kind, entry: None)   # resumed from step 6
+    split = result["time_split"]
+    assert set(split) == {"data", "setup", *phases, "train_steps", "eval", "checkpoints", "report"}, split
+    _sums_to_wall(split, result["wall_time_s"])     # wall and split both carry the first attempt
+    # resumed at step 3 (the checkpoint), still in the base phase: its first step there adds on
+    assert split["compile/rnn"] > stopped.value.time_split["compile/rnn"]
+    plain = run(tiny(attention="full"), dataset=digits)
+    assert set(plain["time_split"]) == {"data", "setup", "compile/full", "train_steps", "eval", "checkpoints"}
+    _sums_to_wall(plain["time_split"], plain["wall_time_s"])
 
 
 def test_divergence_ends_the_run_with_history_kept(digits):

@@ -4,17 +4,25 @@ Order matters: the spec, the results database, the MLflow store and the cluster 
 (one line each on failure) before the first trial starts. The plan runs in two Tune experiments
 — baselines and base runs, then the α branches that fork from the bases — each restorable with
 ``Tuner.restore`` (``--resume``). All MLflow writes happen here, in the driver.
+
+Where the time goes (:func:`time_split`, printed last by :func:`summary`, logged to the parent
+run): the trials' own split (``flurka.training.loop``: data, setup, compile per phase, training
+steps, eval, checkpoints, reports) summed over trials, and the driver's Ray start and MLflow and
+results-DB time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
 import json
 import os
+import re
 import socket
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,6 +47,7 @@ class SweepOutcome:
     tables: dict[str, Any]
     parent_run_id: str | None = None
     stopped: list[str] = dataclasses.field(default_factory=list)   # early-stopped (ASHA)
+    time_split: dict[str, Any] = dataclasses.field(default_factory=dict)   # see time_split()
 
 
 # -- sweep identity (stable across --resume) ----------------------------------------------------
@@ -257,6 +266,73 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
     return out
 
 
+# -- where the time goes ------------------------------------------------------------------------
+
+TRIAL_PARTS = ("data", "setup", "compile", "train_steps", "eval", "checkpoints", "report", "other")
+DRIVER_PARTS = ("ray_start", "mlflow", "results_db")
+TRAIN_STEPS_TARGET = 0.8   # issue 39: the trials' wall time goes to training steps
+
+
+@contextlib.contextmanager
+def _timed(driver: dict[str, float], part: str):
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        driver[part] = driver.get(part, 0.0) + time.perf_counter() - t
+
+
+def _order(part: str) -> tuple:
+    """TRIAL_PARTS' order (``compile/<phase>`` under compile); parts it lacks just before "other"."""
+    head = part.split("/")[0]
+    return TRIAL_PARTS.index(head) if head in TRIAL_PARTS else len(TRIAL_PARTS) - 1.5, part
+
+
+def time_split(results: dict[str, dict[str, Any]], driver: dict[str, float]) -> dict[str, Any]:
+    """The main job's wall time by part: each trial's ``time_split`` summed over the trials with a
+    result (``compile/<phase>`` kept apart; ``other``: their wall time that no part covers, e.g. a
+    stopped base run's trainable), the share in training steps, and the driver's parts
+    (``ray_start``, ``mlflow``, ``results_db``, ``wall``: seconds from Ray's start to the end)."""
+    parts: dict[str, float] = {}
+    wall = 0.0
+    for r in results.values():
+        wall += float(r.get("wall_time_s") or 0.0)
+        for k, v in (r.get("time_split") or {}).items():
+            parts[k] = parts.get(k, 0.0) + float(v)
+    parts["other"] = max(0.0, wall - sum(parts.values()))
+    return {"trials": len(results), "trials_wall_s": wall,
+            "parts": {k: parts[k] for k in sorted(parts, key=_order)},
+            "train_steps_share": parts.get("train_steps", 0.0) / wall if wall > 0 else 0.0,
+            "driver": {k: float(driver.get(k, 0.0)) for k in (*DRIVER_PARTS, "wall")}}
+
+
+def format_time_split(split: dict[str, Any]) -> str:
+    """``time_split``'s block: seconds and share per part, then the training-steps share."""
+    wall, driver = split["trials_wall_s"], split["driver"]
+
+    def row(name: str, seconds: float, of: float) -> str:
+        return f"  {name:<34} {seconds:9.1f} s  " + (f"{100 * seconds / of:5.1f} %" if of > 0 else "    –")
+
+    lines = [f"Time split (trial parts summed over {split['trials']} trials, % of their {wall:.1f} s wall time; "
+             f"driver parts, % of the driver's {driver['wall']:.1f} s):"]
+    lines += [row(k, v, wall) for k, v in split["parts"].items()]
+    lines += [row(f"driver: {k}", driver[k], driver["wall"]) for k in DRIVER_PARTS]
+    met = "met" if split["train_steps_share"] >= TRAIN_STEPS_TARGET else "not met"
+    lines.append(f"Training steps: {100 * split['train_steps_share']:.1f} % of the trials' wall time "
+                 f"(target ≥ {100 * TRAIN_STEPS_TARGET:.0f} %: {met}).")
+    return "\n".join(lines)
+
+
+def _log_time_split(tracker, split: dict[str, Any]) -> None:
+    """The split on the parent run: ``time/<part>_s`` metrics and ``time_split.json``."""
+    name = lambda k: re.sub(r"[^\w./\- ]", "_", k)  # noqa: E731  (MLflow's metric-name characters)
+    tracker.log_sweep_metrics({**{f"time/{name(k)}_s": v for k, v in split["parts"].items()},
+                               **{f"time/driver_{k}_s": v for k, v in split["driver"].items()},
+                               "time/trials_wall_s": split["trials_wall_s"],
+                               "time/train_steps_share": split["train_steps_share"]})
+    tracker.log_sweep_dict(split, "time_split.json")
+
+
 # -- the sweep ----------------------------------------------------------------------------------
 
 _MLFLOW_DB_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
@@ -326,8 +402,10 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
     from flurka.tracking.callback import MLflowTrialCallback, trial_result
 
     spec, plan, engine = preflight(spec)
-    ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,
-                          env_vars=cluster.worker_env(spec.gpus_per_trial))
+    t0, driver = time.perf_counter(), {}
+    with _timed(driver, "ray_start"):
+        ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,
+                              env_vars=cluster.worker_env(spec.gpus_per_trial))
     tracker = None
     try:
         cluster.check_resources(ctx.resources, cpus_per_trial=spec.cpus_per_trial,
@@ -336,11 +414,12 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         sweep_id = state["sweep_id"]
         run_dir = spec.run_path
         print(f"[flurka] sweep {sweep_id}: {describe(plan)}", flush=True)
-        tracker, parent = open_tracking(spec, sweep_id, ctx.address)
         compute = plan.compute()
-        tracker.log_sweep_metrics(compute)
-        tracker.log_sweep_dict({"plan": [r.to_dict() for r in plan.baselines + plan.bases + plan.branches],
-                                "compute": compute}, "plan.json")
+        with _timed(driver, "mlflow"):
+            tracker, parent = open_tracking(spec, sweep_id, ctx.address)
+            tracker.log_sweep_metrics(compute)
+            tracker.log_sweep_dict({"plan": [r.to_dict() for r in plan.baselines + plan.bases + plan.branches],
+                                    "compute": compute}, "plan.json")
         storage = run_dir / "tune"
         results: dict[str, dict[str, Any]] = {}
         runs: dict[str, dict[str, Any]] = {}
@@ -354,6 +433,8 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                                            name_of=functools.partial(_run_name, several=len(spec.benchmarks) > 1))
             grid = _tuner(spec, phase, configs, storage, f"{sweep_id}-{phase}",
                           [callback]).fit()  # Tune appends to the list: fresh each time
+            # its MLflow writes, between the trials' results (a restored Tuner uses its own pickled one)
+            driver["mlflow"] += callback.seconds
             for res in grid:
                 cfg = resolve(res.config)
                 key = cfg["run"]["key"]
@@ -371,15 +452,20 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         trials = [_trial_record(k, r, runs[k]) for k, r in results.items() if runs[k]["kind"] != "base"]
         from flurka.results import ingest_sweep
 
-        report = ingest_sweep(engine, {
-            "sweep_id": sweep_id, "name": spec.name, "created_at": state["created_at"],
-            "git_commit": _commit(), "environment": _environment(results), "trials": trials})
-        print(f"[flurka] results DB: {report.added} trials added, {report.skipped} already there", flush=True)
-        tables = _tables(engine, spec, sweep_id)
-        tracker.log_tables(tables)
+        with _timed(driver, "results_db"):
+            report = ingest_sweep(engine, {
+                "sweep_id": sweep_id, "name": spec.name, "created_at": state["created_at"],
+                "git_commit": _commit(), "environment": _environment(results), "trials": trials})
+            print(f"[flurka] results DB: {report.added} trials added, {report.skipped} already there", flush=True)
+            tables = _tables(engine, spec, sweep_id)
+        with _timed(driver, "mlflow"):
+            tracker.log_tables(tables)
+        driver["wall"] = time.perf_counter() - t0
+        split = time_split(results, driver)
+        _log_time_split(tracker, split)
         tracker.end_sweep("FINISHED" if not failed else "FAILED")
         return SweepOutcome(sweep_id, run_dir, spec.mlflow_tracking_uri, spec.results_url, compute, results,
-                            failed, tables, parent, stopped)
+                            failed, tables, parent, stopped, split)
     except BaseException:
         if tracker is not None:
             tracker.end_sweep("KILLED")
@@ -428,7 +514,10 @@ def summary(outcome: SweepOutcome) -> str:
         f"Results DB: {redact(outcome.results_url)}",
         f"Sweep id:   {outcome.sweep_id}",
     ]
+    if outcome.time_split:
+        lines += ["", format_time_split(outcome.time_split)]
     return "\n".join(lines)
 
 
-__all__ = ["run_sweep", "preflight", "check_stores", "open_tracking", "summary", "resolve", "SweepOutcome", "PHASES"]
+__all__ = ["run_sweep", "preflight", "check_stores", "open_tracking", "summary", "resolve", "SweepOutcome", "PHASES",
+           "time_split", "format_time_split"]

@@ -98,7 +98,8 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     """Function trainable: trains one planned run, reporting every history and eval entry.
 
     Its final report says what the trial spent compiling and how much of it the sweep's
-    persistent compilation cache (``compilation_cache``, shared by the sweep's trials) served.
+    persistent compilation cache (``compilation_cache``, shared by the sweep's trials) served,
+    and carries the loop's ``time_split`` (a base run stopped after its last fork too).
 
     A retried trial (its process was killed) finds its own checkpoints in its work dir and
     flurka.training resumes from the latest one, bit for bit; steps it replays are reported again
@@ -130,15 +131,16 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
             compilation.accounting(trial_config.get("compilation_cache")) as compiled:
         try:
             result = training.run(cfg, callback=on_entry)
-        except _StopAfterFork:
-            result = _base_result(run, cfg, last["step"], time.time() - start)
+        except _StopAfterFork as exc:   # the loop's time split so far rides on the exception
+            result = _base_result(run, cfg, last["step"], time.time() - start, getattr(exc, "time_split", None))
     tune.report({"step": last["step"], "stream": "final", "device": device,
                  **{f"final_{k}": v for k, v in (result.get("final_metrics") or {}).items()
                     if isinstance(v, (int, float))},
                  RESULT_KEY: json.dumps({**result, "device": device, "compilation": compiled})})
 
 
-def _base_result(run: PlannedRun, cfg, step: int, wall: float) -> dict[str, Any]:
+def _base_result(run: PlannedRun, cfg, step: int, wall: float,
+                 time_split: dict[str, float] | None = None) -> dict[str, Any]:
     """A stopped base run has no final metrics; its record is the checkpoint it leaves."""
     from flurka.training.checkpoints import Checkpointer
 
@@ -151,6 +153,7 @@ def _base_result(run: PlannedRun, cfg, step: int, wall: float) -> dict[str, Any]
     return {"status": "ok", "benchmark": cfg.benchmark, "attention": cfg.attention, "seed": cfg.seed,
             "steps": int(meta["step"]), "final_metrics": {}, "history": meta["history"],
             "eval_history": meta["eval_history"], "train_flops": meta["train_flops"], "wall_time_s": wall,
+            "time_split": dict(time_split or meta.get("time_split") or {}),
             "fork_checkpoints": kept, "steps_executed": step, "config": meta["config"]}
 
 

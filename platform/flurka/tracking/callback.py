@@ -9,6 +9,7 @@ same nested run and replays no step twice.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any, Callable
@@ -31,7 +32,21 @@ def trial_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
     return json.loads(result[RESULT_KEY])
 
 
+def _timed(method):
+    """Add the method's seconds to ``self.seconds`` (the driver's MLflow writes, for the sweep's time split)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t
+    return wrapper
+
+
 class MLflowTrialCallback(Callback):
+    seconds = 0.0   # (also for a callback unpickled from a sweep started before it was counted)
+
     def __init__(self, tracker: SweepTracker, resolve: Callable[[dict], dict] = lambda c: c,
                  params_of: Callable[[dict], dict] = lambda c: c,
                  name_of: Callable[[dict], str] = lambda c: trial_run_name(c["run"])):
@@ -39,6 +54,7 @@ class MLflowTrialCallback(Callback):
         self.resolve = resolve      # trial config -> {"run": planned run, "train": config overrides}
         self.params_of = params_of  # that -> the params to log (full training config)
         self.name_of = name_of      # that -> the nested run's name
+        self.seconds = 0.0          # spent in the hooks below (MLflow writes)
 
     def _run_id(self, trial) -> str:
         cfg = self.resolve(trial.config)
@@ -48,9 +64,11 @@ class MLflowTrialCallback(Callback):
         return self.tracker.trial_run(run["key"], run["kind"], self.params_of(cfg), name=self.name_of(cfg),
                                       tags={BENCHMARK_TAG: run["benchmark"]})
 
+    @_timed
     def on_trial_start(self, iteration, trials, trial, **info):
         self._run_id(trial)
 
+    @_timed
     def on_trial_result(self, iteration, trials, trial, result, **info):
         run_id = self._run_id(trial)
         step, stream = result.get("step"), result.get("stream")
@@ -64,12 +82,14 @@ class MLflowTrialCallback(Callback):
         if logged and isinstance(result.get("device"), str):
             self.tracker.set_tags(run_id, {"device": result["device"]})
 
+    @_timed
     def on_trial_complete(self, iteration, trials, trial, **info):
         res = trial_result(trial.last_result)
         extra = {"device": trial.last_result.get("device")} if trial.last_result.get("device") else None
         status = "FINISHED" if res is not None else "FAILED"
         self.tracker.finish_trial(self._run_id(trial), res, status=status, extra_params=extra)
 
+    @_timed
     def on_trial_error(self, iteration, trials, trial, **info):
         # Only called once Tune has given up on the trial (retries exhausted).
         self.tracker.finish_trial(self._run_id(trial), None, status="FAILED")

@@ -15,6 +15,14 @@
   blend base and variant with a traced β ramp (recorded as ``handover_beta`` in history and as
   ``handover`` in the switch entry); ``base_checkpoint`` starts right at the switch from another
   run's checkpoint (forking many FLuRKA branches from one base run).
+* Time split: the run's wall time by part (``time_split`` in the result, carried by checkpoints
+  like ``wall_time_s``): ``data`` (loading, batches), ``setup`` (models, optimizer, switches),
+  ``compile/<phase>`` (each phase's first step in this process, waited for: trace + compile, a
+  load from JAX's persistent cache, or nothing for a step this process has compiled already, +
+  its run), ``train_steps`` (the other steps; async dispatch moves a step's device time to the
+  next fetch of its metrics, every ``log_every`` steps), ``eval`` (its first call compiles),
+  ``checkpoints`` (restores, saves) and ``report`` (the callback: a sweep's reports to Tune).
+  Consecutive laps, so the parts sum to the wall time.
 """
 
 from __future__ import annotations
@@ -266,14 +274,16 @@ class _Run:
         self.pending: list[tuple[int, int, dict]] = []   # (step, FLOPs so far, device metrics)
         self.train_flops = 0
         self.prior_wall = 0.0
+        self.prior_split: dict[str, float] = {}   # time split of the runs before a resume
         self.switches: list[dict] = []
 
-    def meta(self, attention: str, wall: float, handover_from: str | None = None) -> dict:
+    def meta(self, attention: str, wall: float, handover_from: str | None = None,
+             time_split: dict[str, float] | None = None) -> dict:
         return {"step": self.step, "attention": attention, "handover_from": handover_from,
                 "history": self.history,
                 "eval_history": self.eval_history, "window": self.window,
-                "train_flops": self.train_flops, "wall_time_s": wall, "switches": self.switches,
-                "config": config_dict(self.config)}
+                "train_flops": self.train_flops, "wall_time_s": wall, "time_split": dict(time_split or {}),
+                "switches": self.switches, "config": config_dict(self.config)}
 
     def load_meta(self, meta: dict) -> None:
         self.step = int(meta["step"])
@@ -282,6 +292,7 @@ class _Run:
         self.window = list(meta["window"])
         self.train_flops = int(meta["train_flops"])
         self.prior_wall = float(meta.get("wall_time_s", 0.0))
+        self.prior_split = {k: float(v) for k, v in (meta.get("time_split") or {}).items()}
         self.switches = list(meta.get("switches", []))
 
     def flush(self) -> None:
@@ -342,12 +353,25 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     entry)`` as they happen (sweeps report from it). ``progress``: a tqdm bar (default: only when
     stderr is a terminal). ``mesh``: the data-parallel device mesh; "auto" splits each batch over
     every device (of every process, after ``jax.distributed.initialize``), None uses one device.
+    The result's ``time_split`` is the module docstring's; an exception leaving the loop (a
+    callback stopping the run) carries the split so far as ``exc.time_split``.
     """
     validate(config)
     mesh = parallel.default_mesh() if mesh == "auto" else mesh
     parallel.check_batch_size(config.batch_size, mesh)
     start = time.perf_counter()
+    split: dict[str, float] = {}
+    mark = start
+
+    def lap(part: str) -> None:
+        """Charge the wall time since the previous lap to ``part``."""
+        nonlocal mark
+        now = time.perf_counter()
+        split[part] = split.get(part, 0.0) + now - mark
+        mark = now
+
     dataset = load_dataset(config) if dataset is None else dataset
+    lap("data")
     info = dataset.info
     check_against_data(config, info)
     task = make_task(config)
@@ -356,6 +380,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     plan = uptrain.stages(config)
     run = _Run(config)
     root_key = jax.random.fold_in(jax.random.key(config.seed), 1)
+    lap("setup")
 
     ckpt = None
     if config.workdir and config.checkpoint_every:
@@ -367,7 +392,9 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     latest = ckpt.latest_step() if ckpt is not None else None
     if latest is not None:
         meta = ckpt.meta(latest)
+        lap("checkpoints")
         phase = make_phase(config, info, meta["attention"], task, tx, mesh, meta.get("handover_from"))
+        lap("setup")
         restored, meta = ckpt.restore(latest, phase.state())
         phase.load(restored)
         run.load_meta(meta)
@@ -376,20 +403,28 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
         with Checkpointer(config.base_checkpoint, read_only=True) as src:
             meta = src.meta(config.switch_step)
             _check_fork(config, meta, base, config.base_checkpoint)
+            lap("checkpoints")
             phase = make_phase(config, info, base, task, tx, mesh)
+            lap("setup")
             restored, meta = src.restore(config.switch_step, phase.state())
         phase.load(restored)
         run.load_meta(meta)
-        run.prior_wall = 0.0
+        run.prior_wall, run.prior_split = 0.0, {}
         run.log(base, schedule)   # an uninterrupted up-training run logs at the switch, too
+    lap("checkpoints")
+    for k, v in run.prior_split.items():
+        split[k] = split.get(k, 0.0) + v
 
-    def emit(kind: str, entry: dict | None) -> None:
+    def emit(kind: str, entry: dict | None, before: str) -> None:
+        """``callback(kind, entry)``, its time charged to "report" (the time before it to ``before``)."""
         if entry is not None and callback is not None:
+            lap(before)
             callback(kind, entry)
+            lap("report")
 
     def save() -> None:
         if ckpt is not None and (not ckpt.steps() or ckpt.latest_step() != run.step):
-            ckpt.save(run.step, phase.state(), run.meta(phase.attention, wall(), phase.handover_from))
+            ckpt.save(run.step, phase.state(), run.meta(phase.attention, wall(), phase.handover_from, split))
 
     def wall() -> float:
         return run.prior_wall + time.perf_counter() - start
@@ -402,7 +437,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
         if phase.handover_from is not None:     # evaluated mid-hand-over: the blended model
             entry["handover_beta"] = uptrain.handover_beta(config, run.step - 1)
         run.eval_history.append(entry)
-        emit("eval", entry)
+        emit("eval", entry, "eval")
 
     bar = None
     if progress or (progress is None and sys.stderr.isatty()):
@@ -411,6 +446,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
                    unit="step", file=sys.stderr)
 
     status, diverged_step = "ok", None
+    part = "train_steps"   # what the current step's time is charged to
     try:
         for stage in plan:
             attention, end, handover_from = stage.attention, stage.end, stage.handover_from
@@ -431,8 +467,11 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
                 phase = new
             step_flops: dict[tuple, int] = {}
             batches = dataset.train_batches(config.batch_size, start_step=run.step)
+            lap("setup")
+            part = f"compile/{handover_from}-to-{attention}" if handover_from else f"compile/{attention}"
             while run.step < end:
                 batch = _device_batch(next(batches), mesh)
+                lap("data")
                 shapes = tuple(sorted((k, v.shape) for k, v in batch.items()))
                 if shapes not in step_flops:
                     step_flops[shapes] = flops_lib.train_step_flops(
@@ -444,6 +483,8 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
                         phase.other, parallel.replicate(np.float32(beta), phase.mesh))
                 phase.params, phase.other, phase.opt_state, metrics = phase.train_step(
                     phase.params, phase.other, phase.opt_state, batch, key)
+                if part != "train_steps":   # the phase's first step: compile + run, waited for
+                    jax.block_until_ready((phase.params, phase.other, phase.opt_state, metrics))
                 if handover_from is not None:
                     metrics = {**metrics, "handover_beta": beta}
                 run.step += 1
@@ -457,24 +498,37 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
                     entry = run.log(attention, schedule)
                     if bar is not None and entry is not None:
                         bar.set_postfix(loss=f"{entry['loss']:.4f}")
-                    emit("train", entry)
+                    emit("train", entry, part)
                 if config.eval_every and run.step % config.eval_every == 0 and not last:
                     run.flush()
+                    lap(part)
                     do_eval()
+                    lap("eval")
                 if ckpt is not None and run.step % config.checkpoint_every == 0 and not last:
                     run.flush()
+                    lap(part)
                     save()
+                    lap("checkpoints")
+                lap(part)
+                part = "train_steps"
         run.flush()
+        lap("train_steps")
         do_eval()
+        lap("eval")
         save()
     except Diverged as exc:
+        lap(part)
         status, diverged_step = str(exc), exc.step
         run.log(phase.attention, schedule)   # keep the finite steps before the divergence
+    except BaseException as exc:
+        exc.time_split = split
+        raise
     finally:
         if bar is not None:
             bar.close()
         if ckpt is not None:
             ckpt.close()
+        lap("checkpoints")
 
     not_metrics = ("step", "train_flops", "attention", "handover_beta")
     final = {k: v for k, v in run.eval_history[-1].items()
@@ -490,6 +544,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
         "eval_history": run.eval_history,
         "train_flops": run.train_flops,
         "wall_time_s": wall(),
+        "time_split": dict(split),
         "num_params": int(sum(v.size for v in phase.params.values())) if phase is not None else 0,
         "switches": run.switches,
         "config": config_dict(config),

@@ -378,9 +378,10 @@ def test_xla_options_give_the_plan_under_the_cards_gemm_choice(tmp_path):
     for plan in (whole, padded, padded_cublas):       # no copy of E or X (cuBLAS: 3 MB of weights)
         assert plan["by_kind"].get("copy", 0) < e_bytes / 20
     assert whole["bytes"] <= split["bytes"] - 4 * e_bytes
-    # the padded batch: 108 more rows (0.2 %) and its mask, not the copies
-    assert padded["bytes"] <= split["bytes"] - 3 * e_bytes
-    assert padded_cublas["bytes"] <= cublas["bytes"] - 3 * e_bytes
+    # the padded batch: 108 more rows (0.2 %), its mask and one read of E1 and E2 (which of the
+    # compressed rows see only padding: lowrank.seen_rows), not the copies
+    assert padded["bytes"] <= split["bytes"] - 1.5 * e_bytes
+    assert padded_cublas["bytes"] <= cublas["bytes"] - 1.5 * e_bytes
     assert rows[3]["pad_to"] == 128 and rows[3]["params_lowrank"] == 2 * 1024 * 52_608
 
 

@@ -8,8 +8,6 @@ does), or as a real ``flurka`` process where a wrong turn could start a server o
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import socket
@@ -20,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from testsupport import free_ports
+from testsupport import flurka, free_ports
 
 from flurka.results import db, ingest_sweep, open_results
 
@@ -30,17 +28,6 @@ MAIN = "runs/uptrain-small"   # experiments/uptrain_small.yaml's run_dir
 ENV = {"device": "cpu", "host": "laptop", "versions": {"jax": "0.10.2"}}
 
 
-def flurka(argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    """``flurka ARGV`` typed in ``cwd`` (the console script is ``flurka.cli:main``)."""
-    from flurka.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:  # argparse
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def flurka_process(argv: list[str], cwd: Path, env: dict | None = None, timeout: float = 120):

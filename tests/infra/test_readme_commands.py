@@ -45,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from testsupport import free_ports, pids_naming, ray_node_ports, scratch_postgres_database
+from testsupport import flurka, free_ports, pids_naming, ray_node_ports, scratch_postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -145,17 +145,6 @@ COMMANDS = [c for doc in DOCS for c in extract(doc)]
 # ---------------------------------------------------------------------------------------------
 # Helpers: running in-process and in subprocesses, free ports, existing tests
 # ---------------------------------------------------------------------------------------------
-def flurka(argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    """``flurka ARGV`` in this process (the console script is ``flurka.cli:main``)."""
-    from flurka.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as exc:  # argparse
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
 
 
 def shell(argv: list[str], cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:

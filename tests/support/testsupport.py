@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import random
@@ -135,3 +136,17 @@ def triton_calls(fn, *args, fields=LAUNCH_FIELDS) -> list[dict[str, str]]:
     pattern = rf'({"|".join(fields)}) = "?(\w+)"?'
     return [dict(re.findall(pattern, line))
             for line in text.split("\n") if "@__gpu$xla.gpu.triton" in line]
+
+
+def flurka(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """``flurka ARGV`` typed in ``cwd``, in this process (the console script is
+    ``flurka.cli:main``): (exit code, stdout, stderr)."""
+    from flurka.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:  # argparse
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()

@@ -21,12 +21,10 @@ import math
 import sys
 from collections.abc import Iterable
 
-from flurka.attention.flops import MECHANISMS
+from flurka.attention.flops import FLURKA, MECHANISMS, constituents
 from flurka.stats import mean_ci, paired, significant_decimals
 
 BENCHMARKS = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small")
-KERNEL_OF = {"flurka-performer": "performer", "flurka-rnn": "rnn", "flurka-eva": "eva"}
-LOW_RANK = "linformer"
 LOWER_IS_BETTER = ("perplexity", "loss")
 PERCENT = ("accuracy", "f1", "matthews", "pearson", "spearman", "top5")   # fractions, shown ×100
 
@@ -148,7 +146,7 @@ def summarize(runs: list[dict]) -> str:
         out.append(f"{bench}: mean ± 95 % CI over seeds (n); {columns[0][0]}: {better[metric]} is better, "
                    f"eval loss: lower is better\n")
         out.append(_markdown(["mechanism", *(label for label, _, _ in columns)], rows))
-        pairs = [(v, c) for v in mechs if v in KERNEL_OF for c in (LOW_RANK, KERNEL_OF[v]) if c in mechs]
+        pairs = [(v, c) for v in mechs if v in FLURKA for c in constituents(v).values() if c in mechs]
         if pairs:
             prow = []
             for v, c in pairs:

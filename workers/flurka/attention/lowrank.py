@@ -198,11 +198,12 @@ class LowRankKV:
         """[b, d_k] bool ([1, d_k] without a mask): the compressed rows whose E1 or E2 row weighs
         a real position of ``mask`` [b, n] (per-head E: in any head), or any of the n positions.
         The others are bias-only keys and values (pooled E sliced to a short n has such rows)."""
-        weighs = None   # [d_k, n]: E1's or E2's entry is nonzero (per-head E: in any head)
-        for e in {id(e): e for e in self.seq_proj.matrices(n)}.values():
-            nonzero = jax.lax.stop_gradient(self.aligned_e(e, n)) != 0
-            nonzero = jnp.any(nonzero, axis=0) if nonzero.ndim == 3 else nonzero
-            weighs = nonzero if weighs is None else weighs | nonzero
+        e1, e2 = self.seq_proj.matrices(n)
+        weighs = self.aligned_e(e1, n) != 0     # [(h,) d_k, n]: E1's or E2's entry is nonzero
+        if self.seq_proj.e2 is not None:
+            weighs = weighs | (self.aligned_e(e2, n) != 0)
+        if weighs.ndim == 3:                    # per-head E: in any head
+            weighs = jnp.any(weighs, axis=0)
         # a compare-and-reduce, not a product: no GEMM for the FLOP model or the bf16 policy
         if mask is None:
             return jnp.any(weighs, axis=-1)[None]

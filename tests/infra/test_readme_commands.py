@@ -495,6 +495,16 @@ def check_ingest(cmd: Command, ctx: Ctx) -> None:
         assert code == 0 and "added 0," in out
 
 
+def check_cpu_benchmark(cmd: Command, ctx: Ctx) -> None:
+    tests = {"flurka.speed.plain":
+             "tests/speed/test_speed_plain.py::test_the_benchmark_writes_a_ratio_per_mechanism_and_mode",
+             "flurka.speed.bare_loop":
+             "tests/speed/test_speed_bare_loop.py::test_the_benchmark_writes_both_rates_and_their_ratio"}
+    module = tokens(cmd)[2]
+    covered_by(tests[module], "main([")
+    importlib.import_module(module).main  # noqa: B018 - the module and its entry point exist
+
+
 def check_theory(cmd: Command, ctx: Ctx) -> None:
     from flurka.reports import sources
 
@@ -961,6 +971,8 @@ COVERAGE: list[Cover] = [
           "report's loader", slow=True),
     Cover(SH, r"flurka ingest --db sqlite:///runs/uptrain-small/results\.db speed\.json", "run", check_ingest,
           "the README speed command's file, SQLite and PostgreSQL, twice (idempotent)"),
+    Cover(SH, r"python -m flurka\.speed\.(plain|bare_loop)( --[a-z]+ \S+)*", "covered",
+          check_cpu_benchmark, "the module's test runs main() at tiny size and reads its JSON"),
     Cover(IN, r"python -m flurka\.(speed(\.theory)?|training\.quality_table)( --seeds [0-9,]+)?", "run",
           check_subcommand, "the module exists"),
     Cover(("block:text",), r"Up-training α, nmt-small: .*", "covered", check_main_job_output,

@@ -96,31 +96,39 @@ def contract(spec: str, a: Array, b: Array, dtype: Any) -> Array:
     return _contract(spec, dtype, a.astype(dtype), b.astype(dtype))
 
 
+def _plain_terms(spec: str) -> tuple[str, str, str] | None:
+    """(lhs, rhs, out) of a two-operand spec that is one ``dot_general``: every letter named once
+    per term, each operand's letters in the other operand or the output; None for anything else
+    (ellipses, traces, sums within one operand)."""
+    inputs, out = spec.replace(" ", "").split("->")
+    lhs, rhs = inputs.split(",")
+    if ("." in lhs + rhs + out or any(len(set(t)) < len(t) for t in (lhs, rhs, out))
+            or any(c not in rhs + out for c in lhs) or any(c not in lhs + out for c in rhs)
+            or any(c not in lhs + rhs for c in out)):
+        return None
+    return lhs, rhs, out
+
+
 def batched_dot(spec: str, a: Array, b: Array, preferred_element_type: Any = None) -> Array:
     """``einsum(spec, a, b)`` for a two-operand spec, written as the dot XLA computes fastest:
     each operand transposed to [batch, free, contracted] / [batch, contracted, free] (batch dims
     in the output's order), one ``dot_general``, the result transposed to the spec's output.
     Left to ``jnp.einsum``, a batch dim that is not leading (the heads of [b, n, h, d]) lets XLA's
-    CPU layout assignment transpose the *large* operand instead (softmax's [N, N] weights in
-    A·V: the full layer's forward at twice its plain time); here only the small ones move. Where
-    the large operand itself is out of that order, ``jnp.einsum`` decides as before. A CPU
-    choice: :func:`contract` takes it on CPU only (XLA's GPU layouts need no help, and the
-    forced moves cost EVA's chunk sums 5-13 % more GPU traffic)."""
-    inputs, out = spec.replace(" ", "").split("->")
-    lhs, rhs = inputs.split(",")
-    letters = lhs + rhs + out
-    if ("." in letters or len(set(lhs)) < len(lhs) or len(set(rhs)) < len(rhs)
-            or any(c not in rhs + out for c in lhs) or any(c not in lhs + out for c in rhs)):
+    CPU layout assignment transpose the *large* operand (softmax's [N, N] weights in
+    A·V: the full layer's forward at twice its plain time), and runs the kernels' products on
+    [b, n, h, f] features in strided layouts (elu attention's forward at 1.6×). A CPU choice:
+    :func:`contract` takes it on CPU only (XLA's GPU layouts need no help, and the forced moves
+    cost EVA's chunk sums 5-13 % more GPU traffic)."""
+    terms = _plain_terms(spec)
+    if terms is None:
         return jnp.einsum(spec, a, b, preferred_element_type=preferred_element_type)
+    lhs, rhs, out = terms
     batch = [c for c in out if c in lhs and c in rhs]
     summed = [c for c in lhs if c in rhs and c not in out]
     lhs_free = [c for c in lhs if c not in rhs]
     rhs_free = [c for c in rhs if c not in lhs]
     lhs_order = [lhs.index(c) for c in batch + lhs_free + summed]
     rhs_order = [rhs.index(c) for c in batch + summed + rhs_free]
-    large_order = lhs_order if a.size >= b.size else rhs_order
-    if large_order != sorted(large_order):   # the large operand would move: XLA's choice then
-        return jnp.einsum(spec, a, b, preferred_element_type=preferred_element_type)
     a, b = a.transpose(lhs_order), b.transpose(rhs_order)
     nb, ns = len(batch), len(summed)
     dims = ((tuple(range(nb + len(lhs_free), a.ndim)), tuple(range(nb, nb + ns))),

@@ -203,6 +203,52 @@ def test_bad_speed_record_writes_nothing(engine, speed_dicts):
         ingest_speed(engine, [{**speed_dicts[0], "mode": "backward"}])
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"schema": "flurka.speed/99"}, "schema 'flurka.speed/99' is not one the results database reads"),
+    ({"schema": "flurka.aot/1"}, "schema 'flurka.aot/1' is not one the results database reads"),
+    ({"median_s": -0.004}, r"results\[0\]: median_s must be >= 0, got -0.004"),
+    ({"flops": -1.0}, r"results\[0\]: flops must be >= 0"),
+])
+def test_a_document_it_cannot_read_is_one_line_and_writes_nothing(engine, tmp_path, change,
+                                                                  message):
+    row = {"mechanism": "rnn", "mode": "forward", "scope": "layer", "seq_len": 64, "d_model": 32,
+           "num_heads": 2, "dtype": "float32", "status": "ok", "median_s": 0.004, "flops": 1e6}
+    doc = {"schema": "flurka.speed/1", "created": "2026-12-02T00:00:00+00:00",
+           "device": {"name": "cpu", "host": "h"}, "versions": {}, "results": [row]}
+    for key, value in change.items():
+        (doc if key == "schema" else row)[key] = value
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=message) as err:
+        ingest_file(engine, path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
+    assert counts(engine)["speed_measurements"] == 0
+
+
+def test_the_plain_benchmarks_document_is_two_records_a_row(engine, tmp_path):
+    """``flurka.speed.plain``: the layer and its plain form, one shape, paired by ``config.form``."""
+    timing = {"median_s": 0.02, "p10_s": 0.019, "p90_s": 0.022, "repeats": 15}
+    doc = {"schema": "flurka.speed.plain/1", "created": "2026-12-02T00:00:00+00:00",
+           "device": {"name": "cpu", "host": "h"}, "versions": {"jax": "0.10.2"}, "results": [
+               {"mechanism": "full", "mode": "forward", "size": "long", "batch": 1,
+                "seq_len": 4096, "d_model": 256, "num_heads": 4, "d_k": 256, "num_features": 64,
+                "padded": 0, "layer": {**timing, "median_s": 0.03}, "plain": timing,
+                "ratio": {"mean": 1.5, "low": 1.4, "high": 1.6, "n": 15, "median": 1.5}}]}
+    path = tmp_path / "layers.json"
+    path.write_text(json.dumps(doc))
+    assert ingest_file(engine, path) == ingest.IngestReport(2, 0)
+    assert ingest_file(engine, path) == ingest.IngestReport(0, 2)
+    with engine.connect() as conn:
+        rows = {r.config["form"]: r for r in conn.execute(sa.select(models.SpeedMeasurement))}
+    assert rows["layer"].median_s == 0.03 and rows["plain"].median_s == 0.02
+    assert rows["plain"].spread_s == pytest.approx(0.003)
+    assert (rows["layer"].scope, rows["layer"].seq_len, rows["layer"].dtype) == ("layer", 4096,
+                                                                               "float32")
+    from flurka.results import tables
+    speed = tables.speed_table(engine, mode="forward")   # the layer's time, not its plain form's
+    assert speed.loc[4096].tolist() == [pytest.approx(30.0)]
+
+
 def test_unreadable_json_is_a_clear_error(engine, tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(ValueError, match="cannot read results JSON .*bad.json"):

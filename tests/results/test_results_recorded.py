@@ -13,12 +13,12 @@ from flurka.results import ingest_file, open_results
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = sorted(p for p in (ROOT / "benchmarks" / "results").rglob("*.json")
-                   if str(json.loads(p.read_text()).get("schema", "")).startswith(("flurka.speed/", "flurka.theory/")))
+                   if str(json.loads(p.read_text()).get("schema", "")).startswith(("flurka.speed/", "flurka.speed.plain/", "flurka.theory/")))
 
 
 def test_there_are_recorded_documents():
     kinds = {json.loads(p.read_text())["schema"] for p in DOCUMENTS}
-    assert kinds == {"flurka.speed/1", "flurka.theory/1"}, kinds
+    assert kinds == {"flurka.speed/1", "flurka.speed.plain/1", "flurka.theory/1"}, kinds
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))

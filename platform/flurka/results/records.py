@@ -96,11 +96,14 @@ def _bool(where: str, name: str, value: Any, *, optional: bool = False) -> bool 
     return value
 
 
-def _float(where: str, name: str, value: Any, *, optional: bool = False) -> float | None:
+def _float(where: str, name: str, value: Any, *, optional: bool = False,
+           minimum: float | None = None) -> float | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         _fail(where, f"{name} must be a finite number, got {value!r}")
+    if minimum is not None and value < minimum:
+        _fail(where, f"{name} must be >= {minimum:g}, got {value!r}")
     return float(value)
 
 
@@ -316,7 +319,7 @@ class SpeedRecord:
         required = {"device", "mechanism", "mode", "N", "d_model", "heads", "status"}
         _keys(where, d, required, (fields | env_keys) - required)
         status = _choice(where, "status", d["status"], SPEED_STATUSES)
-        median = _float(where, "median_s", d.get("median_s"), optional=True)
+        median = _float(where, "median_s", d.get("median_s"), optional=True, minimum=0)
         if status == "ok" and median is None:
             _fail(where, "status 'ok' needs median_s")
         return cls(
@@ -333,8 +336,8 @@ class SpeedRecord:
             batch=_int(where, "batch", d.get("batch", 1), minimum=1),
             dtype=_str(where, "dtype", d.get("dtype"), optional=True, max_len=32),
             median_s=median,
-            spread_s=_float(where, "spread_s", d.get("spread_s"), optional=True),
-            flops=_float(where, "flops", d.get("flops"), optional=True),
+            spread_s=_float(where, "spread_s", d.get("spread_s"), optional=True, minimum=0),
+            flops=_float(where, "flops", d.get("flops"), optional=True, minimum=0),
             config=d.get("config"),
             run=_str(where, "run", d.get("run"), optional=True, max_len=64),
         )
@@ -369,6 +372,38 @@ def _document_environment(doc: dict[str, Any], where: str) -> dict[str, Any]:
             "versions": {k: str(v) for k, v in versions.items() if v is not None}}
 
 
+SPEED_SCHEMA = "flurka.speed/1"
+PLAIN_SCHEMA = "flurka.speed.plain/1"   # python -m flurka.speed.plain: layers beside plain jnp
+
+
+def speed_records_from_plain_document(doc: dict[str, Any]) -> list[SpeedRecord]:
+    """Speed records from ``flurka.speed.plain``'s document: each row two layer-scope records
+    of one shape, the project's layer and its plain ``jnp`` form (``config.form`` "layer" or
+    "plain", with the row's size name, padding and the paired ratio), float32."""
+    env = _document_environment(doc, "plain document")
+    run = doc.get("created")
+    records = []
+    for i, r in enumerate(doc["results"]):
+        where = f"plain document results[{i}]"
+        if not isinstance(r, dict):
+            _fail(where, f"expected an object, got {type(r).__name__}")
+        for form in ("layer", "plain"):
+            t = r.get(form)
+            if not isinstance(t, dict):
+                _fail(where, f"{form!r} must be an object of timings, got {t!r}")
+            spread = (t["p90_s"] - t["p10_s"] if isinstance(t.get("p90_s"), (int, float))
+                      and isinstance(t.get("p10_s"), (int, float)) else None)
+            records.append(SpeedRecord.from_dict({
+                **env, "mechanism": r.get("mechanism"), "mode": r.get("mode"), "scope": "layer",
+                "N": r.get("seq_len"), "d_model": r.get("d_model"), "heads": r.get("num_heads"),
+                "d_k": r.get("d_k"), "m": r.get("num_features"), "batch": r.get("batch", 1),
+                "dtype": "float32", "status": "ok", "median_s": t.get("median_s"),
+                "spread_s": spread, "run": run,
+                "config": {"form": form, "size": r.get("size"), "padded": r.get("padded"),
+                           "ratio": r.get("ratio")}}, f"{where} {form}"))
+    return records
+
+
 def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
     """Speed records from the document ``flurka.speed`` writes: its ``results`` entries (Point
     fields seq_len/num_heads/num_features + status/median_s/p10_s/p90_s/flops), its ``device``
@@ -377,6 +412,12 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
     timed its rows on several cards."""
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
         raise ValueError("speed document: expected an object with a 'results' list")
+    schema = doc.get("schema")
+    if schema == PLAIN_SCHEMA:
+        return speed_records_from_plain_document(doc)
+    if schema not in (SPEED_SCHEMA, 1, None):   # the early documents: 1, or no schema field
+        _fail("speed document", f"schema {schema!r} is not one the results database reads "
+                                f"({SPEED_SCHEMA}, {PLAIN_SCHEMA}, flurka.theory/1, sweep records)")
     env = _document_environment(doc, "speed document")
     run = doc.get("created")
     own = {"mechanism", "mode", "scope", "seq_len", "d_model", "num_heads", "d_k", "num_features", "batch",

@@ -627,7 +627,8 @@ def read_speed(engine: Engine, *where) -> tuple[pd.DataFrame, list[dict]]:
     """Every ok or OOM speed measurement (failed ones are no data) meeting the SQL conditions
     ``where``: device, configuration columns (``N`` the sequence length), status, median, spread,
     FLOPs and run, the :data:`EXECUTION` columns, and each row's stored ``config`` (a
-    ``flurka.speed`` result's other fields). The one query behind these tables and the report."""
+    ``flurka.speed`` result's other fields); the plain ``jnp`` forms ``flurka.speed.plain`` times
+    beside the layers are left out. The one query behind these tables and the report."""
     stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode, SpeedMeasurement.scope,
                       SpeedMeasurement.dtype, SpeedMeasurement.batch, SpeedMeasurement.seq_len.label("N"),
                       SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
@@ -639,6 +640,9 @@ def read_speed(engine: Engine, *where) -> tuple[pd.DataFrame, list[dict]]:
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
     configs = stored_configs(df.pop("config"))
+    mechanism = [c.get("form") != "plain" for c in configs]   # not flurka.speed.plain's baselines
+    df = df.loc[pd.Series(mechanism, index=df.index, dtype=bool)].reset_index(drop=True)
+    configs = [c for c, k in zip(configs, mechanism) if k]
     add_execution(df, configs)
     return df, configs
 

@@ -51,6 +51,15 @@ def _masked_sweep(tmp: Path) -> None:
         "spec": {"benchmarks": ["lra-listops-small"], "results_db": "postgresql://me@db-host/flurka"}}))
 
 
+def _stored_sweep(tmp: Path) -> None:
+    """A run dir holding a finished 600-step sweep."""
+    run = tmp / "run"
+    run.mkdir()
+    (run / "sweep.json").write_text(json.dumps({
+        "sweep_id": "uptrain-2", "created_at": "2026-12-01T00:00:00+00:00", "masked": [],
+        "spec": {"benchmarks": ["lra-listops-small"], "steps": 600, "seeds": [0]}}))
+
+
 def _read_only_dir(tmp: Path) -> None:
     (tmp / "ro").mkdir()
     (tmp / "ro").chmod(0o555)
@@ -141,6 +150,14 @@ CASES = [
          "cannot reach the MLflow server at http://127.0.0.1:{port}"),
     # -- resumes that cannot be
     Case("resume-nothing", None, ("--benchmarks", "lra-listops-small", "--resume"), "no sweep to resume in"),
+    Case("run-dir-holds-a-sweep", None, ("--benchmarks", "lra-listops-small", "--steps", "600"),
+         "--run-dir {tmp}/run holds sweep uptrain-2 already: add --resume to continue it, or give "
+         "another --run-dir for a new sweep", setup=_stored_sweep),
+    Case("resume-other-steps", None, ("--benchmarks", "lra-listops-small", "--steps", "300", "--resume"),
+         "--resume: steps is 300 here but the sweep uptrain-2 ran with 600", setup=_stored_sweep),
+    Case("resume-other-seeds", None,
+         ("--benchmarks", "lra-listops-small", "--steps", "600", "--seeds", "0,1", "--resume"),
+         "--resume: seeds is [0, 1] here but the sweep uptrain-2 ran with [0]", setup=_stored_sweep),
     Case("resume-masked-db-not-given", None, ("--benchmarks", "lra-listops-small", "--resume"),
          "--resume: the sweep's --results-db postgresql://me@db-host/flurka was stored without its password; "
          "give --results-db with the full URL again", setup=_masked_sweep),

@@ -64,6 +64,7 @@ def _stored_state(spec: SweepSpec) -> dict[str, Any]:
         raise SpecError(f"--resume: cannot read {path}: {' '.join(str(exc).split())}") from None
     if not isinstance(state, dict) or "sweep_id" not in state:
         raise SpecError(f"--resume: {path} holds no sweep (no sweep_id)")
+    _check_same_spec(spec, state)
     for field in state.get("masked") or ():
         if field in SECRET_FIELDS and getattr(spec, field) is None:
             flag = f"--{field.replace('_', '-')}"
@@ -71,6 +72,44 @@ def _stored_state(spec: SweepSpec) -> dict[str, Any]:
             raise SpecError(f"--resume: the sweep's {flag} {stored} was stored without its password; "
                             f"give {flag} with the full URL again")
     return state
+
+
+# What a resumed sweep may change: where and how it runs and retries, not what it trains. The
+# run dir is where the state was read; a masked URL compares as stored (its password never is).
+RESUME_MAY_CHANGE = ("resume", "run_dir", "address", "num_cpus", "max_failures",
+                     "compilation_cache")
+
+
+def _check_same_spec(spec: SweepSpec, state: dict[str, Any]) -> None:
+    """``--resume`` continues the stored sweep: a flag or config value that differs from it
+    (``--steps 300`` on a 600-step sweep) is an error naming the field and both values."""
+    stored = state.get("spec")
+    if not isinstance(stored, dict):
+        return
+    now = json.loads(json.dumps(stored_dict(spec)))   # tuples as the stored lists
+    for field, value in now.items():
+        if field in RESUME_MAY_CHANGE or field not in stored:
+            continue
+        if field in (state.get("masked") or ()) and value is None:
+            continue                                      # stored without its password: below
+        if value != stored[field]:
+            raise SpecError(f"--resume: {field} is {value!r} here but the sweep "
+                            f"{state['sweep_id']} ran with {stored[field]!r}; resume with the "
+                            "sweep's own settings, or start a new sweep in another --run-dir")
+
+
+def check_fresh_run_dir(spec: SweepSpec) -> None:
+    """A new sweep needs a run dir without one: the same command again would make a second
+    sweep over the same trials (twice the seeds in every table) and overwrite sweep.json."""
+    path = spec.run_path / "sweep.json"
+    if spec.resume or not path.exists():
+        return
+    try:
+        sweep_id = json.loads(path.read_text()).get("sweep_id", "?")
+    except (OSError, ValueError, AttributeError):
+        sweep_id = "?"
+    raise SpecError(f"--run-dir {spec.run_path} holds sweep {sweep_id} already: add --resume to "
+                    "continue it, or give another --run-dir for a new sweep")
 
 
 def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
@@ -374,6 +413,7 @@ def preflight(spec: SweepSpec):
     from flurka.results import open_results
 
     spec = validate(spec)
+    check_fresh_run_dir(spec)
     if spec.resume:
         _stored_state(spec)
     plan = make_plan(spec)

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"uptrain_sweep: error: {exc}", file=sys.stderr)
         return 2
     print(summary(outcome), flush=True)
-    return 1 if outcome.failed else 0
+    return 1 if outcome.failed or outcome.skipped else 0
 
 
 if __name__ == "__main__":

@@ -102,3 +102,22 @@ def test_main_job_trains_one_linformer_base_per_d_k_and_seed(config):
         base = linformer[(br.benchmark, br.d_k, br.seed)]
         assert br.base_key == base.key and br.start_step in base.fork_steps
     assert len(plan.branches) == len(spec.variants) * len(spec.alphas) * len(spec.d_k) * len(spec.seeds)
+
+
+def test_a_branch_forks_only_from_a_base_that_reached_its_fork_step():
+    """``runner.unforkable``: a branch is skipped when its base failed, was stopped early, or
+    diverged at or before the branch's fork step; a base that diverged after it still serves."""
+    from flurka.sweeps.runner import unforkable
+
+    plan = make_plan(validate(SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-rnn",),
+                                        alphas=(0.25, 0.75), steps=40, full=False)))
+    low, high = sorted(plan.branches, key=lambda r: r.start_step)
+    base = low.base_key
+    assert base == high.base_key and (low.start_step, high.start_step) == (10, 30)
+    ok = {base: {"status": "ok", "steps": 40}}
+    assert unforkable(plan, ok, [], []) == {}
+    assert unforkable(plan, {}, [base], []) == {r.key: f"base {base} failed" for r in (low, high)}
+    assert unforkable(plan, {}, [], [base]) == {r.key: f"base {base} stopped early"
+                                               for r in (low, high)}
+    diverged = {base: {"status": "diverged at step 20", "steps": 20}}
+    assert unforkable(plan, diverged, [], []) == {high.key: f"base {base} diverged at step 20"}

@@ -98,3 +98,35 @@ def test_killed_trial_is_retried_from_its_checkpoint(tmp_path, tiny_overrides, m
     with sa.create_engine(out.results_url).connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM trials")).scalar() == 1
 
+
+
+@pytest.mark.slow
+def test_a_base_that_cannot_be_forked_skips_its_branches(tmp_path, tiny_overrides, mlflow_runs):
+    """Issue 40: a baseline doubling as the base that diverges before the fork step does not
+    launch its branch (which would fail on a missing checkpoint); the branch is recorded as
+    skipped, with the base's reason, in MLflow and in the results DB beside the baselines."""
+    from flurka.sweeps.runner import run_sweep, summary
+
+    spec = SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-rnn",), alphas=(0.5,),
+                     steps=8, overrides={**tiny_overrides, "learning_rate": 1e9}, full=False,
+                     run_dir=str(tmp_path / "run"), num_cpus=2, name="unforkable")
+    out = run_sweep(spec)
+
+    (branch,) = out.skipped
+    assert branch.startswith("branch/") and branch not in out.results
+    base = "baseline/lra-listops-small/linformer/s0/T8/dk16"
+    assert out.results[base]["status"].startswith("diverged at step")
+    assert out.skipped[branch] == f"base {base} {out.results[base]['status']}"
+    assert "1 skipped (their base cannot be forked: base " in summary(out)
+
+    _, runs = mlflow_runs(out.mlflow_uri, "unforkable")
+    (skipped,) = [r for r in runs if r.data.tags.get("flurka.trial_key") == branch]
+    assert skipped.info.status == "KILLED"
+    assert skipped.data.tags["flurka.status"] == f"skipped: {out.skipped[branch]}"
+
+    engine = sa.create_engine(out.results_url)
+    with engine.connect() as conn:
+        rows = dict(conn.execute(sa.text("select trial_key, status from trials")).all())
+    engine.dispose()
+    assert rows[branch] == f"skipped: {out.skipped[branch]}"
+    assert rows[base].startswith("diverged at step") and len(rows) == 3

@@ -48,6 +48,7 @@ class SweepOutcome:
     parent_run_id: str | None = None
     stopped: list[str] = dataclasses.field(default_factory=list)   # early-stopped (ASHA)
     time_split: dict[str, Any] = dataclasses.field(default_factory=dict)   # see time_split()
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # branch key -> why (unforkable)
 
 
 # -- sweep identity (stable across --resume) ----------------------------------------------------
@@ -269,6 +270,51 @@ def _trial_record(key: str, result: dict[str, Any], run: dict[str, Any]):
     return dataclasses.replace(record, config=config)
 
 
+def unforkable(plan, results: dict[str, dict[str, Any]], failed: list[str],
+               stopped: list[str]) -> dict[str, str]:
+    """Branch key -> why it cannot fork from its base: the base failed, was stopped early, or
+    diverged at or before the branch's fork step (no checkpoint there). Such branches are not
+    launched (they would fail on a missing checkpoint, and say nothing of why)."""
+    out = {}
+    for branch in plan.branches:
+        base = branch.base_key
+        if base is None:
+            continue
+        result = results.get(base)
+        if base in failed:
+            out[branch.key] = f"base {base} failed"
+        elif base in stopped or result is None:
+            out[branch.key] = f"base {base} stopped early"
+        elif result.get("status", "ok") != "ok" and int(result.get("steps") or 0) <= branch.start_step:
+            out[branch.key] = f"base {base} {result['status']}"
+    return out
+
+
+def _unfinished_record(run, status: str):
+    """The results-DB record of a planned trial that has no result (failed, stopped, skipped):
+    what it was to train, its status, no metrics."""
+    from flurka.results import TrialRecord
+
+    return TrialRecord(trial_key=run.key, attention=run.attention, benchmark=run.benchmark,
+                       seed=run.seed, status=status[:255], steps=0, alpha=run.alpha,
+                       base=run.base, d_k=run.d_k)
+
+
+def _log_skipped(tracker, plan, skipped: dict[str, str], spec: SweepSpec, run_dir: Path,
+                 name_of) -> None:
+    """Each skipped branch as its own MLflow run: KILLED, tagged ``flurka.status`` with the
+    reason (the sweep planned it; the runs table shows why it has no curve)."""
+    runs = [r for r in plan.branches if r.key in skipped]
+    for cfg in _trial_configs(tuple(runs), spec, run_dir):
+        run = cfg["run"]
+        from flurka.tracking.mlflow_runs import BENCHMARK_TAG
+
+        run_id = tracker.trial_run(run["key"], run["kind"], _params(cfg), name=name_of(cfg),
+                                   tags={BENCHMARK_TAG: run["benchmark"]})
+        tracker.set_tags(run_id, {"flurka.status": f"skipped: {skipped[run['key']]}"})
+        tracker.finish_trial(run_id, None, status="KILLED")
+
+
 def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
     """Per benchmark, up-training (Table 5 shape: per variant and d_k, mean ± CI over seeds) on
     the task metric (``uptraining_<bench>``) and on the eval loss (``uptraining_<bench>_loss``),
@@ -465,12 +511,18 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         runs: dict[str, dict[str, Any]] = {}
         failed: list[str] = []
         stopped: list[str] = []
+        skipped: dict[str, str] = {}
+        name_of = functools.partial(_run_name, several=len(spec.benchmarks) > 1)
         for phase, planned in (("first", plan.first_phase), ("branches", plan.branches)):
+            if phase == "branches":
+                skipped = unforkable(plan, results, failed, stopped)
+                planned = tuple(r for r in planned if r.key not in skipped)
+                with _timed(driver, "mlflow"):
+                    _log_skipped(tracker, plan, skipped, spec, run_dir, name_of)
             if not planned:
                 continue
             configs = _trial_configs(planned, spec, run_dir)
-            callback = MLflowTrialCallback(tracker, resolve, params_of=_params,
-                                           name_of=functools.partial(_run_name, several=len(spec.benchmarks) > 1))
+            callback = MLflowTrialCallback(tracker, resolve, params_of=_params, name_of=name_of)
             grid = _tuner(spec, phase, configs, storage, f"{sweep_id}-{phase}",
                           [callback]).fit()  # Tune appends to the list: fresh each time
             # its MLflow writes, between the trials' results (a restored Tuner uses its own pickled one)
@@ -486,10 +538,11 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                     failed.append(key)
                 else:
                     stopped.append(key)  # early-stopped by ASHA
-            if phase == "first" and any(r.key in failed for r in plan.bases):
-                bad = [r.key for r in plan.bases if r.key in failed]
-                raise RuntimeError(f"base run(s) failed, their branches cannot fork: {', '.join(bad)}")
         trials = [_trial_record(k, r, runs[k]) for k, r in results.items() if runs[k]["kind"] != "base"]
+        trials += [_unfinished_record(r, "failed" if r.key in failed else "stopped early")
+                   for r in plan.baselines + plan.branches if r.key in failed or r.key in stopped]
+        trials += [_unfinished_record(r, f"skipped: {skipped[r.key]}")
+                   for r in plan.branches if r.key in skipped]
         from flurka.results import ingest_sweep
 
         with _timed(driver, "results_db"):
@@ -505,7 +558,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         _log_time_split(tracker, split)
         tracker.end_sweep("FINISHED" if not failed else "FAILED")
         return SweepOutcome(sweep_id, run_dir, spec.mlflow_tracking_uri, spec.results_url, compute, results,
-                            failed, tables, parent, stopped, split)
+                            failed, tables, parent, stopped, split, skipped)
     except BaseException:
         if tracker is not None:
             tracker.end_sweep("KILLED")
@@ -548,7 +601,9 @@ def summary(outcome: SweepOutcome) -> str:
     lines += [
         f"\nBranching up-training: {c['uptrain_steps_executed']} train steps instead of "
         f"{c['uptrain_steps_independent']} for independent runs ({c['uptrain_compute_ratio']:.3f}×).",
-        f"Trials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, {len(outcome.failed)} failed{': ' + ', '.join(outcome.failed) if outcome.failed else ''}",
+        f"Trials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, {len(outcome.failed)} failed{': ' + ', '.join(outcome.failed) if outcome.failed else ''}"
+        + (f", {len(outcome.skipped)} skipped (their base cannot be forked: "
+           f"{'; '.join(sorted(set(outcome.skipped.values())))})" if outcome.skipped else ""),
         f"Run dir:    {outcome.run_dir}",
         f"MLflow:     {mask_url(outcome.mlflow_uri)}  (flurka ui --backend-store-uri {mask_url(outcome.mlflow_uri)})",
         f"Results DB: {redact(outcome.results_url)}",

@@ -78,7 +78,7 @@ def _stored_state(spec: SweepSpec) -> dict[str, Any]:
 # What a resumed sweep may change: where and how it runs and retries, not what it trains. The
 # run dir is where the state was read; a masked URL compares as stored (its password never is).
 RESUME_MAY_CHANGE = ("resume", "run_dir", "address", "num_cpus", "max_failures",
-                     "compilation_cache")
+                     "compilation_cache", "verbose")
 
 
 def _check_same_spec(spec: SweepSpec, state: dict[str, Any]) -> None:
@@ -193,8 +193,10 @@ def _trainable(trial_config: dict[str, Any]) -> None:
 def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: Path, exp_name: str, callbacks):
     from ray import tune
 
-    # Tune's classic CLIReporter (trial table with step / loss); the newer output engine
-    # ignores a passed-in reporter.
+    from flurka.sweeps.progress import ProgressLine
+
+    # A reporter of ours (one line) or Tune's classic CLIReporter (--verbose: the trial table);
+    # the newer output engine ignores a passed-in reporter.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # Train and eval entries carry different metrics; Optuna reads the final report only.
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
@@ -217,9 +219,10 @@ def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: 
         scheduler = ASHAScheduler(metric="loss", mode="min", time_attr="step",
                                   max_t=max(c["run"]["steps"] for c in configs) + 1,
                                   grace_period=max(1, min(c["run"]["steps"] for c in configs) // 4))
-    reporter = tune.CLIReporter(metric_columns={"step": "step", "loss": "loss"},
-                                parameter_columns={"cfg/run/kind": "kind"},
-                                max_report_frequency=15, print_intermediate_tables=True)
+    reporter = (tune.CLIReporter(metric_columns={"step": "step", "loss": "loss"},
+                                 parameter_columns={"cfg/run/kind": "kind"},
+                                 max_report_frequency=15, print_intermediate_tables=True)
+                if spec.verbose else ProgressLine(phase, resolve))
     return tune.Tuner(
         trainable, param_space=space,
         # reuse_actors: a worker process runs trial after trial, so flurka.training's cache of

@@ -1,0 +1,49 @@
+"""The sweep's progress line (``flurka.sweeps.progress``), what a user sees instead of Tune's
+trial table unless ``--verbose``: counts, the share of planned steps, an estimate of the rest."""
+
+from __future__ import annotations
+
+import io
+import types
+
+from flurka.sweeps import progress
+
+
+def _trial(tid, status, run, step=None):
+    return types.SimpleNamespace(trial_id=tid, status=status, config={"run": run},
+                                 last_result={} if step is None else {"step": step})
+
+
+BASE = {"steps": 600, "start_step": 0, "stop_step": None}
+BRANCH = {"steps": 600, "start_step": 450, "stop_step": None}
+
+
+def test_steps_count_each_run_over_its_own_range():
+    assert progress.steps_done(BASE, "RUNNING", 300) == (300, 600)
+    assert progress.steps_done(BRANCH, "RUNNING", 500) == (50, 150)    # forked at 450
+    assert progress.steps_done(BRANCH, "PENDING", None) == (0, 150)
+    assert progress.steps_done(BRANCH, "TERMINATED", 470) == (150, 150)
+    assert progress.steps_done({"steps": 600, "stop_step": 450}, "RUNNING", 900) == (450, 450)
+
+
+def test_the_line_counts_trials_and_estimates_the_rest():
+    out = io.StringIO()
+    reporter = progress.ProgressLine("first", lambda c: c, every_s=3600, out=out)
+    reporter.start -= 120                                   # two minutes in
+    trials = [_trial("a", "TERMINATED", BASE, 600), _trial("b", "RUNNING", BASE, 300),
+              _trial("c", "ERROR", BRANCH, 460), _trial("d", "PENDING", BRANCH)]
+    assert reporter.should_report(trials)
+    reporter.report(trials, False)
+    text = out.getvalue().strip()
+    # 600 + 300 + 10 + 0 of 600 + 600 + 150 + 150 steps: 60.7 %; 120 s for it, about 78 s left
+    assert text == ("[flurka] first phase: 1/4 trials done, 1 running, 1 failed; 61% of its "
+                    "steps; 2:00 elapsed, about 1:18 left")
+    assert not reporter.should_report(trials)               # nothing changed, not due
+    assert not reporter.should_report(trials, done=True)    # its last line is already out
+    trials[1] = _trial("b", "TERMINATED", BASE, 600)
+    assert reporter.should_report(trials)
+
+
+def test_clock():
+    assert [progress.clock(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "1:00", "1:01",
+                                                                       "1:01:02"]

@@ -1,6 +1,6 @@
 """The main job: Ray Tune sweep of FLuRKA up-training α and d_k, tracked in MLflow.
 
-    python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml
+    python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml   # = flurka sweep
     ray job submit --working-dir . -- python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml
 
 Without ``--address`` / ``RAY_ADDRESS`` it starts its own local Ray; MLflow and the results DB
@@ -16,22 +16,12 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flurka.sweeps import spec as S
+    """``flurka sweep``'s parser and run (:mod:`flurka.sweeps.cli`) under this script's name."""
+    from flurka.sweeps import cli, spec
 
-    parser = S.ArgumentParser(prog="uptrain_sweep", description=__doc__.splitlines()[0])
-    S.add_arguments(parser)
-    args = parser.parse_args(argv)
-    from flurka.cluster import ClusterError
-    from flurka.results import DatabaseUnreachable
-    from flurka.sweeps.runner import run_sweep, summary
-
-    try:
-        outcome = run_sweep(S.from_args(args))
-    except (S.SpecError, ClusterError, DatabaseUnreachable, FileNotFoundError) as exc:
-        print(f"uptrain_sweep: error: {exc}", file=sys.stderr)
-        return 2
-    print(summary(outcome), flush=True)
-    return 1 if outcome.failed or outcome.skipped else 0
+    parser = spec.ArgumentParser(prog="uptrain_sweep", description=__doc__.splitlines()[0])
+    cli.add_arguments(parser)
+    return cli.run(parser.parse_args(argv), prog="uptrain_sweep")
 
 
 if __name__ == "__main__":

@@ -429,7 +429,12 @@ def check_ci(cmd: Command, ctx: Ctx) -> None:
 
 def check_sweep_script(cmd: Command, ctx: Ctx) -> None:
     argv = tokens(cmd)
-    assert argv[0] == "experiments/uptrain_sweep.py"
+    if argv[:2] == ["flurka", "sweep"]:   # the same parser as the script's
+        covered_by("tests/platform/test_sweep_bad_input.py::"
+                   "test_flurka_sweep_is_the_scripts_parser_and_refuses_alike", '"sweep"')
+        argv = argv[1:]
+    else:
+        assert argv[0] == "experiments/uptrain_sweep.py"
     spec = check_sweep_args(argv[1:])
     assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-small",)
     assert len(spec.seeds) >= 3 and spec.steps == 600 and not spec.full
@@ -907,7 +912,7 @@ COVERAGE: list[Cover] = [
           "make -n (PYTHONPATH=.cuda-aot, python -m flurka.speed.aot), ARGS parsed with --list; "
           "tests/speed/test_speed_aot.py compiles points and kernels for an H100 through it [slow]"),
     Cover(IN, r"\.ci/run", "covered", check_ci, "CI itself (PostgreSQL + Chromium, then make test)"),
-    Cover(IN, r"experiments/uptrain_sweep\.py --config experiments/uptrain_small\.yaml", "parse",
+    Cover(IN, r"(experiments/uptrain_sweep\.py|flurka sweep) --config experiments/uptrain_small\.yaml", "parse",
           check_sweep_script, "the sweep's parser + SweepSpec.validate + plan (what make sweep runs)"),
     # -- MLflow UI ----------------------------------------------------------------------------
     Cover(SH, r"(\.venv/bin/)?flurka ui --run-dir runs/uptrain-small", "run", check_ui,

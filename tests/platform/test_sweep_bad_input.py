@@ -312,3 +312,23 @@ def test_train_refuses_a_malformed_set_in_one_line(capsys):
     assert main(["train", "--benchmark", "lra-listops-small", "--set", "attention_options={d_k: 16"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--set attention_options: cannot parse" in err
+
+
+def test_flurka_sweep_is_the_scripts_parser_and_refuses_alike(tmp_path, capsys, no_ray):
+    """Issue 41: ``flurka sweep`` runs what ``experiments/uptrain_sweep.py`` runs (one parser,
+    one run); a bad spec is the same one line under its own name, before Ray."""
+    import subprocess
+
+    from flurka.cli import main
+
+    argv = ["--benchmarks", "lra-listops-small", "--seeds", "0.5", "--run-dir", str(tmp_path / "r")]
+    assert main(["sweep", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("flurka sweep: error: command line: --seeds must be integers (a list, or "
+                   "comma-separated), got '0.5'")
+    assert _sweep_main(argv, capsys)[1:] == ("", err.replace("flurka sweep", "uptrain_sweep") + "\n")
+    assert not (tmp_path / "r").exists()
+    # the Python API is importable without Ray, as the package promises
+    code = ("import sys, flurka.sweeps as s; assert callable(s.run_sweep); "
+            "assert 'ray' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

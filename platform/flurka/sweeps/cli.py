@@ -1,0 +1,37 @@
+"""``flurka sweep`` (and ``python experiments/uptrain_sweep.py``, the same parser): a Ray Tune
+sweep of FLuRKA up-training α and d_k from a YAML spec and flags, its tables printed at the end.
+
+    flurka sweep --config experiments/uptrain_small.yaml        # what make sweep runs
+    flurka sweep --config experiments/uptrain_small.yaml --resume
+
+From Python the same is ``flurka.sweeps.run_sweep(spec)`` with a
+:class:`~flurka.sweeps.SweepSpec`. A bad spec, an unreachable store or cluster, or a GPU request
+on a GPU-less cluster is one line and exit 2 before any trial (all but the cluster's checks
+before Ray starts); a sweep with failed or skipped trials exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from flurka.sweeps import spec
+
+    spec.add_arguments(parser)
+
+
+def run(args: argparse.Namespace, prog: str = "flurka sweep") -> int:
+    from flurka.cluster import ClusterError
+    from flurka.results import DatabaseUnreachable
+    from flurka.sweeps import spec
+    from flurka.sweeps.runner import run_sweep, summary
+
+    try:
+        outcome = run_sweep(spec.from_args(args))
+    except (spec.SpecError, ClusterError, DatabaseUnreachable, FileNotFoundError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print(summary(outcome), flush=True)
+    return 1 if outcome.failed or outcome.skipped else 0

@@ -121,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--steps must be >= 2 and --repeats >= 1")
     from flurka.speed.runner import document, write_json
     doc = document(sweep="loop", results=[], ceilings=None,
-                   settings={"steps": args.steps, "repeats": args.repeats})
-    doc["schema"] = SCHEMA
+                   settings={"steps": args.steps, "repeats": args.repeats}, schema=SCHEMA)
     for benchmark in benchmarks:
         row = measure(benchmark, steps=args.steps, repeats=args.repeats)
         doc["results"].append(row)

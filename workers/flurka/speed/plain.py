@@ -246,8 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--warmup must be >= 0 and --repeats >= 2 (the ratio's CI needs two rounds)")
     from flurka.speed.runner import document, write_json
     doc = document(sweep="plain", results=[], ceilings=None,
-                   settings={"warmup": args.warmup, "repeats": args.repeats})
-    doc["schema"] = SCHEMA
+                   settings={"warmup": args.warmup, "repeats": args.repeats}, schema=SCHEMA)
     for size in sizes:
         for mechanism in mechanisms:
             for mode in modes:

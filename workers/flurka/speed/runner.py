@@ -71,9 +71,10 @@ def measured_ceilings(dtype: str, repeats: int = 10) -> dict[str, Any]:
 
 def document(*, sweep: str, results: list[dict], ceilings: dict | None,
              settings: dict[str, Any], device: dict | None = None,
-             versions_: dict | None = None) -> dict[str, Any]:
+             versions_: dict | None = None, schema: str = SCHEMA) -> dict[str, Any]:
+    """A benchmark's JSON document: what ran where (device, versions, settings) and its rows."""
     return {
-        "schema": SCHEMA,
+        "schema": schema,
         "sweep": sweep,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": device or device_info(),

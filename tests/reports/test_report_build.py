@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import time
 import re
 from pathlib import Path
 
@@ -422,6 +423,18 @@ def test_cli_errors(tmp_path, capsys):
     assert "ranks[0] lacks rank" in err and "\n" not in err
     assert cli.run(_args(db=url, out=str(tmp_path / "o"), run_id="abc")) == 1
     assert "need --mlflow-uri" in capsys.readouterr().err
+    # an MLflow server that does not answer: one line within seconds (MLflow's own client
+    # retried for 253 s), before the report is written
+    from testsupport import free_ports
+
+    (port,) = free_ports(1)
+    start = time.monotonic()
+    assert cli.run(_args(db=url, out=str(tmp_path / "o"), mlflow_uri=f"http://u:pw@127.0.0.1:{port}",
+                         experiment="uptrain")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"flurka report: cannot reach the MLflow server at http://u@127.0.0.1:{port}")
+    assert "\n" not in err and "pw" not in err and time.monotonic() - start < 30
+    assert not (tmp_path / "o").exists()
 
 
 def test_log_report_to_the_sweeps_mlflow_run(built, tmp_path):

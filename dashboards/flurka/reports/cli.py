@@ -58,6 +58,12 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--mlflow-uri needs --run-id, or --experiment (with --sweep-id for the sweep's run)", 1)
     if (args.run_id or args.experiment or args.sweep_id) and not args.mlflow_uri:
         return _fail("--run-id/--experiment/--sweep-id need --mlflow-uri", 1)
+    if args.mlflow_uri:   # a server that does not answer: one line now, not after the report
+        from flurka.tracking.store import probe_tracking
+        try:
+            probe_tracking(args.mlflow_uri)
+        except db.DatabaseUnreachable as e:
+            return _fail(str(e), 2)
     url = args.db
     if url is None:
         found = rundirs.newest_store(rundirs.RESULTS)

@@ -423,36 +423,15 @@ def _log_time_split(tracker, split: dict[str, Any]) -> None:
 
 # -- the sweep ----------------------------------------------------------------------------------
 
-_MLFLOW_DB_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
-MLFLOW_PROBE_TIMEOUT_S = 5
-
-
 def check_stores(spec: SweepSpec) -> None:
     """The results DB and the MLflow store can be opened, creating nothing: an existing SQLite
     file must be a database (read-only look), a server must answer (a few seconds). Raises
     DatabaseUnreachable (one line, no password)."""
-    from flurka.results.db import DatabaseUnreachable, probe
+    from flurka.results.db import probe
+    from flurka.tracking.store import probe_tracking
 
     probe(spec.results_url, will_create=spec.run_path)
-    uri = spec.mlflow_tracking_uri
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
-    if scheme in _MLFLOW_DB_SCHEMES:
-        try:
-            probe(uri, will_create=spec.run_path)
-        except DatabaseUnreachable as exc:
-            raise DatabaseUnreachable(f"MLflow store: {exc}") from None
-    elif scheme in ("http", "https"):
-        import urllib.error
-        import urllib.request
-
-        try:
-            urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=MLFLOW_PROBE_TIMEOUT_S).close()
-        except urllib.error.HTTPError:
-            pass  # it answered
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise DatabaseUnreachable(f"cannot reach the MLflow server at {mask_url(uri)}: "
-                                      f"{' '.join(str(reason).split())}") from None
+    probe_tracking(spec.mlflow_tracking_uri, will_create=spec.run_path)
 
 
 def preflight(spec: SweepSpec):

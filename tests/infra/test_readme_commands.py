@@ -711,7 +711,7 @@ def _ray_command(argv: list[str]):
     return command, rest
 
 
-RAY_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+RAY_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
 def ray_parse(argv: list[str]):
@@ -719,7 +719,7 @@ def ray_parse(argv: list[str]):
     import click
 
     command, rest = _ray_command(argv)
-    placeholders = {"<head>": "127.0.0.1", "<token>": "0" * 32}
+    placeholders = {"<head>": "127.0.0.1", "<private-ip>": "10.0.0.2", "<token>": "0" * 32}
     rest = [re.sub("|".join(map(re.escape, placeholders)), lambda m: placeholders[m.group(0)], a) for a in rest]
     try:
         return command.make_context(command.name, rest).params
@@ -738,6 +738,8 @@ def _check_auth_env(env: dict[str, str]) -> None:
 def check_ray(cmd: Command, ctx: Ctx) -> None:
     """Ray's own parser for the flags; the slow token-auth test runs the sequence on 127.0.0.1."""
     env, argv = env_prefix(tokens(cmd))
+    if ">" in argv:   # a redirection is the shell's, not Ray's
+        argv = argv[:argv.index(">")]
     _check_auth_env(env)
     params = ray_parse(argv if argv[1:] != ["up"] else [*argv, "infra/ray/cluster-aws-gpu.yaml"])
     sub = " ".join(argv[1:3])
@@ -782,8 +784,13 @@ def check_export(cmd: Command, ctx: Ctx) -> None:
     argv = tokens(cmd)
     assert argv[0] == "export"
     _check_auth_env(dict(a.split("=", 1) for a in argv[1:]))
-    assert shell(["bash", "-n", "-c", cmd.text.replace("<token>", "0" * 32)], ctx.tmp).returncode == 0
-    covered_by("tests/infra/test_readme_commands.py::test_token_auth_cluster_path", "RAY_AUTH_TOKEN")
+    assert shell(["bash", "-n", "-c", cmd.text], ctx.tmp).returncode == 0
+    covered_by("tests/infra/test_readme_commands.py::test_token_auth_cluster_path", "RAY_AUTH_TOKEN_PATH")
+
+
+def check_chmod(cmd: Command, ctx: Ctx) -> None:
+    assert shell(["bash", "-n", "-c", cmd.text], ctx.tmp).returncode == 0
+    covered_by("tests/infra/test_readme_commands.py::test_token_auth_cluster_path", "chmod", "0o600")
 
 
 def check_dev_head(cmd: Command, ctx: Ctx) -> None:
@@ -919,13 +926,17 @@ COVERAGE: list[Cover] = [
           "--dry-run in a workspace (MLflow on 127.0.0.1:5000, the run dir's store); started on a free "
           "port, serving a sweep's runs, by test_flurka_ui_serves_the_runs [slow]"),
     # -- Ray cluster --------------------------------------------------------------------------
-    Cover(SH, r"ray get-auth-token --generate", "parse", check_ray,
+    Cover(SH, r"ray get-auth-token --generate > /dev/null", "parse", check_ray,
           "Ray's click parser; run (HOME in a tmp dir) by test_token_auth_cluster_path [slow]"),
-    Cover(SH, r"RAY_AUTH_MODE=token ray start --head --dashboard-host 0\.0\.0\.0", "parse", check_ray,
+    Cover(SH, r"chmod 600 ~/\.ray/auth_token", "parse", check_chmod,
+          "bash -n; run on the generated token (then 0600) by test_token_auth_cluster_path [slow]"),
+    Cover(SH, r"RAY_AUTH_MODE=token ray start --head --dashboard-host <private-ip>", "parse", check_ray,
           "Ray's click parser; run with 127.0.0.1 and free ports by test_token_auth_cluster_path [slow]"),
-    Cover(SH, r"RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> ray start --address <head>:6379", "parse", check_ray,
-          "Ray's click parser; a worker joins the token-auth head in test_token_auth_cluster_path [slow]"),
-    Cover(SH, r"export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token>", "parse", check_export,
+    Cover(SH, r"RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/\.ray/auth_token ray start --address <head>:6379",
+          "parse", check_ray,
+          "Ray's click parser; a worker joins the token-auth head with a token file in "
+          "test_token_auth_cluster_path [slow]"),
+    Cover(SH, r"export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/\.ray/auth_token", "parse", check_export,
           "bash -n; the names are Ray's auth variables; used by test_token_auth_cluster_path [slow]"),
     Cover(SH, r"ray job submit --address http://<head>:8265 .*-- python experiments/uptrain_sweep\.py .*", "parse",
           check_ray, "Ray's click parser, runtime-env JSON, entrypoint through the sweep's parser + "
@@ -1121,7 +1132,8 @@ def test_token_auth_cluster_path(tmp_path):
     so the sweep's preflight refuses ``--gpus-per-trial 0.5`` as documented, from inside the job)."""
     shell_cmds = [c for c in COMMANDS if c.kind == "shell" and c.doc == "README.md"]
     by = {name: next(c for c in shell_cmds if re.fullmatch(p, c.text)) for name, p in {
-        "generate": r"ray get-auth-token --generate", "head": r"RAY_AUTH_MODE=token ray start --head .*",
+        "generate": r"ray get-auth-token --generate > /dev/null", "chmod": r"chmod 600 .*",
+        "head": r"RAY_AUTH_MODE=token ray start --head .*",
         "worker": r"RAY_AUTH_MODE=token .*ray start --address .*", "export": r"export .*",
         "submit": r"ray job submit .*"}.items()}
     home = tmp_path / "home"
@@ -1130,16 +1142,28 @@ def test_token_auth_cluster_path(tmp_path):
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     base_env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
 
-    gen = shell(tokens(by["generate"]), tmp_path, 120, base_env)
-    assert gen.returncode == 0, gen.stderr[-2000:]
-    token = gen.stdout.strip()
-    assert len(token) >= 16 and (home / ".ray" / "auth_token").read_text().strip() == token
+    gen = shell(["bash", "-c", by["generate"].text.replace("ray ", f"{BIN / 'ray'} ", 1)], tmp_path, 120,
+                base_env)
+    assert gen.returncode == 0 and not gen.stdout.strip(), gen.stderr[-2000:]   # nothing printed
+    token_file = home / ".ray" / "auth_token"
+    token = token_file.read_text().strip()
+    assert len(token) >= 16
+    assert shell(["bash", "-c", by["chmod"].text], tmp_path, 30, base_env).returncode == 0
+    assert token_file.stat().st_mode & 0o777 == 0o600   # owner-only, as the README makes it
+
+    def token_home(name: str) -> Path:
+        """Another machine's home with the token file copied there, owner-only."""
+        other = tmp_path / name / ".ray"
+        other.mkdir(parents=True)
+        shutil.copy(token_file, other / "auth_token")
+        (other / "auth_token").chmod(0o600)
+        return other.parent
 
     head_ports, ports = ray_node_ports(head=True)
     worker_ports, _ = ray_node_ports(head=False, avoid=(ports["min-worker-port"], ports["max-worker-port"]))
     gcs, dash = ports["port"], ports["dashboard-port"]
     head_env, head_argv = env_prefix(tokens(by["head"]))
-    head_argv = [a.replace("0.0.0.0", "127.0.0.1") for a in head_argv]  # never all interfaces in a test
+    head_argv = [a.replace("<private-ip>", "127.0.0.1") for a in head_argv]  # the test's private interface
     common = ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
     head = subprocess.Popen(
         [str(BIN / "ray"), *head_argv[1:], *common, *head_ports, "--include-dashboard", "true",
@@ -1154,15 +1178,16 @@ def test_token_auth_cluster_path(tmp_path):
             urllib.request.urlopen(version, timeout=10)
         assert no_token.value.code in (401, 403)
         worker_env, worker_argv = env_prefix(tokens(by["worker"]))
-        worker_env = {k: v.replace("<token>", token) for k, v in worker_env.items()}
+        worker_home = token_home("worker-home")
+        worker_env = {k: v.replace("~", str(worker_home), 1) for k, v in worker_env.items()}
         worker_argv = [a.replace("<head>:6379", f"127.0.0.1:{gcs}") for a in worker_argv]
         worker = subprocess.Popen(
             [str(BIN / "ray"), *worker_argv[1:], *common, *worker_ports],
-            env={**base_env, "HOME": str(tmp_path), **worker_env}, cwd=tmp_path,  # no token file: env only
+            env={**base_env, "HOME": str(worker_home), **worker_env}, cwd=tmp_path,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
         client_env = {k: v for k, v in base_env.items()}
-        client_env["HOME"] = str(tmp_path)  # the client has no token file either
+        client_env["HOME"] = str(tmp_path)  # the client has no token file yet
         submit = tokens(by["submit"])
         submit = [a.replace("http://<head>:8265", f"http://127.0.0.1:{dash}").replace("/shared/runs/uptrain-small",
                                                                                       str(tmp_path / "run"))
@@ -1174,7 +1199,10 @@ def test_token_auth_cluster_path(tmp_path):
         assert "auth" in (refused.stdout + refused.stderr).lower()
 
         exported = dict(a.split("=", 1) for a in tokens(by["export"])[1:])
-        client_env.update({k: v.replace("<token>", token) for k, v in exported.items()})
+        client_home = token_home("client-home")
+        client_env["HOME"] = str(client_home)
+        client_env.update({k: v.replace("~", str(client_home), 1) for k, v in exported.items()})
+        assert "RAY_AUTH_TOKEN" not in client_env   # the file, not the token, in the environment
         job = shell(submit, tmp_path, 300, client_env)
         logs = job.stdout + job.stderr
         assert "uptrain_sweep: error:" in logs and "GPU" in logs, logs[-4000:]

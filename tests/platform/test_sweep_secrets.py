@@ -136,14 +136,13 @@ def test_tiny_sweep_on_postgres_persists_no_password(tmp_path):
     before_ray = set(Path("/tmp").glob("flurka-ray-*"))
     with scratch_postgres_database(admin, "flurka_secret") as url:
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "JAX_COMPILATION_CACHE_DIR")}
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "experiments" / "uptrain_sweep.py"), "--benchmarks", "lra-listops-small",
-             "--variants", "flurka-rnn", "--alphas", "0.5", "--steps", "8", "--no-baselines", "--num-cpus", "1",
-             "--name", "secret", "--run-dir", str(run), "--results-db", url,
-             *[a for k, v in (("warmup_steps", 0), ("eval_every", 0), ("log_every", 2), ("batch_size", 8),
-                              ("eval_batches", 1), ("d_model", 16), ("d_ff", 32), ("num_layers", 1))
-               for a in ("--set", f"{k}={v}")]],
-            cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
+        argv = ["--benchmarks", "lra-listops-small", "--variants", "flurka-rnn", "--alphas", "0.5", "--steps", "8",
+                "--no-baselines", "--num-cpus", "1", "--name", "secret", "--run-dir", str(run), "--results-db", url,
+                *[a for k, v in (("warmup_steps", 0), ("eval_every", 0), ("log_every", 2), ("batch_size", 8),
+                                 ("eval_batches", 1), ("d_model", 16), ("d_ff", 32), ("num_layers", 1))
+                  for a in ("--set", f"{k}={v}")]]
+        proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "uptrain_sweep.py"), *argv],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert password not in proc.stdout and password not in proc.stderr
         engine = sa.create_engine(url)
@@ -163,8 +162,11 @@ def test_tiny_sweep_on_postgres_persists_no_password(tmp_path):
         for ray_dir in set(Path("/tmp").glob("flurka-ray-*")) - before_ray:
             assert _files_holding(ray_dir, password) == [], ray_dir
 
-        # --resume with the flag again: accepted (the mask is never used to connect)
-        spec = SweepSpec(benchmarks=("lra-listops-small",), run_dir=str(run), results_db=url, resume=True)
+        # --resume, the same command with the flag again: accepted (the mask is never used to connect)
+        from flurka.sweeps.spec import parse
+
+        spec = parse([*argv, "--resume"])
+        assert spec.results_db == url and spec.resume
         assert runner._stored_state(spec)["sweep_id"] == stored["sweep_id"]
 
 

@@ -7,6 +7,7 @@ import io
 import types
 
 from flurka.sweeps import progress
+from flurka.sweeps.branching import PlannedRun
 
 
 def _trial(tid, status, run, step=None):
@@ -14,8 +15,9 @@ def _trial(tid, status, run, step=None):
                                  last_result={} if step is None else {"step": step})
 
 
-BASE = {"steps": 600, "start_step": 0, "stop_step": None}
-BRANCH = {"steps": 600, "start_step": 450, "stop_step": None}
+BASE = PlannedRun("baseline", "nmt-small", "linformer", 0, 600, d_k=16).to_dict()
+BRANCH = PlannedRun("branch", "nmt-small", "flurka-rnn", 0, 600, d_k=16, alpha=0.75,
+                    base="linformer", start_step=450).to_dict()
 
 
 def test_steps_count_each_run_over_its_own_range():
@@ -23,7 +25,8 @@ def test_steps_count_each_run_over_its_own_range():
     assert progress.steps_done(BRANCH, "RUNNING", 500) == (50, 150)    # forked at 450
     assert progress.steps_done(BRANCH, "PENDING", None) == (0, 150)
     assert progress.steps_done(BRANCH, "TERMINATED", 470) == (150, 150)
-    assert progress.steps_done({"steps": 600, "stop_step": 450}, "RUNNING", 900) == (450, 450)
+    stopped_base = PlannedRun("base", "nmt-small", "linformer", 0, 600, stop_step=450).to_dict()
+    assert progress.steps_done(stopped_base, "RUNNING", 900) == (450, 450)
 
 
 def test_the_line_counts_trials_and_estimates_the_rest():

@@ -372,6 +372,12 @@ def _document_environment(doc: dict[str, Any], where: str) -> dict[str, Any]:
             "versions": {k: str(v) for k, v in versions.items() if v is not None}}
 
 
+def _spread(timing: dict[str, Any]) -> float | None:
+    """p90 − p10 of a benchmark's timing summary, or None where either is missing."""
+    p10, p90 = timing.get("p10_s"), timing.get("p90_s")
+    return p90 - p10 if p10 is not None and p90 is not None else None
+
+
 SPEED_SCHEMA = "flurka.speed/1"
 PLAIN_SCHEMA = "flurka.speed.plain/1"   # python -m flurka.speed.plain: layers beside plain jnp
 
@@ -391,14 +397,12 @@ def speed_records_from_plain_document(doc: dict[str, Any]) -> list[SpeedRecord]:
             t = r.get(form)
             if not isinstance(t, dict):
                 _fail(where, f"{form!r} must be an object of timings, got {t!r}")
-            spread = (t["p90_s"] - t["p10_s"] if isinstance(t.get("p90_s"), (int, float))
-                      and isinstance(t.get("p10_s"), (int, float)) else None)
             records.append(SpeedRecord.from_dict({
                 **env, "mechanism": r.get("mechanism"), "mode": r.get("mode"), "scope": "layer",
                 "N": r.get("seq_len"), "d_model": r.get("d_model"), "heads": r.get("num_heads"),
                 "d_k": r.get("d_k"), "m": r.get("num_features"), "batch": r.get("batch", 1),
                 "dtype": "float32", "status": "ok", "median_s": t.get("median_s"),
-                "spread_s": spread, "run": run,
+                "spread_s": _spread(t), "run": run,
                 "config": {"form": form, "size": r.get("size"), "padded": r.get("padded"),
                            "ratio": r.get("ratio")}}, f"{where} {form}"))
     return records
@@ -426,12 +430,11 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
     for i, r in enumerate(doc["results"]):
         if not isinstance(r, dict):
             raise ValueError(f"speed document results[{i}]: expected an object, got {type(r).__name__}")
-        spread = r["p90_s"] - r["p10_s"] if r.get("p90_s") is not None and r.get("p10_s") is not None else None
         records.append(SpeedRecord.from_dict({
             **env, "mechanism": r.get("mechanism"), "mode": r.get("mode"), "scope": r.get("scope"),
             "N": r.get("seq_len"), "d_model": r.get("d_model"), "heads": r.get("num_heads"),
             "d_k": r.get("d_k"), "m": r.get("num_features"), "batch": r.get("batch", 1), "dtype": r.get("dtype"),
-            "status": r.get("status"), "median_s": r.get("median_s"), "spread_s": spread,
+            "status": r.get("status"), "median_s": r.get("median_s"), "spread_s": _spread(r),
             "flops": r.get("flops"), "config": {k: v for k, v in r.items() if k not in own} or None,
             "run": run if run is None or r.get("task") is None else f"{run} task {r['task']}",
         }, f"speed document results[{i}]"))

@@ -15,6 +15,8 @@ from typing import Any
 
 from ray.tune import ProgressReporter
 
+from flurka.sweeps.branching import PlannedRun
+
 _FAILED = ("ERROR",)
 _DONE = ("TERMINATED",)
 
@@ -28,14 +30,13 @@ def clock(seconds: float) -> str:
 
 
 def steps_done(run: dict[str, Any], status: str, last_step: Any) -> tuple[int, int]:
-    """(steps done, steps planned) of one planned run: its ``[start_step, stop_step)``; a
-    finished trial counts whole, a running one up to its last reported step."""
-    start = int(run.get("start_step") or 0)
-    stop = int(run.get("stop_step") or run["steps"])
-    planned = max(stop - start, 0)
+    """(steps done, steps planned) of one planned run (a :class:`PlannedRun` as a dict): its
+    executed steps; a finished trial counts whole, a running one up to its last reported step."""
+    planned_run = PlannedRun.from_dict(run)
+    planned = max(planned_run.executed_steps, 0)
     if status in _DONE:
         return planned, planned
-    done = int(last_step) - start if isinstance(last_step, (int, float)) else 0
+    done = int(last_step) - planned_run.start_step if isinstance(last_step, (int, float)) else 0
     return min(max(done, 0), planned), planned
 
 

@@ -53,8 +53,9 @@ class Size:
     padded: int = 0
 
 
-# The issue's CPU table (one long sequence, no mask) and the small benchmarks' layer (nmt-small's
-# encoder: batch 64, N 48, d_model 64, 2 heads, d_k 16, m 32; a quarter of each row padding).
+# One long sequence without a mask (where a layer's own cost shows), and the small benchmarks'
+# layer (nmt-small's encoder: batch 64, N 48, d_model 64, 2 heads, d_k 16, m 32; a quarter of
+# each row padding).
 SIZES = {
     "long": Size("long", batch=1, seq_len=4096, d_model=256, num_heads=4, d_k=256,
                  num_features=64),
@@ -189,32 +190,25 @@ def calls(mechanism: str, size: Size, mode: str) -> dict[str, tuple[Callable, tu
 
 
 def measure(mechanism: str, size: Size, mode: str, *, warmup: int, repeats: int) -> dict[str, Any]:
-    """Both calls compiled, then ``warmup + repeats`` rounds, each timing one sample of each in
-    alternating order (:func:`~flurka.speed.timing.round_robin`); a round's layer/plain ratio is
-    paired within it, so the machine's drift between rounds cancels in ``ratio`` (mean ± 95 % CI
-    over the rounds, :func:`flurka.stats.mean_ci`)."""
-    from flurka.speed import timing
+    """Both calls side by side (:func:`~flurka.speed.timing.time_interleaved`: compiled, then
+    rounds timing one sample of each in alternating order); a round's layer/plain ratio is paired
+    within it, so the machine's drift between rounds cancels in ``ratio`` (mean ± 95 % CI over
+    the rounds, :func:`flurka.stats.mean_ci`)."""
+    from flurka.speed.timing import time_interleaved
     from flurka.stats import mean_ci
-    pair = calls(mechanism, size, mode)
-    compiled = {}
-    for key, (fn, args) in pair.items():
-        fn, compile_s = timing.compile_fn(fn, args)
-        compiled[key] = (fn, args, compile_s)
-    per_sample = {key: timing.calls_for(min(timing.timed_sample(fn, args) for _ in range(2)))
-                  for key, (fn, args, _) in compiled.items()}
-    times: dict[str, list[float]] = {key: [] for key in compiled}
-    for rnd, order in enumerate(timing.round_robin(list(compiled), warmup + repeats)):
-        for key in order:
-            fn, args, _ = compiled[key]
-            t = timing.timed_sample(fn, args, per_sample[key])
-            if rnd >= warmup:
-                times[key].append(t)
-    ratios = [a / b for a, b in zip(times["layer"], times["plain"])]
+
+    timed = time_interleaved(calls(mechanism, size, mode), warmup=warmup, repeats=repeats,
+                             samples=True)
+    for key, t in timed.items():
+        if t.get("status") != "ok":
+            raise RuntimeError(f"{mechanism} {mode} at {size.name}: the {key} form failed: "
+                               f"{t.get('error')}")
+    samples = {key: t.pop("samples_s") for key, t in timed.items()}
+    ratios = [a / b for a, b in zip(samples["layer"], samples["plain"])]
     row: dict[str, Any] = {"mechanism": mechanism, "mode": mode, **dataclasses.asdict(size)}
     row["size"] = row.pop("name")
-    for key, (_, _, compile_s) in compiled.items():
-        row[key] = {**timing.summary(times[key], warmup=warmup, per_sample=per_sample[key]),
-                    "compile_s": compile_s}
+    for key, t in timed.items():
+        row[key] = {k: v for k, v in t.items() if k != "status"}
     est = mean_ci(ratios)
     row["ratio"] = {"mean": est.mean, "low": est.low, "high": est.high, "n": est.n,
                     "median": float(np.median(ratios))}

@@ -160,7 +160,7 @@ def round_robin(items: Sequence[Any], rounds: int) -> list[list[Any]]:
 
 
 def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *, warmup: int = 2,
-                     repeats: int = 10, per_sample: int | None = None
+                     repeats: int = 10, per_sample: int | None = None, samples: bool = False
                      ) -> dict[Hashable, dict[str, Any]]:
     """:func:`time_fn` for several calls side by side: each compiled first, then ``warmup +
     repeats`` :func:`round_robin` rounds of one sample each, so none is always timed first (on
@@ -168,7 +168,8 @@ def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *
     timed later read 0.44–0.47). A sample is ``per_sample`` calls (None: :func:`calls_for` each
     call's fastest warm-up, one warm-up round at least). Per key the summary with ``status``
     "ok", or the failure (:func:`failure`) of a call that did not compile or run, the others
-    going on."""
+    going on. ``samples``: each summary also lists its seconds a call per round (``samples_s``;
+    the i-th of every key's list was timed in round i, so they pair across keys)."""
     check_counts(warmup, repeats, per_sample)
     out: dict[Hashable, dict[str, Any]] = {}
     live: dict[Hashable, tuple[Callable, Sequence[Any]]] = {}
@@ -197,5 +198,5 @@ def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *
             (warm if rnd < warm_rounds else times)[key].append(t)
     for key in live:
         out[key] = {"status": "ok", **summary(times[key], warmup=warmup, per_sample=sizes[key]),
-                    **out[key]}
+                    **out[key], **({"samples_s": times[key]} if samples else {})}
     return out

@@ -640,9 +640,9 @@ def read_speed(engine: Engine, *where) -> tuple[pd.DataFrame, list[dict]]:
     with engine.connect() as conn:
         df = pd.read_sql(stmt, conn)
     configs = stored_configs(df.pop("config"))
-    mechanism = [c.get("form") != "plain" for c in configs]   # not flurka.speed.plain's baselines
-    df = df.loc[pd.Series(mechanism, index=df.index, dtype=bool)].reset_index(drop=True)
-    configs = [c for c, k in zip(configs, mechanism) if k]
+    kept = [c.get("form") != "plain" for c in configs]   # not flurka.speed.plain's baselines
+    df = df.loc[pd.Series(kept, index=df.index, dtype=bool)].reset_index(drop=True)
+    configs = [c for c, k in zip(configs, kept) if k]
     add_execution(df, configs)
     return df, configs
 

@@ -307,11 +307,11 @@ def _log_skipped(tracker, plan, skipped: dict[str, str], spec: SweepSpec, run_di
                  name_of) -> None:
     """Each skipped branch as its own MLflow run: KILLED, tagged ``flurka.status`` with the
     reason (the sweep planned it; the runs table shows why it has no curve)."""
+    from flurka.tracking.mlflow_runs import BENCHMARK_TAG
+
     runs = [r for r in plan.branches if r.key in skipped]
     for cfg in _trial_configs(tuple(runs), spec, run_dir):
         run = cfg["run"]
-        from flurka.tracking.mlflow_runs import BENCHMARK_TAG
-
         run_id = tracker.trial_run(run["key"], run["kind"], _params(cfg), name=name_of(cfg),
                                    tags={BENCHMARK_TAG: run["benchmark"]})
         tracker.set_tags(run_id, {"flurka.status": f"skipped: {skipped[run['key']]}"})

@@ -114,11 +114,10 @@ def batched_dot(spec: str, a: Array, b: Array, preferred_element_type: Any = Non
     each operand transposed to [batch, free, contracted] / [batch, contracted, free] (batch dims
     in the output's order), one ``dot_general``, the result transposed to the spec's output.
     Left to ``jnp.einsum``, a batch dim that is not leading (the heads of [b, n, h, d]) lets XLA's
-    CPU layout assignment transpose the *large* operand (softmax's [N, N] weights in
-    A·V: the full layer's forward at twice its plain time), and runs the kernels' products on
-    [b, n, h, f] features in strided layouts (elu attention's forward at 1.6×). A CPU choice:
-    :func:`contract` takes it on CPU only (XLA's GPU layouts need no help, and the forced moves
-    cost EVA's chunk sums 5-13 % more GPU traffic)."""
+    CPU layout assignment transpose the *large* operand (softmax's [N, N] weights in A·V), and
+    runs the kernels' products on [b, n, h, f] features in strided layouts. A CPU choice:
+    :func:`contract` takes it on CPU only (XLA's GPU layouts need no help, and there the forced
+    moves add memory traffic to EVA's chunk sums)."""
     terms = _plain_terms(spec)
     if terms is None:
         return jnp.einsum(spec, a, b, preferred_element_type=preferred_element_type)

@@ -76,7 +76,7 @@ def favor_features(x: Array, omega: Array, *, is_query: bool, mask: Array | None
     else:
         valid = logit if mask is None else jnp.where(mask[:, :, None, None], logit, -jnp.inf)
         # features first (the contiguous axis), then positions: one strided pass over [b, n, h]
-        # where a joint max over (n, m) strides the whole feature tensor (on a CPU, 2x its time)
+        # where a joint max over (n, m) strides the whole feature tensor
         stab = jnp.max(jnp.max(valid, axis=3, keepdims=True), axis=1, keepdims=True)
     feat = m ** -0.5 * (jnp.exp(logit - jax.lax.stop_gradient(stab)) + eps)
     if real is not None:

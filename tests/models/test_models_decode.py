@@ -17,11 +17,11 @@ from flurka.models import Seq2Seq
 SRC_VOCAB, PAD, BOS, EOS = 17, 0, 1, 2
 
 
-def tiny_seq2seq(target_vocab: int, seed: int = 0) -> Seq2Seq:
+def tiny_seq2seq(target_vocab: int, seed: int = 0, **kw) -> Seq2Seq:
     # untied output layer: logits of order 1, so the decoding choices are not near-ties
     return Seq2Seq(vocab_size=SRC_VOCAB, target_vocab_size=target_vocab, max_len=10,
                    target_max_len=8, d_model=16, num_heads=2, num_layers=2, d_ff=32,
-                   attention="full", attention_options={}, tie_output=False,
+                   attention="full", attention_options={}, **({"tie_output": False} | kw),
                    rngs=nnx.Rngs(params=seed, dropout=seed + 1))
 
 
@@ -45,6 +45,30 @@ def test_decoder_is_causal():
         out = np.asarray(logits(model, x, m, y2))
         np.testing.assert_array_equal(out[:, :j], base[:, :j])
         assert np.abs(out[:, j:] - base[:, j:]).max() > 1e-6  # the change is seen from j on
+
+
+@pytest.mark.parametrize("kw", [{}, {"positions": "sinusoidal", "tie_output": True}])
+def test_cached_step_equals_call_at_every_position(kw):
+    """Decoder.step, fed one token at a time with its cache, gives __call__'s logits at each
+    position (the decoders' per-position cost without recomputing the prefix)."""
+    rng = np.random.default_rng(3)
+    model = tiny_seq2seq(11, seed=4, **kw)
+    x, m = padded_batch(rng, (10, 6, 3), 10, SRC_VOCAB)
+    y = rng.integers(3, 11, size=(3, 8)).astype(np.int32)
+    y[:, 0] = BOS
+    full = np.asarray(logits(model, x, m, y))
+
+    @nnx.jit
+    def stepwise(model, x, m, y):
+        encoded = model.encode(x, m)
+        cross = model.decoder.cross_keys_values(encoded)
+        cache, out = model.decoder.init_cache(y.shape[0], y.shape[1]), []
+        for t in range(y.shape[1]):
+            step, cache = model.decoder.step(y[:, t], jnp.int32(t), cache, cross, m)
+            out.append(step)
+        return jnp.stack(out, axis=1)
+
+    np.testing.assert_allclose(np.asarray(stepwise(model, x, m, y)), full, rtol=1e-5, atol=1e-5)
 
 
 def reference_greedy(model, x, m, max_len):

@@ -1,10 +1,10 @@
-"""Greedy and beam-search decoding over a fixed-length token buffer (flax examples/wmt style).
+"""Greedy and beam-search decoding, one position at a time (flax examples/wmt style).
 
 Both decoders keep ``seqs [.., max_len + 1]`` with BOS at position 0 and the token chosen at step
-t at position t + 1. Each step runs the decoder on ``seqs[..., :max_len]`` and reads position t;
-the causal mask makes later buffer contents irrelevant, so shapes stay static and the loop is a
-``lax.while_loop`` that jit compiles once. (No KV cache: each step recomputes the decoder, which
-costs O(max_len) decoder passes per sentence; fine for evaluation-sized outputs.)
+t at position t + 1. Step t feeds the token at position t to ``step_logits`` with a cache of what
+positions < t left (the decoder's keys and values), so a sentence costs one decoder pass in all
+rather than one per position; shapes stay static and the loop is a ``lax.while_loop`` that jit
+compiles once. Beam search reorders the cache with its beams.
 
 Beam search scores a finished hypothesis by log p / ((5 + length) / 6) ** alpha (GNMT length
 penalty, as wmt decode.py). Like fairseq/Hugging Face, a hypothesis ending in EOS is finalized only
@@ -15,15 +15,16 @@ sentence finishes nothing within ``max_len`` its best live hypothesis is returne
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 NEG_INF = -1.0e7  # finite: NEG_INF + log p never overflows, and is far below any real score
 
-StepLogits = Callable[[jax.Array, jax.Array], jax.Array]
-"""(decoder_inputs [rows, max_len] int32, step t) -> logits [rows, vocab] at position t."""
+StepLogits = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
+"""(tokens [rows] int32 at position t, step t, cache) -> (logits [rows, vocab] at t, cache with
+position t added); every leaf of the cache that changes has ``rows`` leading."""
 
 
 def length_penalty_factor(length: jax.Array, alpha: float) -> jax.Array:
@@ -36,24 +37,24 @@ def initial_buffer(shape: tuple[int, ...], max_len: int, bos_id: int, pad_id: in
     return seqs.at[..., 0].set(bos_id)
 
 
-def greedy(step_logits: StepLogits, *, batch_size: int, max_len: int, bos_id: int, eos_id: int,
-           pad_id: int = 0) -> jax.Array:
+def greedy(step_logits: StepLogits, cache: Any, *, batch_size: int, max_len: int, bos_id: int,
+           eos_id: int, pad_id: int = 0) -> jax.Array:
     """Argmax at each step until EOS (then pad). Returns int32 [batch, max_len]."""
 
     def cond(state):
-        t, _, done = state
+        t, _, done, _ = state
         return (t < max_len) & ~jnp.all(done)
 
     def body(state):
-        t, seqs, done = state
-        token = jnp.argmax(step_logits(seqs[:, :max_len], t), axis=-1).astype(jnp.int32)
-        token = jnp.where(done, pad_id, token)
+        t, seqs, done, cache = state
+        logits, cache = step_logits(seqs[:, t], t, cache)
+        token = jnp.where(done, pad_id, jnp.argmax(logits, axis=-1).astype(jnp.int32))
         seqs = jax.lax.dynamic_update_slice_in_dim(seqs, token[:, None], t + 1, axis=1)
-        return t + 1, seqs, done | (token == eos_id)
+        return t + 1, seqs, done | (token == eos_id), cache
 
     state = (jnp.int32(0), initial_buffer((batch_size,), max_len, bos_id, pad_id),
-             jnp.zeros((batch_size,), bool))
-    _, seqs, _ = jax.lax.while_loop(cond, body, state)
+             jnp.zeros((batch_size,), bool), cache)
+    _, seqs, _, _ = jax.lax.while_loop(cond, body, state)
     return seqs[:, 1:]
 
 
@@ -65,6 +66,7 @@ class BeamState(NamedTuple):
     finished_seqs: jax.Array     # [B, K, L + 1]
     finished_flags: jax.Array    # [B, K] bool
     done: jax.Array              # [B] bool: holds K finished hypotheses; frozen from then on
+    cache: Any                   # step_logits' cache, rows b * K + k
 
 
 def gather_beams(x: jax.Array, index: jax.Array) -> jax.Array:
@@ -72,12 +74,13 @@ def gather_beams(x: jax.Array, index: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
 
 
-def beam_search(step_logits: StepLogits, *, batch_size: int, beam_size: int, max_len: int,
+def beam_search(step_logits: StepLogits, cache: Any, *, batch_size: int, beam_size: int, max_len: int,
                 bos_id: int, eos_id: int, pad_id: int = 0,
                 length_penalty: float = 0.6) -> tuple[jax.Array, jax.Array]:
     """Returns (best sequences int32 [B, max_len], their scores [B]).
 
-    ``step_logits`` sees rows ordered batch-major: row b * beam_size + k is beam k of sentence b.
+    ``step_logits`` sees rows ordered batch-major: row b * beam_size + k is beam k of sentence b;
+    ``cache`` holds those rows already (the sentence's encoding repeated per beam).
     """
     b, k, length = batch_size, beam_size, max_len
 
@@ -86,7 +89,7 @@ def beam_search(step_logits: StepLogits, *, batch_size: int, beam_size: int, max
 
     def body(s: BeamState) -> BeamState:
         t = s.step
-        logits = step_logits(s.live_seqs.reshape(b * k, length + 1)[:, :length], t)
+        logits, cache = step_logits(s.live_seqs[:, :, t].reshape(b * k), t, s.cache)
         logprobs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1).reshape(b, k, -1)
         vocab = logprobs.shape[-1]
         candidates = (s.live_logprobs[..., None] + logprobs).reshape(b, k * vocab)
@@ -99,6 +102,9 @@ def beam_search(step_logits: StepLogits, *, batch_size: int, beam_size: int, max
         # Live: the best K candidates that did not just end.
         live_logprobs, live_index = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logprobs), k)
         live_seqs = gather_beams(top_seqs, live_index)
+        parents = gather_beams(top_index // vocab, live_index)    # [B, K]: the beam each came from
+        cache = jax.tree.map(lambda c: gather_beams(c.reshape((b, k) + c.shape[1:]), parents)
+                             .reshape(c.shape), cache)
 
         # Finished: EOS candidates within the step's top K (not from dead filler beams).
         new_flags = is_eos & (jnp.arange(2 * k) < k)[None] & (top_logprobs > NEG_INF / 2)
@@ -119,7 +125,8 @@ def beam_search(step_logits: StepLogits, *, batch_size: int, beam_size: int, max
             finished_scores=freeze(s.finished_scores, fin_scores),
             finished_seqs=freeze(s.finished_seqs, fin_seqs),
             finished_flags=freeze(s.finished_flags, fin_flags),
-            done=s.done | (fin_flags.sum(axis=1) >= k))
+            done=s.done | (fin_flags.sum(axis=1) >= k),
+            cache=cache)
 
     state = BeamState(
         step=jnp.int32(0),
@@ -128,7 +135,8 @@ def beam_search(step_logits: StepLogits, *, batch_size: int, beam_size: int, max
         finished_scores=jnp.full((b, k), NEG_INF, jnp.float32),
         finished_seqs=initial_buffer((b, k), length, bos_id, pad_id),
         finished_flags=jnp.zeros((b, k), bool),
-        done=jnp.zeros((b,), bool))
+        done=jnp.zeros((b,), bool),
+        cache=cache)
     s = jax.lax.while_loop(cond, body, state)
 
     any_finished = s.finished_flags.any(axis=1)

@@ -32,10 +32,17 @@ class DotProductAttention(nnx.Module):
 
     def __call__(self, x: jax.Array, context: jax.Array, mask: jax.Array) -> jax.Array:
         """x [B, T, D], context [B, S, D], mask bool broadcastable to [B, heads, T, S]."""
-        q, k, v = (split_heads(p(a), self.num_heads)
-                   for p, a in ((self.query, x), (self.key, context), (self.value, context)))
-        ctx = jax.nn.dot_product_attention(q, k, v, mask=mask)
-        return self.out(merge_heads(ctx))
+        return self.attend(x, *self.keys_values(context), mask)
+
+    def keys_values(self, context: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """context [B, S, D] -> keys, values [B, S, heads, d_h]."""
+        return (split_heads(self.key(context), self.num_heads),
+                split_heads(self.value(context), self.num_heads))
+
+    def attend(self, x: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+        """Queries from x [B, T, D] over keys/values already projected [B, S, heads, d_h]."""
+        q = split_heads(self.query(x), self.num_heads)
+        return self.out(merge_heads(jax.nn.dot_product_attention(q, k, v, mask=mask)))
 
 
 def causal_mask(decoder_mask: jax.Array | None, length: int) -> jax.Array:
@@ -64,6 +71,17 @@ class DecoderBlock(nnx.Module):
         y = y + self.dropout(self.cross_attention(h, encoded, cross_mask),
                              deterministic=deterministic)
         return y + self.dropout(self.ffn(self.ffn_norm(y)), deterministic=deterministic)
+
+    def step(self, y, t, cache, cross, cross_mask):
+        """One position y [B, 1, D] at index t in evaluation mode: its key and value go into the
+        self-attention cache (k, v [B, L, heads, d_h]), its query sees cache positions <= t."""
+        h = self.self_attention_norm(y)
+        k, v = (jax.lax.dynamic_update_slice_in_dim(c, new, t, axis=1)
+                for c, new in zip(cache, self.self_attention.keys_values(h)))
+        seen = (jnp.arange(k.shape[1]) <= t)[None, None, None, :]
+        y = y + self.self_attention.attend(h, k, v, seen)
+        y = y + self.cross_attention.attend(self.cross_attention_norm(y), *cross, cross_mask)
+        return y + self.ffn(self.ffn_norm(y)), (k, v)
 
 
 class Decoder(nnx.Module):
@@ -98,5 +116,34 @@ class Decoder(nnx.Module):
         cross_mask = encoder_mask[:, None, None, :]
         for layer in self.layers:
             y = layer(y, encoded, self_mask, cross_mask, deterministic=deterministic)
+        return self._logits(y)
+
+    def _logits(self, y: jax.Array) -> jax.Array:
         y = self.final_norm(y)
         return self.embedding.attend(y) if self.tie_output else self.logits(y)
+
+    # -- incremental decoding (evaluation mode), as flax's wmt decoder keeps its cache ---------
+    def cross_keys_values(self, encoded: jax.Array) -> list[tuple[jax.Array, jax.Array]]:
+        """Each layer's cross-attention keys and values of ``encoded`` [B, S, D]: fixed while
+        decoding, so computed once."""
+        return [layer.cross_attention.keys_values(encoded) for layer in self.layers]
+
+    def init_cache(self, batch: int, length: int, dtype=jnp.float32) -> list:
+        """An empty self-attention cache of ``length`` positions: (k, v) [B, L, heads, d_h] per
+        layer."""
+        heads = self.layers[0].self_attention.num_heads
+        d_model = self.final_norm.scale.shape[0]
+        empty = jnp.zeros((batch, length, heads, d_model // heads), dtype)
+        return [(empty, empty) for _ in self.layers]
+
+    def step(self, tokens: jax.Array, t: jax.Array, cache: list, cross: list,
+             encoder_mask: jax.Array) -> tuple[jax.Array, list]:
+        """tokens [B] at position t -> (logits [B, vocab], the cache with position t added):
+        ``__call__``'s position t under its causal mask, without recomputing positions < t."""
+        y = self.embedding(tokens[:, None], start=t)
+        cross_mask = encoder_mask[:, None, None, :]
+        new = []
+        for layer, kv, cross_kv in zip(self.layers, cache, cross):
+            y, kv = layer.step(y, t, kv, cross_kv, cross_mask)
+            new.append(kv)
+        return self._logits(y)[:, 0], new

@@ -48,14 +48,19 @@ class Embedding(nnx.Module):
         self.segment = (nnx.Embed(num_segments, d_model, embedding_init=EMBED_INIT, rngs=rngs)
                         if num_segments else None)
 
-    def __call__(self, ids: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+    def __call__(self, ids: jax.Array, segments: jax.Array | None = None, *,
+                 start: int | jax.Array = 0) -> jax.Array:
+        """``start``: the position of ids' first column (incremental decoding feeds one at a
+        time); positions start + n must fit max_len."""
         check_tokens("inputs", ids, self.max_len)
         n = ids.shape[1]
         x = _lookup(self.token, ids)
         if self.positions == "learned":
-            x = x + self.position[...][:n]
+            table = self.position[...]
         else:
-            x = x + jnp.asarray(sinusoidal_positions(n, self.d_model), x.dtype)
+            table = jnp.asarray(sinusoidal_positions(self.max_len, self.d_model), x.dtype)
+        x = x + (table[start:start + n] if isinstance(start, int)
+                 else jax.lax.dynamic_slice_in_dim(table, start, n, axis=0))
         if self.segment is not None:
             if segments is None:
                 raise ValueError("segments [batch, seq] are required for sequence pairs (pair='concat')")

@@ -63,15 +63,17 @@ class Seq2Seq(nnx.Module):
                             deterministic=deterministic)
 
     # -- decoding -------------------------------------------------------------------------------
-    def _step_logits(self, inputs, mask, repeats: int):
-        """Encode once; return step_logits(decoder_inputs, t) for decode.greedy / beam_search."""
+    def _step_logits(self, inputs, mask, repeats: int, max_len: int):
+        """Encode once; return (step_logits, its initial cache) for decode.greedy / beam_search,
+        one row per sentence and beam."""
         encoded = self.encode(inputs, mask)
         encoded, enc_mask = (jnp.repeat(a, repeats, axis=0) for a in (encoded, mask))
 
-        def step_logits(decoder_inputs, t):
-            logits = self.decoder(decoder_inputs, None, encoded, enc_mask)
-            return jax.lax.dynamic_index_in_dim(logits, t, axis=1, keepdims=False)
-        return step_logits
+        cross = self.decoder.cross_keys_values(encoded)
+
+        def step_logits(tokens, t, cache):
+            return self.decoder.step(tokens, t, cache, cross, enc_mask)
+        return step_logits, self.decoder.init_cache(encoded.shape[0], max_len, encoded.dtype)
 
     def _check_decode(self, inputs, mask, max_len, ids) -> None:
         check_tokens("inputs", inputs, self.max_len)
@@ -89,7 +91,7 @@ class Seq2Seq(nnx.Module):
         """int32 [B, max_len]: argmax tokens after BOS, EOS included, pad after it."""
         self._check_decode(inputs, mask, max_len,
                            {"bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id})
-        return decode.greedy(self._step_logits(inputs, mask, 1), batch_size=inputs.shape[0],
+        return decode.greedy(*self._step_logits(inputs, mask, 1, int(max_len)), batch_size=inputs.shape[0],
                              max_len=int(max_len), bos_id=int(bos_id), eos_id=int(eos_id),
                              pad_id=int(pad_id))
 
@@ -104,7 +106,7 @@ class Seq2Seq(nnx.Module):
         if 2 * beam_size > beam_size * self.target_vocab_size:
             raise ValueError("beam search needs target_vocab_size >= 2")
         seqs, scores = decode.beam_search(
-            self._step_logits(inputs, mask, beam_size), batch_size=inputs.shape[0],
+            *self._step_logits(inputs, mask, beam_size, int(max_len)), batch_size=inputs.shape[0],
             beam_size=int(beam_size), max_len=int(max_len), bos_id=int(bos_id),
             eos_id=int(eos_id), pad_id=int(pad_id), length_penalty=float(length_penalty))
         return (seqs, scores) if return_scores else seqs

@@ -109,6 +109,10 @@ CASES = [
          "--set attention_options: cannot parse"),
     Case("flag-set-unknown-field", None, ("--benchmarks", "lra-listops-small", "--set", "learning_rat=1e-3"),
          "unknown config field(s) ['learning_rat']"),
+    Case("flag-set-batch-cannot-fit", None,
+         ("--benchmarks", "lra-listops-small", "--set", "batch_size=100000000"),
+         "benchmark 'lra-listops-small': batch_size=100000000 cannot fit: one lra-listops-small "
+         "training step needs at least"),
     Case("flag-unknown", None, ("--benchmarks", "lra-listops-small", "--stepz", "3"),
          "unrecognized arguments: --stepz 3"),
     Case("flag-bad-choice", None, ("--benchmarks", "lra-listops-small", "--base", "sparse"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 from pathlib import Path
@@ -188,6 +189,12 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
             cfg = benchmark_config(b, spec)
         except (TypeError, ValueError, KeyError) as exc:
             raise SpecError(f"benchmark {b!r}: {str(exc).splitlines()[0]}") from None
+        if spec.address is None and not os.environ.get("RAY_ADDRESS"):   # trials run here
+            from flurka.training.memory import check_fits
+            try:
+                check_fits(cfg, device=None if spec.gpus_per_trial == 0 else math.inf)
+            except ValueError as exc:
+                raise SpecError(f"benchmark {b!r}: {exc}") from None
         seq_len = seq_len_of(cfg)
         for d in spec.d_k or (d_k_of(cfg),):
             if d is None or int(d) < 1:

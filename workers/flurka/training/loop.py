@@ -45,6 +45,7 @@ from flurka.attention.base import cast_floating
 
 from flurka.configs.base import TrainConfig, validate
 from flurka.training import flops as flops_lib
+from flurka.training import memory
 from flurka.training import parallel
 from flurka.training import state as state_lib
 from flurka.training import uptrain
@@ -359,6 +360,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     validate(config)
     mesh = parallel.default_mesh() if mesh == "auto" else mesh
     parallel.check_batch_size(config.batch_size, mesh)
+    memory.check_fits(config, devices=1 if mesh is None else mesh.size)
     start = time.perf_counter()
     split: dict[str, float] = {}
     mark = start

@@ -37,11 +37,11 @@ aot: $(CUDA_STAMP)
 # The main job: a slice of Table 5 on nmt-small over 3 seeds (embedded local Ray, SQLite MLflow
 # and results DB under runs/uptrain-small), then the up-training table with its CIs.
 sweep: $(STAMP)
-	$(PY) experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml $(ARGS)
+	$(VENV)/bin/flurka sweep --config uptrain-small $(ARGS)
 
 # Table 5 whole: 3 variants x 7 alpha x 2 d_k x 3 seeds on nmt-small (about 100 minutes on 2 cores).
 sweep-full: $(STAMP)
-	$(PY) experiments/uptrain_sweep.py --config experiments/uptrain_full.yaml $(ARGS)
+	$(VENV)/bin/flurka sweep --config uptrain-full $(ARGS)
 
 # The whole suite, slow end-to-end tests included (CI runs exactly this).
 test: $(STAMP) $(CUDA_STAMP)

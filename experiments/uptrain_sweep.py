@@ -1,7 +1,7 @@
 """The main job: Ray Tune sweep of FLuRKA up-training α and d_k, tracked in MLflow.
 
-    python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml   # = flurka sweep
-    ray job submit --working-dir . -- python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml
+    python experiments/uptrain_sweep.py --config uptrain-small    # = flurka sweep --config uptrain-small
+    ray job submit --working-dir . -- python experiments/uptrain_sweep.py --config uptrain-small
 
 Without ``--address`` / ``RAY_ADDRESS`` it starts its own local Ray; MLflow and the results DB
 default to SQLite files in ``--run-dir``. Bad specs (malformed YAML, wrong types, unwritable

@@ -24,7 +24,7 @@ from flurka.results import db, ingest_sweep, open_results
 
 ROOT = Path(__file__).resolve().parents[2]
 FLURKA = Path(sys.executable).parent / "flurka"
-MAIN = "runs/uptrain-small"   # experiments/uptrain_small.yaml's run_dir
+MAIN = "runs/uptrain-small"   # the uptrain-small config's run_dir
 ENV = {"device": "cpu", "host": "laptop", "versions": {"jax": "0.10.2"}}
 
 

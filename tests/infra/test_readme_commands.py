@@ -365,14 +365,14 @@ def check_make(cmd: Command, ctx: Ctx) -> None:
     assert proc.returncode == 0, proc.stderr
     recipe = proc.stdout
     if target == "sweep-full":
-        line = next(l for l in recipe.splitlines() if "experiments/uptrain_sweep.py" in l)
-        spec = check_sweep_args(shlex.split(line.split("experiments/uptrain_sweep.py", 1)[1]))
+        line = next(l for l in recipe.splitlines() if "flurka sweep" in l)
+        spec = check_sweep_args(shlex.split(line.split("flurka sweep", 1)[1]))
         assert len(spec.variants) == 3 and len(spec.alphas) == 7 and len(spec.d_k) == 2
         covered_by("tests/platform/test_sweep_branching.py::"
-                   "test_main_job_trains_one_linformer_base_per_d_k_and_seed", "uptrain_full.yaml")
+                   "test_main_job_trains_one_linformer_base_per_d_k_and_seed", "uptrain-full")
     elif target == "sweep":
-        line = next(l for l in recipe.splitlines() if "experiments/uptrain_sweep.py" in l)
-        check_sweep_args(shlex.split(line.split("experiments/uptrain_sweep.py", 1)[1]))
+        line = next(l for l in recipe.splitlines() if "flurka sweep" in l)
+        check_sweep_args(shlex.split(line.split("flurka sweep", 1)[1]))
         if "ARGS=" in cmd.text:   # the README's ARGS reach the script as they are
             given = re.search(r"ARGS=(\"[^\"]*\"|\S+)", cmd.text).group(1).strip('"')
             assert line.rstrip().endswith(given), (given, line)
@@ -434,6 +434,7 @@ def check_sweep_script(cmd: Command, ctx: Ctx) -> None:
                    "test_flurka_sweep_is_the_scripts_parser_and_refuses_alike", '"sweep"')
         argv = argv[1:]
     else:
+        argv = argv[1:] if argv[0] == "python" else argv
         assert argv[0] == "experiments/uptrain_sweep.py"
     spec = check_sweep_args(argv[1:])
     assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-small",)
@@ -907,11 +908,11 @@ ANY = ("shell", "inline")
 COVERAGE: list[Cover] = [
     # -- set-up -------------------------------------------------------------------------------
     Cover(ANY, r"make sweep( ARGS=.*)?", "covered", check_make,
-          "make -n (recipe = uptrain_sweep.py on uptrain_small.yaml, ARGS passed through) + spec and "
+          "make -n (recipe = flurka sweep --config uptrain-small, ARGS passed through) + spec and "
           "trial plan validated; the sweep runs (tiny) in tests/platform/test_sweep_local.py and, as "
           "the same script, test_job_submit.py [slow]"),
     Cover(ANY, r"make sweep-full", "parse", check_make,
-          "make -n (recipe = uptrain_sweep.py on uptrain_full.yaml) + spec and trial plan validated "
+          "make -n (recipe = flurka sweep --config uptrain-full) + spec and trial plan validated "
           "(3 variants x 7 alpha x 2 d_k x 3 seeds, one Linformer base per d_k and seed)"),
     Cover(ANY, r"make test", "covered", check_make, "CI: .ci/run ends with `make test`; make -n runs pytest"),
     Cover(IN, r"make test-fast", "parse", check_make, "make -n: pytest -m 'not slow'; marker registered"),
@@ -919,7 +920,7 @@ COVERAGE: list[Cover] = [
           "make -n (PYTHONPATH=.cuda-aot, python -m flurka.speed.aot), ARGS parsed with --list; "
           "tests/speed/test_speed_aot.py compiles points and kernels for an H100 through it [slow]"),
     Cover(IN, r"\.ci/run", "covered", check_ci, "CI itself (PostgreSQL + Chromium, then make test)"),
-    Cover(IN, r"(experiments/uptrain_sweep\.py|flurka sweep) --config experiments/uptrain_small\.yaml", "parse",
+    Cover(IN, r"(python )?(experiments/uptrain_sweep\.py|flurka sweep) --config uptrain-small", "parse",
           check_sweep_script, "the sweep's parser + SweepSpec.validate + plan (what make sweep runs)"),
     # -- MLflow UI ----------------------------------------------------------------------------
     Cover(SH, r"(\.venv/bin/)?flurka ui --run-dir runs/uptrain-small", "run", check_ui,

@@ -92,6 +92,9 @@ CASES = [
          "could not determine a constructor for the tag"),
     Case("yaml-not-a-mapping", "- lra-listops-small\n", (), "must hold a mapping"),
     Case("yaml-missing-file", None, ("--config", "{tmp}/nope.yaml"), "cannot read sweep file"),
+    Case("config-unknown-name", None, ("--config", "uptrain-smal"),
+         "--config uptrain-smal: no such file, nor a sweep config installed with flurka; "
+         "installed: uptrain-full, uptrain-small"),
     # -- wrong flags
     Case("flag-seeds-float", None, ("--benchmarks", "lra-listops-small", "--seeds", "0.5"),
          "--seeds must be integers"),

@@ -81,17 +81,14 @@ def test_alpha_without_an_inner_fork_step_trains_independently():
     assert starts == {0.0: (0, False), 0.5: (400, True), 1.0: (0, False)}
 
 
-@pytest.mark.parametrize("config", ["uptrain_small.yaml", "uptrain_full.yaml"])
+@pytest.mark.parametrize("config", ["uptrain-small", "uptrain-full"])
 def test_main_job_trains_one_linformer_base_per_d_k_and_seed(config):
     """The main job (make sweep) and Table 5 whole (make sweep-full): the Linformer baseline of
     each (benchmark, d_k, seed) is the base every variant's α branches fork from, so no variant
     trains a base of its own; full attention is left out (not a constituent)."""
-    from pathlib import Path
-
     from flurka.sweeps.spec import from_args
 
-    path = Path(__file__).resolve().parents[2] / "experiments" / config
-    spec = validate(from_args({"config": str(path)}))
+    spec = validate(from_args({"config": config}))   # the installed sweep file of that name
     plan = make_plan(spec)
     assert len(spec.seeds) >= 3 and not plan.bases
     linformer = {(r.benchmark, r.d_k, r.seed): r for r in plan.baselines if r.attention == "linformer"}

@@ -27,13 +27,13 @@ from flurka.results import tables as T
 from flurka.results.records import BENCHMARKS
 
 INGEST = "flurka ingest --db URL FILE.json"
-SWEEP = "python experiments/uptrain_sweep.py --config experiments/uptrain_small.yaml --results-db URL"
+SWEEP = "python experiments/uptrain_sweep.py --config uptrain-small --results-db URL"
 SPEED = "python -m flurka.speed --sweep {} --out FILE.json && " + INGEST
 
 
 def sweep_on(benchmarks) -> str:
     """The sweep command that trains every mechanism on ``benchmarks`` into the database."""
-    return SWEEP.replace("--config experiments/uptrain_small.yaml", f"--benchmarks {','.join(benchmarks)}")
+    return SWEEP.replace("--config uptrain-small", f"--benchmarks {','.join(benchmarks)}")
 PRIMARY_METRIC = {"glue-cola": "matthews", "glue-stsb": "pearson", "mlm": "perplexity", "nmt": "bleu"}
 QUALITY_AGG = "cell = best hyperparameter configuration's mean over seeds (status ok trials only)"
 SOFT = ["m", "layers", "ffn", "align"]  # may co-vary with an axis (m = d_model / heads in the d_model

@@ -1,7 +1,7 @@
 """Where the commands look when they are given no store: the newest run dir under ``runs/``.
 
 A sweep writes its stores into its run dir (``make sweep``: ``runs/uptrain-small/``, the
-``run_dir`` of ``experiments/uptrain_small.yaml``): ``results.db`` (the results database) and
+``run_dir`` of the ``uptrain-small`` sweep config): ``results.db`` (the results database) and
 ``mlflow.db`` (the MLflow tracking store). ``flurka tables``, ``flurka report``, ``flurka ingest``
 and ``flurka ui`` without ``--db`` / ``--run-dir`` take the store of the run dir under ``runs/``
 (in the working directory) whose store was modified last, and say which on stderr. Importing
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 RUNS = Path("runs")
-MAIN_RUN_DIR = RUNS / "uptrain-small"   # make sweep's (experiments/uptrain_small.yaml)
+MAIN_RUN_DIR = RUNS / "uptrain-small"   # make sweep's (the uptrain-small sweep config)
 RESULTS = "results.db"
 MLFLOW = "mlflow.db"
 

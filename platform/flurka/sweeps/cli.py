@@ -1,8 +1,9 @@
 """``flurka sweep`` (and ``python experiments/uptrain_sweep.py``, the same parser): a Ray Tune
 sweep of FLuRKA up-training α and d_k from a YAML spec and flags, its tables printed at the end.
 
-    flurka sweep --config experiments/uptrain_small.yaml        # what make sweep runs
-    flurka sweep --config experiments/uptrain_small.yaml --resume
+    flurka sweep --config uptrain-small          # what make sweep runs (an installed sweep file)
+    flurka sweep --config uptrain-small --resume
+    flurka sweep --config my_sweep.yaml          # a file of your own, same keys
 
 From Python the same is ``flurka.sweeps.run_sweep(spec)`` with a
 :class:`~flurka.sweeps.SweepSpec`. A bad spec, an unreachable store or cluster, or a GPU request

@@ -413,7 +413,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     Flags are read as text and converted with the YAML keys' rules (``_normalize``), so a wrong
     value is the same one line from either."""
     S = argparse.SUPPRESS  # absent flags stay absent, so YAML/defaults fill them
-    p.add_argument("--config", metavar="YAML", help="sweep spec file with the same keys as the flags")
+    p.add_argument("--config", metavar="NAME|YAML",
+                   help="sweep spec with the same keys as the flags: a YAML file, or the name of one "
+                        f"installed with flurka ({', '.join(installed_configs())})")
     p.add_argument("--benchmarks", default=S, help="comma-separated benchmark names")
     p.add_argument("--variants", default=S, help="FLuRKA variants (default: all)")
     p.add_argument("--alphas", default=S, help="up-training fractions (default 0.125..0.875)")
@@ -474,9 +476,31 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"), list("-+0123456789."))
 
 
+CONFIGS = Path(__file__).with_name("configs")   # sweep files installed with the package
+
+
+def installed_configs() -> tuple[str, ...]:
+    """Names of the sweep files shipped in ``flurka/sweeps/configs`` (uptrain-small: make sweep)."""
+    return tuple(sorted(p.stem for p in CONFIGS.glob("*.yaml")))
+
+
+def config_path(config: str | os.PathLike) -> Path:
+    """``--config``'s file: a path as given, or a bare name (no directory, no suffix) that is not
+    a file here, looked up among the installed sweep files."""
+    path = Path(config)
+    if path.exists() or path.suffix or path.name != str(config):
+        return path
+    if (CONFIGS / f"{path.name}.yaml").is_file():
+        return CONFIGS / f"{path.name}.yaml"
+    raise SpecError(f"--config {config}: no such file, nor a sweep config installed with flurka; "
+                    f"installed: {', '.join(installed_configs())}")
+
+
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    """The mapping in a sweep file; SpecError (one line) for an unreadable, malformed or unsafe
-    file (``safe_load``: a ``!!python/...`` tag is refused, never run)."""
+    """The mapping in a sweep file (a path or an installed name, :func:`config_path`); SpecError
+    (one line) for an unreadable, malformed or unsafe file (``safe_load``: a ``!!python/...`` tag
+    is refused, never run)."""
+    path = config_path(path)
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -533,5 +557,5 @@ def parse(argv: Sequence[str] | None = None) -> SweepSpec:
 
 
 __all__ = ["SweepSpec", "SpecError", "PAPER_ALPHAS", "validate", "from_args", "parse", "add_arguments",
-           "ArgumentParser", "load_yaml", "check_paths", "stored_dict", "masked_fields", "mask_url", "SECRET_FIELDS",
+           "ArgumentParser", "load_yaml", "config_path", "installed_configs", "check_paths", "stored_dict", "masked_fields", "mask_url", "SECRET_FIELDS",
            "catalogue", "kernel_of", "base_mechanism", "benchmark_config"]

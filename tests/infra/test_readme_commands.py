@@ -441,6 +441,11 @@ def check_sweep_script(cmd: Command, ctx: Ctx) -> None:
     assert len(spec.seeds) >= 3 and spec.steps == 600 and not spec.full
 
 
+def check_python_load_run(cmd: Command, ctx: Ctx) -> None:
+    covered_by("tests/platform/test_sweep_local.py::test_local_sweep_end_to_end",
+               "mlflow.artifacts.download_artifacts(uri", "load_run(", "flurka.model.")
+
+
 def check_flops(cmd: Command, ctx: Ctx) -> None:
     from flurka.attention.flops import MECHANISMS
 
@@ -522,7 +527,7 @@ def check_theory(cmd: Command, ctx: Ctx) -> None:
 
 
 def check_train_workdir(cmd: Command, ctx: Ctx) -> None:
-    from flurka.speed.trained import checkpoint_meta
+    from flurka.training.restore import checkpoint_meta
 
     argv = tokens(cmd)[1:]
     config = _train_config(argv[1:])
@@ -970,6 +975,8 @@ COVERAGE: list[Cover] = [
     Cover(("python",), r"from flurka\.attention import flops\b", "run", check_python_flops, "exec as written"),
     Cover(("python",), r"from flurka\.training import run", "run", check_python_train,
           "exec with steps=200 -> steps=4 and a 1-layer d_model 16 model", slow=True),
+    Cover(("python",), r"from flurka\.training import load_run", "covered", check_python_load_run,
+          "tests/platform/test_sweep_local.py: a sweep's best-trial model downloaded and loaded back"),
     # -- command line -------------------------------------------------------------------------
     Cover(SH, r"flurka flops --seq-len 55500 .* --json", "run", check_flops, "in-process, as written"),
     Cover(SH, r"flurka train --benchmark lra-listops-small --attention flurka-rnn --steps 200 --json", "parse",

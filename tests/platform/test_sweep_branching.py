@@ -118,3 +118,20 @@ def test_a_branch_forks_only_from_a_base_that_reached_its_fork_step():
                                                for r in (low, high)}
     diverged = {base: {"status": "diverged at step 20", "steps": 20}}
     assert unforkable(plan, diverged, [], []) == {high.key: f"base {base} diverged at step 20"}
+
+
+def test_best_trials_picks_the_best_finished_run_per_benchmark():
+    """The model a sweep logs: per benchmark the finished non-base trial with the best final
+    task metric (higher accuracy, lower perplexity); bases, failed runs and missing values never."""
+    from flurka.sweeps.runner import best_trials
+
+    def result(metric, value, status="ok"):
+        return {"config": {"metrics": [metric]}, "final_metrics": {metric: value}, "status": status}
+
+    results = {"a": result("accuracy", 0.5), "b": result("accuracy", 0.7), "c": result("accuracy", 0.9),
+               "d": result("accuracy", 0.95, "diverged"), "e": result("perplexity", 12.0),
+               "f": result("perplexity", 9.0), "g": {"config": {"metrics": ["perplexity"]}, "final_metrics": {}}}
+    runs = {"a": ("branch", "x"), "b": ("baseline", "x"), "c": ("base", "x"), "d": ("branch", "x"),
+            "e": ("branch", "y"), "f": ("baseline", "y"), "g": ("branch", "y")}
+    runs = {k: {"kind": kind, "benchmark": b} for k, (kind, b) in runs.items()}
+    assert best_trials(results, runs) == {"x": "b", "y": "f"}

@@ -53,6 +53,21 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
         local = client.download_artifacts(out.parent_run_id, path, str(tmp_path / "dl"))
         assert not [c for c in json.loads(Path(local).read_text())["columns"] if "." in c], path
     assert parents[0].data.metrics["uptrain_compute_ratio"] == pytest.approx(14 / 16)
+    # the best trial's model (the branch with the best final accuracy), logged on its run and
+    # named on the parent, loads back
+    import mlflow
+
+    from flurka.training import load_run
+
+    branches = {r.data.tags["flurka.trial_key"]: r for r in nested if "a=" in r.info.run_name}
+    accuracy = {k: out.results[k]["final_metrics"]["accuracy"] for k in branches}
+    uri = parents[0].data.tags["flurka.model.lra-listops-small"]
+    best_key = next(k for k, r in branches.items() if uri == f"runs:/{r.info.run_id}/model")
+    assert accuracy[best_key] == max(accuracy.values())
+    loaded = load_run(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "model"),
+                                                          tracking_uri=out.mlflow_uri))
+    assert loaded.step == 8 and loaded.attention == "flurka-rnn"
+    assert loaded.config.alpha == out.results[best_key]["config"]["alpha"]
 
     engine = sa.create_engine(out.results_url)
     with engine.connect() as conn:

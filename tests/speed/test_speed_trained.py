@@ -14,6 +14,7 @@ from training_helpers import tiny
 
 from flurka.speed import theory_cli
 from flurka.speed import trained as T
+from flurka.training import load_run
 from flurka.training import run as train_run
 
 STEPS = 6
@@ -31,7 +32,7 @@ def rnn_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(rnn_run):
-    return T.load_run(str(rnn_run[0]))
+    return load_run(str(rnn_run[0]))
 
 
 @pytest.fixture(scope="module")

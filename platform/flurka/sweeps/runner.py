@@ -30,7 +30,7 @@ from typing import Any
 from flurka.sweeps.branching import PlannedRun, describe, make_plan
 from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields,
                                 stored_dict, validate)
-from flurka.sweeps.trainable import train_overrides
+from flurka.sweeps.trainable import train_overrides, work_dir
 
 PHASES = ("first", "branches")  # baselines + bases, then the α branches
 
@@ -271,6 +271,25 @@ def _trial_record(key: str, result: dict[str, Any], run: dict[str, Any]):
     patched = {**result, "config": {**config, "base": run.get("base") if run.get("alpha") is not None else None}}
     record = trial_from_result(key, patched)
     return dataclasses.replace(record, config=config)
+
+
+def best_trials(results: dict[str, dict[str, Any]], runs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Benchmark -> the key of its finished trial with the best final task metric (the config's
+    first metric; lower is better for perplexity and loss): the model a sweep logs for loading."""
+    from flurka.results.tables import LOWER_IS_BETTER
+
+    best: dict[str, tuple[float, str]] = {}
+    for key, result in results.items():
+        config = result.get("config") or {}
+        metric = (config.get("metrics") or [None])[0]
+        value = (result.get("final_metrics") or {}).get(metric)
+        if runs[key]["kind"] == "base" or result.get("status", "ok") != "ok" or value is None:
+            continue
+        score = -float(value) if metric in LOWER_IS_BETTER else float(value)
+        benchmark = runs[key]["benchmark"]
+        if benchmark not in best or score > best[benchmark][0]:
+            best[benchmark] = (score, key)
+    return {b: key for b, (_, key) in sorted(best.items())}
 
 
 def unforkable(plan, results: dict[str, dict[str, Any]], failed: list[str],
@@ -535,6 +554,8 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
             tables = _tables(engine, spec, sweep_id)
         with _timed(driver, "mlflow"):
             tracker.log_tables(tables)
+            for benchmark, key in best_trials(results, runs).items():
+                tracker.log_model(key, work_dir(run_dir, key), benchmark)
         driver["wall"] = time.perf_counter() - t0
         split = time_split(results, driver)
         _log_time_split(tracker, split)

@@ -316,6 +316,30 @@ class SweepTracker:
         self.client.set_terminated(run_id, status=status)
         self._finished.add(run_id)
 
+    def log_model(self, trial_key: str, workdir: str | Path, benchmark: str) -> str | None:
+        """The trial's trained model — its work dir's latest checkpoint — as the artifact
+        ``model`` of its run, named on the parent by the tag ``flurka.model.<benchmark>``
+        (``runs:/<run id>/model``). Downloaded (``mlflow.artifacts.download_artifacts``), the
+        directory is what :func:`flurka.training.load_run` reads. None where the trial left no
+        checkpoint or no run."""
+        from flurka.training.restore import checkpoint_meta
+
+        try:
+            step, _ = checkpoint_meta(str(workdir))
+        except ValueError:
+            return None
+        run_id = self._runs.get(trial_key) or next(
+            (r.info.run_id for r in self._find(f"tags.`{TRIAL_TAG}` = '{trial_key}' and "
+                                               f"tags.`{SWEEP_TAG}` = '{self.sweep_id}'")), None)
+        if run_id is None:
+            return None
+        self.client.log_artifacts(run_id, str(Path(workdir) / "checkpoints" / str(step)),
+                                  f"model/checkpoints/{step}")
+        uri = f"runs:/{run_id}/model"
+        self.set_tags(run_id, {"flurka.model": f"best {benchmark} trial, step {step}"})
+        self.set_tags(self.parent_id, {f"flurka.model.{benchmark}": uri})
+        return uri
+
     def _log_curve_figure(self, run_id: str, curve) -> None:
         import matplotlib
 

@@ -108,7 +108,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
 
     shape = {"seq_len": args.seq_len, "d_model": args.d_model, "num_heads": args.heads}
     if args.from_run is not None:
-        from flurka.speed.trained import checkpoint_meta, train_config
+        from flurka.training.restore import checkpoint_meta, train_config
         step, meta = checkpoint_meta(args.from_run, args.step)
         run_config = train_config(meta)
         shape = {"seq_len": run_config.max_len, "d_model": run_config.d_model,
@@ -207,8 +207,9 @@ def _trained_rows(args: argparse.Namespace, p: dict[str, Any]) -> tuple[list[dic
     """Error and rank rows on the captured inputs of ``--from-run``'s model (updates ``p`` with
     what the document's config says about the inputs)."""
     from flurka.speed import trained
+    from flurka.training import load_run
 
-    run = trained.load_run(args.from_run, p["step"])
+    run = load_run(args.from_run, p["step"])
     captured = trained.capture(run, args.batch)
     p["inputs"] = f"captured: {run.describe()}"
     p["source"] = {"workdir": os.path.abspath(args.from_run), "step": run.step,

@@ -1,9 +1,8 @@
 """The theory on a trained model: Theorem 1's errors and Fig. 1's ranks on the activations that
 each of its attention layers really receives, not on random inputs.
 
-A training run's work dir (``flurka train --workdir DIR`` with checkpoints, or a sweep trial's)
-holds Orbax checkpoints whose metadata carry the run's config. :func:`load_run` rebuilds the
-model at a checkpoint; :func:`capture` runs one eval batch through the model's own forward pass
+:func:`flurka.training.load_run` rebuilds a run's model at a checkpoint of its work dir;
+:func:`capture` runs one eval batch through the model's own forward pass
 and records what every encoder block hands its attention (LN(x) and the mask); the errors then
 compare every mechanism against full softmax attention *with that layer's trained W_Q, W_K, W_V,
 W_O* on those inputs, and the ranks are those of the trained layer's own φ(Q)φ(K)ᵀ when it is a
@@ -14,7 +13,6 @@ carrying its trained projections.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Sequence
 
 import jax
@@ -25,71 +23,9 @@ from flax import nnx
 from flurka.attention import make_attention
 from flurka.models.encoder import EncoderBlock
 from flurka.speed import theory
+from flurka.training.restore import TrainedRun
 
 Array = jax.Array
-
-
-@dataclasses.dataclass
-class TrainedRun:
-    workdir: str
-    step: int
-    config: Any          # flurka.configs.base.TrainConfig
-    attention: str       # the mechanism of the checkpointed model (the base before an up-training switch)
-    model: nnx.Module
-    dataset: Any
-    task: Any
-
-    def describe(self) -> str:
-        return (f"{os.path.basename(os.path.normpath(self.workdir))} ({self.config.benchmark}, "
-                f"{self.attention}, step {self.step})")
-
-
-def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
-    """(step, metadata) of a run's checkpoint (default: its latest); one-line ValueError when the
-    directory holds none — cheap, so the CLI checks it before any compute."""
-    from flurka.training.checkpoints import Checkpointer
-
-    directory = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(directory):
-        raise ValueError(f"{workdir} is not a training work dir with checkpoints "
-                         f"(no {directory}; train with --workdir and checkpoint_every > 0)")
-    with Checkpointer(directory, read_only=True) as ckpt:
-        step = ckpt.latest_step() if step is None else step
-        if step is None:
-            raise ValueError(f"{directory} holds no checkpoint yet")
-        return step, ckpt.meta(step)
-
-
-def train_config(meta: dict):
-    """The TrainConfig a checkpoint's metadata recorded."""
-    from flurka.configs.base import TrainConfig
-
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    stored = {k: v for k, v in meta["config"].items() if k in fields}
-    stored["metrics"] = tuple(stored.get("metrics", ()))
-    return TrainConfig(**stored)
-
-
-def load_run(workdir: str, step: int | None = None) -> TrainedRun:
-    """The model of ``workdir``'s checkpoint at ``step`` (default: the latest), with the run's
-    data set and task."""
-    from flurka.training.checkpoints import Checkpointer
-    from flurka.training.loop import load_dataset, make_phase
-    from flurka.training.optimizer import make_optimizer
-    from flurka.training.tasks import make_task
-
-    step, meta = checkpoint_meta(workdir, step)
-    if meta.get("handover_from"):
-        raise ValueError(f"step {step} of {workdir} is mid hand-over (blended "
-                         f"{meta['handover_from']} → {meta['attention']}); pick another step")
-    config = train_config(meta)
-    dataset, task = load_dataset(config), make_task(config)
-    phase = make_phase(config, dataset.info, meta["attention"], task, make_optimizer(config),
-                       mesh=None)
-    with Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True) as ckpt:
-        state, _ = ckpt.restore(step, phase.state())
-    model = phase.parts.merge(state["params"], state["other"])
-    return TrainedRun(workdir, step, config, meta["attention"], model, dataset, task)
 
 
 class _Recorder(nnx.Module):

@@ -17,6 +17,7 @@ export PYTHONPATH=$PWD/workers${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.94}
 # XLA's GEMM choices on this card (kernel, tiles, split-K), for compiling the same plans without
 # it: make aot ARGS="--xla xla_gpu_load_autotune_results_from=$OUT/autotune.textproto ...".
+# Tens of thousands of lines: summarise it in the card's NOTES.md, do not commit it.
 export XLA_FLAGS="${XLA_FLAGS:+$XLA_FLAGS }--xla_gpu_dump_autotune_results_to=$(cd "$OUT" && pwd)/autotune.textproto"
 
 GPU_QUERY=name,memory.total,clocks.sm,clocks.max.sm,clocks.mem,driver_version,temperature.gpu,power.draw

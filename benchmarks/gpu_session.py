@@ -708,9 +708,9 @@ THEORY_ARGS = ["--seq-len", "2048", "--d-model", "256", "--heads", "4",
                "--d-k", "64,128,256,512,1024", "--features", "16,32,64,128,256", "--seeds", "0,1"]
 
 def theory(out: str) -> None:
-    """``python -m flurka.speed.theory`` with :data:`THEORY_ARGS` on the card
+    """``python -m flurka.theory`` with :data:`THEORY_ARGS` on the card
     (``flurka.theory/1``, drawn by ``flurka report --theory``)."""
-    from flurka.speed import theory_cli
+    from flurka.theory import cli as theory_cli
     t0 = time.monotonic()
     status = theory_cli.main([*THEORY_ARGS, "--out", out])
     print(f"theory: exit {status} in {time.monotonic() - t0:.0f} s -> {out}", flush=True)

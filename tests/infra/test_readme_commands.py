@@ -321,8 +321,8 @@ def speed_json(ws) -> Path:
 
 @pytest.fixture(scope="module")
 def theory_json(ws) -> Path:
-    """``python -m flurka.speed.theory --out theory.json`` (README) in the workspace, at tiny sizes."""
-    cmd = next(c for c in COMMANDS if c.text.startswith("python -m flurka.speed.theory --out theory.json"))
+    """``python -m flurka.theory --out theory.json`` (README) in the workspace, at tiny sizes."""
+    cmd = next(c for c in COMMANDS if c.text.startswith("python -m flurka.theory --out theory.json"))
     proc = shell([*tokens(cmd), *TINY_THEORY, "--mechanisms", "full,linformer,performer,flurka-performer",
                   "--rank-mechanisms", "performer,flurka-rnn"], ws.root)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -523,7 +523,7 @@ def check_theory(cmd: Command, ctx: Ctx) -> None:
     errors, ranks = sources.read_theory(ctx.theory_json)
     assert {r["mechanism"] for r in errors} == {"full", "linformer", "performer", "flurka-performer"}
     assert {r["mechanism"] for r in ranks} == {"performer", "flurka-rnn"}
-    covered_by("tests/speed/test_speed_theory_cli.py::test_theory_document_and_the_report_reading_it")
+    covered_by("tests/theory/test_theory_cli.py::test_theory_document_and_the_report_reading_it")
 
 
 def check_train_workdir(cmd: Command, ctx: Ctx) -> None:
@@ -553,12 +553,12 @@ def check_theory_from_run(cmd: Command, ctx: Ctx) -> None:
     assert {(r["mechanism"], r["layer"]) for r in errors} == {
         (m, layer) for m in ("full", "performer", "flurka-performer") for layer in (0, 1)}
     assert {r["trained"] for r in ranks} == {True}
-    covered_by("tests/speed/test_speed_trained.py::test_cli_from_run_writes_per_layer_rows")
+    covered_by("tests/theory/test_theory_trained.py::test_cli_from_run_writes_per_layer_rows")
 
 
 def check_theory_gpu(cmd: Command, ctx: Ctx) -> None:
     """The GPU-size theory run: parsed and validated (every layer built abstractly), not computed."""
-    from flurka.speed import theory_cli
+    from flurka.theory import cli as theory_cli
 
     argv = tokens(cmd)[3:]
     parser = argparse.ArgumentParser()
@@ -566,7 +566,7 @@ def check_theory_gpu(cmd: Command, ctx: Ctx) -> None:
     args = parser.parse_args(argv)
     plan = theory_cli.plan(args)
     assert args.out.startswith("benchmarks/") and plan["d_k"] and plan["m"]
-    covered_by("tests/speed/test_speed_theory_cli.py::test_fresh_process_without_ray_mlflow_or_sql")
+    covered_by("tests/theory/test_theory_cli.py::test_fresh_process_without_ray_mlflow_or_sql")
 
 
 def check_tables(cmd: Command, ctx: Ctx) -> None:
@@ -986,19 +986,19 @@ COVERAGE: list[Cover] = [
           "README flags validated as written, then run with 8 steps of a 1-layer d_model 16 model", slow=True),
     Cover(SH, r"python -m flurka\.speed --sweep tiny --out speed\.json", "run", check_speed_tiny,
           "subprocess in the workspace on full + flurka-rnn, forward, layer scope; every mechanism: tests/speed"),
-    Cover(SH, r"python -m flurka\.speed\.theory --out theory\.json", "run", check_theory,
+    Cover(SH, r"python -m flurka\.theory --out theory\.json", "run", check_theory,
           "subprocess in the workspace with tiny sizes appended; rows read by the report's loader"),
     Cover(SH, r"flurka train --benchmark \S+ --attention \S+ --steps \d+ --workdir \S+ --checkpoint-every \d+",
           "run", check_train_workdir, "README flags validated as written, then run with 6 steps of a 2-layer "
           "d_model 16 model into the workspace (the next command's run)", slow=True),
-    Cover(SH, r"python -m flurka\.speed\.theory --from-run \S+ --out \S+\.json", "run", check_theory_from_run,
+    Cover(SH, r"python -m flurka\.theory --from-run \S+ --out \S+\.json", "run", check_theory_from_run,
           "subprocess in the workspace on that run, a small grid appended; per-layer rows read by the "
           "report's loader", slow=True),
     Cover(SH, r"flurka ingest --db sqlite:///runs/uptrain-small/results\.db speed\.json", "run", check_ingest,
           "the README speed command's file, SQLite and PostgreSQL, twice (idempotent)"),
     Cover(SH, r"python -m flurka\.speed\.(plain|bare_loop)( --[a-z]+ \S+)*", "covered",
           check_cpu_benchmark, "the module's test runs main() at tiny size and reads its JSON"),
-    Cover(IN, r"python -m flurka\.(speed(\.theory)?|training\.quality_table)( --seeds [0-9,]+)?", "run",
+    Cover(IN, r"python -m flurka\.(speed|theory|training\.quality_table)( --seeds [0-9,]+)?", "run",
           check_subcommand, "the module exists"),
     Cover(("block:text",), r"Up-training α, nmt-small: .*", "covered", check_main_job_output,
           "what make sweep printed: the summary's headings and observation lines, in its order "
@@ -1018,7 +1018,7 @@ COVERAGE: list[Cover] = [
           "GPU lease script: its --help knows the flags; tests/speed/test_speed_gpu_session.py runs it (--tiny)"),
     Cover(IN, r"OUT=DIR bash benchmarks/gpu_lease\.sh", "covered", check_gpu_lease,
           "the lease script: tests/speed/test_speed_gpu_session.py starts it (--help) and checks its flags"),
-    Cover(SH, r"python -m flurka\.speed\.theory --seq-len \d+ .* --out benchmarks/\S+\.json", "parse",
+    Cover(SH, r"python -m flurka\.theory --seq-len \d+ .* --out benchmarks/\S+\.json", "parse",
           check_theory_gpu, "GPU size: parsed and validated (layers built abstractly), not computed"),
 ]
 

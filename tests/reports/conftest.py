@@ -126,7 +126,7 @@ def speed_document(sweep: str, rng: np.random.Generator, *, scopes=None) -> dict
 
 
 def theory_document(rng: np.random.Generator) -> dict:
-    """Rows shaped like ``flurka.speed.theory``'s: error falls with d_k and m; ranks below full."""
+    """Rows shaped like ``flurka.theory``'s: error falls with d_k and m; ranks below full."""
     errors = []
     for seed in (0, 1, 2):
         for mech in MECHS:

@@ -136,7 +136,7 @@ def test_main_job_report_leads_with_uptraining_and_lists_what_it_lacks(main_job,
     assert commands["glue"].startswith("python experiments/uptrain_sweep.py --benchmarks glue-cola,glue-sst2,")
     assert commands["speed-dk"] == "python -m flurka.speed --sweep dk-sweep --out FILE.json &amp;&amp; flurka ingest --db URL FILE.json"
     assert "flash-compare" in commands["speedups"] and "--profile-steps" in commands["profiles"]
-    assert commands["rank"].startswith("python -m flurka.speed.theory --out theory.json")
+    assert commands["rank"].startswith("python -m flurka.theory --out theory.json")
     missing_part = html[html.index('<section id="not-filled">'):]
     assert "<table" not in missing_part and "<img" not in missing_part and "<p" not in missing_part
     assert sorted(p.name for p in (tmp_path / "out" / "figures").iterdir()) == [
@@ -463,12 +463,12 @@ def test_log_report_to_the_sweeps_mlflow_run(built, tmp_path):
 
 
 def test_real_theory_rows_feed_the_sections(tmp_path):
-    """flurka.speed.theory's own rows (tiny sizes) load and draw: the format agrees with the producer."""
+    """flurka.theory's own rows (tiny sizes) load and draw: the format agrees with the producer."""
     import jax
     from flax import nnx
 
     from flurka.attention import make_attention
-    from flurka.speed import theory
+    from flurka import theory
 
     errors = theory.approximation_errors(d_model=16, num_heads=2, seq_len=16, d_k_values=(8,), m_values=(4,),
                                          mechanisms=("linformer", "flurka-rnn"), seeds=(0,), batch=1)

@@ -22,12 +22,12 @@ CAPTURED = "captured: listops-rnn (lra-listops-small, flurka-rnn, step 40)"
 
 @pytest.fixture(scope="module")
 def real_rows():
-    """flurka.speed.theory's own rows at tiny sizes: errors (2 seeds) and ranks of one layer."""
+    """flurka.theory's own rows at tiny sizes: errors (2 seeds) and ranks of one layer."""
     import jax
     from flax import nnx
 
     from flurka.attention import make_attention
-    from flurka.speed import theory
+    from flurka import theory
 
     errors = theory.approximation_errors(d_model=16, num_heads=2, seq_len=16, d_k_values=(8,), m_values=(4,),
                                          mechanisms=("full", "linformer", "performer", "flurka-performer"),

@@ -153,13 +153,13 @@ def seeded(engine, sweep_dict, speed_dicts):
 
 @pytest.fixture(scope="session")
 def theory_rows():
-    """Real rows of flurka.speed.theory at tiny sizes (computed once): every mechanism's error at
+    """Real rows of flurka.theory at tiny sizes (computed once): every mechanism's error at
     d_k=8, m=4, and the ranks of two feature-map layers (examples × heads)."""
     import jax
     from flax import nnx
 
     from flurka.attention import make_attention
-    from flurka.speed import theory
+    from flurka import theory
 
     errors = theory.approximation_errors(d_model=16, num_heads=2, seq_len=16, d_k_values=(8,), m_values=(4,),
                                          seeds=(0,))

@@ -1,4 +1,4 @@
-"""Theory documents (``python -m flurka.speed.theory``) as rows of the results database, on SQLite
+"""Theory documents (``python -m flurka.theory``) as rows of the results database, on SQLite
 and PostgreSQL: validated up front, idempotent, all-or-nothing, and read back by the report exactly
 as it reads the same document from a file."""
 

@@ -104,7 +104,7 @@ def test_plans_name_real_points_in_priority_order():
 def test_theory_arguments_are_a_valid_plan():
     import argparse
 
-    from flurka.speed import theory_cli
+    from flurka.theory import cli as theory_cli
     g = _driver()
     parser = argparse.ArgumentParser()
     theory_cli.add_arguments(parser)

@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "flops": ("flurka.attention.flops_cli", "forward FLOPs per mechanism and the paper's regime claims"),
     "train": ("flurka.training.cli", "train a benchmark config (JSON result with --json)"),
     "speed": ("flurka.speed.__main__", "step-time benchmarks of every mechanism (JSON; JAX only)"),
-    "theory": ("flurka.speed.theory_cli", "approximation error (Theorem 1) and kernel-attention ranks as JSON for `flurka report --theory` (JAX only)"),
+    "theory": ("flurka.theory.cli", "approximation error (Theorem 1) and kernel-attention ranks as JSON for `flurka report --theory` (JAX only)"),
     "sweep": ("flurka.sweeps.cli", "Ray Tune sweep of up-training alpha and d_k (what make sweep runs)"),
     "ingest": ("flurka.results.ingest_cli", "load speed-benchmark / theory / sweep JSON files into the results database"),
     "report": ("flurka.reports.cli", "static HTML report of the paper's tables and figures (+ Markdown/LaTeX), optionally logged to MLflow"),

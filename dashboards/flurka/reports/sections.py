@@ -655,7 +655,7 @@ def flops_section(runs: pd.DataFrame) -> Section:
 # ---------------------------------------------------------------------------------------------
 # Theory (Theorem 1, Fig. 2)
 # ---------------------------------------------------------------------------------------------
-THEORY = "python -m flurka.speed.theory --out theory.json && flurka ingest --db URL theory.json"
+THEORY = "python -m flurka.theory --out theory.json && flurka ingest --db URL theory.json"
 
 
 def _theory_groups(df: pd.DataFrame, by=("device", "config")):

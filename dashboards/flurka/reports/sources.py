@@ -1,5 +1,5 @@
 """What the report reads besides ``flurka.results.tables``: where results came from (sweeps,
-devices, speed configurations) and the theory measurements of ``flurka.speed.theory``.
+devices, speed configurations) and the theory measurements of ``flurka.theory``.
 
 Theory measurements come from the results database (``flurka ingest theory.json`` stores a
 ``flurka.theory/1`` document as a theory run with its ``approximation_errors`` and

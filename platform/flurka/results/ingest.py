@@ -131,7 +131,7 @@ def ingest_speed(engine: Engine, records: Iterable[SpeedRecord | Mapping[str, An
 
 
 def ingest_theory(engine: Engine, record: TheoryRecord | Mapping[str, Any]) -> IngestReport:
-    """Add a ``flurka.speed.theory`` document as one theory run with its error and rank rows; the
+    """Add a ``flurka.theory`` document as one theory run with its error and rank rows; the
     counts are rows. A document already ingested (same time, device and config) adds nothing."""
     if not isinstance(record, TheoryRecord):
         record = TheoryRecord.from_dict(record)  # every row validated before touching the database
@@ -173,7 +173,7 @@ def sweep_spec_line(path: str | Path, state: Mapping[str, Any]) -> str:
 def parse_file(path: str | Path) -> Parsed:
     """Read and validate one results file, writing nothing: a list is speed records, a
     ``flurka.theory/1`` object (or one with ``approximation_errors``/``ranks``) a
-    ``flurka.speed.theory`` document, an object with ``results`` a ``flurka.speed`` document, one
+    ``flurka.theory`` document, an object with ``results`` a ``flurka.speed`` document, one
     with ``sweep_id`` or ``trials`` a sweep record. Errors name the file: a lease's folder also
     holds JSON that is none of these (its card checks, the fused kernels' tuning)."""
     data = load_json(path)

@@ -2,7 +2,7 @@
 into the DB.
 
     python -m flurka.speed --sweep n-sweep --out benchmarks/h100_nsweep.json     # on the GPU box
-    python -m flurka.speed.theory --out benchmarks/h100_theory.json
+    python -m flurka.theory --out benchmarks/h100_theory.json
     flurka ingest --db postgresql://me@db-host/flurka benchmarks/h100_nsweep.json benchmarks/h100_theory.json
     flurka ingest benchmarks/h100_nsweep.json      # into the newest run dir's results.db (stderr says which)
 
@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None, metavar="URL|PATH",
                         help="SQLAlchemy URL or a SQLite file's path, created if missing (default: the "
                              "results.db of the newest run dir under runs/)")
-    parser.add_argument("files", nargs="+", help="JSON files written by flurka.speed, flurka.speed.theory or a sweep")
+    parser.add_argument("files", nargs="+", help="JSON files written by flurka.speed, flurka.theory or a sweep")
 
 
 def run(args: argparse.Namespace) -> int:

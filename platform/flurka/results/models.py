@@ -132,7 +132,7 @@ class SpeedMeasurement(Base):
 
 
 class TheoryRun(Base):
-    """One ``flurka.speed.theory`` document: when, where and with which configuration it measured.
+    """One ``flurka.theory`` document: when, where and with which configuration it measured.
 
     ``config`` is the document's own (opaque JSON: sizes, seeds, ``inputs``, a captured-input
     ``source``, ...); its rows are the approximation errors and kernel ranks below.

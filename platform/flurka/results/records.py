@@ -33,7 +33,7 @@ A speed record (one measurement; the speed benchmarks write a JSON list of these
 mechanisms' ratio is taken within one. ``speed_records_from_document`` reads the JSON document that
 ``flurka.speed`` writes (``{"device": {...}, "versions": {...}, "results": [...]}``).
 
-A theory record is the document ``python -m flurka.speed.theory`` writes (schema
+A theory record is the document ``python -m flurka.theory`` writes (schema
 ``"flurka.theory/1"``): ``created``, ``device``, ``versions``, ``config`` (kept as opaque JSON)
 and its ``approximation_errors`` and ``ranks`` rows (:class:`ErrorRow`, :class:`RankRow`; ``layer``
 set where the inputs were a trained model's captured layer inputs). One document is one theory
@@ -361,7 +361,7 @@ def measured_config(config: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _document_environment(doc: dict[str, Any], where: str) -> dict[str, Any]:
-    """The environment fields of a ``flurka.speed`` or ``flurka.speed.theory`` document: device
+    """The environment fields of a ``flurka.speed`` or ``flurka.theory`` document: device
     name and host from ``device`` ({name, host, ...} or a bare name), versions as strings."""
     device = doc.get("device") or {}
     versions = doc.get("versions") or {}
@@ -442,7 +442,7 @@ def speed_records_from_document(doc: dict[str, Any]) -> list[SpeedRecord]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Theory documents (python -m flurka.speed.theory)
+# Theory documents (python -m flurka.theory)
 # ---------------------------------------------------------------------------------------------
 THEORY_SCHEMA = "flurka.theory/1"
 

@@ -1,12 +1,12 @@
-"""``python -m flurka.speed.theory`` (also ``flurka theory``): the paper's theory, measured, as the
+"""``python -m flurka.theory`` (also ``flurka theory``): the paper's theory, measured, as the
 JSON file that ``flurka report --theory FILE`` draws (approximation error vs m and d_k, Theorem 1;
 numerical rank of kernelized attention per head). JAX alone: no Ray, MLflow or SQL, so it runs on
 the GPU machine as it is.
 
-    python -m flurka.speed.theory --out theory.json
-    python -m flurka.speed.theory --seq-len 1024 --d-model 256 --heads 4 --d-k 64,128,256 \\
+    python -m flurka.theory --out theory.json
+    python -m flurka.theory --seq-len 1024 --d-model 256 --heads 4 --d-k 64,128,256 \\
         --features 16,32,64,128 --out benchmarks/h100_theory.json
-    python -m flurka.speed.theory --from-run runs/listops-performer --out theory_trained.json
+    python -m flurka.theory --from-run runs/listops-performer --out theory_trained.json
 
 Writes ONE JSON document (the form :mod:`flurka.reports.sources` reads):
 
@@ -15,7 +15,7 @@ Writes ONE JSON document (the form :mod:`flurka.reports.sources` reads):
 ``versions``              python, jax, jaxlib, flax, ... (as ``flurka.speed``)
 ``config``                seq_len, d_model, num_heads, batch, seeds, d_k, m, inputs, matmul_precision
                           (the report prints it under every figure)
-``approximation_errors``  ``flurka.speed.theory.approximation_errors`` rows: mechanism, d_k, m,
+``approximation_errors``  ``flurka.theory.approximation_errors`` rows: mechanism, d_k, m,
                           seed, rel_error, inf_error (+ kernel_term, lowrank_term for FLuRKA)
 ``ranks``                 one row per (mechanism, seed, example, head): rank of φ(Q)φ(K)ᵀ
                           (``kernel_attention_ranks``), max_rank = min(N, N_k), d_k, m
@@ -23,7 +23,7 @@ Writes ONE JSON document (the form :mod:`flurka.reports.sources` reads):
 Inputs are standard normal (per seed, as ``approximation_errors`` draws them) and every layer shares
 the full layer's W_Q, W_K, W_V, W_O. With ``--from-run DIR`` (a training work dir with checkpoints)
 they are instead what each attention layer of that trained model receives on ``--batch`` eval
-examples (:mod:`flurka.speed.trained`): N, d_model and heads are the run's, every row carries its
+examples (:mod:`flurka.theory.trained`): N, d_model and heads are the run's, every row carries its
 ``layer``, the full layer and all approximations carry that layer's trained projections, the seeds
 vary only the random draws (E, ω), and rank rows of the trained mechanism itself say
 ``trained: true``; ``config.inputs`` names the run and ``config.source`` holds its dir and step.
@@ -46,7 +46,7 @@ from typing import Any
 
 from flurka.attention.flops_cli import positive_int
 
-PROG = "python -m flurka.speed.theory"
+PROG = "python -m flurka.theory"
 PRECISIONS = ("highest", "high", "default")
 
 
@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def plan(args: argparse.Namespace) -> dict[str, Any]:
     """Validate everything before anything is compiled; ValueError (one line) on bad input."""
     from flurka.attention import flops as flop_model
-    from flurka.speed.theory import FEATURE_MECHANISMS
+    from flurka.theory import FEATURE_MECHANISMS
 
     shape = {"seq_len": args.seq_len, "d_model": args.d_model, "num_heads": args.heads}
     if args.from_run is not None:
@@ -152,7 +152,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _layer_configs(mechanisms, rank_mechanisms, d_ks, ms, rank_d_k, rank_m):
-    from flurka.speed.theory import uses as _uses
+    from flurka.theory import uses as _uses
 
     seen = set()
     for mech in mechanisms:
@@ -170,7 +170,7 @@ def _build(mech: str, *, d_model: int, num_heads: int, seq_len: int, d_k: int | 
     from flax import nnx
 
     from flurka.attention import make_attention
-    from flurka.speed.theory import layer_options
+    from flurka.theory import layer_options
 
     return make_attention(mech, d_model=d_model, num_heads=num_heads, max_len=seq_len,
                           rngs=nnx.Rngs(seed), **layer_options(d_k, m))
@@ -189,7 +189,7 @@ def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any
     """Numerical rank of φ(Q)φ(K)ᵀ for every rank mechanism, seed, example and head."""
     import jax
 
-    from flurka.speed import theory
+    from flurka import theory
 
     rows = []
     for seed in args.seeds:
@@ -206,7 +206,7 @@ def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any
 def _trained_rows(args: argparse.Namespace, p: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     """Error and rank rows on the captured inputs of ``--from-run``'s model (updates ``p`` with
     what the document's config says about the inputs)."""
-    from flurka.speed import trained
+    from flurka.theory import trained
     from flurka.training import load_run
 
     run = load_run(args.from_run, p["step"])
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     p = plan(args)  # ValueError before any compute
     import jax
 
-    from flurka.speed.theory import approximation_errors
+    from flurka.theory import approximation_errors
 
     start = time.perf_counter()
     with jax.default_matmul_precision(args.matmul_precision):
@@ -270,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from flurka.cli import module_main
-    return module_main(PROG, "flurka.speed.theory_cli", argv)
+    return module_main(PROG, "flurka.theory.cli", argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import pytest
 from flax import nnx
 
 from flurka.attention import make_attention
-from flurka.speed import theory as T
+from flurka import theory as T
 
 
 @pytest.mark.parametrize("shape,rank", [((20, 15), 0), ((20, 15), 1), ((20, 15), 7),

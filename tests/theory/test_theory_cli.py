@@ -1,4 +1,4 @@
-"""``python -m flurka.speed.theory`` / ``flurka theory``: the theory JSON the report reads, bad
+"""``python -m flurka.theory`` / ``flurka theory``: the theory JSON the report reads, bad
 input as one line before any compute, and a fresh process without Ray, MLflow or SQL installed."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 from flurka.cli import main as flurka_main
 from flurka.reports import sections, sources
-from flurka.speed import theory
-from flurka.speed.theory_cli import main
+from flurka import theory
+from flurka.theory.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--seq-len", "32", "--d-model", "16", "--heads", "2", "--d-k", "8,16", "--features", "6",
@@ -85,7 +85,7 @@ def test_bad_input_is_one_line_before_compute(tmp_path, capsys, monkeypatch, arg
     out = tmp_path / "theory.json"
     assert main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("python -m flurka.speed.theory: error: ")
+    assert len(err.splitlines()) == 1 and err.startswith("python -m flurka.theory: error: ")
     assert message in err
     assert flurka_main(["theory", *argv, "--out", str(out)]) == 2  # the same through `flurka theory`
     err = capsys.readouterr().err.strip()
@@ -100,7 +100,7 @@ def test_argparse_rejects_non_positive_sizes(capsys):
 
 
 def test_fresh_process_without_ray_mlflow_or_sql(tmp_path):
-    """``python -m flurka.speed.theory`` with Ray, MLflow, SQLAlchemy and pandas made unimportable
+    """``python -m flurka.theory`` with Ray, MLflow, SQLAlchemy and pandas made unimportable
     (as on a GPU box with JAX alone)."""
     blocked = tmp_path / "blocked"
     for name in ("ray", "mlflow", "sqlalchemy", "pandas", "alembic"):
@@ -108,7 +108,7 @@ def test_fresh_process_without_ray_mlflow_or_sql(tmp_path):
         (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed here')\n")
     out = tmp_path / "theory.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "flurka.speed.theory", "--seq-len", "16", "--d-model", "8", "--heads", "2",
+        [sys.executable, "-m", "flurka.theory", "--seq-len", "16", "--d-model", "8", "--heads", "2",
          "--d-k", "8", "--features", "4", "--seeds", "0", "--batch", "1", "--mechanisms", "full,flurka-rnn",
          "--rank-mechanisms", "rnn", "--out", str(out)],
         cwd=tmp_path, env={**_env(), "PYTHONPATH": str(blocked)}, capture_output=True, text=True, timeout=300)

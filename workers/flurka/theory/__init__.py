@@ -1,5 +1,7 @@
 """The paper's theory, measured: approximation error (Theorem 1), rank of kernelized attention
-(Fig. 2's observation), and the FLOP model's predicted speedups against measured ones.
+(Fig. 2's observation), and the FLOP model's predicted speedups against measured ones. Its JSON
+writer is ``python -m flurka.theory`` (:mod:`flurka.theory.cli`); :mod:`flurka.theory.trained`
+measures the same on a trained model's own layer inputs.
 
 Approximation error. Every approximation is compared with full attention *with the same
 W_Q, W_K, W_V, W_O* (copied by attribute name; the names are uniform across mechanisms), on the
@@ -9,7 +11,7 @@ objects are *shared with its constituents*: ``flurka-X`` gets linformer's E1/E2 
 features, so its error can be set against kernel-only error + low-rank-only error (Theorem 1's
 triangle inequality: ‖F − A‖ ≤ ‖F − L‖ + ‖L − A‖, with L the Linformer output).
 Inputs are random by default; pass ``x`` and ``mask`` (a trained model's captured layer inputs,
-:mod:`flurka.speed.trained`) and the ``full`` layer carrying that model's projections to measure
+:mod:`flurka.theory.trained`) and the ``full`` layer carrying that model's projections to measure
 the same on real activations (errors then count real rows only).
 
 Rank. ``kernel_attention_ranks`` counts the singular values of φ(Q)φ(K)ᵀ, per example and head,
@@ -285,11 +287,3 @@ def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
                              "measured_speedup": meas, "ratio_spread": spread, **claims,
                              "agree": None if pred is None or tie else (pred > 1) == (meas > 1)})
     return rows
-
-
-if __name__ == "__main__":  # ``python -m flurka.speed.theory``: the JSON writer in theory_cli
-    import sys
-
-    from flurka.speed.theory_cli import main
-
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The theory on a trained model (flurka.speed.trained, ``--from-run``): restoring a run, capturing
+"""The theory on a trained model (flurka.theory.trained, ``--from-run``): restoring a run, capturing
 what each attention layer receives, errors and ranks on those inputs."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from training_helpers import tiny
 
-from flurka.speed import theory_cli
-from flurka.speed import trained as T
+from flurka.theory import cli as theory_cli
+from flurka.theory import trained as T
 from flurka.training import load_run
 from flurka.training import run as train_run
 
@@ -160,7 +160,7 @@ def test_cli_from_run_writes_per_layer_rows(rnn_run, tmp_path):
     (["--step", "3"], "--step needs --from-run"),
 ])
 def test_cli_bad_run_is_one_line(argv, message, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "flurka.speed.theory", *argv, "--out", str(tmp_path / "t.json")],
+    proc = subprocess.run([sys.executable, "-m", "flurka.theory", *argv, "--out", str(tmp_path / "t.json")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

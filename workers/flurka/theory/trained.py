@@ -22,7 +22,7 @@ from flax import nnx
 
 from flurka.attention import make_attention
 from flurka.models.encoder import EncoderBlock
-from flurka.speed import theory
+from flurka import theory
 from flurka.training.restore import TrainedRun
 
 Array = jax.Array

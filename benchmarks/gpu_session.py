@@ -27,8 +27,10 @@ import numpy as np
 from flax import nnx
 
 from flurka.attention import (
-    ALIGNABLE, FUSABLE, LOW_RANK, MECHANISMS, PROJECTABLE, make_attention)
+    ALIGNABLE, FUSABLE, MECHANISMS, PROJECTABLE, make_attention)
 from flurka.attention.fused import Tiling, use_tiling
+from flurka.mechanisms import COMPRESSED
+from flurka.mechanisms import FLURKA as FLURKA_VARIANTS
 from flurka.attention.fused_compress import CompressTiling, use_compress_tiling
 from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
 from flurka.speed.bench import freeze_survivors
@@ -44,7 +46,7 @@ ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flu
 
 # (sweep, filter on the point's fields); blocks run in this order until the budget is spent.
 FIVE = {"flurka-performer", "flurka-rnn", "linformer", "performer", "rnn"}
-FLURKA = {"flurka-performer", "flurka-rnn", "flurka-eva"}
+FLURKA = set(FLURKA_VARIANTS)
 # --check-fused checks these with the LayerNorm handed over whatever --check names: each has
 # gradient kernels of its own (the training step's) that only a card compiles.
 HANDED_OVER = ("flurka-performer", "flurka-rnn", "flurka-eva")
@@ -378,7 +380,7 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
         # ... and the low-rank ones handed the block's LayerNorm (fused into their kernels)
         cases += [(m, d, {"fused": True, "fused_projections": True, "d_model": 256,
                           "norm": True})
-                  for m in mechanisms if m in PROJECTABLE and m in LOW_RANK
+                  for m in mechanisms if m in PROJECTABLE and m in COMPRESSED
                   for d in ("float32", "bfloat16")]
         cases += [(m, "float32", {"fused": True, "fused_projections": True, "d_model": 256,
                                   "norm": True})

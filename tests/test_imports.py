@@ -45,3 +45,21 @@ def test_the_import_graph_has_no_cycle():
         TopologicalSorter(graph).prepare()
     except CycleError as err:
         raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
+
+
+def test_the_mechanism_names_are_plain_python_and_the_layers_use_them():
+    """flurka.mechanisms names every mechanism once, without JAX (a database reader or a sweep's
+    driver imports it); the attention package has a layer class per name, in that order."""
+    import subprocess
+    import sys
+
+    code = ("import sys, flurka.mechanisms as m, flurka.results.records as r; "
+            "assert 'jax' not in sys.modules, 'jax'; assert r.MECHANISMS is m.MECHANISMS")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    from flurka import attention, mechanisms
+    from flurka.attention import flops
+
+    assert attention.MECHANISMS == flops.MECHANISMS == mechanisms.MECHANISMS
+    assert set(mechanisms.COMPRESSED) | {"full", "flash", *mechanisms.KERNELS} == set(mechanisms.MECHANISMS)
+    assert {v: mechanisms.constituents(v) for v in mechanisms.FLURKA} == {
+        f"flurka-{k}": {"low_rank": "linformer", "kernel": k} for k in ("performer", "rnn", "eva")}

@@ -20,8 +20,9 @@ import sys
 import threading
 from pathlib import Path
 
+from flurka.mechanisms import COMPRESSED
+
 SEEDS = (0, 1, 2)
-LOW_RANK = ("linformer", "flurka-performer", "flurka-rnn", "flurka-eva")
 CONSTITUENTS = ("performer", "rnn", "eva", "full")
 
 
@@ -29,12 +30,12 @@ def jobs():
     """(mechanism, seed, options) in the order that gives a whole table soonest: the pooled
     low-rank layers and the kernels, the paper's Gaussian E, flurka-eva's wider window, full."""
     for seed in SEEDS:
-        for mech in LOW_RANK:
+        for mech in COMPRESSED:
             yield mech, seed, {"e_init": "pool"}
         for mech in CONSTITUENTS[:-1]:
             yield mech, seed, {}
     for seed in SEEDS:
-        for mech in LOW_RANK:
+        for mech in COMPRESSED:
             yield mech, seed, {"e_init": "gaussian"}
     for seed in SEEDS:
         yield "flurka-eva", seed, {"e_init": "pool", "window_size": 12, "chunk_size": 4}

@@ -9,7 +9,8 @@ import pytest
 from attention_reference import HEADS, MAX_LEN, D_MODEL, build, f64, inputs, reference
 from flax import nnx
 
-from flurka.attention import LOW_RANK, make_attention
+from flurka.attention import make_attention
+from flurka.mechanisms import COMPRESSED
 
 TOL = dict(rtol=2e-4, atol=2e-4)
 KERNEL_OF = {"linformer": "full", "flurka-performer": "performer", "flurka-rnn": "rnn"}
@@ -65,7 +66,7 @@ def test_unknown_e_init_is_one_line():
                        rngs=nnx.Rngs(0), d_k=8, e_init="orthogonal")
 
 
-@pytest.mark.parametrize("mechanism", LOW_RANK)
+@pytest.mark.parametrize("mechanism", COMPRESSED)
 def test_pooled_e_with_padding_matches_reference(mechanism, rng_seed):
     """Sequences of 20, 13 and 5 real positions of 24 under pooled E (blocks of 3): the rows past
     a sequence's end see only padding; the reference drops them."""
@@ -77,7 +78,7 @@ def test_pooled_e_with_padding_matches_reference(mechanism, rng_seed):
                                real_rows(reference(layer, x, mask), mask), **TOL)
 
 
-@pytest.mark.parametrize("mechanism", LOW_RANK)
+@pytest.mark.parametrize("mechanism", COMPRESSED)
 def test_padding_content_changes_nothing(mechanism, rng_seed):
     layer = pooled(mechanism, seed=6)
     x, mask = inputs(rng_seed, seq=MAX_LEN)

@@ -11,7 +11,8 @@ from attention_reference import forward, randomize, reference, sin_loss_grads
 from testsupport import cuda_compiler_script, triton_calls
 from flax import nnx
 
-from flurka.attention import LOW_RANK, PROJECTABLE, handover_class, make_attention
+from flurka.attention import PROJECTABLE, handover_class, make_attention
+from flurka.mechanisms import COMPRESSED
 from flurka.attention.fused import Tiling
 from flurka.attention.fused_compress import PreNorm, row_statistics
 from flurka.attention.fused_layer import fused_projected_query_side
@@ -27,7 +28,7 @@ TOLERANCE = {"performer": 2e-5, "rnn": 2e-5, "flurka-rnn": 2e-5, "flurka-perform
 def _layer(mechanism, seed=0, *, d_model=128, heads=2, **options):
     # the paper's Gaussian E, as these tolerances were measured on (randomize makes any E dense;
     # with pooled E underneath, flurka-eva's fused and XLA gradients differ by 1.2e-4, not 2e-5)
-    if mechanism in LOW_RANK:
+    if mechanism in COMPRESSED:
         options.setdefault("e_init", "gaussian")
     layer = make_attention(mechanism, d_model=d_model, num_heads=heads, max_len=N, d_k=8,
                            num_features=64, rngs=nnx.Rngs(seed), **options)

@@ -17,7 +17,8 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from flurka.results.records import MECHANISMS
-from flurka.results.tables import KERNEL_OF, LOW_RANK, NO_VALUE
+from flurka.mechanisms import KERNEL_OF, LOW_RANK
+from flurka.results.tables import NO_VALUE
 
 STYLE = {  # mechanism -> (colour, marker)
     "full": ("#222222", "o"), "flash": ("#8c8c8c", "D"), "linformer": ("#1f5fbf", "o"),

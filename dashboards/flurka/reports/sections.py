@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from sqlalchemy.engine import Engine
 
+from flurka.mechanisms import KERNEL_OF, LOW_RANK
 from flurka.reports import figures as F
 from flurka.reports.sources import (PROFILE_KINDS, SPEED_CONFIG, Theory, combine_runs, describe, profile_rows,
                                     speed_runs, trial_provenance, with_stored)
@@ -331,7 +332,7 @@ def best_execution_tables(engine: Engine, rows: pd.DataFrame) -> list[Table]:
     out = []
     for (mode, *_), part in rows.groupby(["mode", *_CONFIG_FILTERS], dropna=False, sort=True):
         if (part.apply(T.execution_label, axis=1) == "plain").all() \
-                or not part["mechanism"].isin(list(T.KERNEL_OF)).any():
+                or not part["mechanism"].isin(list(KERNEL_OF)).any():
             continue
         filters = {f: v for f, v in _filters(part).items() if f not in T.EXECUTION}
         try:
@@ -415,8 +416,8 @@ def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     cfg = [c for c in SPEED_CONFIG if c in ok]
     columns = [*cfg, "mechanism", "baseline", "predicted_speedup", "measured_speedup", "ratio_spread", "runs", "paired"]
     out = []
-    for variant, kernel in T.KERNEL_OF.items():
-        for baseline in (T.LOW_RANK, kernel, "flash", "full"):
+    for variant, kernel in KERNEL_OF.items():
+        for baseline in (LOW_RANK, kernel, "flash", "full"):
             pair = T.paired_runs(ok, variant, baseline, cfg)
             if pair.empty:
                 continue
@@ -453,9 +454,9 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
     cfg = [c for c in SPEED_CONFIG if c in pairs]
     pairs = pairs.assign(side=T.measured_side(pairs))
     rows = []
-    for variant, kernel in T.KERNEL_OF.items():
+    for variant, kernel in KERNEL_OF.items():
         sides = {role: pairs[(pairs["mechanism"] == variant) & (pairs["baseline"] == base)]
-                 for role, base in (("low-rank", T.LOW_RANK), ("kernel", kernel))}
+                 for role, base in (("low-rank", LOW_RANK), ("kernel", kernel))}
         both = sides["low-rank"].merge(sides["kernel"], on=cfg, how="outer", suffixes=("_low-rank", "_kernel"))
         for _, r in both[both["d_k"].notna()].iterrows():
             N = r["N"]
@@ -473,7 +474,7 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
                              "predicted": all(v > 1 for v in predicted)})
     if not rows:
         return pd.DataFrame()
-    order = {v: i for i, v in enumerate([c[0] for c in CLAIMS] + list(T.KERNEL_OF) + ["met", "not met"])}
+    order = {v: i for i, v in enumerate([c[0] for c in CLAIMS] + list(KERNEL_OF) + ["met", "not met"])}
     table = (pd.DataFrame(rows).sort_values(["claim", "mechanism", "mode", "scope", "condition"],
                                             key=lambda col: col.map(lambda v: order.get(v, v)))
              .groupby(["claim", "mechanism", "mode", "scope", "condition"], sort=False)
@@ -515,8 +516,8 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
 
     cfg = [c for c in SPEED_CONFIG if c in pairs and c != "N"]
     rows = []
-    for variant, kernel in T.KERNEL_OF.items():
-        for role, base in (("low-rank", T.LOW_RANK), ("kernel", kernel)):
+    for variant, kernel in KERNEL_OF.items():
+        for role, base in (("low-rank", LOW_RANK), ("kernel", kernel)):
             part = pairs[(pairs["mechanism"] == variant) & (pairs["baseline"] == base) & pairs["d_k"].notna()]
             for _, g in part.groupby(cfg, dropna=False, sort=True):
                 g = g.sort_values("N")
@@ -557,12 +558,12 @@ def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
     shape = (pairs["scope"] == "layer") & pairs["mechanism"].isin(list(PAPER_FIG3))
     for name, value in FIG3_SHAPE.items():
         shape &= pairs[name] == value
-    part = pairs[shape & pairs["baseline"].isin([T.LOW_RANK, *T.KERNEL_OF.values()])]
+    part = pairs[shape & pairs["baseline"].isin([LOW_RANK, *KERNEL_OF.values()])]
     if part.empty:
         return pd.DataFrame()
     part = part[part["N"] == part["N"].max()]
     N, (d_m, H, d_k) = part["N"].iloc[0], FIG3_SHAPE.values()
-    role = lambda base: "low-rank" if base == T.LOW_RANK else "kernel"  # noqa: E731
+    role = lambda base: "low-rank" if base == LOW_RANK else "kernel"  # noqa: E731
     order = {m: i for i, m in enumerate(PAPER_FIG3)}
     table = pd.DataFrame({
         "mechanism": part["mechanism"], "baseline": part["baseline"], "mode": part["mode"],
@@ -572,7 +573,7 @@ def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
         "paper's cost model": [flop_model.paper_speedup_at(role(b), N, d_m, d_k, H) for b in part["baseline"]],
         "paper (Fig. 3)": [PAPER_FIG3[m][role(b) == "kernel"] if mode == "forward" and N == FIG3_N else None
                            for m, b, mode in zip(part["mechanism"], part["baseline"], part["mode"])],
-        "_order": part["mechanism"].map(order), "_kernel": part["baseline"] != T.LOW_RANK,
+        "_order": part["mechanism"].map(order), "_kernel": part["baseline"] != LOW_RANK,
     }).sort_values(["_order", "_kernel", "mode", "execution"]).drop(columns=["_order", "_kernel"])
     table = table.set_index(["mechanism", "baseline", "mode", "execution"])
     table.attrs["floatfmt"] = ".3g"

@@ -49,9 +49,7 @@ import json
 import math
 from typing import Any
 
-# Mirrors flurka.attention.MECHANISMS; results must not import JAX to read a database.
-MECHANISMS = ("full", "flash", "linformer", "performer", "rnn", "eva",
-              "flurka-performer", "flurka-rnn", "flurka-eva")
+from flurka.mechanisms import MECHANISMS   # plain Python: reading a database needs no JAX
 BENCHMARKS = (
     "mlm-wikitext103",
     *(f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")),

@@ -29,14 +29,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from flurka.results.models import CurvePoint, Environment, Metric, SpeedMeasurement, Sweep, Trial
+from flurka.mechanisms import KERNEL_OF, LOW_RANK
 from flurka.results.records import FRACTION_METRICS, MECHANISMS
 from flurka.stats import Estimate, mean_ci, paired, significant_decimals
 
 LOWER_IS_BETTER = ("perplexity", "loss")
 CONFIG = ["alpha", "base", "d_k", "num_features"]
 AGGS = ("mean", "best")
-KERNEL_OF = {"flurka-performer": "performer", "flurka-rnn": "rnn", "flurka-eva": "eva"}
-LOW_RANK = "linformer"
 CHAR_BLEU = ("nmt-small",)        # benchmarks whose BLEU is over characters (bleu_tokenize="char")
 PAPER_BEST_ALPHA = (0.25, 0.375)  # Table 5's observation: the best α lies in [25 %, 37.5 %]
 

@@ -21,9 +21,10 @@ from typing import Any, Sequence
 
 import yaml
 
+from flurka.mechanisms import LOW_RANK, constituents
+
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
-LOW_RANK = "linformer"
 FULL = "full"
 BASES = ("low-rank", "kernel")
 SEARCHES = ("grid", "optuna")
@@ -108,7 +109,7 @@ class SweepSpec:
 def catalogue() -> dict[str, Any]:
     """Benchmarks, FLuRKA variants and their constituents, read from the workers."""
     from flurka import configs
-    from flurka.attention.flops import FLURKA, MECHANISMS
+    from flurka.mechanisms import FLURKA, MECHANISMS
 
     return {"benchmarks": tuple(sorted(configs.BENCHMARKS)), "variants": tuple(FLURKA),
             "mechanisms": tuple(MECHANISMS)}
@@ -116,8 +117,6 @@ def catalogue() -> dict[str, Any]:
 
 def kernel_of(variant: str) -> str:
     """The kernel constituent of a FLuRKA variant: flurka-performer -> performer."""
-    from flurka.attention.flops import constituents
-
     return constituents(variant)["kernel"]
 
 

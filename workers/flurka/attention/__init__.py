@@ -23,7 +23,7 @@ from flax import nnx
 from flurka.attention.base import AttentionLayer, RandomFeatures
 from flurka.attention.eva import EVAAttention, eva_attention
 from flurka.attention.flash import FlashAttention, flash_attention
-from flurka.attention.flops import FLURKA
+from flurka.mechanisms import COMPRESSED, FLURKA, MECHANISMS, RANDOM_FEATURES
 from flurka.attention.flurka import FlurkaEVA, FlurkaPerformer, FlurkaRNN, compressed_eva_attention
 from flurka.attention.full import FullAttention, softmax_attention
 from flurka.attention.handover import HandoverBeta, handover_class
@@ -43,9 +43,7 @@ _CLASSES: dict[str, type[AttentionLayer]] = {
     "flurka-rnn": FlurkaRNN,
     "flurka-eva": FlurkaEVA,
 }
-LOW_RANK = ("linformer", "flurka-performer", "flurka-rnn", "flurka-eva")
-RANDOM_FEATURES = ("performer", "eva", "flurka-performer", "flurka-eva")
-MECHANISMS: tuple[str, ...] = tuple(_CLASSES)
+assert tuple(_CLASSES) == MECHANISMS, "a layer class per name of flurka.mechanisms, in its order"
 # Mechanisms that accept ``align`` (aligned execution, see flurka.attention.base).
 ALIGNABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if not c.align_unsupported)
 
@@ -95,7 +93,7 @@ def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int
 
 
 __all__ = [
-    "MECHANISMS", "ALIGNABLE", "FUSABLE", "PROJECTABLE", "LOW_RANK", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
+    "MECHANISMS", "ALIGNABLE", "FUSABLE", "PROJECTABLE", "COMPRESSED", "RANDOM_FEATURES", "make_attention", "AttentionLayer",
     "RandomFeatures", "SeqProjection", "HandoverBeta", "handover_class",
     "FullAttention", "FlashAttention", "LinformerAttention", "PerformerAttention", "RNNAttention",
     "EVAAttention", "FlurkaPerformer", "FlurkaRNN", "FlurkaEVA",

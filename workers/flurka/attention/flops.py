@@ -42,13 +42,8 @@ import dataclasses
 import math
 import re
 
-MECHANISMS: tuple[str, ...] = (
-    "full", "flash", "linformer", "performer", "rnn", "eva",
-    "flurka-performer", "flurka-rnn", "flurka-eva",
-)
-KERNELS: tuple[str, ...] = ("performer", "rnn", "eva")
-FLURKA: tuple[str, ...] = tuple(f"flurka-{k}" for k in KERNELS)
-LOW_RANK = "linformer"
+from flurka.mechanisms import FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents
+from flurka.mechanisms import check_mechanism as _check_mechanism
 
 # Steps of the breakdown that are matrix products (the part compared with the HLO's dots).
 DOT_STEPS: frozenset[str] = frozenset({
@@ -121,11 +116,6 @@ class AttentionShape:
         if mechanism == "flurka-eva" and w is not None and w > self.d_k:
             raise ValueError(f"flurka-eva: window_size={self.window_size} (exact compressed rows) "
                              f"must be <= d_k={self.d_k}")
-
-
-def _check_mechanism(mechanism: str) -> None:
-    if mechanism not in MECHANISMS:
-        raise ValueError(f"unknown mechanism {mechanism!r}; choose from {', '.join(MECHANISMS)}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,14 +332,6 @@ def training_dot_flops(mechanism: str, shape: AttentionShape, *, input_grad: boo
     """The matrix-product part of :func:`training_flops` (what :func:`hlo_dot_flops` measures
     of a compiled gradient step)."""
     return 3 * dot_flops(mechanism, shape) - _unneeded_gradients(mechanism, shape, input_grad)
-
-
-def constituents(mechanism: str) -> dict[str, str]:
-    """``{"low_rank": "linformer", "kernel": X}`` for ``flurka-X``."""
-    _check_mechanism(mechanism)
-    if mechanism not in FLURKA:
-        raise ValueError(f"{mechanism!r} is not a FLuRKA variant; choose from {', '.join(FLURKA)}")
-    return {"low_rank": LOW_RANK, "kernel": mechanism.removeprefix("flurka-")}
 
 
 def fewer_than_constituents(mechanism: str, shape: AttentionShape) -> dict[str, bool]:

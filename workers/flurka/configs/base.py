@@ -151,13 +151,13 @@ def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
 # Validation
 # ------------------------------------------------------------------------------------------
 def mechanisms() -> tuple[str, ...]:
-    from flurka.attention.flops import MECHANISMS
+    from flurka.mechanisms import MECHANISMS
     return MECHANISMS
 
 
 def base_attention(attention: str, base: str) -> str:
     """The up-training base model's mechanism: Linformer, or the variant's kernel constituent."""
-    from flurka.attention.flops import constituents
+    from flurka.mechanisms import constituents
     return constituents(attention)["low_rank" if base == "low-rank" else "kernel"]
 
 
@@ -220,7 +220,7 @@ def validate(config: TrainConfig) -> TrainConfig:
     # up-training
     if not isinstance(c.alpha, (int, float)) or not 0.0 <= c.alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {c.alpha!r}")
-    from flurka.attention.flops import FLURKA
+    from flurka.mechanisms import FLURKA
     if c.alpha > 0 and c.attention not in FLURKA:
         raise ValueError(f"alpha > 0 (up-training) needs a FLuRKA attention; valid: {', '.join(FLURKA)}")
     if c.base_checkpoint is not None and not 0 < c.switch_step < c.steps:

@@ -59,12 +59,12 @@ from flax import nnx
 from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
 from flurka.attention.base import cast_floating
+from flurka.mechanisms import COMPRESSED
 from flurka.speed import ceilings as ceil
 from flurka.speed import profile
 from flurka.speed.configs import Point
 from flurka.speed.timing import check_counts, failure, random_normal, time_fn, time_interleaved
 
-LOW_RANK = ("linformer",) + flop_model.FLURKA
 DATA_KEY = 0  # inputs come from a fixed key: every mechanism sees the same numbers
 
 
@@ -72,7 +72,7 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
     """The layer or the model of ``point`` (parameters float32 until cast)."""
     rngs = rngs or nnx.Rngs(params=0, default=0)
     options = {"dtype": jnp.dtype(point.dtype)}
-    if point.mechanism in LOW_RANK:
+    if point.mechanism in COMPRESSED:
         options["d_k"] = point.d_k
     if point.num_features is not None:
         options["num_features"] = point.num_features
@@ -108,7 +108,7 @@ def count_params(module: nnx.Module) -> dict[str, int]:
 
 def attention_shape(point: Point, layer: nnx.Module) -> flop_model.AttentionShape:
     """The FLOP model's shape for this point, with the sizes the built layer really uses."""
-    low_rank = point.mechanism in LOW_RANK
+    low_rank = point.mechanism in COMPRESSED
     return flop_model.AttentionShape(
         batch=point.batch, seq_len=point.seq_len, d_model=point.d_model,
         num_heads=point.num_heads, d_k=getattr(layer, "d_k", point.d_k) if low_rank else None,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flurka.attention import flops as attention_flops
+from flurka.mechanisms import COMPRESSED
 
 TRAIN_FACTOR = 3
 
@@ -43,7 +44,7 @@ def attention_layer(mechanism: str, *, batch: int, seq_len: int, d_model: int, n
                    for m in (mechanism, handover_from))
     opts = {k: v for k, v in dict(options or {}).items()
             if k in ("d_k", "num_features", "window_size", "chunk_size")}
-    if mechanism not in (attention_flops.LOW_RANK, *attention_flops.FLURKA):
+    if mechanism not in COMPRESSED:
         opts.pop("d_k", None)
     shape = attention_flops.AttentionShape(batch=batch, seq_len=seq_len, d_model=d_model,
                                            num_heads=num_heads, **opts)

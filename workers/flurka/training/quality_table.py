@@ -21,7 +21,7 @@ import math
 import sys
 from collections.abc import Iterable
 
-from flurka.attention.flops import FLURKA, MECHANISMS, constituents
+from flurka.mechanisms import FLURKA, MECHANISMS, constituents
 from flurka.stats import mean_ci, paired, significant_decimals
 
 BENCHMARKS = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small")

@@ -1,0 +1,33 @@
+"""The attention mechanisms by name, and their families: the one list that attention, training,
+results, sweeps, reports and benchmarks import. Plain Python (no JAX), so a sweep's driver or a
+database reader can name mechanisms without loading the layers.
+
+FLuRKA-X (Table 5) unifies two constituents: the low-rank one (Linformer: E1, E2 compress the
+keys and values from N positions to d_k) and the kernel one X (a feature map φ, or EVA).
+"""
+
+from __future__ import annotations
+
+MECHANISMS: tuple[str, ...] = (
+    "full", "flash", "linformer", "performer", "rnn", "eva",
+    "flurka-performer", "flurka-rnn", "flurka-eva",
+)
+LOW_RANK = "linformer"                                   # the low-rank constituent
+KERNELS: tuple[str, ...] = ("performer", "rnn", "eva")   # the kernel constituents
+FLURKA: tuple[str, ...] = tuple(f"flurka-{k}" for k in KERNELS)
+KERNEL_OF: dict[str, str] = {f"flurka-{k}": k for k in KERNELS}
+COMPRESSED: tuple[str, ...] = (LOW_RANK, *FLURKA)        # the ones with E1, E2 (what d_k sets)
+RANDOM_FEATURES: tuple[str, ...] = ("performer", "eva", "flurka-performer", "flurka-eva")
+
+
+def check_mechanism(mechanism: str) -> None:
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {mechanism!r}; choose from {', '.join(MECHANISMS)}")
+
+
+def constituents(mechanism: str) -> dict[str, str]:
+    """``{"low_rank": "linformer", "kernel": X}`` for ``flurka-X``."""
+    check_mechanism(mechanism)
+    if mechanism not in FLURKA:
+        raise ValueError(f"{mechanism!r} is not a FLuRKA variant; choose from {', '.join(FLURKA)}")
+    return {"low_rank": LOW_RANK, "kernel": KERNEL_OF[mechanism]}

@@ -43,12 +43,15 @@ sweep: $(STAMP)
 sweep-full: $(STAMP)
 	$(VENV)/bin/flurka sweep --config uptrain-full $(ARGS)
 
-# The whole suite, slow end-to-end tests included (CI runs exactly this).
+# Lint (ruff, pyproject's [tool.ruff]), then the whole suite, slow end-to-end tests included
+# (CI runs exactly this).
 test: $(STAMP) $(CUDA_STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n 2 --durations=15
 
 # Everything but the slow end-to-end tests.
 test-fast: $(STAMP) $(CUDA_STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q -n 2 -m "not slow"
 
 clean:

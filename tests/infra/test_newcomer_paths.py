@@ -273,7 +273,7 @@ def test_train_lra_listops_without_data_refuses_and_generates_nothing(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     line = one_line(proc.stderr)
     assert line.startswith("flurka train: error: lra-listops has no prepared data: training would first generate "
-                           f"LRA ListOps (100k trees")
+                           "LRA ListOps (100k trees")
     assert f"into {home / 'flurka_data' / 'lra_release' / 'listops-1000'}" in line
     assert "--generate-data" in line and "lra-listops-small" in line
     assert list(home.iterdir()) == []                    # no ~/flurka_data

@@ -379,12 +379,12 @@ def check_make(cmd: Command, ctx: Ctx) -> None:
         covered_by("tests/platform/test_sweep_local.py::test_local_sweep_end_to_end", "run_sweep")
         covered_by("tests/platform/test_job_submit.py::test_ray_job_submit_runs_the_sweep", "uptrain_sweep.py")
     elif target == "test":
-        assert "-m pytest" in recipe and "not slow" not in recipe
+        assert "ruff check ." in recipe and "-m pytest" in recipe and "not slow" not in recipe
         check_ci(cmd, ctx)
     elif target == "aot":
         check_aot(cmd, recipe)
     elif target == "test-fast":
-        assert "-m pytest" in recipe and "not slow" in recipe
+        assert "ruff check ." in recipe and "-m pytest" in recipe and "not slow" in recipe
         pytest_ini = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
         assert any(m.startswith("slow:") for m in pytest_ini["markers"])
     else:

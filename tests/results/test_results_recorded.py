@@ -13,7 +13,8 @@ from flurka.results import ingest_file, open_results
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = sorted(p for p in (ROOT / "benchmarks" / "results").rglob("*.json")
-                   if str(json.loads(p.read_text()).get("schema", "")).startswith(("flurka.speed/", "flurka.speed.plain/", "flurka.theory/")))
+                   if str(json.loads(p.read_text()).get("schema", "")).startswith(
+                       ("flurka.speed/", "flurka.speed.plain/", "flurka.theory/")))
 
 
 def test_there_are_recorded_documents():

@@ -3,7 +3,6 @@ model on the same loss — else its steps/s would be a different computation's."
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import jax

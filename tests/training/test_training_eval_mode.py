@@ -2,7 +2,6 @@
 shapes training, never an evaluation."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from training_helpers import tiny
 

@@ -18,10 +18,12 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "flops": ("flurka.attention.flops_cli", "forward FLOPs per mechanism and the paper's regime claims"),
     "train": ("flurka.training.cli", "train a benchmark config (JSON result with --json)"),
     "speed": ("flurka.speed.__main__", "step-time benchmarks of every mechanism (JSON; JAX only)"),
-    "theory": ("flurka.theory.cli", "approximation error (Theorem 1) and kernel-attention ranks as JSON for `flurka report --theory` (JAX only)"),
+    "theory": ("flurka.theory.cli", "approximation error (Theorem 1) and kernel-attention ranks as JSON "
+                                    "for `flurka report --theory` (JAX only)"),
     "sweep": ("flurka.sweeps.cli", "Ray Tune sweep of up-training alpha and d_k (what make sweep runs)"),
     "ingest": ("flurka.results.ingest_cli", "load speed-benchmark / theory / sweep JSON files into the results database"),
-    "report": ("flurka.reports.cli", "static HTML report of the paper's tables and figures (+ Markdown/LaTeX), optionally logged to MLflow"),
+    "report": ("flurka.reports.cli", "static HTML report of the paper's tables and figures "
+                                     "(+ Markdown/LaTeX), optionally logged to MLflow"),
     "ui": ("flurka.tracking.cli", "open the MLflow UI of a sweep on 127.0.0.1"),
     "tables": ("flurka.results.cli", "print a paper table (Tables 1-5, speed) from the results database"),
 }

@@ -440,8 +440,9 @@ def ranks(ranks: pd.DataFrame) -> Figure:
     """Numerical rank of φ(Q)φ(K)ᵀ per head (mean over examples), grouped bars per mechanism,
     with the full rank min(N, N_k) dashed where recorded."""
     ranks = ranks.copy()
-    ranks["where"] = [f"L{int(l)}H{int(h)}" if "layer" in ranks and l == l else f"H{int(h)}" if h == h else "all"
-                      for l, h in zip(ranks.get("layer", pd.Series([float("nan")] * len(ranks))),
+    ranks["where"] = [f"L{int(layer)}H{int(h)}" if "layer" in ranks and layer == layer
+                      else f"H{int(h)}" if h == h else "all"
+                      for layer, h in zip(ranks.get("layer", pd.Series([float("nan")] * len(ranks))),
                                       ranks.get("head", pd.Series([float("nan")] * len(ranks))))]
     mean = ranks.groupby(["where", "mechanism"], sort=False)["rank"].mean().unstack("mechanism")
     mechs = _ordered(mean.columns)

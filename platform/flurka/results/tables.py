@@ -675,7 +675,8 @@ def speed_measurements(engine: Engine, *, mode: str = "train", best: bool = Fals
                        **filters) -> pd.DataFrame:
     """Speed rows (ok and OOM; failed measurements are no data) of one mode, filtered by any of
     SPEED_FILTERS (device matches a substring); several rows for one mechanism and N is an error.
-    ``align``, ``fused``, ``fused_projections``, ``fused_ffn``, ``pad_to`` and ``xla`` (:func:`stored_execution`) come from the stored config of a
+    ``align``, ``fused``, ``fused_projections``, ``fused_ffn``, ``pad_to`` and ``xla``
+    (:func:`stored_execution`) come from the stored config of a
     ``flurka.speed`` result. ``best``: of a mechanism's executions at one N, its fastest
     (:func:`fastest_execution`), the execution columns saying which. Repeated runs of a point
     are combined (:func:`combine_repeats`); ``runs``: those points' rows, one per run, instead."""
@@ -1017,7 +1018,7 @@ def format_table(df: pd.DataFrame, fmt: str = "markdown", floatfmt: str | None =
         return flat.to_csv(index=False)
     if fmt == "markdown":
         cells = flat.astype(object).where(flat.notna(), None)
-        for col in flat.columns[flat.dtypes == object]:  # mixed (e.g. ms and "OOM"): tabulate
+        for col in flat.select_dtypes(include="object").columns:  # mixed (ms and "OOM"): tabulate
             cells[col] = cells[col].map(  # would print their floats unformatted
                 lambda v: "--" if v is None or v != v else format(v, floatfmt)
                 if isinstance(v, float) else v)

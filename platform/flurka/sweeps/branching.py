@@ -16,7 +16,8 @@ import dataclasses
 import itertools
 from typing import Any, Iterable
 
-from flurka.sweeps.spec import FULL, LOW_RANK, SweepSpec, base_mechanism, benchmark_config, d_k_of, kernel_of
+from flurka.mechanisms import LOW_RANK
+from flurka.sweeps.spec import FULL, SweepSpec, base_mechanism, benchmark_config, d_k_of, kernel_of
 
 KINDS = ("baseline", "base", "branch")
 

@@ -604,7 +604,8 @@ def summary(outcome: SweepOutcome) -> str:
     lines += [
         f"\nBranching up-training: {c['uptrain_steps_executed']} train steps instead of "
         f"{c['uptrain_steps_independent']} for independent runs ({c['uptrain_compute_ratio']:.3f}×).",
-        f"Trials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, {len(outcome.failed)} failed{': ' + ', '.join(outcome.failed) if outcome.failed else ''}"
+        f"Trials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, "
+        f"{len(outcome.failed)} failed{': ' + ', '.join(outcome.failed) if outcome.failed else ''}"
         + (f", {len(outcome.skipped)} skipped (their base cannot be forked: "
            f"{'; '.join(sorted(set(outcome.skipped.values())))})" if outcome.skipped else ""),
         f"Run dir:    {outcome.run_dir}",

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from flurka.mechanisms import LOW_RANK, constituents
+from flurka.mechanisms import constituents
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
@@ -556,5 +556,6 @@ def parse(argv: Sequence[str] | None = None) -> SweepSpec:
 
 
 __all__ = ["SweepSpec", "SpecError", "PAPER_ALPHAS", "validate", "from_args", "parse", "add_arguments",
-           "ArgumentParser", "load_yaml", "config_path", "installed_configs", "check_paths", "stored_dict", "masked_fields", "mask_url", "SECRET_FIELDS",
+           "ArgumentParser", "load_yaml", "config_path", "installed_configs", "check_paths", "stored_dict",
+           "masked_fields", "mask_url", "SECRET_FIELDS",
            "catalogue", "kernel_of", "base_mechanism", "benchmark_config"]

@@ -12,7 +12,8 @@ the model over gradually:
     ctx = (1 − β)·base_ctx + β·variant_ctx        (per head, before W_O; W_O is linear and shared)
 
 with β ∈ [0, 1] ramped by the training loop over ``TrainConfig.handover_steps`` steps
-(:mod:`flurka.training.uptrain`, which also says what the ramp does and does not achieve). β = 0 is the base model, β = 1 the variant, both computed from
+(:mod:`flurka.training.uptrain`, which also says what the ramp does and does not achieve).
+β = 0 is the base model, β = 1 the variant, both computed from
 W_Q, W_K, W_V, W_O, E1/E2 and the random features of this one layer.
 
 The class is the variant's own class plus :class:`HandoverMixin`, so every parameter keeps the

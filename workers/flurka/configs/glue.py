@@ -3,7 +3,8 @@
 Table 6 gives the batch (1024, shared with MLM) and the lr range; 1e-4 is the default here and the
 range is the sweep space. Training length is not in the paper: 10 epochs over each task's
 training split at that batch (at least 100 steps), 6 % warm-up (RoBERTa's GLUE recipe), weight
-decay 0.1, 128-token pairs (so d_k = 64, half the length as in MLM's 256 of 512). Metrics are GLUE's: Matthews corr. (CoLA), F1 + accuracy (MRPC, QQP),
+decay 0.1, 128-token pairs (so d_k = 64, half the length as in MLM's 256 of 512). Metrics are
+GLUE's: Matthews corr. (CoLA), F1 + accuracy (MRPC, QQP),
 Pearson + Spearman (STS-B), accuracy otherwise.
 """
 

@@ -11,7 +11,8 @@ and the learning-rate schedule continue where the base run stopped. Only what is
 variant keeps its fresh initialization (and zero moments).
 
 Blended hand-over (``TrainConfig.handover_steps`` = H, default 16, and ``handover_shape``,
-default "ease-out", better than linear at every length measured; H = 0 is the abrupt switch). The variant computes a different function of the
+default "ease-out", better than linear at every length measured; H = 0 is the abrupt switch).
+The variant computes a different function of the
 carried parameters than the base did. For ``flurka-performer`` the gap is large: FAVOR+ (m = 32
 features, d_h = 32) on Linformer-compressed keys (|k'|²/√d_h ≈ 12-15) is 85-160 % off softmax over
 the same keys, already at initialisation and still at the switch. So an abrupt switch makes the

@@ -477,7 +477,13 @@ def open_tracking(spec: SweepSpec, sweep_id: str, ray_address: str):
     """The sweep's MLflow tracker and parent run (created, or found again on ``--resume``); its
     params ``spec.*`` are ``stored_dict``'s: passwords masked. Returns (tracker, parent run id)."""
     from flurka.tracking.mlflow_runs import SweepTracker, artifact_root_for
+    from flurka.tracking.store import relocate_artifacts
 
+    uri = spec.mlflow_tracking_uri
+    if uri.startswith("sqlite:///") and Path(uri.removeprefix("sqlite:///")).is_file():
+        moved = relocate_artifacts(Path(uri.removeprefix("sqlite:///")))   # a resume in a moved run dir
+        if moved:
+            print(f"[flurka] {moved}", flush=True)
     tracker = SweepTracker(spec.mlflow_tracking_uri, spec.name, sweep_id,
                            artifact_root=artifact_root_for(spec.mlflow_tracking_uri, spec.run_path))
     parent = tracker.start_sweep(sweep_id, {**stored_dict(spec), "ray_address": mask_url(ray_address)})

@@ -6,6 +6,8 @@
 Without ``--run-dir`` / ``--backend-store-uri`` the store is the mlflow.db of the newest run dir
 under ``runs/`` (stderr says which); ``--backend-store-uri`` takes a URI or a SQLite file's path.
 A port out of range or already in use on 127.0.0.1 is one line and exit 2, before MLflow starts.
+A run dir that was copied or moved opens too: its store's artifact URIs (absolute, as MLflow
+writes them) are pointed at the run dir's own ``mlartifacts`` (:func:`flurka.tracking.store.relocate_artifacts`).
 """
 
 from __future__ import annotations
@@ -94,6 +96,13 @@ def run(args: argparse.Namespace) -> int:
     except CannotServe as exc:
         print(f"flurka ui: {exc}", file=sys.stderr)
         return 2
+    store = cmd[cmd.index("--backend-store-uri") + 1]
+    if store.startswith("sqlite:///") and not args.dry_run:
+        from flurka.tracking.store import relocate_artifacts
+
+        moved = relocate_artifacts(Path(store.removeprefix("sqlite:///")))
+        if moved:
+            print(f"flurka ui: {moved}", file=sys.stderr, flush=True)
     print(" ".join(cmd), flush=True)
     if args.dry_run:
         return 0

@@ -33,3 +33,40 @@ def probe_tracking(uri: str, will_create: Path | None = None) -> None:
             reason = getattr(exc, "reason", exc)
             raise DatabaseUnreachable(f"cannot reach the MLflow server at {mask_url(uri)}: "
                                       f"{' '.join(str(reason).split())}") from None
+
+
+ARTIFACTS = "mlartifacts"   # a SQLite store's artifacts: beside it (flurka.tracking.mlflow_runs.artifact_root_for)
+_URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                ("logged_models", "artifact_location"))
+
+
+def relocate_artifacts(db: Path) -> str | None:
+    """MLflow records absolute artifact URIs, so a run dir moved elsewhere points its SQLite store
+    at artifacts that are no longer there (and a copy at the original's). Where an experiment's
+    root is a ``mlartifacts`` directory other than the one beside the store, and that one exists,
+    rewrite the root of every URI to it (one transaction). Returns the line saying so, or None."""
+    import sqlite3
+    from urllib.parse import unquote, urlparse
+
+    here = db.parent / ARTIFACTS
+    if not here.is_dir():
+        return None
+    new = here.resolve().as_uri()
+    con = sqlite3.connect(db)
+    try:
+        roots = {loc.rstrip("/") for (loc,) in con.execute("SELECT artifact_location FROM experiments")
+                 if loc and loc.startswith("file:") and loc.rstrip("/").endswith(f"/{ARTIFACTS}")}
+        gone = sorted(r for r in roots if r != new)
+        if not gone:
+            return None
+        tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        with con:
+            for old in gone:
+                for table, column in _URI_COLUMNS:
+                    if table in tables:
+                        con.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "   # noqa: S608
+                                    f"WHERE substr({column}, 1, ?) = ?", (new, len(old) + 1, len(old), old))
+        was = ", ".join(unquote(urlparse(r).path) for r in gone)
+        return f"{db.parent} was moved or copied: its MLflow artifacts are now {here} (were {was})"
+    finally:
+        con.close()

@@ -418,7 +418,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--benchmarks", default=S, help="comma-separated benchmark names")
     p.add_argument("--variants", default=S, help="FLuRKA variants (default: all)")
     p.add_argument("--alphas", default=S, help="up-training fractions (default 0.125..0.875)")
-    p.add_argument("--d-k", dest="d_k", default=S, help="low-rank downsampling factors")
+    p.add_argument("--d-k", dest="d_k", default=S,
+                   help="d_k values to search, comma-separated: the lengths E1, E2 compress the sequence to "
+                        "(default: each benchmark config's own)")
     p.add_argument("--base", choices=BASES, default=S, help="base model of the up-training")
     p.add_argument("--search", choices=SEARCHES, default=S)
     p.add_argument("--scheduler", choices=SCHEDULERS, default=S)

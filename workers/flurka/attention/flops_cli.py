@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--d-model", type=positive_int, required=True, help="hidden size d_m")
     parser.add_argument("--heads", type=positive_int, required=True, help="number of heads H")
     parser.add_argument("--d-k", type=positive_int, required=True,
-                        help="low-rank projected length d_k (Linformer / FLuRKA)")
+                        help="d_k: the length E1, E2 compress the sequence to (Linformer, FLuRKA)")
     parser.add_argument("--features", type=positive_int, default=None,
                         help="FAVOR+ random features per head m (performer, flurka-performer; "
                              "default: the layer's)")

@@ -77,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--d-model", type=positive_int, default=64, help="hidden size d_m (default 64)")
     parser.add_argument("--heads", type=positive_int, default=4, help="number of heads H (default 4)")
     parser.add_argument("--d-k", type=_positive_list, default=[16, 32, 64], metavar="K1,K2,...",
-                        help="low-rank lengths d_k (Linformer, FLuRKA; default 16,32,64)")
+                        help="d_k values: the lengths E1, E2 compress the sequence to (Linformer, FLuRKA; "
+                             "default 16,32,64)")
     parser.add_argument("--features", type=_positive_list, default=[8, 16, 32, 64], metavar="M1,M2,...",
                         help="FAVOR+ random features per head m (performer, flurka-performer; "
                              "default 8,16,32,64)")

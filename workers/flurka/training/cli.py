@@ -28,7 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, help="up-training fraction on the base model, in [0, 1]")
     parser.add_argument("--base", choices=("low-rank", "kernel"), help="up-training base model")
     parser.add_argument("--base-checkpoint", help="fork the FLuRKA phase from a base run's checkpoint dir")
-    parser.add_argument("--d-k", type=int, dest="d_k", help="low-rank projected length")
+    parser.add_argument("--d-k", type=int, dest="d_k",
+                        help="d_k: the length E1, E2 compress the sequence to (Linformer, FLuRKA)")
     parser.add_argument("--e-init", choices=("pool", "gaussian"), dest="e_init",
                         help="E1/E2's initialisation: pooled block means (default) or the "
                              "paper's N(0, 1/d_k)")

@@ -106,18 +106,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="tasks take no GPU (CI, laptops)")
     parser.add_argument("--num-cpus", type=int, default=None)
     parser.add_argument("--num-gpus", type=int, default=None)
+    parser.add_argument("--mlflow-uri", default=None, metavar="URI",
+                        help="also log the document as a run of the experiment flurka-speed "
+                             "(flurka.tracking.documents; flurka ingest does the same)")
     args = parser.parse_args(argv)
     if args.list:
         return speed_cli.run(args)
     try:
         indices, points = speed_cli.selected(args)  # bad input fails here, before Ray starts
         check_compile_options(dict(args.xla))
-    except ValueError as exc:
+        if args.mlflow_uri:
+            if not args.out:
+                raise ValueError("--mlflow-uri logs the --out file: give --out")
+            from flurka.tracking.store import probe_tracking
+
+            probe_tracking(args.mlflow_uri)
+    except (ValueError, RuntimeError) as exc:   # RuntimeError: flurka.results.db.DatabaseUnreachable
         parser.error(str(exc))
     doc = run(args, indices, points)
     statuses = [r["status"] for r in doc["results"]]
     print(f"wrote {args.out}: {len(statuses)} points, "
           + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))
+    if args.mlflow_uri:
+        from pathlib import Path
+
+        from flurka.tracking.documents import log_document
+
+        run_id, _ = log_document(args.mlflow_uri, args.out, Path(args.out).read_text())
+        print(f"MLflow run {run_id} (experiment flurka-speed)")
     return 0
 
 

@@ -441,6 +441,10 @@ def check_sweep_script(cmd: Command, ctx: Ctx) -> None:
     assert len(spec.seeds) >= 3 and spec.steps == 600 and not spec.full
 
 
+def check_speed_sweep_mlflow(cmd: Command, ctx: Ctx) -> None:
+    covered_by("tests/speed/test_speed_ray.py::test_ray_sweep_runs_points_as_tasks", "--mlflow-uri", "flurka-speed")
+
+
 def check_python_load_run(cmd: Command, ctx: Ctx) -> None:
     covered_by("tests/platform/test_sweep_local.py::test_local_sweep_end_to_end",
                "mlflow.artifacts.download_artifacts(uri", "load_run(", "flurka.model.")
@@ -975,6 +979,8 @@ COVERAGE: list[Cover] = [
     Cover(("python",), r"from flurka\.attention import flops\b", "run", check_python_flops, "exec as written"),
     Cover(("python",), r"from flurka\.training import run", "run", check_python_train,
           "exec with steps=200 -> steps=4 and a 1-layer d_model 16 model", slow=True),
+    Cover(IN, r"experiments/speed_sweep\.py --mlflow-uri URI", "covered", check_speed_sweep_mlflow,
+          "tests/speed/test_speed_ray.py: a tiny Ray speed sweep logs its document as an MLflow run [slow]"),
     Cover(("python",), r"from flurka\.training import load_run", "covered", check_python_load_run,
           "tests/platform/test_sweep_local.py: a sweep's best-trial model downloaded and loaded back"),
     # -- command line -------------------------------------------------------------------------

@@ -24,9 +24,17 @@ def test_ray_sweep_runs_points_as_tasks(tmp_path, interleave):
         [sys.executable, "experiments/speed_sweep.py", "--sweep", "tiny", "--cpu",
          "--num-cpus", "2", "--mechanisms", "rnn,flurka-rnn", "--modes", "forward",
          "--scope", "layer", "--repeats", "2", "--warmup", "1", "--out", str(out)]
-        + ["--interleave", "--calls-per-sample", "3"] * interleave,
+        + ["--interleave", "--calls-per-sample", "3"] * interleave
+        + ["--mlflow-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"] * interleave,
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    if interleave:   # the document as its own MLflow run, the card in its tags
+        from mlflow import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+        (run,) = client.search_runs([client.get_experiment_by_name("flurka-speed").experiment_id])
+        assert run.data.tags["flurka.device"] == "cpu" and run.data.tags["flurka.sweep"] == "tiny"
+        assert f"MLflow run {run.info.run_id}" in proc.stdout
     doc = json.loads(out.read_text())
     assert doc["settings"]["runner"] == "ray" and doc["device"]["platform"] == "cpu"
     assert doc["settings"].get("interleaved", False) is interleave

@@ -11,7 +11,13 @@ results.db of the newest run dir under ``runs/`` (make sweep: runs/uptrain-small
 with no run dir there the command stops, creating nothing. A sweep's own ``sweep.json`` is its
 spec, not a results file: the sweep has written its trials to its results database already.
 
-Idempotent: ingesting a file twice adds nothing. Every file is read and validated before any is
+Speed and theory documents also go to MLflow, one run each in the experiments ``flurka-speed`` /
+``flurka-theory`` (the document, its rows as tables, the card in the tags:
+:mod:`flurka.tracking.documents`): ``--mlflow-uri`` names the store; by default it is the
+``mlflow.db`` beside a SQLite ``--db`` when there is one (a run dir's), and ``--mlflow-uri none``
+skips it.
+
+Idempotent: ingesting a file twice adds nothing (in MLflow either). Every file is read and validated before any is
 written (a bad one names itself and nothing is added); then each file is one transaction.
 """
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from flurka.results import db, rundirs
 from flurka.results.ingest import ingest_parsed, parse_file
@@ -28,7 +35,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", default=None, metavar="URL|PATH",
                         help="SQLAlchemy URL or a SQLite file's path, created if missing (default: the "
                              "results.db of the newest run dir under runs/)")
+    parser.add_argument("--mlflow-uri", default=None, metavar="URI|PATH|none",
+                        help="MLflow store for a run per speed/theory document (default: the mlflow.db beside "
+                             "a SQLite --db, if there is one; none: skip)")
     parser.add_argument("files", nargs="+", help="JSON files written by flurka.speed, flurka.theory or a sweep")
+
+
+def _tracking_uri(flag: str | None, results_url: str) -> str | None:
+    """Where the documents' MLflow runs go: the flag (a URI, or a SQLite file's path), else the
+    mlflow.db beside a SQLite results file if it exists, else nowhere."""
+    if flag is not None:
+        if flag.lower() == "none":
+            return None
+        return flag if "://" in flag else f"sqlite:///{Path(flag).expanduser().resolve()}"
+    path = Path(results_url.removeprefix("sqlite:///")) if "://" not in results_url or \
+        results_url.startswith("sqlite:///") else None
+    beside = path.expanduser().resolve().parent / rundirs.MLFLOW if path is not None else None
+    return f"sqlite:///{beside}" if beside is not None and beside.is_file() else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +65,12 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(rundirs.picked_line("flurka ingest", found, "--db"), file=sys.stderr)
         url = str(found)
+    tracking = _tracking_uri(args.mlflow_uri, url)
     try:
+        if tracking is not None:
+            from flurka.tracking.store import probe_tracking
+
+            probe_tracking(tracking)
         engine = db.open_results(url)
     except db.DatabaseUnreachable as e:
         print(f"flurka ingest: {e}", file=sys.stderr)
@@ -52,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
             report = ingest_parsed(engine, records)
             updated = f", updated {report.updated} (FLOP-model fields re-derived)" if report.updated else ""
             print(f"{path}: added {report.added}, already present {report.skipped}{updated}")
+            if tracking is not None:
+                from flurka.tracking.documents import log_document
+
+                logged = log_document(tracking, path, Path(path).read_text())
+                if logged is not None:
+                    print(f"{path}: MLflow run {logged[0]} ({'logged' if logged[1] else 'already there'})")
     except db.database_errors() as e:  # a page corrupt past the schema: the file's transaction rolled back
         print(f"flurka ingest: {db.database_error(engine.url, e)}", file=sys.stderr)
         return 2

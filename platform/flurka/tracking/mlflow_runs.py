@@ -154,6 +154,24 @@ def viewer_table(df):
     return flat.astype(object).where(flat.notna(), "")
 
 
+def log_tables(client, run_id: str, tables: Mapping[str, Any]) -> None:
+    """Tables on a run: ``tables/<name>.json`` in MLflow's table format under viewer-safe column
+    names (:func:`viewer_table`), and ``tables/<name>.csv`` as the table has them. Logging a table
+    again (``--resume``) replaces it (``MlflowClient.log_table`` would append its rows to the
+    first ones)."""
+    for name, df in tables.items():
+        if df is None or len(df) == 0:
+            continue
+        path = f"tables/{name}.json"
+        # MlflowClient.log_table's format (pandas "split", no index) and its tag, which makes
+        # the UI open the artifact in its table viewer.
+        client.log_text(run_id, viewer_table(df).to_json(orient="split", index=False, date_format="iso"), path)
+        logged = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+        if {"path": path, "type": "table"} not in logged:
+            client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps([*logged, {"path": path, "type": "table"}]))
+        client.log_text(run_id, _flat_table(df).to_csv(index=False), f"tables/{name}.csv")
+
+
 def _finite_numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
@@ -360,23 +378,8 @@ class SweepTracker:
         plt.close(fig)
 
     def log_tables(self, tables: Mapping[str, Any]) -> None:
-        """The paper's tables on the parent run, so the UI alone shows them: ``tables/<name>.json``
-        in MLflow's table format under viewer-safe column names (:func:`viewer_table`), and
-        ``tables/<name>.csv`` as the table has them. Logging a table again (``--resume``)
-        replaces it (``MlflowClient.log_table`` would append its rows to the first ones)."""
-        for name, df in tables.items():
-            if df is None or len(df) == 0:
-                continue
-            path = f"tables/{name}.json"
-            # MlflowClient.log_table's format (pandas "split", no index) and its tag, which makes
-            # the UI open the artifact in its table viewer.
-            self.client.log_text(self.parent_id, viewer_table(df).to_json(orient="split", index=False,
-                                                                         date_format="iso"), path)
-            logged = json.loads(self.client.get_run(self.parent_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
-            if {"path": path, "type": "table"} not in logged:
-                self.set_tags(self.parent_id, {MLFLOW_LOGGED_ARTIFACTS: json.dumps(
-                    [*logged, {"path": path, "type": "table"}])})
-            self.client.log_text(self.parent_id, _flat_table(df).to_csv(index=False), f"tables/{name}.csv")
+        """The paper's tables on the parent run, so the UI alone shows them (:func:`log_tables`)."""
+        log_tables(self.client, self.parent_id, tables)
 
     def log_sweep_metrics(self, metrics: Mapping[str, Any]) -> None:
         values = _finite_numbers(metrics)
@@ -410,6 +413,6 @@ def artifact_root_for(tracking_uri: str, run_dir: Path) -> str | None:
     return (Path(run_dir) / "mlartifacts").resolve().as_uri() if tracking_uri.startswith("sqlite:") else None
 
 
-__all__ = ["SweepTracker", "git_commit", "package_versions", "flatten", "artifact_root_for", "metric_name",
+__all__ = ["SweepTracker", "log_tables", "git_commit", "package_versions", "flatten", "artifact_root_for", "metric_name",
            "trial_run_name", "table_column", "viewer_table", "SWEEP_TAG", "TRIAL_TAG", "KIND_TAG",
            "BENCHMARK_TAG", "PARENT_TAG", "RunStatus", "mlflow"]

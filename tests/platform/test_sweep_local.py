@@ -25,6 +25,7 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
     assert out.compute["uptrain_steps_executed"] == 4 + 6 + 4 and out.compute["uptrain_steps_independent"] == 16
     assert all(r["compilation"]["compiles"] > 0 for r in out.results.values())
     assert any((out.run_dir / "jax-cache").iterdir())          # the trials' shared compilation cache
+    assert not (out.run_dir / "ray-session.json").exists()     # recorded while Ray ran, gone after
 
     client, runs = mlflow_runs(out.mlflow_uri, "tiny")
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]

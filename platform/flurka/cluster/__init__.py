@@ -3,11 +3,16 @@
 
 Two things fail here, before any trial starts, with one readable line: an address nobody
 answers on, and a GPU request on a cluster that has no GPUs.
+
+The embedded instance records its session in the run dir (``ray-session.json``) while it runs: a
+driver killed outright leaves Ray's dashboard and runtime-env agents running (they outlive the
+raylet and ignore SIGTERM), and the next start in that run dir stops what used that session.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import tempfile
@@ -28,12 +33,15 @@ class ClusterContext:
     embedded: bool               # True when this process started (and owns) the Ray instance
     temp_dir: str | None         # the embedded instance's own temp dir
     resources: dict[str, float]  # ray.cluster_resources() at connect time
+    session_record: Path | None = None   # the embedded instance's ray-session.json
 
     def close(self) -> None:
         import ray
 
         if ray.is_initialized():
             ray.shutdown()
+        if self.session_record is not None:
+            self.session_record.unlink(missing_ok=True)
 
     def __enter__(self) -> "ClusterContext":
         return self
@@ -77,6 +85,66 @@ def _short_temp_dir(run_dir: Path) -> str:
     return tempfile.mkdtemp(prefix="flurka-ray-")
 
 
+SESSION_RECORD = "ray-session.json"
+
+
+def _uses(proc, session_dir: str) -> bool:
+    """Whether a process belongs to that Ray session: names it on its command line or holds a
+    file under it open (the agents, renamed ``ray::…``, keep their session's logs open)."""
+    import psutil
+
+    try:
+        if any(session_dir in part for part in proc.cmdline()):
+            return True
+        return any(f.path.startswith(session_dir + os.sep) for f in proc.open_files())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
+def reap_orphans(run_dir: str | os.PathLike, *, grace_s: float = 3.0) -> int:
+    """Stop what a killed driver's embedded Ray left running: the processes that use the session
+    ``run_dir/ray-session.json`` records, if the driver that wrote it is gone. Only this user's
+    processes of that one session are touched. Returns how many were stopped."""
+    import psutil
+
+    record = Path(run_dir) / SESSION_RECORD
+    try:
+        rec = json.loads(record.read_text())
+        driver, session = int(rec["driver_pid"]), str(rec["session_dir"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+    if driver != os.getpid() and psutil.pid_exists(driver):
+        return 0                      # its driver still runs: not ours to stop
+    me = os.getpid()
+    procs = [p for p in psutil.process_iter() if p.pid != me and p.uids().real == os.getuid() and _uses(p, session)]
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:                   # the agents ignore SIGTERM
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    record.unlink(missing_ok=True)
+    return len(procs)
+
+
+def _record_session(run_dir: Path) -> Path:
+    import ray
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record = run_dir / SESSION_RECORD
+    session = ray._private.worker._global_node.get_session_dir_path()   # no public accessor
+    tmp = record.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"driver_pid": os.getpid(), "session_dir": session}))
+    tmp.replace(record)
+    return record
+
+
 def worker_env(gpus_per_trial: float = 0.0, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Env vars every Ray worker of the sweep gets (through ``runtime_env``, since shell env vars
     never reach the workers of an already-running cluster)."""
@@ -96,10 +164,16 @@ def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus:
     address = address or os.environ.get("RAY_ADDRESS") or None
     runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
     if address in (None, "local"):
-        temp_dir = _short_temp_dir(Path(run_dir).resolve())
+        run_dir = Path(run_dir).resolve()
+        stopped = reap_orphans(run_dir)
+        if stopped:
+            print(f"[flurka] stopped {stopped} Ray processes that a killed sweep in {run_dir} left running",
+                  flush=True)
+        temp_dir = _short_temp_dir(run_dir)
         ray.init(address="local", _temp_dir=temp_dir, include_dashboard=False, num_cpus=num_cpus,
                  runtime_env=runtime_env, log_to_driver=True, configure_logging=False)
-        return ClusterContext("local", True, temp_dir, dict(ray.cluster_resources()))
+        return ClusterContext("local", True, temp_dir, dict(ray.cluster_resources()),
+                              _record_session(run_dir))
     if address != "auto":
         check_reachable(address)
     try:

@@ -206,7 +206,7 @@ def test_main_job_report_leads_with_uptraining(main_job_served, tmp_path, chromi
     for m in missing:
         assert m["tag"] == "LI" and m["blocks"] == 0, m
         title, _, command = m["text"].partition(": run ")
-        assert title and command.startswith(("python -m flurka.speed", "python experiments/uptrain_sweep.py")), m
+        assert title and command.startswith(("python -m flurka.speed", "python -m flurka.theory", "python experiments/uptrain_sweep.py")), m
         # one line at 1280 px; a command longer than the column wraps once
         assert m["height"] < (1.5 if len(m["text"]) <= 150 else 2.5) * m["line"], m
     assert [t["id"] for t in check["toc"]] == ["uptraining", "isoflops", "not-filled"]

@@ -158,8 +158,13 @@ CASES = [
     # -- resumes that cannot be
     Case("resume-nothing", None, ("--benchmarks", "lra-listops-small", "--resume"), "no sweep to resume in"),
     Case("run-dir-holds-a-sweep", None, ("--benchmarks", "lra-listops-small", "--steps", "600"),
-         "--run-dir {tmp}/run holds sweep uptrain-2 already: add --resume to continue it, or give "
-         "another --run-dir for a new sweep", setup=_stored_sweep),
+         "--run-dir {tmp}/run holds sweep uptrain-2 already: add --resume to continue it, --new to "
+         "move it aside and start afresh, or give another --run-dir", setup=_stored_sweep),
+    Case("new-and-resume", None, ("--benchmarks", "lra-listops-small", "--new", "--resume"),
+         "--resume continues the run dir's sweep and --new moves it aside: give one", setup=_stored_sweep),
+    Case("new-aside-taken", None, ("--benchmarks", "lra-listops-small", "--new"),
+         "--new: {tmp}/run.uptrain-2 exists already; move it, or give another --run-dir",
+         setup=lambda t: (_stored_sweep(t), (t / "run.uptrain-2").mkdir())),
     Case("resume-other-steps", None, ("--benchmarks", "lra-listops-small", "--steps", "300", "--resume"),
          "--resume: steps is 300 here but the sweep uptrain-2 ran with 600", setup=_stored_sweep),
     Case("resume-other-seeds", None,

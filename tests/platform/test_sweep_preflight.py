@@ -75,3 +75,25 @@ def test_flurka_ui_binds_loopback(tmp_path):
     assert cmd[cmd.index("--backend-store-uri") + 1] == f"sqlite:///{tmp_path / 'mlflow.db'}"
     missing = parser.parse_args(["--run-dir", str(tmp_path / "nothing")])
     assert ui_cli.run(missing) == 2
+
+
+def test_new_moves_the_previous_sweep_aside_once_every_check_passed(tmp_path, capsys):
+    """``--new`` on a run dir that holds a sweep: the old run dir becomes <run-dir>.<sweep id>,
+    whole, and the new sweep starts in an empty one; a bad spec moves nothing."""
+    import json
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "sweep.json").write_text(json.dumps({"sweep_id": "uptrain-7", "spec": {}}))
+    (run / "results.db").write_bytes(b"")
+    bad = SweepSpec(benchmarks=("lra-listops-small",), run_dir=str(run), new=True,
+                    results_db="sqlite:////nonexistent/dir/results.db")
+    with pytest.raises(DatabaseUnreachable):
+        preflight(bad)
+    assert (run / "sweep.json").exists() and not (tmp_path / "run.uptrain-7").exists()
+    spec, _, engine = preflight(SweepSpec(benchmarks=("lra-listops-small",), run_dir=str(run), new=True))
+    engine.dispose()
+    aside = tmp_path / "run.uptrain-7"
+    assert sorted(p.name for p in aside.iterdir()) == ["results.db", "sweep.json"]
+    assert not (run / "sweep.json").exists()
+    assert f"moved the previous sweep to {aside}" in capsys.readouterr().out

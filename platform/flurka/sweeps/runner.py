@@ -77,7 +77,7 @@ def _stored_state(spec: SweepSpec) -> dict[str, Any]:
 
 # What a resumed sweep may change: where and how it runs and retries, not what it trains. The
 # run dir is where the state was read; a masked URL compares as stored (its password never is).
-RESUME_MAY_CHANGE = ("resume", "run_dir", "address", "num_cpus", "max_failures",
+RESUME_MAY_CHANGE = ("resume", "new", "run_dir", "address", "num_cpus", "max_failures",
                      "compilation_cache", "verbose")
 
 
@@ -99,18 +99,27 @@ def _check_same_spec(spec: SweepSpec, state: dict[str, Any]) -> None:
                             "sweep's own settings, or start a new sweep in another --run-dir")
 
 
-def check_fresh_run_dir(spec: SweepSpec) -> None:
+def check_fresh_run_dir(spec: SweepSpec) -> Path | None:
     """A new sweep needs a run dir without one: the same command again would make a second
-    sweep over the same trials (twice the seeds in every table) and overwrite sweep.json."""
+    sweep over the same trials (twice the seeds in every table) and overwrite sweep.json. With
+    ``--new`` the old sweep's run dir is moved aside: returns where to (the move is the caller's,
+    once every check has passed), else None."""
+    if spec.resume and spec.new:
+        raise SpecError("--resume continues the run dir's sweep and --new moves it aside: give one")
     path = spec.run_path / "sweep.json"
     if spec.resume or not path.exists():
-        return
+        return None
     try:
         sweep_id = json.loads(path.read_text()).get("sweep_id", "?")
     except (OSError, ValueError, AttributeError):
         sweep_id = "?"
+    if spec.new:
+        aside = spec.run_path.with_name(f"{spec.run_path.name}.{sweep_id}")
+        if aside.exists():
+            raise SpecError(f"--new: {aside} exists already; move it, or give another --run-dir")
+        return aside
     raise SpecError(f"--run-dir {spec.run_path} holds sweep {sweep_id} already: add --resume to "
-                    "continue it, or give another --run-dir for a new sweep")
+                    "continue it, --new to move it aside and start afresh, or give another --run-dir")
 
 
 def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
@@ -460,11 +469,14 @@ def preflight(spec: SweepSpec):
     from flurka.results import open_results
 
     spec = validate(spec)
-    check_fresh_run_dir(spec)
+    aside = check_fresh_run_dir(spec)
     if spec.resume:
         _stored_state(spec)
     plan = make_plan(spec)
     check_stores(spec)
+    if aside is not None:
+        spec.run_path.rename(aside)
+        print(f"[flurka] --new: moved the previous sweep to {aside}", flush=True)
     try:  # what check_paths cannot see (root on a pseudo file system, a race)
         spec.run_path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -62,6 +62,7 @@ class SweepSpec:
     results_db: str | None = None           # default sqlite:///<run_dir>/results.db
     num_cpus: int | None = None             # embedded Ray only
     resume: bool = False
+    new: bool = False                       # a run dir holding a sweep: move that one aside first
     checkpoint_every: int | None = None     # extra checkpoints (beyond fork points) for fault recovery
     compilation_cache: str | None = None    # JAX's persistent cache; default below, "off": none
     verbose: bool = False                   # Tune's trial table instead of one progress line
@@ -301,7 +302,7 @@ _KINDS: dict[str, str] = {
     "overrides": "overrides", "baselines": "bool", "full": "bool", "e_init": "str?", "branching": "bool",
     "cpus_per_trial": "float", "gpus_per_trial": "float", "max_failures": "int", "name": "str",
     "run_dir": "str", "address": "str?", "mlflow_uri": "str?", "results_db": "str?", "num_cpus": "int?",
-    "resume": "bool", "checkpoint_every": "int?", "compilation_cache": "str?", "verbose": "bool",
+    "resume": "bool", "new": "bool", "checkpoint_every": "int?", "compilation_cache": "str?", "verbose": "bool",
 }
 _WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
           "strs": "names (a list, or comma-separated)", "floats": "numbers (a list, or comma-separated)",
@@ -453,6 +454,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="JAX's persistent compilation cache the trials share (default: "
                         "$JAX_COMPILATION_CACHE_DIR if set, else <run-dir>/jax-cache)")
     p.add_argument("--resume", action="store_true", default=S, help="restore an interrupted sweep")
+    p.add_argument("--new", action="store_true", default=S,
+                   help="the run dir holds a sweep: move it aside to <run-dir>.<its sweep id> and start afresh")
     p.add_argument("--verbose", action="store_true", default=S,
                    help="Tune's table of every trial as it runs (default: one progress line)")
 

@@ -34,6 +34,8 @@ def test_ingest_logs_each_document_as_a_run_beside_the_sweeps(tmp_path):
         (one,) = client.search_runs([client.get_experiment_by_name(name).experiment_id])
         runs[name] = one
     speed = runs["flurka-speed"]
+    assert client.get_experiment_by_name("flurka-speed").tags["mlflow.experimentKind"] == "custom_model_development"
+    assert speed.data.tags["mlflow.source.name"] == "flurka ingest" and speed.data.tags["mlflow.user"]
     assert speed.info.run_name == "layers (cpu)" and speed.data.tags["flurka.device"] == "cpu"
     assert speed.data.tags["flurka.schema"] == json.loads(SPEED.read_text())["schema"]
     assert speed.data.params["version.jax"] == json.loads(SPEED.read_text())["versions"]["jax"]

@@ -37,6 +37,9 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
     assert sorted(r.data.tags["flurka.trial_key"] for r in nested) == sorted(out.results)
     branch = next(r for r in nested if r.info.run_name == "flurka-rnn a=0.25 dk=16 s0")
     assert branch.info.status == "FINISHED"
+    # MLflow's own fields: a model-training experiment, the run's source and user
+    assert client.get_experiment(branch.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert branch.data.tags["mlflow.source.name"] == "flurka sweep" and branch.data.tags["mlflow.user"]
     # one name per metric (not accuracy, eval_accuracy and final.accuracy); final = the last eval point
     names = set(branch.data.metrics)
     assert {"train/loss", "train/accuracy", "train/flops", "eval/loss", "eval/accuracy"} <= names

@@ -45,15 +45,14 @@ def log_document(tracking_uri: str, path: str | Path, text: str) -> tuple[str, b
     was new), or None for a document that is neither speed nor theory (a sweep's records)."""
     from mlflow import MlflowClient
 
-    from flurka.tracking.mlflow_runs import flatten, log_tables
+    from flurka.tracking.mlflow_runs import experiment_id, flatten, log_tables, source_tags
 
     doc = json.loads(text)
     experiment = experiment_of(doc)
     if experiment is None:
         return None
     client = MlflowClient(tracking_uri=tracking_uri)
-    exp = client.get_experiment_by_name(experiment)
-    exp_id = exp.experiment_id if exp is not None else client.create_experiment(experiment)
+    exp_id = experiment_id(client, experiment)
     sha = hashlib.sha256(text.encode()).hexdigest()
     found = client.search_runs([exp_id], filter_string=f"tags.`{SHA_TAG}` = '{sha}'", max_results=1)
     if found:
@@ -63,7 +62,8 @@ def log_document(tracking_uri: str, path: str | Path, text: str) -> tuple[str, b
     name = f"{Path(path).stem} ({card})"
     run = client.create_run(exp_id, run_name=name, tags={
         SHA_TAG: sha, "flurka.schema": str(doc.get("schema")), "flurka.device": card,
-        "flurka.source_file": str(Path(path).name), "flurka.sweep": str(doc.get("sweep", ""))})
+        "flurka.source_file": str(Path(path).name), "flurka.sweep": str(doc.get("sweep", "")),
+        **source_tags("flurka ingest")})
     run_id = run.info.run_id
     params = {**flatten(doc.get("versions") or {}, "version."), **flatten(doc.get("settings") or {}, "settings."),
               **flatten(doc.get("config") or {}, "config.")}

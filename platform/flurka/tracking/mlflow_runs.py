@@ -40,7 +40,36 @@ from typing import Any, Iterable, Mapping
 import mlflow
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_LOGGED_ARTIFACTS, MLFLOW_SOURCE_NAME,
+                                      MLFLOW_SOURCE_TYPE, MLFLOW_USER)
+
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # the UI's model-training view
+
+
+def experiment_id(client, name: str, artifact_location: str | None = None) -> str:
+    """The experiment of that name (created if missing), marked as model training, so the UI
+    opens its runs and charts rather than the GenAI view."""
+    exp = client.get_experiment_by_name(name)
+    exp_id = exp.experiment_id if exp is not None else client.create_experiment(
+        name, artifact_location=artifact_location)
+    if exp is None or exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+        client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
+    return exp_id
+
+
+def source_tags(source: str) -> dict[str, str]:
+    """MLflow's own Source, git and user fields of a run."""
+    import getpass
+
+    tags = {MLFLOW_SOURCE_NAME: source, MLFLOW_SOURCE_TYPE: "LOCAL"}
+    try:
+        tags[MLFLOW_USER] = getpass.getuser()
+    except (KeyError, OSError):
+        pass
+    commit = git_commit()
+    if commit != "unknown":
+        tags[MLFLOW_GIT_COMMIT] = commit
+    return tags
 
 SWEEP_TAG = "flurka.sweep_id"
 TRIAL_TAG = "flurka.trial_key"
@@ -200,12 +229,8 @@ class SweepTracker:
             _REAL_URIS[mask_url(tracking_uri)] = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
         self.sweep_id = sweep_id
-        exp = self.client.get_experiment_by_name(experiment)
-        if exp is None:
-            # MLflow 3 refuses ./mlruns; with a SQLite store artifacts go next to it (absolute).
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=artifact_root)
-        else:
-            self.experiment_id = exp.experiment_id
+        # MLflow 3 refuses ./mlruns; with a SQLite store artifacts go next to it (absolute).
+        self.experiment_id = experiment_id(self.client, experiment, artifact_root)
         self.parent_id: str | None = None
         self._runs: dict[str, str] = {}        # trial key -> run id
         self._last_step: dict[tuple[str, str], int] = {}   # (run id, stream) -> last step logged
@@ -238,7 +263,7 @@ class SweepTracker:
                 self.client.update_run(self.parent_id, status="RUNNING")
             return self.parent_id
         run = self.client.create_run(self.experiment_id, run_name=name,
-                                     tags={SWEEP_TAG: self.sweep_id, KIND_TAG: "sweep"})
+                                     tags={SWEEP_TAG: self.sweep_id, KIND_TAG: "sweep", **source_tags("flurka sweep")})
         self.parent_id = run.info.run_id
         self._log_params(self.parent_id, {**flatten(params, "spec."), "git_commit": git_commit(),
                                           **{f"version.{k}": v for k, v in package_versions().items()}})
@@ -262,7 +287,8 @@ class SweepTracker:
         else:
             run = self.client.create_run(self.experiment_id, run_name=name or trial_key, tags={
                 **{k: str(v) for k, v in (tags or {}).items()},
-                PARENT_TAG: self.parent_id, SWEEP_TAG: self.sweep_id, TRIAL_TAG: trial_key, KIND_TAG: kind})
+                PARENT_TAG: self.parent_id, SWEEP_TAG: self.sweep_id, TRIAL_TAG: trial_key, KIND_TAG: kind,
+                **source_tags("flurka sweep")})
             run_id = run.info.run_id
             self._log_params(run_id, {**flatten(params), "git_commit": git_commit(),
                                       **{f"version.{k}": v for k, v in package_versions().items()}})

@@ -182,7 +182,8 @@ def test_tracker_pickled_for_resume_keeps_no_password(monkeypatch):
     from flurka.tracking import mlflow_runs
     from flurka.tracking.callback import MLflowTrialCallback
 
-    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", lambda self, name: SimpleNamespace(experiment_id="1"))
+    known = SimpleNamespace(experiment_id="1", tags=dict([mlflow_runs.EXPERIMENT_KIND]))   # nothing to write
+    monkeypatch.setattr(MlflowClient, "get_experiment_by_name", lambda self, name: known)
     monkeypatch.setattr(mlflow_runs, "_REAL_URIS", {})
     uri = f"http://flurka:{PASSWORD}@mlflow.example.invalid:5000"
     tracker = mlflow_runs.SweepTracker(uri, "secret", "secret-1")

@@ -30,7 +30,7 @@ def _trials() -> list[dict]:
     def add(key, mech, bleu, loss, alpha=None, d_k=None):
         for s, (b, l) in enumerate(zip(bleu, loss)):
             out.append({"trial_key": f"{key}-s{s}", "attention": mech, "benchmark": "nmt-small", "seed": s,
-                        "status": "ok", "steps": 600, "alpha": alpha, "base": "linformer" if alpha else None,
+                        "status": "ok", "steps": 600, "alpha": alpha, "base": "low-rank" if alpha else None,
                         "d_k": d_k, "num_features": None, "train_flops": 1e15, "wall_time_s": 76.0,
                         "metrics": {"bleu": b, "loss": l, "accuracy": 0.5}, "curve": []})
 

@@ -80,7 +80,7 @@ def test_uptraining_defaults_to_the_benchmark_the_sweep_ran(engine, sweep_dict, 
     small = {**sweep_dict, "sweep_id": "small", "name": "small", "trials": [
         make_trial("l", "linformer", "lra-listops-small", {"accuracy": 0.45}),
         make_trial("r", "rnn", "lra-listops-small", {"accuracy": 0.46}),
-        make_trial("b", "flurka-rnn", "lra-listops-small", {"accuracy": 0.47}, alpha=0.5, base="linformer")]}
+        make_trial("b", "flurka-rnn", "lra-listops-small", {"accuracy": 0.47}, alpha=0.5, base="low-rank")]}
     ingest_sweep(engine, small)
     code, out, err = run_cli(["--db", url, "--table", "uptraining", "--format", "csv"], capsys)
     assert code == 0, err

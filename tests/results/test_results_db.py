@@ -40,7 +40,7 @@ def test_migrations_keep_the_results_down_and_up_again(db_url, speed_dicts, theo
     from flurka.results import ingest_speed, ingest_theory
 
     engine = db.upgrade(db_url)
-    assert db.current_revision(engine) == db.head_revision() == "0003"
+    assert db.current_revision(engine) == db.head_revision() == "0004"
     ingest_speed(engine, [dict(r, run="2026-11-29T00:00:00+00:00") for r in speed_dicts])
     added = ingest_theory(engine, theory_doc).added
     assert added == len(theory_doc["approximation_errors"]) + len(theory_doc["ranks"])
@@ -65,6 +65,31 @@ def test_migrations_keep_the_results_down_and_up_again(db_url, speed_dicts, theo
     assert speed_rows() == [{**r, "run": None} for r in before]
     with engine.connect() as conn:
         assert conn.scalar(sa.select(sa.func.count()).select_from(models.TheoryRun)) == 0
+    engine.dispose()
+
+
+def test_migration_0004_spells_the_base_as_the_cli_does(db_url, sweep_dict, make_trial):
+    """Down to 0003 an up-trained trial's base is its base model's mechanism; up to 0004 it is
+    --base's word ("low-rank", "kernel"), and a trial trained from scratch keeps none."""
+    from flurka.results import ingest_sweep
+
+    trials = [make_trial("k", "flurka-rnn", "nmt-small", {"bleu": 70.0}, alpha=0.25, base="kernel", d_k=16),
+              make_trial("r", "flurka-eva", "nmt-small", {"bleu": 71.0}, alpha=0.5, base="low-rank", d_k=16),
+              make_trial("s", "rnn", "nmt-small", {"bleu": 69.0})]
+    engine = db.upgrade(db_url)
+    ingest_sweep(engine, {**sweep_dict, "trials": trials})
+
+    def bases() -> dict:
+        with engine.connect() as conn:
+            return dict(conn.execute(sa.select(models.Trial.trial_key, models.Trial.base)).all())
+
+    cfg = db._alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003")
+    assert bases() == {"k": "rnn", "r": "linformer", "s": None}
+    db.upgrade(engine)
+    assert bases() == {"k": "kernel", "r": "low-rank", "s": None}
     engine.dispose()
 
 

@@ -8,7 +8,8 @@ import math
 import pytest
 import sqlalchemy as sa
 
-from flurka.results import SweepRecord, ingest, ingest_file, ingest_speed, ingest_sweep, models, trial_from_result
+from flurka.results import (SweepRecord, TrialRecord, ingest, ingest_file, ingest_speed, ingest_sweep, models,
+                           trial_from_result)
 
 
 def counts(engine) -> dict[str, int]:
@@ -49,7 +50,7 @@ def test_round_trip_of_a_trial(engine, sweep_dict):
                            .where(models.CurvePoint.trial_id == t.id).order_by("step", "name")).all()
         sweep = conn.execute(sa.select(models.Sweep)).one()
     assert (t.attention, t.benchmark, t.alpha, t.base, t.d_k, t.status) == \
-        ("flurka-eva", "nmt-wmt14-ende", 0.375, "linformer", 64, "ok")
+        ("flurka-eva", "nmt-wmt14-ende", 0.375, "low-rank", 64, "ok")
     assert [tuple(p) for p in pts] == [(1, "loss", 0.6), (1, "train_flops", 0.5e18),
                                        (2, "loss", 0.24), (2, "train_flops", 1.0e18)]
     assert sweep.external_id == "paper-2024-05-01" and sweep.git_commit == "f5764a2"
@@ -124,14 +125,29 @@ def test_trial_from_training_result(engine, sweep_dict):
               "history": [{"step": 100, "loss": 4.0, "train_flops": 1e12}, {"step": 200, "loss": math.nan,
                                                                             "train_flops": 2e12}],
               "train_flops": 2e12, "wall_time_s": 12.5,
-              "config": {"alpha": 0.25, "base": "rnn", "attention_options": {"d_k": 32, "num_features": 16}}}
+              "config": {"alpha": 0.25, "base": "kernel", "attention_options": {"d_k": 32, "num_features": 16}}}
     t = trial_from_result("trial_00003", result)
     assert (t.attention, t.benchmark, t.seed, t.status, t.alpha, t.base, t.d_k, t.num_features) == \
-        ("flurka-rnn", "nmt-small", 3, "diverged at step 812", 0.25, "rnn", 32, 16)
+        ("flurka-rnn", "nmt-small", 3, "diverged at step 812", 0.25, "kernel", 32, 16)
     assert t.metrics == {"bleu": 0.4}
     assert t.curve == [{"step": 100, "loss": 4.0, "train_flops": 1e12}, {"step": 200, "train_flops": 2e12}]
     record = SweepRecord.from_dict({**sweep_dict, "trials": [t]})
     assert ingest_sweep(engine, record).added == 1
+
+
+def test_trial_base_is_spelled_as_the_cli_spells_it(sweep_dict):
+    """The record's base is --base's word; a baseline's config default ("low-rank") is no base at
+    all (it was not up-trained); files that named the base model's mechanism still read."""
+    config = {"alpha": 0.0, "base": "low-rank", "attention_options": {"d_k": 16}}
+    baseline = trial_from_result("lin", {"status": "ok", "benchmark": "nmt-small", "attention": "linformer",
+                                         "seed": 0, "steps": 10, "config": config})
+    assert baseline.base is None
+    trial = sweep_dict["trials"][0]
+    for old, new in (("linformer", "low-rank"), ("performer", "kernel"), ("low-rank", "low-rank")):
+        assert TrialRecord.from_dict({**trial, "alpha": 0.25, "base": old}).base == new
+    for bad, why in (("flurka-rnn", "no up-training base"), ("sparse", "base 'sparse' is not one of low-rank, kernel")):
+        with pytest.raises(ValueError, match=why):
+            TrialRecord.from_dict({**trial, "alpha": 0.25, "base": bad})
 
 
 def test_speed_json_file_is_idempotent(engine, speed_dicts, tmp_path):

@@ -71,7 +71,7 @@ def test_uptraining_stats_carry_the_cells_numbers(seeded):
     assert (low["low"], low["high"]) == pytest.approx((27.5 - T1 * 0.5, 27.5 + T1 * 0.5))
     a1 = cell("flurka-performer", "12.5%")
     assert a1["mean"] == pytest.approx(27.49) and a1["high"] == pytest.approx(27.49 + T1 * 0.49)
-    assert a1["alpha"] == 0.125 and a1["config"] == "alpha=0.125, base=linformer, d_k=64" and not a1["best"]
+    assert a1["alpha"] == 0.125 and a1["config"] == "alpha=0.125, base=low-rank, d_k=64" and not a1["best"]
     kernel = cell("flurka-performer", "kernel")
     assert (kernel["mechanism"], kernel["config"], kernel["n"]) == ("performer", "num_features=128", 1)
     assert math.isnan(kernel["low"])
@@ -100,7 +100,7 @@ def _uptrain_sweep(sweep_dict, make_trial) -> dict:
     add("rnn", "rnn", (70.0, 71.0, 72.0), (1.0, 1.1, 0.9))
     add("lin8", "linformer", (80.0, 82.0, 81.0), (0.5, 0.6, 0.4), d_k=8)
     add("lin16", "linformer", (84.0, 86.0, 85.0), (0.3, 0.4, 0.2), d_k=16)
-    up = {"base": "linformer"}
+    up = {"base": "low-rank"}
     add("fr8-25", "flurka-rnn", (82.5, 83.5, 83.0), (0.55, 0.65, 0.45), alpha=0.25, d_k=8, **up)
     add("fr8-50", "flurka-rnn", (76.0, 77.0, 78.0), (0.45, 0.52, 0.38), alpha=0.5, d_k=8, **up)
     add("fr16-25", "flurka-rnn", (85.5, 84.5, 86.0), (0.35, 0.45, 0.25), alpha=0.25, d_k=16, **up)

@@ -18,6 +18,8 @@ FLURKA: tuple[str, ...] = tuple(f"flurka-{k}" for k in KERNELS)
 KERNEL_OF: dict[str, str] = {f"flurka-{k}": k for k in KERNELS}
 COMPRESSED: tuple[str, ...] = (LOW_RANK, *FLURKA)        # the ones with E1, E2 (what d_k sets)
 RANDOM_FEATURES: tuple[str, ...] = ("performer", "eva", "flurka-performer", "flurka-eva")
+# Up-training bases (``--base``), by family: the variant's low-rank constituent or its kernel one.
+BASES: tuple[str, ...] = ("low-rank", "kernel")
 
 
 def check_mechanism(mechanism: str) -> None:
@@ -31,3 +33,20 @@ def constituents(mechanism: str) -> dict[str, str]:
     if mechanism not in FLURKA:
         raise ValueError(f"{mechanism!r} is not a FLuRKA variant; choose from {', '.join(FLURKA)}")
     return {"low_rank": LOW_RANK, "kernel": KERNEL_OF[mechanism]}
+
+
+def base_mechanism(variant: str, base: str) -> str:
+    """The mechanism of ``variant``'s up-training ``base`` ("low-rank" or "kernel", :data:`BASES`):
+    flurka-rnn with "kernel" -> rnn."""
+    if base not in BASES:
+        raise ValueError(f"unknown up-training base {base!r}; valid: {', '.join(BASES)}")
+    return constituents(variant)["low_rank" if base == "low-rank" else "kernel"]
+
+
+def base_family(mechanism: str) -> str:
+    """The :data:`BASES` word for a base model's mechanism: linformer -> "low-rank", rnn -> "kernel"."""
+    if mechanism == LOW_RANK:
+        return "low-rank"
+    if mechanism in KERNELS:
+        return "kernel"
+    raise ValueError(f"{mechanism!r} is no up-training base; bases are {LOW_RANK} or one of {', '.join(KERNELS)}")

@@ -17,7 +17,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from flurka.results.records import MECHANISMS
-from flurka.mechanisms import KERNEL_OF, LOW_RANK
+from flurka.mechanisms import KERNEL_OF, LOW_RANK, base_mechanism
 from flurka.results.tables import NO_VALUE
 
 STYLE = {  # mechanism -> (colour, marker)
@@ -378,7 +378,7 @@ def loss_vs_flops(curves: pd.DataFrame, loss: str, target: float | None) -> Figu
         alphas = sorted(part["alpha"].round(6).unique())
         shades = [0.45 + 0.5 * i / max(len(alphas) - 1, 1) for i in range(len(alphas))]
         cmap = matplotlib.colormaps["Greens"]
-        bases = set(part["base"].dropna()) or {"linformer"}
+        bases = {base_mechanism(variant, b) for b in part["base"].dropna()} or {LOW_RANK}
         for ref, ls_label in [*((b, "base") for b in sorted(bases)), (KERNEL_OF.get(variant), "kernel")]:
             for k in [k for k in means if k[0] == ref and (k[1] != k[1] or k[1] in set(part["d_k"]))]:
                 x, mean, n, _ = means[k]
@@ -389,7 +389,7 @@ def loss_vs_flops(curves: pd.DataFrame, loss: str, target: float | None) -> Figu
             shade = shades[alphas.index(alpha)]
             ax.plot(grid / scale, mean, color=cmap(shade), linestyle=line(d_k), linewidth=1.5,
                     label=f"α = {alpha * 100:g}%, {_dk_label(d_k)} (mean of {len(runs)})")
-        base = ", ".join(sorted(part["base"].dropna().unique())) or "base"
+        base = ", ".join(sorted(bases))
         ax.set_title(f"{variant}: α branches forked from the {base} base (mean over seeds)", fontsize=10)
     for ax in axes:
         if target is not None:

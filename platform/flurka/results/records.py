@@ -9,7 +9,7 @@ Plain dataclasses, each with ``from_dict`` (the JSON form, validated into one re
      "git_commit": "f5764a2", "environment": {"device": "NVIDIA H100", "host": "node-3",
                                               "versions": {"jax": "0.11.0", "flax": "0.12.8"}},
      "trials": [{"trial_key": "t0001", "attention": "flurka-performer", "benchmark": "nmt-wmt14-ende",
-                 "seed": 0, "status": "ok", "steps": 128000, "alpha": 0.375, "base": "linformer",
+                 "seed": 0, "status": "ok", "steps": 128000, "alpha": 0.375, "base": "low-rank",
                  "d_k": 128, "num_features": 64, "train_flops": 2.4e19, "wall_time_s": 5400.0,
                  "metrics": {"bleu": 28.0}, "curve": [{"step": 1000, "loss": 3.2, "train_flops": 1.9e17}],
                  "config": {...}}]}
@@ -17,7 +17,8 @@ Plain dataclasses, each with ``from_dict`` (the JSON form, validated into one re
 Fraction metrics (accuracy, f1, matthews, pearson, spearman, top5) are fractions in [-1, 1],
 not percent; BLEU is sacreBLEU's 0-100; perplexity and loss are raw. ``status`` is ``"ok"`` or a
 short reason (``"diverged at step 812"``); tables use only ``"ok"`` trials. ``alpha`` is the
-up-training fraction of steps spent on ``base`` (None: trained from scratch).
+up-training fraction of steps spent on ``base``, spelled as ``--base`` spells it ("low-rank":
+Linformer, "kernel": the variant's kernel constituent; None with ``alpha``: trained from scratch).
 
 A speed record (one measurement; the speed benchmarks write a JSON list of these):
 
@@ -49,7 +50,7 @@ import json
 import math
 from typing import Any
 
-from flurka.mechanisms import MECHANISMS   # plain Python: reading a database needs no JAX
+from flurka.mechanisms import BASES, MECHANISMS, base_family   # plain Python: reading a database needs no JAX
 BENCHMARKS = (
     "mlm-wikitext103",
     *(f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")),
@@ -180,8 +181,13 @@ class TrialRecord:
         if alpha is not None and not 0.0 <= alpha <= 1.0:
             _fail(where, f"alpha must be in [0, 1], got {alpha}")
         base = d.get("base")
+        if base in MECHANISMS:       # files written before the base was stored as --base spells it
+            try:
+                base = base_family(base)
+            except ValueError as e:
+                _fail(where, str(e))
         if base is not None:
-            _choice(where, "base", base, MECHANISMS)
+            _choice(where, "base", base, BASES)
         metrics = d.get("metrics") or {}
         if not isinstance(metrics, dict):
             _fail(where, f"metrics must be an object name -> value, got {metrics!r}")
@@ -235,7 +241,7 @@ def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
         "status": result.get("status"),
         "steps": result.get("steps"),
         "alpha": config.get("alpha"),
-        "base": config.get("base"),
+        "base": config.get("base") if (config.get("alpha") or 0) > 0 else None,   # up-trained only
         "d_k": options.get("d_k"),
         "num_features": options.get("num_features"),
         "train_flops": result.get("train_flops"),

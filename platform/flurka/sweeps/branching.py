@@ -16,8 +16,8 @@ import dataclasses
 import itertools
 from typing import Any, Iterable
 
-from flurka.mechanisms import LOW_RANK
-from flurka.sweeps.spec import FULL, SweepSpec, base_mechanism, benchmark_config, d_k_of, kernel_of
+from flurka.mechanisms import KERNEL_OF, LOW_RANK, base_mechanism
+from flurka.sweeps.spec import FULL, SweepSpec, benchmark_config, d_k_of
 
 KINDS = ("baseline", "base", "branch")
 
@@ -132,7 +132,7 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
         for d_k in d_ks[bench]:
             if spec.baselines:
                 reference = [(FULL, None)] if spec.full else []
-                for mech, dk in [*reference, (LOW_RANK, d_k), *[(kernel_of(v), None) for v in spec.variants]]:
+                for mech, dk in [*reference, (LOW_RANK, d_k), *[(KERNEL_OF[v], None) for v in spec.variants]]:
                     run = PlannedRun("baseline", bench, mech, seed, T, d_k=dk)
                     baselines.setdefault(run.key, run)
             for variant in spec.variants:

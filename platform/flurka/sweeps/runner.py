@@ -271,17 +271,6 @@ def _environment(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"device": ", ".join(devices)[:255], "host": socket.gethostname(), "versions": package_versions()}
 
 
-def _trial_record(key: str, result: dict[str, Any], run: dict[str, Any]):
-    """``trial_from_result``, with the up-training base named by its mechanism (the record's
-    vocabulary) rather than the config's "low-rank"/"kernel"."""
-    from flurka.results import trial_from_result
-
-    config = dict(result.get("config") or {})
-    patched = {**result, "config": {**config, "base": run.get("base") if run.get("alpha") is not None else None}}
-    record = trial_from_result(key, patched)
-    return dataclasses.replace(record, config=config)
-
-
 def best_trials(results: dict[str, dict[str, Any]], runs: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Benchmark -> the key of its finished trial with the best final task metric (the config's
     first metric; lower is better for perplexity and loss): the model a sweep logs for loading."""
@@ -324,11 +313,12 @@ def unforkable(plan, results: dict[str, dict[str, Any]], failed: list[str],
 def _unfinished_record(run, status: str):
     """The results-DB record of a planned trial that has no result (failed, stopped, skipped):
     what it was to train, its status, no metrics."""
+    from flurka.mechanisms import base_family
     from flurka.results import TrialRecord
 
     return TrialRecord(trial_key=run.key, attention=run.attention, benchmark=run.benchmark,
                        seed=run.seed, status=status[:255], steps=0, alpha=run.alpha,
-                       base=run.base, d_k=run.d_k)
+                       base=base_family(run.base) if run.base else None, d_k=run.d_k)
 
 
 def _log_skipped(tracker, plan, skipped: dict[str, str], spec: SweepSpec, run_dir: Path,
@@ -557,13 +547,13 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                     failed.append(key)
                 else:
                     stopped.append(key)  # early-stopped by ASHA
-        trials = [_trial_record(k, r, runs[k]) for k, r in results.items() if runs[k]["kind"] != "base"]
+        from flurka.results import ingest_sweep, trial_from_result
+
+        trials = [trial_from_result(k, r) for k, r in results.items() if runs[k]["kind"] != "base"]
         trials += [_unfinished_record(r, "failed" if r.key in failed else "stopped early")
                    for r in plan.baselines + plan.branches if r.key in failed or r.key in stopped]
         trials += [_unfinished_record(r, f"skipped: {skipped[r.key]}")
                    for r in plan.branches if r.key in skipped]
-        from flurka.results import ingest_sweep
-
         with _timed(driver, "results_db"):
             report = ingest_sweep(engine, {
                 "sweep_id": sweep_id, "name": spec.name, "created_at": state["created_at"],

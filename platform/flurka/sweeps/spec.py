@@ -21,12 +21,11 @@ from typing import Any, Sequence
 
 import yaml
 
-from flurka.mechanisms import constituents
+from flurka.mechanisms import BASES
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
 FULL = "full"
-BASES = ("low-rank", "kernel")
 SEARCHES = ("grid", "optuna")
 SCHEDULERS = ("none", "asha")
 
@@ -115,17 +114,6 @@ def catalogue() -> dict[str, Any]:
     return {"benchmarks": tuple(sorted(configs.BENCHMARKS)), "variants": tuple(FLURKA),
             "mechanisms": tuple(MECHANISMS)}
 
-
-def kernel_of(variant: str) -> str:
-    """The kernel constituent of a FLuRKA variant: flurka-performer -> performer."""
-    return constituents(variant)["kernel"]
-
-
-def base_mechanism(variant: str, base: str) -> str:
-    """The up-training base model (Linformer, or the variant's kernel), as training defines it."""
-    from flurka.configs import base_attention
-
-    return base_attention(variant, base)
 
 
 def benchmark_config(benchmark: str, spec: SweepSpec, **extra: Any):
@@ -563,4 +551,4 @@ def parse(argv: Sequence[str] | None = None) -> SweepSpec:
 __all__ = ["SweepSpec", "SpecError", "PAPER_ALPHAS", "validate", "from_args", "parse", "add_arguments",
            "ArgumentParser", "load_yaml", "config_path", "installed_configs", "check_paths", "stored_dict",
            "masked_fields", "mask_url", "SECRET_FIELDS",
-           "catalogue", "kernel_of", "base_mechanism", "benchmark_config"]
+           "catalogue", "benchmark_config"]

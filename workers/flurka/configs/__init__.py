@@ -6,8 +6,8 @@ Families: ``lra`` (lra-listops/text/retrieval/image/pathfinder), ``glue`` (glue-
 """
 
 from flurka.configs.base import (BASES, BENCHMARKS, FIELDS, METRICS, SCHEDULES, TASKS, TrainConfig,
-                                 base_attention, get_config, register, validate)
+                                 get_config, register, validate)
 from flurka.configs import glue, imagenet, lra, mlm, nmt, small  # noqa: F401  (registration)
 
-__all__ = ["BENCHMARKS", "TrainConfig", "get_config", "validate", "register", "base_attention",
+__all__ = ["BENCHMARKS", "TrainConfig", "get_config", "validate", "register",
            "FIELDS", "TASKS", "SCHEDULES", "METRICS", "BASES"]

@@ -12,13 +12,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from flurka.mechanisms import BASES
+
 TASKS = ("classification", "regression", "mlm", "translation", "image")
 MODELS = ("classifier", "mlm", "seq2seq", "vit")
 SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 BLEU_TOKENIZERS = ("13a", "intl", "char", "none", "zh")  # sacrebleu's, without extra dependencies
 METRICS = ("accuracy", "top5", "perplexity", "bleu", "matthews", "f1", "pearson", "spearman")
-BASES = ("low-rank", "kernel")
 HANDOVER_SHAPES = ("linear", "ease-out")
 POOLINGS = ("cls", "mean")
 
@@ -153,12 +154,6 @@ def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
 def mechanisms() -> tuple[str, ...]:
     from flurka.mechanisms import MECHANISMS
     return MECHANISMS
-
-
-def base_attention(attention: str, base: str) -> str:
-    """The up-training base model's mechanism: Linformer, or the variant's kernel constituent."""
-    from flurka.mechanisms import constituents
-    return constituents(attention)["low_rank" if base == "low-rank" else "kernel"]
 
 
 def _choice(name: str, value: Any, valid: tuple) -> None:

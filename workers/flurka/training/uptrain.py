@@ -60,7 +60,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flurka.configs.base import base_attention
+from flurka.mechanisms import base_mechanism
 
 
 def phases(config) -> list[tuple[str, int, int]]:
@@ -71,7 +71,7 @@ def phases(config) -> list[tuple[str, int, int]]:
     s, t = config.switch_step, config.steps
     if config.alpha == 0 or s == 0:
         return [(config.attention, 0, t)]
-    base = base_attention(config.attention, config.base)
+    base = base_mechanism(config.attention, config.base)
     if s >= t:
         return [(base, 0, t)]
     return [(base, 0, s), (config.attention, s, t)]

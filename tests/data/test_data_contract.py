@@ -106,3 +106,19 @@ def test_missing_data_is_a_clear_instant_error(tmp_path, monkeypatch, name, expe
     assert time.perf_counter() - start < 10
     assert str(tmp_path / "from_env") in str(err.value)
     assert isinstance(err.value, FileNotFoundError)
+
+
+def test_describe_names_the_data_not_the_seed(small):
+    """The digest a tracker logs is the data's: every seed shares it, other data changes it."""
+    name, ds = small
+    d = ds.describe()
+    assert d == {"name": name, "digest": d["digest"], "task": ds.info.task,
+                 "num_train": ds.info.num_train, "num_eval": ds.info.num_eval}
+    assert len(d["digest"]) == 16 and int(d["digest"], 16) >= 0
+    assert get_dataset(name, seed=4, **SMALL_OPTIONS[name]).describe() == d
+    first = ds.train.get(np.arange(1))
+    changed = {k: v.copy() for k, v in first.items()}
+    key = sorted(changed)[0]
+    changed[key].flat[0] = changed[key].flat[0] + 1
+    other = Dataset(ds.info, ArrayExamples(changed), ds.eval)
+    assert other.describe()["digest"] != Dataset(ds.info, ArrayExamples(first), ds.eval).describe()["digest"]

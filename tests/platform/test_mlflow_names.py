@@ -198,3 +198,19 @@ def test_resume_finds_the_run_by_key_and_skips_logged_steps(tracker):
     assert nested.info.run_name == trial_run_name(run)          # default: with the benchmark
     steps = [m.step for m in again.client.get_metric_history(nested.info.run_id, "train/loss")]
     assert sorted(steps) == [2, 4, 6, 8]                       # steps 2, 4 not logged again
+
+
+def test_a_trial_logs_its_data_set_as_an_mlflow_input(tracker):
+    """The run page's Datasets: what the trial trained on, by name and digest, in the training
+    context, with the splits' sizes as its profile."""
+    from flurka.data import get_dataset
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    described = get_dataset("nmt-small").describe()
+    run_id = tracker.trial_run("t-data", "baseline", {})
+    tracker.finish_trial(run_id, {"status": "ok", "steps": 0, "dataset": described})
+    (given,) = tracker.client.get_run(run_id).inputs.dataset_inputs
+    assert (given.dataset.name, given.dataset.digest) == ("nmt-small", described["digest"])
+    assert {t.key: t.value for t in given.tags} == {MLFLOW_DATASET_CONTEXT: "training"}
+    assert json.loads(given.dataset.profile) == {k: described[k] for k in ("task", "num_train", "num_eval")}
+    assert json.loads(given.dataset.source) == {"get_dataset": "nmt-small"}

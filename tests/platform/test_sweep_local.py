@@ -40,6 +40,10 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
     # MLflow's own fields: a model-training experiment, the run's source and user
     assert client.get_experiment(branch.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
     assert branch.data.tags["mlflow.source.name"] == "flurka sweep" and branch.data.tags["mlflow.user"]
+    # every trial's data set is its MLflow input, the same digest for every seed of the benchmark
+    inputs = [client.get_run(r.info.run_id).inputs.dataset_inputs for r in nested]
+    assert all(len(i) == 1 for i in inputs) and {i[0].dataset.name for i in inputs} == {"lra-listops-small"}
+    assert len({i[0].dataset.digest for i in inputs}) == 1
     # one name per metric (not accuracy, eval_accuracy and final.accuracy); final = the last eval point
     names = set(branch.data.metrics)
     assert {"train/loss", "train/accuracy", "train/flops", "eval/loss", "eval/accuracy"} <= names

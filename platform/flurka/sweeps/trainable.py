@@ -154,7 +154,8 @@ def _base_result(run: PlannedRun, cfg, step: int, wall: float,
             "steps": int(meta["step"]), "final_metrics": {}, "history": meta["history"],
             "eval_history": meta["eval_history"], "train_flops": meta["train_flops"], "wall_time_s": wall,
             "time_split": dict(time_split or meta.get("time_split") or {}),
-            "fork_checkpoints": kept, "steps_executed": step, "config": meta["config"]}
+            "fork_checkpoints": kept, "steps_executed": step, "dataset": meta.get("dataset"),
+            "config": meta["config"]}
 
 
 __all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "RESULT_KEY"]

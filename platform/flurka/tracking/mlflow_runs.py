@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import mlflow
-from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import (MLFLOW_GIT_COMMIT, MLFLOW_LOGGED_ARTIFACTS, MLFLOW_SOURCE_NAME,
+from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_LOGGED_ARTIFACTS, MLFLOW_SOURCE_NAME,
                                       MLFLOW_SOURCE_TYPE, MLFLOW_USER)
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # the UI's model-training view
@@ -201,6 +201,17 @@ def log_tables(client, run_id: str, tables: Mapping[str, Any]) -> None:
         client.log_text(run_id, _flat_table(df).to_csv(index=False), f"tables/{name}.csv")
 
 
+def dataset_input(described: Mapping[str, Any], context: str = "training") -> DatasetInput:
+    """MLflow's data-set input for what a run trained on (``flurka.data.Dataset.describe``): the
+    Datasets column of the runs table and the run page show its name and digest; the source is how
+    to get it back (``flurka.data.get_dataset(name)``)."""
+    described = dict(described)
+    name, digest = str(described.pop("name")), str(described.pop("digest"))
+    dataset = Dataset(name=name, digest=digest, source_type="flurka", source=json.dumps({"get_dataset": name}),
+                      profile=json.dumps(described, sort_keys=True))
+    return DatasetInput(dataset=dataset, tags=[InputTag(key=MLFLOW_DATASET_CONTEXT, value=context)])
+
+
 def _finite_numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
@@ -348,6 +359,8 @@ class SweepTracker:
             self.client.log_dict(run_id, _jsonable(result), "result.json")
             if result.get("config") is not None:
                 self.client.log_dict(run_id, _jsonable(result["config"]), "config.json")
+            if result.get("dataset"):
+                self.client.log_inputs(run_id, datasets=[dataset_input(result["dataset"])])
             history = result.get("history") or []
             if history:
                 import pandas as pd

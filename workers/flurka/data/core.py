@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import itertools
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -150,6 +151,20 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset({self.info.name!r}, train={len(self.train)}, eval={len(self.eval)}, seed={self.seed})"
+
+    def describe(self, examples: int = 16) -> dict[str, Any]:
+        """What a run trained on, for a tracker's data-set input: the name, the splits' sizes, and
+        a digest of the info and the first ``examples`` of each split (raw, before shuffling or
+        masking, so every seed of a benchmark shares it and a change of the data changes it)."""
+        h = hashlib.sha256(repr(dataclasses.astuple(self.info)).encode())
+        for split in (self.train, self.eval):
+            batch = split.get(np.arange(min(examples, len(split))))
+            for key in sorted(batch):
+                value = np.ascontiguousarray(batch[key])
+                h.update(f"{key}:{value.dtype}:{value.shape}".encode())
+                h.update(value.tobytes())
+        return {"name": self.info.name, "digest": h.hexdigest()[:16], "task": self.info.task,
+                "num_train": len(self.train), "num_eval": len(self.eval)}
 
     def train_batch(self, step: int, batch_size: int) -> Batch:
         """Training batch number ``step`` (pure in ``(seed, step)``)."""

@@ -6,7 +6,8 @@ The result is a JSON-serializable dict::
      "final_metrics": {metric: value}, "history": [{"step", "loss", "train_flops", ...}],
      "eval_history": [{"step", "train_flops", metric...}], "train_flops": total,
      "wall_time_s", "time_split": {part: seconds} (see flurka.training.loop), "num_params",
-     "switches": [up-training switches], "config": {...}}
+     "switches": [up-training switches], "dataset": {"name", "digest", "task", "num_train",
+     "num_eval"} (flurka.data.Dataset.describe), "config": {...}}
 
 Non-finite floats (a diverged loss, an undefined correlation) become ``None`` so that strict
 JSON readers accept it.

@@ -266,8 +266,9 @@ def evaluate(config: TrainConfig, dataset, task: Task, phase: Phase) -> dict[str
 class _Run:
     """Mutable bookkeeping of one run (history, FLOPs, the not-yet-logged window of steps)."""
 
-    def __init__(self, config: TrainConfig):
+    def __init__(self, config: TrainConfig, dataset: dict):
         self.config = config
+        self.dataset = dataset                # what it trains on (flurka.data.Dataset.describe)
         self.step = 0
         self.history: list[dict] = []
         self.eval_history: list[dict] = []
@@ -284,7 +285,7 @@ class _Run:
                 "history": self.history,
                 "eval_history": self.eval_history, "window": self.window,
                 "train_flops": self.train_flops, "wall_time_s": wall, "time_split": dict(time_split or {}),
-                "switches": self.switches, "config": config_dict(self.config)}
+                "switches": self.switches, "dataset": self.dataset, "config": config_dict(self.config)}
 
     def load_meta(self, meta: dict) -> None:
         self.step = int(meta["step"])
@@ -380,7 +381,7 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     tx = make_optimizer(config)
     schedule = schedule_from_config(config)
     plan = uptrain.stages(config)
-    run = _Run(config)
+    run = _Run(config, dataset.describe())
     root_key = jax.random.fold_in(jax.random.key(config.seed), 1)
     lap("setup")
 
@@ -549,5 +550,6 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
         "time_split": dict(split),
         "num_params": int(sum(v.size for v in phase.params.values())) if phase is not None else 0,
         "switches": run.switches,
+        "dataset": run.dataset,
         "config": config_dict(config),
     }

@@ -135,6 +135,16 @@ def _sqlite_file(u: URL) -> Path | None:
     return Path(db).expanduser().resolve()
 
 
+def sqlite_file(url: str | URL | os.PathLike) -> Path | None:
+    """The absolute file behind a SQLite URL or a plain path; None for a server, an in-memory
+    database, a ``file:`` URI or text that is no URL."""
+    try:
+        u = sa.make_url(as_url(url))
+    except sa.exc.ArgumentError:
+        return None
+    return _sqlite_file(u) if u.get_backend_name() == "sqlite" else None
+
+
 def _check_sqlite_path(u: URL) -> None:
     db = u.database
     if db and db != ":memory:" and not db.startswith("file:"):

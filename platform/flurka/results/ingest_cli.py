@@ -48,9 +48,8 @@ def _tracking_uri(flag: str | None, results_url: str) -> str | None:
         if flag.lower() == "none":
             return None
         return flag if "://" in flag else f"sqlite:///{Path(flag).expanduser().resolve()}"
-    path = Path(results_url.removeprefix("sqlite:///")) if "://" not in results_url or \
-        results_url.startswith("sqlite:///") else None
-    beside = path.expanduser().resolve().parent / rundirs.MLFLOW if path is not None else None
+    path = db.sqlite_file(results_url)
+    beside = path.parent / rundirs.MLFLOW if path is not None else None
     return f"sqlite:///{beside}" if beside is not None and beside.is_file() else None
 
 

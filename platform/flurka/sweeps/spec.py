@@ -207,21 +207,6 @@ def _writable_dir(path: Path, what: str) -> None:
         raise SpecError(f"{what} {path}: {p} is not writable" + ("" if p == path else " (cannot create it)"))
 
 
-def _sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL (None for other URLs, in-memory and ``file:`` ones)."""
-    if not url.startswith("sqlite:"):
-        return None
-    import sqlalchemy as sa
-
-    try:
-        db = sa.make_url(url).database
-    except sa.exc.ArgumentError:
-        return None
-    if not db or db == ":memory:" or db.startswith("file:"):
-        return None
-    return Path(db).expanduser().resolve()
-
-
 def check_paths(spec: SweepSpec) -> None:
     """The directories the sweep writes are (or can be made) writable directories, the SQLite
     files it opens sit in them; nothing is created. Whether the files are databases is the
@@ -233,8 +218,10 @@ def check_paths(spec: SweepSpec) -> None:
                 else "$JAX_COMPILATION_CACHE_DIR" if os.environ.get("JAX_COMPILATION_CACHE_DIR")
                 else "the compilation cache")
         _writable_dir(Path(cache), what)
+    from flurka.results.db import sqlite_file
+
     for flag, url in (("--mlflow-uri", spec.mlflow_tracking_uri), ("--results-db", spec.results_url)):
-        path = _sqlite_path(url)
+        path = sqlite_file(url) if url.startswith("sqlite:") else None
         if path is None:
             continue
         if path.exists() and not path.is_file():

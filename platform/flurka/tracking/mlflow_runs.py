@@ -261,6 +261,10 @@ class SweepTracker:
         self.client = MlflowClient(tracking_uri=self.uri)
 
     # -- runs ---------------------------------------------------------------------------------
+    def _trial_runs(self, trial_key: str) -> list:
+        """This sweep's MLflow runs of ``trial_key`` (one, or none yet)."""
+        return self._find(f"tags.`{TRIAL_TAG}` = '{trial_key}' and tags.`{SWEEP_TAG}` = '{self.sweep_id}'")
+
     def _find(self, filter_string: str) -> list:
         return self.client.search_runs([self.experiment_id], filter_string=filter_string, max_results=1000)
 
@@ -287,7 +291,7 @@ class SweepTracker:
         if trial_key in self._runs:
             return self._runs[trial_key]
         assert self.parent_id, "start_sweep first"
-        found = self._find(f"tags.`{TRIAL_TAG}` = '{trial_key}' and tags.`{SWEEP_TAG}` = '{self.sweep_id}'")
+        found = self._trial_runs(trial_key)
         if found:
             run = found[0]
             run_id = run.info.run_id
@@ -385,9 +389,7 @@ class SweepTracker:
             step, _ = checkpoint_meta(str(workdir))
         except ValueError:
             return None
-        run_id = self._runs.get(trial_key) or next(
-            (r.info.run_id for r in self._find(f"tags.`{TRIAL_TAG}` = '{trial_key}' and "
-                                               f"tags.`{SWEEP_TAG}` = '{self.sweep_id}'")), None)
+        run_id = self._runs.get(trial_key) or next((r.info.run_id for r in self._trial_runs(trial_key)), None)
         if run_id is None:
             return None
         self.client.log_artifacts(run_id, str(Path(workdir) / "checkpoints" / str(step)),

@@ -126,6 +126,16 @@ def query_side(q_feat: Array, kv: Array, k_sum: Array, denominator, dtype) -> Ar
     :mod:`flurka.attention.fused` runs as one kernel)."""
     # Heads-major output, transposed after: XLA:CPU (jax 0.10) has no bf16×bf16→f32 kernel for
     # the "bnhf,bhfd->bnhd" layout and fails at run time; this layout it has.
-    num = contract("bnhf,bhfd->bhnd", q_feat, kv, dtype).transpose(0, 2, 1, 3)
-    den = contract("bnhf,bhf->bnh", q_feat, k_sum, dtype)
-    return num / denominator(den)[..., None]
+    num = contract("bnhf,bhfd->bhnd", q_feat, kv, dtype)
+
+    def heads_major(num):
+        # on a CPU, divide before the transpose: the division's backward then reduces the
+        # denominator's cotangent along contiguous rows (in [b, n, h, d] it strides)
+        den = contract("bnhf,bhf->bhn", q_feat, k_sum, dtype)
+        return (num / denominator(den)[..., None]).transpose(0, 2, 1, 3)
+
+    def positions_major(num):
+        den = contract("bnhf,bhf->bnh", q_feat, k_sum, dtype)
+        return num.transpose(0, 2, 1, 3) / denominator(den)[..., None]
+
+    return jax.lax.platform_dependent(num, cpu=heads_major, default=positions_major)

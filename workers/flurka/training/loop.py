@@ -347,6 +347,56 @@ def _norm(v):
     return tuple(v) if isinstance(v, list) else v
 
 
+@dataclasses.dataclass
+class _Clock:
+    """The run's wall time in consecutive laps, each charged to a part: the time split."""
+
+    start: float = dataclasses.field(default_factory=time.perf_counter)
+    split: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.mark = self.start
+
+    def lap(self, part: str) -> None:
+        """Charge the wall time since the previous lap to ``part``."""
+        now = time.perf_counter()
+        self.split[part] = self.split.get(part, 0.0) + now - self.mark
+        self.mark = now
+
+    def add(self, split: dict[str, float]) -> None:
+        """Add the split of the runs before a resume."""
+        for k, v in split.items():
+            self.split[k] = self.split.get(k, 0.0) + v
+
+
+@dataclasses.dataclass
+class _Loop:
+    """One call of :func:`train`: what it set up, and the phase and part that change as it runs."""
+
+    config: TrainConfig
+    dataset: Any
+    info: Any
+    task: Task
+    tx: Any
+    schedule: Callable
+    plan: list[uptrain.Stage]
+    mesh: Any
+    root_key: Any
+    run: _Run
+    clock: _Clock
+    callback: Callable[[str, dict], None] | None
+    ckpt: Checkpointer | None = None
+    bar: Any = None
+    phase: Phase | None = None
+    part: str = "train_steps"   # what the current step's time is charged to
+
+    def make_phase(self, attention: str, handover_from: str | None = None) -> Phase:
+        return make_phase(self.config, self.info, attention, self.task, self.tx, self.mesh, handover_from)
+
+    def wall(self) -> float:
+        return self.run.prior_wall + time.perf_counter() - self.clock.start
+
+
 def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], None] | None = None,
           progress: bool | None = None, mesh: Any = "auto") -> dict:
     """Train ``config``; return the result dict (see :func:`flurka.training.run`).
@@ -362,177 +412,215 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     mesh = parallel.default_mesh() if mesh == "auto" else mesh
     parallel.check_batch_size(config.batch_size, mesh)
     memory.check_fits(config, devices=1 if mesh is None else mesh.size)
-    start = time.perf_counter()
-    split: dict[str, float] = {}
-    mark = start
-
-    def lap(part: str) -> None:
-        """Charge the wall time since the previous lap to ``part``."""
-        nonlocal mark
-        now = time.perf_counter()
-        split[part] = split.get(part, 0.0) + now - mark
-        mark = now
-
-    dataset = load_dataset(config) if dataset is None else dataset
-    lap("data")
-    info = dataset.info
-    check_against_data(config, info)
-    task = make_task(config)
-    tx = make_optimizer(config)
-    schedule = schedule_from_config(config)
-    plan = uptrain.stages(config)
-    run = _Run(config, dataset.describe())
-    root_key = jax.random.fold_in(jax.random.key(config.seed), 1)
-    lap("setup")
-
-    ckpt = None
-    if config.workdir and config.checkpoint_every:
-        ckpt = Checkpointer(os.path.join(config.workdir, "checkpoints"),
-                            max_to_keep=config.keep_checkpoints)
-
-    # ---- where to start: own checkpoint (resume) > base checkpoint (fork) > scratch -------------
-    phase: Phase | None = None
-    latest = ckpt.latest_step() if ckpt is not None else None
-    if latest is not None:
-        meta = ckpt.meta(latest)
-        lap("checkpoints")
-        phase = make_phase(config, info, meta["attention"], task, tx, mesh, meta.get("handover_from"))
-        lap("setup")
-        restored, meta = ckpt.restore(latest, phase.state())
-        phase.load(restored)
-        run.load_meta(meta)
-    elif config.base_checkpoint is not None:
-        base = plan[0].attention
-        with Checkpointer(config.base_checkpoint, read_only=True) as src:
-            meta = src.meta(config.switch_step)
-            _check_fork(config, meta, base, config.base_checkpoint)
-            lap("checkpoints")
-            phase = make_phase(config, info, base, task, tx, mesh)
-            lap("setup")
-            restored, meta = src.restore(config.switch_step, phase.state())
-        phase.load(restored)
-        run.load_meta(meta)
-        run.prior_wall, run.prior_split = 0.0, {}
-        run.log(base, schedule)   # an uninterrupted up-training run logs at the switch, too
-    lap("checkpoints")
-    for k, v in run.prior_split.items():
-        split[k] = split.get(k, 0.0) + v
-
-    def emit(kind: str, entry: dict | None, before: str) -> None:
-        """``callback(kind, entry)``, its time charged to "report" (the time before it to ``before``)."""
-        if entry is not None and callback is not None:
-            lap(before)
-            callback(kind, entry)
-            lap("report")
-
-    def save() -> None:
-        if ckpt is not None and (not ckpt.steps() or ckpt.latest_step() != run.step):
-            ckpt.save(run.step, phase.state(), run.meta(phase.attention, wall(), phase.handover_from, split))
-
-    def wall() -> float:
-        return run.prior_wall + time.perf_counter() - start
-
-    def do_eval() -> None:
-        if run.eval_history and run.eval_history[-1]["step"] == run.step:
-            return
-        metrics = evaluate(config, dataset, task, phase)
-        entry = {"step": run.step, "train_flops": run.train_flops, "attention": phase.attention, **metrics}
-        if phase.handover_from is not None:     # evaluated mid-hand-over: the blended model
-            entry["handover_beta"] = uptrain.handover_beta(config, run.step - 1)
-        run.eval_history.append(entry)
-        emit("eval", entry, "eval")
-
-    bar = None
-    if progress or (progress is None and sys.stderr.isatty()):
-        from tqdm.auto import tqdm
-        bar = tqdm(total=config.steps, initial=run.step, desc=f"{config.benchmark} {config.attention}",
-                   unit="step", file=sys.stderr)
-
+    loop = _set_up(config, dataset, mesh, callback)
+    _restore_or_fork(loop)
+    loop.bar = _progress_bar(config, progress, initial=loop.run.step)
     status, diverged_step = "ok", None
-    part = "train_steps"   # what the current step's time is charged to
     try:
-        for stage in plan:
-            attention, end, handover_from = stage.attention, stage.end, stage.handover_from
-            if run.step >= end:
-                continue
-            if phase is None:
-                phase = make_phase(config, info, attention, task, tx, mesh, handover_from)
-            elif phase.kind != (attention, handover_from):
-                # the up-training switch (base -> variant or its hand-over model), or the end of
-                # the hand-over (same parameters and moments; only the β variables are dropped)
-                new = make_phase(config, info, attention, task, tx, mesh, handover_from)
-                carried, report = uptrain.switch(phase.state(), new.state())
-                new.load(carried)
-                if phase.attention != attention:
-                    run.switches.append({"step": run.step, "from": phase.attention, "to": attention,
-                                         "copied": len(report["copied"]), "new": report["new"],
-                                         "handover": uptrain.handover_info(config)})
-                phase = new
-            step_flops: dict[tuple, int] = {}
-            batches = dataset.train_batches(config.batch_size, start_step=run.step)
-            lap("setup")
-            part = f"compile/{handover_from}-to-{attention}" if handover_from else f"compile/{attention}"
-            while run.step < end:
-                batch = _device_batch(next(batches), mesh)
-                lap("data")
-                shapes = tuple(sorted((k, v.shape) for k, v in batch.items()))
-                if shapes not in step_flops:
-                    step_flops[shapes] = flops_lib.train_step_flops(
-                        config, info, dict(shapes), attention=attention, handover_from=handover_from)
-                key = jax.random.fold_in(root_key, run.step)
-                if handover_from is not None:
-                    beta = uptrain.handover_beta(config, run.step)
-                    phase.other = uptrain.set_beta(
-                        phase.other, parallel.replicate(np.float32(beta), phase.mesh))
-                phase.params, phase.other, phase.opt_state, metrics = phase.train_step(
-                    phase.params, phase.other, phase.opt_state, batch, key)
-                if part != "train_steps":   # the phase's first step: compile + run, waited for
-                    jax.block_until_ready((phase.params, phase.other, phase.opt_state, metrics))
-                if handover_from is not None:
-                    metrics = {**metrics, "handover_beta": beta}
-                run.step += 1
-                run.train_flops += step_flops[shapes]
-                run.pending.append((run.step, run.train_flops, metrics))
-                if bar is not None:
-                    bar.update(1)
-                last = run.step == config.steps
-                if run.step % config.log_every == 0 or run.step == end:
-                    run.flush()
-                    entry = run.log(attention, schedule)
-                    if bar is not None and entry is not None:
-                        bar.set_postfix(loss=f"{entry['loss']:.4f}")
-                    emit("train", entry, part)
-                if config.eval_every and run.step % config.eval_every == 0 and not last:
-                    run.flush()
-                    lap(part)
-                    do_eval()
-                    lap("eval")
-                if ckpt is not None and run.step % config.checkpoint_every == 0 and not last:
-                    run.flush()
-                    lap(part)
-                    save()
-                    lap("checkpoints")
-                lap(part)
-                part = "train_steps"
-        run.flush()
-        lap("train_steps")
-        do_eval()
-        lap("eval")
-        save()
+        for stage in loop.plan:
+            if loop.run.step < stage.end:
+                _train_stage(loop, stage)
+        _between_steps(loop, _evaluate, "eval")   # the last evaluation and checkpoint
+        _save(loop)
     except Diverged as exc:
-        lap(part)
+        loop.clock.lap(loop.part)
         status, diverged_step = str(exc), exc.step
-        run.log(phase.attention, schedule)   # keep the finite steps before the divergence
+        loop.run.log(loop.phase.attention, loop.schedule)   # keep the finite steps before the divergence
     except BaseException as exc:
-        exc.time_split = split
+        exc.time_split = loop.clock.split
         raise
     finally:
-        if bar is not None:
-            bar.close()
-        if ckpt is not None:
-            ckpt.close()
-        lap("checkpoints")
+        _close(loop)
+    return _result(loop, status, diverged_step)
 
+
+# ---- set-up: data, model parts, optimizer; where to start ---------------------------------------
+def _set_up(config: TrainConfig, dataset, mesh, callback) -> _Loop:
+    clock = _Clock()
+    dataset = load_dataset(config) if dataset is None else dataset
+    clock.lap("data")
+    check_against_data(config, dataset.info)
+    loop = _Loop(config=config, dataset=dataset, info=dataset.info, task=make_task(config),
+                 tx=make_optimizer(config), schedule=schedule_from_config(config), plan=uptrain.stages(config),
+                 mesh=mesh, root_key=jax.random.fold_in(jax.random.key(config.seed), 1),
+                 run=_Run(config, dataset.describe()), clock=clock, callback=callback)
+    clock.lap("setup")
+    if config.workdir and config.checkpoint_every:
+        loop.ckpt = Checkpointer(os.path.join(config.workdir, "checkpoints"), max_to_keep=config.keep_checkpoints)
+    return loop
+
+
+def _restore_or_fork(loop: _Loop) -> None:
+    """Where the run starts: its own latest checkpoint (resume) > ``base_checkpoint`` (fork) > scratch."""
+    config, run = loop.config, loop.run
+    latest = loop.ckpt.latest_step() if loop.ckpt is not None else None
+    if latest is not None:
+        meta = loop.ckpt.meta(latest)
+        _restore(loop, loop.ckpt, latest, meta["attention"], meta.get("handover_from"))
+    elif config.base_checkpoint is not None:
+        base = loop.plan[0].attention
+        with Checkpointer(config.base_checkpoint, read_only=True) as src:
+            _check_fork(config, src.meta(config.switch_step), base, config.base_checkpoint)
+            _restore(loop, src, config.switch_step, base)
+        run.prior_wall, run.prior_split = 0.0, {}
+        run.log(base, loop.schedule)   # an uninterrupted up-training run logs at the switch, too
+    loop.clock.lap("checkpoints")
+    loop.clock.add(run.prior_split)
+
+
+def _restore(loop: _Loop, source: Checkpointer, step: int, attention: str, handover_from: str | None = None) -> None:
+    """A new ``attention`` phase holding ``source``'s checkpoint at ``step``, its bookkeeping in ``loop.run``."""
+    loop.clock.lap("checkpoints")
+    loop.phase = loop.make_phase(attention, handover_from)
+    loop.clock.lap("setup")
+    restored, meta = source.restore(step, loop.phase.state())
+    loop.phase.load(restored)
+    loop.run.load_meta(meta)
+
+
+def _progress_bar(config: TrainConfig, progress: bool | None, initial: int):
+    if not (progress or (progress is None and sys.stderr.isatty())):
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=config.steps, initial=initial, desc=f"{config.benchmark} {config.attention}",
+                unit="step", file=sys.stderr)
+
+
+# ---- training: stages of steps, with logs, evaluations and checkpoints at their intervals -------
+def _train_stage(loop: _Loop, stage: uptrain.Stage) -> None:
+    """The steps from the current one to ``stage.end``, in ``stage``'s phase."""
+    _enter_phase(loop, stage.attention, stage.handover_from)
+    step_flops: dict[tuple, int] = {}   # a step's FLOPs by its batch's shapes
+    batches = loop.dataset.train_batches(loop.config.batch_size, start_step=loop.run.step)
+    loop.clock.lap("setup")
+    loop.part = _compile_part(stage)
+    while loop.run.step < stage.end:
+        batch = _device_batch(next(batches), loop.mesh)
+        loop.clock.lap("data")
+        _train_step(loop, stage, batch, step_flops)
+        _at_intervals(loop, stage)
+        loop.clock.lap(loop.part)
+        loop.part = "train_steps"
+
+
+def _compile_part(stage: uptrain.Stage) -> str:
+    """The time split's part for the first step of ``stage``'s phase."""
+    if stage.handover_from:
+        return f"compile/{stage.handover_from}-to-{stage.attention}"
+    return f"compile/{stage.attention}"
+
+
+def _enter_phase(loop: _Loop, attention: str, handover_from: str | None) -> None:
+    """Make the phase training ``attention`` (with hand-over layers from ``handover_from``) current."""
+    old = loop.phase
+    if old is None:
+        loop.phase = loop.make_phase(attention, handover_from)
+    elif old.kind != (attention, handover_from):
+        # the up-training switch (base -> variant or its hand-over model), or the end of the
+        # hand-over (same parameters and moments; only the β variables are dropped)
+        new = loop.make_phase(attention, handover_from)
+        carried, report = uptrain.switch(old.state(), new.state())
+        new.load(carried)
+        if old.attention != attention:
+            loop.run.switches.append({"step": loop.run.step, "from": old.attention, "to": attention,
+                                      "copied": len(report["copied"]), "new": report["new"],
+                                      "handover": uptrain.handover_info(loop.config)})
+        loop.phase = new
+
+
+def _train_step(loop: _Loop, stage: uptrain.Stage, batch: dict, step_flops: dict[tuple, int]) -> None:
+    """One step on ``batch``; its metrics stay on the device (``run.pending``) until the next flush."""
+    config, run, phase = loop.config, loop.run, loop.phase
+    shapes = tuple(sorted((k, v.shape) for k, v in batch.items()))
+    if shapes not in step_flops:
+        step_flops[shapes] = flops_lib.train_step_flops(
+            config, loop.info, dict(shapes), attention=stage.attention, handover_from=stage.handover_from)
+    key = jax.random.fold_in(loop.root_key, run.step)
+    if stage.handover_from is not None:
+        beta = uptrain.handover_beta(config, run.step)
+        phase.other = uptrain.set_beta(phase.other, parallel.replicate(np.float32(beta), phase.mesh))
+    phase.params, phase.other, phase.opt_state, metrics = phase.train_step(
+        phase.params, phase.other, phase.opt_state, batch, key)
+    if loop.part != "train_steps":   # the phase's first step: compile + run, waited for
+        jax.block_until_ready((phase.params, phase.other, phase.opt_state, metrics))
+    if stage.handover_from is not None:
+        metrics = {**metrics, "handover_beta": beta}
+    run.step += 1
+    run.train_flops += step_flops[shapes]
+    run.pending.append((run.step, run.train_flops, metrics))
+    if loop.bar is not None:
+        loop.bar.update(1)
+
+
+def _at_intervals(loop: _Loop, stage: uptrain.Stage) -> None:
+    """After a step: a history entry, an evaluation, a checkpoint where their intervals (or the
+    stage's end, for the log) fall (the run's last step leaves evaluation and checkpoint to the end)."""
+    config, step = loop.config, loop.run.step
+    last = step == config.steps
+    if step % config.log_every == 0 or step == stage.end:
+        _log(loop)
+    if config.eval_every and step % config.eval_every == 0 and not last:
+        _between_steps(loop, _evaluate, "eval")
+    if loop.ckpt is not None and step % config.checkpoint_every == 0 and not last:
+        _between_steps(loop, _save, "checkpoints")
+
+
+def _between_steps(loop: _Loop, action: Callable[[_Loop], None], part: str) -> None:
+    """``action(loop)`` (an evaluation, a checkpoint) after the pending steps' metrics are in, its time charged to ``part``."""
+    loop.run.flush()
+    loop.clock.lap(loop.part)
+    action(loop)
+    loop.clock.lap(part)
+
+
+def _log(loop: _Loop) -> None:
+    """A history entry of the steps since the last one, reported to the callback."""
+    loop.run.flush()
+    entry = loop.run.log(loop.phase.attention, loop.schedule)
+    if loop.bar is not None and entry is not None:
+        loop.bar.set_postfix(loss=f"{entry['loss']:.4f}")
+    _emit(loop, "train", entry, loop.part)
+
+
+def _evaluate(loop: _Loop) -> None:
+    """An eval history entry at the current step (once a step), reported to the callback."""
+    run, phase = loop.run, loop.phase
+    if run.eval_history and run.eval_history[-1]["step"] == run.step:
+        return
+    metrics = evaluate(loop.config, loop.dataset, loop.task, phase)
+    entry = {"step": run.step, "train_flops": run.train_flops, "attention": phase.attention, **metrics}
+    if phase.handover_from is not None:     # evaluated mid-hand-over: the blended model
+        entry["handover_beta"] = uptrain.handover_beta(loop.config, run.step - 1)
+    run.eval_history.append(entry)
+    _emit(loop, "eval", entry, "eval")
+
+
+def _save(loop: _Loop) -> None:
+    """A checkpoint at the current step, unless the latest one is at it already."""
+    ckpt, run, phase = loop.ckpt, loop.run, loop.phase
+    if ckpt is not None and (not ckpt.steps() or ckpt.latest_step() != run.step):
+        ckpt.save(run.step, phase.state(), run.meta(phase.attention, loop.wall(), phase.handover_from, loop.clock.split))
+
+
+def _emit(loop: _Loop, kind: str, entry: dict | None, before: str) -> None:
+    """``callback(kind, entry)``, its time charged to "report" (the time before it to ``before``)."""
+    if entry is not None and loop.callback is not None:
+        loop.clock.lap(before)
+        loop.callback(kind, entry)
+        loop.clock.lap("report")
+
+
+# ---- the end: close, build the result -----------------------------------------------------------
+def _close(loop: _Loop) -> None:
+    if loop.bar is not None:
+        loop.bar.close()
+    if loop.ckpt is not None:
+        loop.ckpt.close()
+    loop.clock.lap("checkpoints")
+
+
+def _result(loop: _Loop, status: str, diverged_step: int | None) -> dict:
+    config, run, phase = loop.config, loop.run, loop.phase
     not_metrics = ("step", "train_flops", "attention", "handover_beta")
     final = {k: v for k, v in run.eval_history[-1].items()
              if k not in not_metrics} if run.eval_history else {}
@@ -546,8 +634,8 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
         "history": run.history,
         "eval_history": run.eval_history,
         "train_flops": run.train_flops,
-        "wall_time_s": wall(),
-        "time_split": dict(split),
+        "wall_time_s": loop.wall(),
+        "time_split": dict(loop.clock.split),
         "num_params": int(sum(v.size for v in phase.params.values())) if phase is not None else 0,
         "switches": run.switches,
         "dataset": run.dataset,

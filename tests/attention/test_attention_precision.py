@@ -16,7 +16,7 @@ from flax import nnx
 
 from flurka.attention import ALIGNABLE, MECHANISMS, make_attention
 from flurka.attention.base import contract
-from flurka.attention.flops import hlo_dot_flops_by_type
+from flurka import hlo
 
 BF16 = jnp.bfloat16
 EXACT = [m for m in MECHANISMS if m != "flash"]  # flash: cuDNN's own kernel on GPU
@@ -38,7 +38,7 @@ def dot_flops_by_type(mechanism, align, grad):
 
     fn = jax.grad(lambda s, x: jnp.sum(forward(s, x).astype(jnp.float32))) if grad else forward
     x = jax.ShapeDtypeStruct((1, 2048, 256), BF16)
-    return hlo_dot_flops_by_type(jax.jit(fn).lower(state, x).as_text(dialect="hlo"))
+    return hlo.dot_flops_by_type(jax.jit(fn).lower(state, x).as_text(dialect="hlo"))
 
 
 @pytest.mark.parametrize("mechanism,align",
@@ -86,9 +86,9 @@ def test_contract_gradient():
     for got, want in ((da, np.einsum("bik,bjk->bij", g, b)), (db, np.einsum("bij,bik->bjk", a, g))):
         np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=0,
                                    atol=2e-2 * np.abs(want).max())
-    hlo = jax.jit(jax.grad(lambda x, y: jnp.sum(contract(spec, x, y, BF16)), argnums=(0, 1))).lower(
+    text = jax.jit(jax.grad(lambda x, y: jnp.sum(contract(spec, x, y, BF16)), argnums=(0, 1))).lower(
         jnp.asarray(a, BF16), jnp.asarray(b, BF16)).as_text(dialect="hlo")
-    assert set(hlo_dot_flops_by_type(hlo)) == {"bf16"}
+    assert set(hlo.dot_flops_by_type(text)) == {"bf16"}
 
 
 @pytest.mark.parametrize("mechanism", EXACT)

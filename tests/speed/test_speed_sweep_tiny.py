@@ -8,6 +8,7 @@ import json
 import pytest
 
 from flurka.attention import MECHANISMS
+from flurka import hlo
 from flurka.attention import flops as flop_model
 from flurka.speed import configs
 from flurka.speed.runner import run_sweep
@@ -188,7 +189,7 @@ def test_bf16_model_step_multiplies_bf16_operands(mode):
             continue
         p = dataclasses.replace(p, seq_len=512, d_k=128, num_features=64)
         fn, args, *_ = bench.make_step(p, bench.build(p))
-        flops = flop_model.hlo_dot_flops_by_type(fn.lower(*args).as_text(dialect="hlo"))
+        flops = hlo.dot_flops_by_type(fn.lower(*args).as_text(dialect="hlo"))
         assert flops.get("bf16", 0) >= 0.99 * sum(flops.values()), (p.mechanism, flops)
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from training_helpers import tiny
 
-from flurka.attention.flops import compiled_dot_flops
+from flurka.hlo import compiled_dot_flops
 from flurka.data import DatasetInfo
 from flurka.training import flops as flops_lib
 from flurka.training import loop, state

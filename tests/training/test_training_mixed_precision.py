@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from training_helpers import tiny
 
-from flurka.attention.flops import hlo_dot_flops_by_type
+from flurka.hlo import dot_flops_by_type
 from flurka.configs.base import validate
 from flurka.training import run
 from flurka.training.loop import _device_batch, load_dataset, make_phase
@@ -23,7 +23,7 @@ def _train_step_dots(config) -> tuple[dict[str, int], dict]:
     batch = _device_batch(dataset.train_batch(0, config.batch_size))
     args = (phase.params, phase.other, phase.opt_state, batch, jax.random.key(0))
     hlo = phase.train_step.lower(*args).as_text(dialect="hlo")
-    return hlo_dot_flops_by_type(hlo), phase.train_step(*args)
+    return dot_flops_by_type(hlo), phase.train_step(*args)
 
 
 @pytest.mark.parametrize("benchmark,attention", [

@@ -15,7 +15,7 @@ import sys
 
 # name -> (module, one-line help). Later subcommands register here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "flops": ("flurka.attention.flops_cli", "forward FLOPs per mechanism and the paper's regime claims"),
+    "flops": ("flurka.theory.flops_cli", "forward FLOPs per mechanism and the paper's regime claims"),
     "train": ("flurka.training.cli", "train a benchmark config (JSON result with --json)"),
     "speed": ("flurka.speed.__main__", "step-time benchmarks of every mechanism (JSON; JAX only)"),
     "theory": ("flurka.theory.cli", "approximation error (Theorem 1) and kernel-attention ranks as JSON "

@@ -275,12 +275,12 @@ def _panels(g: pd.DataFrame):
 
 def _claim_bound(g: pd.DataFrame) -> float | None:
     """Claims 1 and 3's N = d_k(H+2) where the group fixes d_k, heads and d_model and d_model > d_k."""
-    from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
+    from flurka.theory import cost_model  # pure Python; the package brings JAX
 
     if any(g[c].nunique(dropna=False) != 1 for c in ("d_k", "heads", "d_model")) or pd.isna(g["d_k"].iloc[0]):
         return None
     first = g.iloc[0]
-    return flop_model.claim_bounds(float(first["d_model"]), float(first["d_k"]), float(first["heads"]))["kernel"]
+    return cost_model.claim_bounds(float(first["d_model"]), float(first["d_k"]), float(first["heads"]))["kernel"]
 
 
 def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Section]:
@@ -436,7 +436,7 @@ def pairing_note(pairs: pd.DataFrame) -> str:
     return note + (f"; {lone} of {len(pairs)} pair times from different runs (no run timed both)." if lone else ".")
 
 
-# The paper's regime claims (flurka.attention.flops.claim1..3): (label, predicate, the baselines
+# The paper's regime claims (flurka.theory.cost_model.claim1..3): (label, predicate, the baselines
 # FLuRKA must beat where the predicate holds).
 CLAIMS = (("claim 1: N > d_k(H+2) > d_m > d_k > d_h", "claim1", ("low-rank", "kernel")),
           ("claim 2: N − 1 > d_k > d_h", "claim2", ("low-rank",)),
@@ -449,7 +449,7 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
     FLuRKA was measured faster than every baseline the claim names, slower than one, or neither
     beyond the ratios' spread (``ratio_spread``: a tie), and at how many the FLOP model predicts
     it faster. A claim is a sufficient condition: only a "met" row's slower points refute it."""
-    from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
+    from flurka.theory import cost_model  # pure Python; the package brings JAX
 
     cfg = [c for c in SPEED_CONFIG if c in pairs]
     pairs = pairs.assign(side=T.measured_side(pairs))
@@ -460,7 +460,7 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
         both = sides["low-rank"].merge(sides["kernel"], on=cfg, how="outer", suffixes=("_low-rank", "_kernel"))
         for _, r in both[both["d_k"].notna()].iterrows():
             N = r["N"]
-            met = flop_model.claims_at(N, r["d_model"], r["d_k"], r["heads"])
+            met = cost_model.claims_at(N, r["d_model"], r["d_k"], r["heads"])
             for label, name, roles in CLAIMS:
                 measured = [r.get(f"measured_speedup_{role}") for role in roles]
                 if any(v is None or v != v for v in measured):
@@ -512,7 +512,7 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
     the length from which the paper's claim promises it (claim 2 for low-rank, claim 3 for the
     kernel). A claim's bound far above the measured onset is loose, not wrong; an onset above a
     bound refutes the claim on this device."""
-    from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
+    from flurka.theory import cost_model  # pure Python; the package brings JAX
 
     cfg = [c for c in SPEED_CONFIG if c in pairs and c != "N"]
     rows = []
@@ -526,8 +526,8 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
                 r = g.iloc[0]
                 d_m, d_k, H = r["d_model"], r["d_k"], r["heads"]
                 ns, side = list(g["N"]), T.measured_side(g)
-                paper = [flop_model.paper_speedup_at(role, n, d_m, d_k, H) > 1 for n in ns]
-                bound = flop_model.claim_bounds(d_m, d_k, H)[role]
+                paper = [cost_model.paper_speedup_at(role, n, d_m, d_k, H) > 1 for n in ns]
+                bound = cost_model.claim_bounds(d_m, d_k, H)[role]
                 bound = f"> {bound:.0f}" if bound is not None else NO_BOUND[role]
                 rows.append({"mechanism": variant, "baseline": base, "mode": r["mode"], "scope": r["scope"],
                              "d_model": d_m, "heads": H, "d_k": d_k, "N measured": f"{ns[0]:.0f}–{ns[-1]:.0f} ({len(ns)})",
@@ -553,7 +553,7 @@ def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
     mode and execution: measured (within runs) and its spread, the FLOP model's and the paper's
     appendix-B cost model's predictions, and the paper's own measured speedup (forward at
     N = 55.5k only: its Fig. 3 timed inference, and quotes its largest N)."""
-    from flurka.attention import flops as flop_model  # pure Python; the package brings JAX
+    from flurka.theory import cost_model  # pure Python; the package brings JAX
 
     shape = (pairs["scope"] == "layer") & pairs["mechanism"].isin(list(PAPER_FIG3))
     for name, value in FIG3_SHAPE.items():
@@ -570,7 +570,7 @@ def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
         "execution": part.apply(T.execution_label, axis=1), "N": part["N"],
         "measured": part["measured_speedup"], "± spread": part["ratio_spread"],
         "FLOP model": part["predicted_speedup"],
-        "paper's cost model": [flop_model.paper_speedup_at(role(b), N, d_m, d_k, H) for b in part["baseline"]],
+        "paper's cost model": [cost_model.paper_speedup_at(role(b), N, d_m, d_k, H) for b in part["baseline"]],
         "paper (Fig. 3)": [PAPER_FIG3[m][role(b) == "kernel"] if mode == "forward" and N == FIG3_N else None
                            for m, b, mode in zip(part["mechanism"], part["baseline"], part["mode"])],
         "_order": part["mechanism"].map(order), "_kernel": part["baseline"] != LOW_RANK,

@@ -1,19 +1,15 @@
-"""Forward FLOPs of one attention layer, per mechanism, and the paper's regime claims.
+"""Forward and training FLOPs of one attention layer, per mechanism: the exact model.
 
-Two models live here, on purpose:
+:func:`flop_breakdown`, :func:`forward_flops` and :func:`dot_flops` count the FLOPs of *our*
+layers (``flurka.attention.*``) in the order of matrix products each module's docstring states:
+projections (W_K/W_V on the d_k compressed rows for the low-rank layers), E·X compression per
+``sharing``, feature maps, EVA on its padded length, flurka-eva's exact rows + chunk control
+variates. Its matmul part is tested against the dot products of the compiled layer
+(:func:`flurka.hlo.dot_flops`; on jax 0.10 CPU it agrees to the FLOP for all nine mechanisms);
+``flash`` counts the same maths as ``full`` whichever kernel runs it. The paper's own, looser
+cost model and its claims are :mod:`flurka.theory.cost_model`.
 
-* the **exact model** (:func:`flop_breakdown`, :func:`forward_flops`, :func:`dot_flops`) counts
-  the FLOPs of *our* layers (``flurka.attention.*``) in the order of matrix products each
-  module's docstring states: projections (W_K/W_V on the d_k compressed rows for the low-rank
-  layers), E·X compression per ``sharing``, feature maps, EVA on its padded length, flurka-eva's
-  exact rows + chunk control variates. Its matmul part is checked against the dot products of
-  the compiled layer (:func:`hlo_dot_flops`; on jax 0.10 CPU it agrees to the FLOP for all nine
-  mechanisms); ``flash`` counts the same maths as ``full`` whichever kernel runs it;
-* the **paper's cost model** (appendix B, eqs. low-rank-cum / kernel-cum / swift-cum:
-  :func:`paper_cost`) and the three claims stated on it (:func:`claim1`, :func:`claim2`,
-  :func:`claim3`). They are kept verbatim because the claims are inequalities *of that model*.
-
-Counting convention (exact model):
+Counting convention:
 
 * a matrix product [M, K]·[K, N] is 2·M·N·K FLOPs (one multiply + one add per multiply-add);
 * elementwise work is 1 FLOP per arithmetic op per element (add, multiply, divide, exp, max,
@@ -37,10 +33,8 @@ they read x) and through E·X is not computed. A lone layer's training step is t
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
-import re
 
 from flurka.mechanisms import FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents
 from flurka.mechanisms import check_mechanism as _check_mechanism
@@ -340,265 +334,10 @@ def fewer_than_constituents(mechanism: str, shape: AttentionShape) -> dict[str, 
     return {c: own < forward_flops(c, shape) for c in constituents(mechanism).values()}
 
 
-# ---------------------------------------------------------------------------------------------
-# The paper's approximate cost model and claims (appendix B)
-# ---------------------------------------------------------------------------------------------
-PAPER_KINDS = ("low-rank", "kernel", "flurka")
-
-
-def paper_cost(kind: str, N: float, d_m: float, d_k: float, d_h: float, H: float) -> float:
-    """Appendix B's cumulative runtime of one MHSA layer (eqs. low-rank-cum, kernel-cum,
-    swift-cum), in the paper's notation: d_h is the head hidden size, which the paper also takes
-    as the kernel's feature dimension. Counts multiply-adds loosely; only differences matter."""
-    if kind == "low-rank":
-        return 2 * N * d_k * d_m + N * d_m**2 + 2 * d_k * d_m**2 + N * d_m * d_k + N * H * d_k \
-            + N * d_k * d_m
-    if kind == "kernel":
-        return 3 * N * d_m**2 + 2 * N * d_m + 2 * N * d_m * d_h
-    if kind == "flurka":
-        return 2 * N * d_k * d_m + N * d_m**2 + 2 * d_k * d_m**2 + N * d_m + d_m * d_k \
-            + d_k * d_m * d_h + N * d_h * d_m
-    raise ValueError(f"unknown cost kind {kind!r}; choose from {', '.join(PAPER_KINDS)}")
-
-
-def claim1(N: float, d_m: float, d_k: float, d_h: float, H: float) -> bool:
-    """Claim 1 (§3): N > d_k(H+2) > d_m > d_k > d_h ⇒ FLuRKA beats both constituents."""
-    return N > d_k * (H + 2) > d_m > d_k > d_h
-
-
-def claim2(N: float, d_k: float, d_h: float) -> bool:
-    """Claim 2 (app. B): N − 1 > d_k > d_h ⇒ FLuRKA beats low-rank."""
-    return N - 1 > d_k > d_h
-
-
-def claim3(N: float, d_m: float, d_k: float, H: float) -> bool:
-    """Claim 3 (app. B): N > d_k(H+2) and d_m > d_k ⇒ FLuRKA beats kernel methods."""
-    return N > d_k * (H + 2) and d_m > d_k
-
-
-def claims(shape: AttentionShape) -> dict[str, bool]:
-    """The three claims at a layer shape (paper's d_h = our head size d_model / heads)."""
-    if shape.d_k is None:
-        raise ValueError("the paper's claims need d_k (the low-rank projected length)")
-    return claims_at(shape.seq_len, shape.d_model, shape.d_k, shape.num_heads)
-
-
-def claims_at(N: float, d_m: float, d_k: float, H: float) -> dict[str, bool]:
-    """The three claims at raw sizes (measured rows: no shape validation), d_h = d_m // H."""
-    d_h = d_m // H
-    return {"claim1": claim1(N, d_m, d_k, d_h, H), "claim2": claim2(N, d_k, d_h),
-            "claim3": claim3(N, d_m, d_k, H)}
-
-
-def paper_speedup_at(kind: str, N: float, d_m: float, d_k: float, H: float) -> float:
-    """FLuRKA's speedup over ``kind`` ("low-rank" or "kernel") by the paper's cost model
-    (:func:`paper_cost`) at raw sizes, d_h = d_m // H."""
-    d_h = d_m // H
-    return paper_cost(kind, N, d_m, d_k, d_h, H) / paper_cost("flurka", N, d_m, d_k, d_h, H)
-
-
-def claim_bounds(d_m: float, d_k: float, H: float) -> dict[str, float | None]:
-    """The N above which the claims promise FLuRKA beats each constituent, at raw sizes: low-rank
-    by claim 2 (N > d_k + 1, given d_k > d_h), the kernel by claim 3 (N > d_k(H+2), given
-    d_m > d_k; claim 1's N bound too); None where the size condition fails."""
-    d_h = d_m // H
-    return {"low-rank": d_k + 1 if d_k > d_h else None,
-            "kernel": d_k * (H + 2) if d_m > d_k else None}
-
-
-# ---------------------------------------------------------------------------------------------
-# FLOPs of the dot products in compiled HLO
-# ---------------------------------------------------------------------------------------------
-_COMP_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s*$")
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-_ARRAY = re.compile(r"^[a-z]\w*\[([\d,\s]*)\]")
-_CALLEE = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_computation)"
-                     r"=%?([\w.\-]+)")
-_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
-_TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
-
-
-def _split_shape(rest: str) -> tuple[str, str]:
-    """'f32[2,3]{1,0} dot(...)' -> ('f32[2,3]{1,0}', 'dot(...)'); tuples kept whole."""
-    if rest.startswith("("):
-        depth = 0
-        for i, ch in enumerate(rest):
-            depth += {"(": 1, ")": -1}.get(ch, 0)
-            if depth == 0:
-                return rest[: i + 1], rest[i + 1:].lstrip()
-    head, _, tail = rest.partition(" ")
-    return head, tail
-
-
-def _dims(shape: str) -> tuple[int, ...] | None:
-    m = _ARRAY.match(shape)
-    if m is None:
-        return None
-    return tuple(int(x) for x in m.group(1).replace(" ", "").split(",") if x)
-
-
-def _int_list(attrs: str, key: str) -> tuple[int, ...]:
-    m = re.search(rf"\b{key}=\{{([\d,\s]*)\}}", attrs)
-    return tuple(int(x) for x in m.group(1).replace(" ", "").split(",") if x) if m else ()
-
-
-def _operand_names(call: str) -> list[str]:
-    """Operand names of 'op(a, b), attrs' (handles '%a', 'a' and 'f32[..]{..} %a' forms)."""
-    depth, start, names = 0, call.find("(") + 1, []
-    for i in range(start, len(call)):
-        ch = call[i]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            if depth == 0:  # the operand list's closing paren
-                names.append(call[start:i])
-                break
-            depth -= 1
-        elif ch == "," and depth == 0:
-            names.append(call[start:i])
-            start = i + 1
-    return [n.split()[-1].lstrip("%") for n in names if n.strip()]
-
-
-def _parse_hlo(text: str):
-    """{computation: [(name, shape, opcode, call)]} and the entry computation's name."""
-    comps: dict[str, list[tuple[str, str, str, str]]] = {}
-    entry, current = None, None
-    for line in text.splitlines():
-        header = None if " = " in line else _COMP_HEADER.match(line.strip())
-        if header:
-            current = header.group(2)
-            comps[current] = []
-            if header.group(1):
-                entry = current
-            continue
-        if current is None:
-            continue
-        if line.strip() == "}":
-            current = None
-            continue
-        instr = _INSTR.match(line)
-        if instr:
-            shape, call = _split_shape(instr.group(2))
-            opcode = call.partition("(")[0].strip()
-            comps[current].append((instr.group(1), shape, opcode, call))
-    if entry is None:
-        raise ValueError("no ENTRY computation in the HLO text (pass compiled.as_text())")
-    return comps, entry
-
-
-def _gemm_contracting(call: str) -> tuple[int, ...] | None:
-    """lhs contracting dims of a GPU library GEMM custom-call (cuBLAS/cuBLASLt), whose
-    backend_config carries the dot's dimension numbers; None for other custom-calls."""
-    m = re.search(r'"lhs_contracting_dimensions"\s*:\s*\[([^\]]*)\]', call)
-    return None if m is None else tuple(int(x) for x in re.findall(r"\d+", m.group(1)))
-
-
-def _operand_types(lhs: str, rhs: str) -> str:
-    """'bf16' when both dot operands are bf16, 'bf16×f32' when they differ (XLA then computes in
-    the wider type)."""
-    a, b = (s.partition("[")[0] for s in (lhs, rhs))
-    return a if a == b else "×".join(sorted((a, b)))
-
-
-def _own_dot_flops(instrs) -> collections.Counter:
-    shapes = {name: shape for name, shape, _, _ in instrs}
-    total: collections.Counter = collections.Counter()
-    for _, shape, opcode, call in instrs:
-        gemm = None
-        if opcode == "custom-call":
-            target = re.search(r'custom_call_target="([^"]*)"', call)
-            target = target.group(1).lower() if target else ""
-            if "fmha" in target or "attention" in target:
-                raise ValueError("fused attention custom-call (cuDNN flash) has no dot to count; "
-                                 "use flops.forward_flops('flash', shape) instead")
-            if "triton" in target or "mosaic" in target:
-                raise ValueError("Pallas kernel custom-call (fused query side) has no dot to "
-                                 "count; use the FLOP model instead")
-            if "gemm" in target or "matmul" in target:
-                gemm = _gemm_contracting(call)
-            if gemm is None:
-                continue
-        if opcode not in ("dot", "convolution", "custom-call"):
-            continue
-        out = _dims(shape.lstrip("("))  # a GEMM custom-call returns (result, workspace)
-        ops = _operand_names(call)
-        if out is None or len(ops) < 2:
-            raise ValueError(f"cannot read operands of: {opcode} {call[:120]}")
-        lhs_shape, rhs_shape = shapes.get(ops[0], ""), shapes.get(ops[1], "")
-        lhs, rhs = _dims(lhs_shape), _dims(rhs_shape)
-        if lhs is None or rhs is None:
-            raise ValueError(f"unknown operand shape in: {call[:120]}")
-        if opcode == "dot":
-            contracted = math.prod(lhs[i] for i in _int_list(call, "lhs_contracting_dims"))
-        elif opcode == "custom-call":
-            contracted = math.prod(lhs[i] for i in gemm)
-        else:  # each output element: prod(kernel dims but the output-feature one) MACs
-            labels = re.search(r"dim_labels=\w+_(\w+)->", call)
-            if labels is None:
-                raise ValueError(f"convolution without dim_labels: {call[:120]}")
-            contracted = math.prod(d for d, c in zip(rhs, labels.group(1)) if c != "o")
-        total[_operand_types(lhs_shape, rhs_shape)] += 2 * math.prod(out) * contracted
-    return total
-
-
-def hlo_dot_flops(compiled_text: str) -> int:
-    """FLOPs of every dot / convolution in an HLO module's text (``compiled.as_text()``).
-
-    A dot counts 2 · prod(output dims) · prod(contracting dims); a convolution
-    2 · prod(output dims) · prod(kernel dims except output features) (padding not subtracted);
-    a GPU GEMM custom-call (cuBLAS, from its dot_dimension_numbers) like a dot. A fused-attention
-    custom-call (cuDNN flash) or a Pallas kernel (Triton / Mosaic GPU) is an error: its FLOPs are
-    not visible as dots.
-    Each computation counts once per call: fusions/calls once, while bodies × their known trip
-    count, conditional branches each once (an upper bound). A while loop with dots and no known
-    trip count is an error rather than a silent undercount.
-    """
-    return sum(hlo_dot_flops_by_type(compiled_text).values())
-
-
-def hlo_dot_flops_by_type(hlo_text: str) -> dict[str, int]:
-    """:func:`hlo_dot_flops` split by the dots' operand element types ({"bf16": …, "f32": …};
-    mixed operands as "bf16×f32"). Read from the *unoptimised* HLO it shows what the program asks
-    the matrix units for: a bf16 step's f32 share runs as float32 GEMMs (TF32 at best)."""
-    comps, entry = _parse_hlo(text=hlo_text)
-    memo: dict[str, collections.Counter] = {}
-
-    def total(comp: str) -> collections.Counter:
-        if comp in memo:
-            return memo[comp]
-        flops = _own_dot_flops(comps[comp])
-        for _, _, opcode, call in comps[comp]:
-            callees = [c for _, c in _CALLEE.findall(call)]
-            branches = _BRANCHES.search(call)
-            if branches:
-                callees += re.findall(r"%?([\w.\-]+)", branches.group(1))
-            for callee in callees:
-                if callee not in comps:
-                    continue
-                sub = total(callee)
-                if opcode == "while" and re.search(rf"body=%?{re.escape(callee)}\b", call) and sub:
-                    trip = _TRIP.search(call)
-                    if trip is None:
-                        raise ValueError("while loop with dot products and no known trip count")
-                    sub = collections.Counter({k: v * int(trip.group(1)) for k, v in sub.items()})
-                flops = flops + sub
-        memo[comp] = flops
-        return flops
-
-    return dict(total(entry))
-
-
-def compiled_dot_flops(compiled) -> int:
-    """:func:`hlo_dot_flops` of a ``jax.stages.Compiled`` (``jit(f).lower(...).compile()``)."""
-    return hlo_dot_flops(compiled.as_text())
-
-
 __all__ = [
-    "MECHANISMS", "KERNELS", "FLURKA", "LOW_RANK", "DOT_STEPS", "PAPER_KINDS", "SHARINGS",
+    "MECHANISMS", "KERNELS", "FLURKA", "LOW_RANK", "DOT_STEPS", "SHARINGS",
     "EVA_WINDOW", "EVA_CHUNK", "PERFORMER_FEATURES", "AttentionShape", "eva_sizes",
     "flurka_eva_sizes",
     "flop_breakdown", "forward_flops", "dot_flops", "training_flops", "training_dot_flops", "constituents",
-    "fewer_than_constituents", "paper_cost", "paper_speedup_at", "claim1", "claim2", "claim3", "claims", "claims_at", "claim_bounds",
-    "hlo_dot_flops", "hlo_dot_flops_by_type", "compiled_dot_flops",
+    "fewer_than_constituents",
 ]

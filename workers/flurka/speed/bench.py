@@ -39,7 +39,7 @@ model scope adds the FFN matmuls (4·b·N·d_model·ffn per layer; LayerNorm/GEL
 elementwise work is omitted, < 1%); train counts the backward pass product by product
 (``training_flops``): a lone layer's input is data, so x's gradient is not computed (2.3–2.6 ×
 its forward, not 3 ×); inside the model every block's LayerNorm needs it.
-``xla_dot_flops`` counts the dots of the step's HLO (``hlo_dot_flops``), as a check;
+``xla_dot_flops`` counts the dots of the step's HLO (:func:`flurka.hlo.dot_flops`), as a check;
 ``xla_dot_flops_by_type`` splits them by operand type (a bf16 point should be all "bf16").
 """
 
@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from flurka import hlo
 from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
 from flurka.attention.base import cast_floating
@@ -218,7 +219,7 @@ def hlo_dots(lowered) -> dict[str, Any]:
     """Dot FLOPs of the *unoptimised* HLO (on GPU the optimised HLO turns dots into cuBLAS/cuDNN
     custom calls our counter cannot see), in all and by operand type; None where unreadable."""
     try:
-        by_type = flop_model.hlo_dot_flops_by_type(lowered.as_text(dialect="hlo"))
+        by_type = hlo.dot_flops_by_type(lowered.as_text(dialect="hlo"))
         return {"xla_dot_flops": sum(by_type.values()), "xla_dot_flops_by_type": by_type}
     except Exception:  # noqa: BLE001
         return {"xla_dot_flops": None, "xla_dot_flops_by_type": None}

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import glob
-import math
 import os
 import re
 import shutil
@@ -26,16 +25,15 @@ from typing import Any, Callable, Sequence
 
 import jax
 
+from flurka import hlo
+
 KINDS = ("gemm", "attention", "pallas", "reduction", "elementwise", "copy", "other")
 
 # Lines of a device plane that the profiler derives from the kernels (they would count them twice).
 _DERIVED_LINES = ("XLA Modules", "XLA Ops", "XLA TraceMe", "Steps", "Launch Stats", "Source code",
                   "Framework Ops", "Framework Name Scope", "TensorFlow Name Scope", "Async XLA Ops")
 _COMMAND_BUFFER = "command_buffer"
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-_OPCODE = re.compile(r"\s([a-z][a-z0-9\-]*)\(")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
-_TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _ELEMENTWISE_OPS = {"add", "multiply", "subtract", "divide", "exponential", "select", "convert",
                     "maximum", "minimum", "negate", "tanh", "sine", "cosine", "rsqrt", "sqrt", "log",
                     "compare", "power", "abs", "and", "or", "clamp", "erf", "logistic"}
@@ -44,46 +42,11 @@ _COPY_OPS = {"copy", "transpose", "bitcast", "parameter", "constant", "tuple", "
              "broadcast", "copy-start", "copy-done"}
 
 
-def _computations(hlo_text: str) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """(computation name -> its instruction lines, instruction name -> its line)."""
-    bodies: dict[str, list[str]] = {}
-    lines: dict[str, str] = {}
-    current: list[str] | None = None
-    for line in hlo_text.splitlines():
-        stripped = line.strip()
-        if current is None:
-            if stripped.endswith("{") and " = " not in stripped and "(" in stripped:
-                name = stripped.removeprefix("ENTRY ").split()[0].lstrip("%")
-                current = bodies.setdefault(name, [])
-            continue
-        if stripped == "}":
-            current = None
-            continue
-        match = _INSTRUCTION.match(line)
-        if match:
-            current.append(line)
-            lines[match.group(1)] = line
-    return bodies, lines
-
-
-def _opcodes(body: Sequence[str]) -> set[str]:
-    out = set()
-    for line in body:
-        match = _OPCODE.search(_INSTRUCTION.match(line).group(2))
-        if match:
-            out.add(match.group(1))
-    return out
-
-
-def classify(line: str, bodies: dict[str, list[str]]) -> str:
-    """The kind (one of :data:`KINDS`) of one optimised-HLO instruction ``line``: a custom call
-    by its target, a fusion by what its computation does."""
-    rest = _INSTRUCTION.match(line).group(2)
-    match = _OPCODE.search(rest)
-    opcode = match.group(1) if match else ""
-    if opcode == "custom-call":
-        found = _TARGET.search(rest)
-        target = found.group(1).lower() if found else ""
+def classify(instr: hlo.Instruction, computations: dict[str, list[hlo.Instruction]]) -> str:
+    """The kind (one of :data:`KINDS`) of one optimised-HLO instruction: a custom call by its
+    target, a fusion by what its computation does."""
+    if instr.opcode == "custom-call":
+        target = hlo.custom_call_target(instr.call)
         if "cudnn" in target and any(w in target for w in ("fmha", "attention", "sdpa")):
             return "attention"
         if any(w in target for w in ("triton", "mosaic", "pallas")):
@@ -91,16 +54,16 @@ def classify(line: str, bodies: dict[str, list[str]]) -> str:
         if any(w in target for w in ("gemm", "cublas", "matmul", "conv")):
             return "gemm"
         return "other"
-    called = _CALLS.search(rest)
-    ops = _opcodes(bodies.get(called.group(1), ())) if called else set()
-    ops.add(opcode)
+    called = _CALLS.search(instr.call)
+    ops = {i.opcode for i in computations.get(called.group(1), ())} if called else set()
+    ops.add(instr.opcode)
     if ops & {"dot", "convolution"}:
         return "gemm"
     if ops & {"reduce", "reduce-window", "scatter", "sort"}:
         return "reduction"
     if ops <= _COPY_OPS | {"fusion"}:
         return "copy"
-    return "elementwise" if opcode == "fusion" or ops & _ELEMENTWISE_OPS else "other"
+    return "elementwise" if instr.opcode == "fusion" or ops & _ELEMENTWISE_OPS else "other"
 
 
 def op_kinds(hlo_text: str) -> dict[str, str]:
@@ -108,8 +71,8 @@ def op_kinds(hlo_text: str) -> dict[str, str]:
     also under its kernel's spelling (XLA names a fusion's kernel after it, '.' and '-' as '_':
     ``gemm_fusion_dot.16`` runs as ``gemm_fusion_dot_16``), which is all a command buffer's trace
     says (:func:`op_times`)."""
-    bodies, lines = _computations(hlo_text)
-    kinds = {name: classify(line, bodies) for name, line in lines.items()}
+    comps = hlo.parse(hlo_text).computations
+    kinds = {i.name: classify(i, comps) for body in comps.values() for i in body}
     return {**{re.sub(r"[.\-]", "_", name): kind for name, kind in kinds.items()}, **kinds}
 
 
@@ -209,28 +172,8 @@ def brief(summary: dict[str, Any] | None) -> str:
     return ", ".join(f"{k} {v['share']:.0%}" for k, v in kinds) + host
 
 
-_ARRAY = re.compile(r"\b(pred|bf16|f8e\w+|[fsuc]\d+)\[([\d,]*)\]")
 _FREE = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "after-all",
          "opt-barrier"}   # no kernel, no traffic
-
-
-def _nbytes(type_text: str) -> int:
-    """Bytes of the arrays in an HLO type (an array or a tuple of them)."""
-    total = 0
-    for dtype, dims in _ARRAY.findall(type_text):
-        bits = 8 if dtype == "pred" or dtype.startswith("f8") else int(dtype.lstrip("bfsuc"))
-        total += -(-math.prod(int(d) for d in dims.split(",") if d) * bits // 8)
-    return total
-
-
-def _closing(text: str, start: int) -> int:
-    """Index of the parenthesis closing the one at ``start``."""
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            return i
-    raise ValueError(f"unbalanced HLO: {text[:200]}")
 
 
 def planned_traffic(hlo_text: str, top: int = 10) -> dict[str, Any]:
@@ -239,26 +182,20 @@ def planned_traffic(hlo_text: str, top: int = 10) -> dict[str, Any]:
     even where a kernel reads a slice — in all and by kind (:func:`op_kinds`).
     Over the card's bandwidth, the time the plan's traffic alone takes; ``largest``: the ``top``
     kernels by traffic, with the JAX operation each came from."""
-    bodies, _ = _computations(hlo_text)
-    entry = re.search(r"^ENTRY %?([\w.\-]+)", hlo_text, re.M).group(1)
+    module = hlo.parse(hlo_text)
     kinds = op_kinds(hlo_text)
     sizes: dict[str, int] = {}
     by_kind: dict[str, int] = {}
     kernels: list[dict[str, Any]] = []
-    for line in bodies[entry]:
-        name, rest = _INSTRUCTION.match(line).groups()
-        end = _closing(rest, 0) + 1 if rest.startswith("(") else rest.index(" ")
-        type_text, call = rest[:end], rest[end:].lstrip()
-        opcode, open_paren = call[:call.index("(")], call.index("(")
-        operands = call[open_paren:_closing(call, open_paren) + 1]
-        sizes[name] = _nbytes(type_text)
-        if opcode in _FREE:
+    for instr in module.computations[module.entry]:
+        sizes[instr.name] = hlo.nbytes(instr.type)
+        if instr.opcode in _FREE:
             continue
-        moved = sizes[name] + sum(sizes.get(o, 0) for o in re.findall(r"%([\w.\-]+)", operands))
-        kind = kinds.get(name, "other")
+        moved = sizes[instr.name] + sum(sizes.get(o, 0) for o in hlo.operand_names(instr.call))
+        kind = kinds.get(instr.name, "other")
         by_kind[kind] = by_kind.get(kind, 0) + moved
-        source = re.search(r'op_name="([^"]*)"', line)
-        kernels.append({"op": name, "kind": kind, "bytes": moved,
+        source = re.search(r'op_name="([^"]*)"', instr.line)
+        kernels.append({"op": instr.name, "kind": kind, "bytes": moved,
                         "source": source.group(1) if source else None})
     kernels.sort(key=lambda k: -k["bytes"])
     return {"bytes": sum(by_kind.values()), "by_kind": by_kind, "largest": kernels[:top]}

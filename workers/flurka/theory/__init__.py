@@ -1,7 +1,9 @@
-"""The paper's theory, measured: approximation error (Theorem 1), rank of kernelized attention
-(Fig. 2's observation), and the FLOP model's predicted speedups against measured ones. Its JSON
-writer is ``python -m flurka.theory`` (:mod:`flurka.theory.cli`); :mod:`flurka.theory.trained`
-measures the same on a trained model's own layer inputs.
+"""The paper's theory, stated and measured: its cost model and claims 1-3
+(:mod:`flurka.theory.cost_model`, printed by ``flurka flops``: :mod:`flurka.theory.flops_cli`),
+approximation error (Theorem 1), rank of kernelized attention (Fig. 2's observation), and the
+FLOP models' predicted speedups against measured ones. Its JSON writer is
+``python -m flurka.theory`` (:mod:`flurka.theory.cli`); :mod:`flurka.theory.trained` measures
+the same on a trained model's own layer inputs.
 
 Approximation error. Every approximation is compared with full attention *with the same
 W_Q, W_K, W_V, W_O* (copied by attribute name; the names are uniform across mechanisms), on the
@@ -34,6 +36,7 @@ from flax import nnx
 
 from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
+from flurka.theory import cost_model
 from flurka.attention.feature_maps import elu_features, favor_features
 
 PROJECTIONS = ("query", "key", "value", "out")
@@ -264,7 +267,7 @@ def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
     for cfg, by_mech in groups.items():
         config = dict(zip(CONFIG_KEYS, cfg))
         N, d_m, d_k, H = config["seq_len"], config["d_model"], config["d_k"], config["num_heads"]
-        claims = flop_model.claims_at(N, d_m, d_k, H) if d_k else {}
+        claims = cost_model.claims_at(N, d_m, d_k, H) if d_k else {}
         for mech in flop_model.FLURKA:
             if mech not in by_mech:
                 continue
@@ -277,7 +280,7 @@ def speedup_table(results: Sequence[dict]) -> list[dict[str, Any]]:
                 pred = (b["flops"] / f["flops"]) if b.get("flops") and f.get("flops") else None
                 paper = None
                 if base in PAPER_KIND and d_k:
-                    paper = flop_model.paper_speedup_at(PAPER_KIND[base], N, d_m, d_k, H)
+                    paper = cost_model.paper_speedup_at(PAPER_KIND[base], N, d_m, d_k, H)
                 meas = b["median_s"] / f["median_s"]
                 widths = [_width(f), _width(b)]
                 spread = None if None in widths else sum(widths) / 2

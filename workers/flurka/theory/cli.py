@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from flurka.attention.flops_cli import positive_int
+from flurka.theory.flops_cli import positive_int
 
 PROG = "python -m flurka.theory"
 PRECISIONS = ("highest", "high", "default")

@@ -20,6 +20,7 @@ import os
 import sys
 
 from flurka.attention import flops as F
+from flurka.theory import cost_model
 
 
 def positive_int(text: str) -> int:
@@ -63,7 +64,7 @@ def report(mechanism: str, shape: F.AttentionShape) -> dict:
         "dot_flops": F.dot_flops(mechanism, shape),
         "breakdown": breakdown,
         "config": dataclasses.asdict(shape),
-        "claims": F.claims(shape) if flurka else None,
+        "claims": cost_model.claims(shape) if flurka else None,
         "fewer_than_constituents": F.fewer_than_constituents(mechanism, shape) if flurka else None,
     }
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from flurka.results import ingest_file, ingest_sweep, open_results
-from flurka.results.tables import COLLECTIVE_COLUMNS, GLUE_COLUMNS, LRA_COLUMNS, LRA_SMALL_COLUMNS
+from flurka.results.quality_tables import COLLECTIVE_COLUMNS, GLUE_COLUMNS, LRA_COLUMNS, LRA_SMALL_COLUMNS
 
 DEVICE = "NVIDIA H100 80GB HBM3"
 MECHS = ("full", "flash", "linformer", "performer", "rnn", "eva", "flurka-performer", "flurka-rnn", "flurka-eva")

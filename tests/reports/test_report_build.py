@@ -16,7 +16,8 @@ import pytest
 from scipy import stats as st
 
 from flurka.reports import build_report, cli, sections, sources
-from flurka.results import connect, ingest_file, open_results, tables
+from flurka.mechanisms import KERNEL_OF
+from flurka.results import connect, ingest_file, open_results, quality_tables, speed_tables
 from testsupport import RECORDED
 
 
@@ -109,7 +110,7 @@ def test_uptraining_alpha_columns_match_the_sweep(built, populated):
     for (variant, alpha), g in raw[raw["alpha"].notna()].groupby(["attention", "alpha"]):
         values = g.sort_values("seed")["value"].to_numpy()
         assert len(values) == 2
-        assert _cell(table.loc[(variant, 64), tables.alpha_label(alpha)]) == _t_cell(values)
+        assert _cell(table.loc[(variant, 64), quality_tables.alpha_label(alpha)]) == _t_cell(values)
         checked += 1
     assert checked == 21
     kernel = raw[(raw["attention"] == "rnn") & raw["alpha"].isna()].sort_values("seed")["value"]
@@ -118,7 +119,7 @@ def test_uptraining_alpha_columns_match_the_sweep(built, populated):
     assert _cell(table.loc[("flurka-eva", 64), "low-rank"]) == _t_cell(low_rank)
     for variant in ("flurka-performer", "flurka-rnn", "flurka-eva"):
         best = raw[raw["attention"] == variant].groupby("alpha")["value"].mean().idxmax()
-        assert _starred(table.loc[(variant, 64)]) == [tables.alpha_label(best)]
+        assert _starred(table.loc[(variant, 64)]) == [quality_tables.alpha_label(best)]
 
 
 def test_main_job_report_leads_with_uptraining_and_lists_what_it_lacks(main_job, tmp_path):
@@ -177,15 +178,15 @@ def test_main_job_table_and_observations_against_the_raw_trials(main_job, tmp_pa
         best = None
         for a in (0.25, 0.375, 0.5, 0.75):
             cell = seeds(f"attention == '{variant}' and d_k == {d_k} and alpha == {a}")
-            assert _cell(row[tables.alpha_label(a)]) == _t_cell(cell)
+            assert _cell(row[quality_tables.alpha_label(a)]) == _t_cell(cell)
             between += min(kernel.mean(), low.mean()) < cell.mean() < max(kernel.mean(), low.mean())
             if best is None or cell.mean() > best[0].mean():
                 best = (cell, a)
         cell, a = best
-        assert _starred(row) == [tables.alpha_label(a)]
+        assert _starred(row) == [quality_tables.alpha_label(a)]
         best_alphas.append(a)
         got = rows.loc[(variant, d_k)]
-        assert (got["best α"], got["best mean"]) == (tables.alpha_label(a), round(cell.mean(), 1))
+        assert (got["best α"], got["best mean"]) == (quality_tables.alpha_label(a), round(cell.mean(), 1))
         assert got["best − kernel"] == paired_text(cell, kernel) and got["vs kernel"] == variant
         assert got["best − low-rank"] == paired_text(cell, low) and got["vs low-rank"] == "linformer"
         assert got["beats both"] == "no"  # Linformer is better beyond noise in every row
@@ -196,8 +197,8 @@ def test_main_job_table_and_observations_against_the_raw_trials(main_job, tmp_pa
     assert lines["(1)"] == f"{between} of 16 α cells lie between their constituents (kernel, low-rank)"
     cell, kernel, low, variant, d_k, a = top
     assert lines["(2)"] == (
-        f"best variant beats both: no ({variant} d_k={d_k} at α={tables.alpha_label(a)}, {round(cell.mean(), 1):g}; "
-        f"paired differences vs {tables.KERNEL_OF[variant]}: {paired_text(cell, kernel)} -> {variant}; "
+        f"best variant beats both: no ({variant} d_k={d_k} at α={quality_tables.alpha_label(a)}, {round(cell.mean(), 1):g}; "
+        f"paired differences vs {KERNEL_OF[variant]}: {paired_text(cell, kernel)} -> {variant}; "
         f"vs linformer: {paired_text(cell, low)} -> linformer)")
     in_range = sum(0.25 <= a <= 0.375 for a in best_alphas)
     assert lines["(3)"].startswith(f"best α in [25 %, 37.5 %]: {'yes' if in_range == 4 else 'no'} ({in_range} of 4 rows; ")
@@ -388,7 +389,7 @@ def test_recorded_cpu_crossings_read_with_the_noise(tmp_path):
     assert kernel == {("flurka-performer", "forward"): "≤ 768", ("flurka-performer", "train"): "128–768",
                       ("flurka-rnn", "forward"): "128–1024", ("flurka-rnn", "train"): "128–768",
                       ("flurka-eva", "forward"): "160–768", ("flurka-eva", "train"): "128–768"}
-    side = tables.measured_side(pairs)
+    side = speed_tables.measured_side(pairs)
     assert not (side[pairs["baseline"] == "linformer"] < 0).any()
     constituents = pairs["baseline"].isin(["linformer", "performer", "rnn", "eva"])
     missed = constituents & ((pairs["predicted_speedup"] > 1) != (pairs["measured_speedup"] > 1))

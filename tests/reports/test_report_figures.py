@@ -23,7 +23,8 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
 from flurka.reports import figures, sections, sources  # noqa: E402
-from flurka.results import connect, ingest_file, open_results, tables  # noqa: E402
+from flurka.mechanisms import KERNEL_OF  # noqa: E402
+from flurka.results import connect, ingest_file, open_results, quality_tables  # noqa: E402
 from testsupport import RECORDED  # noqa: E402
 
 RESULT_FILES = sorted(p for p in RECORDED.rglob("*.json")
@@ -206,7 +207,7 @@ def test_alpha_figure_has_a_ci_band_per_variant_and_tells_it_from_its_kernel(mai
                                                    "flurka-rnn, d_k=16", "flurka-rnn, d_k=32"]
     for ax in axes:
         variant, d_k = ax.get_title().split(", ")
-        kernel = tables.KERNEL_OF[variant]
+        kernel = KERNEL_OF[variant]
         lines = {line.get_label(): line for line in ax.get_lines()}
         own = next(v for k, v in lines.items() if k.startswith(f"{variant}: up-trained"))
         ref_k = next(v for k, v in lines.items() if k.startswith(f"{kernel}: kernel"))
@@ -287,7 +288,7 @@ def test_loss_vs_flops_draws_a_mean_curve_per_mechanism_in_readable_flops(main_j
     faint = [line for line in scratch.get_lines() if (line.get_alpha() or 1) < 0.5]
     assert len(faint) == 6 * 3 and all(line.get_linewidth() < 1 for line in faint)
     engine = connect(main_job)
-    curves = tables.curves(engine, "nmt-small", ["loss", "train_flops"])
+    curves = quality_tables.curves(engine, "nmt-small", ["loss", "train_flops"])
     engine.dispose()
     for label, query in (("full", "attention == 'full'"), ("linformer d_k=32", "attention == 'linformer' and d_k == 32")):
         want = curves.query(query).groupby("step")[["train_flops", "loss"]].mean()

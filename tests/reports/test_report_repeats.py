@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from flurka.reports.sources import PROFILE_KINDS, SPEED_CONFIG
-from flurka.results.tables import combine_repeats
+from flurka.results.speed_tables import combine_repeats
 from flurka.reports.sections import _filters, profile_section, speed_groups
 
 
@@ -144,7 +144,7 @@ def test_ratios_are_taken_within_a_run(tmp_path):
     from flurka.reports.sections import flop_pairs
     from flurka.reports.sources import combine_runs, speed_runs
     from flurka.results import ingest_file, open_results
-    from flurka.results.tables import speedup_table
+    from flurka.results.speed_tables import speedup_table
 
     docs = {"a": _document("2026-11-26T00:42:07+00:00", [("flurka-rnn", 7050, 0.0207), ("rnn", 7050, 0.0182),
                                                           ("flurka-rnn", 55500, 0.100), ("rnn", 55500, 0.120),

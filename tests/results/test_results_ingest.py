@@ -260,8 +260,8 @@ def test_the_plain_benchmarks_document_is_two_records_a_row(engine, tmp_path):
     assert rows["plain"].spread_s == pytest.approx(0.003)
     assert (rows["layer"].scope, rows["layer"].seq_len, rows["layer"].dtype) == ("layer", 4096,
                                                                                "float32")
-    from flurka.results import tables
-    speed = tables.speed_table(engine, mode="forward")   # the layer's time, not its plain form's
+    from flurka.results import speed_tables
+    speed = speed_tables.speed_table(engine, mode="forward")   # the layer's time, not its plain form's
     assert speed.loc[4096].tolist() == [pytest.approx(30.0)]
 
 
@@ -302,10 +302,10 @@ def test_speed_benchmark_document(engine, tmp_path):
     assert r.config == {"layers": 6, "ffn": 512, "p10_s": 0.0039, "p90_s": 0.0042, "min_s": 0.0038, "compile_s": 1.5}
     assert (rows["full"].status, rows["eva"].status) == ("oom", "error")
 
-    from flurka.results import tables
+    from flurka.results import speed_tables
 
-    speed = tables.speed_table(engine)  # the failed eva measurement is no data
+    speed = speed_tables.speed_table(engine)  # the failed eva measurement is no data
     assert list(speed.columns) == ["full", "rnn", "flurka-rnn"]
     assert speed.loc[2048].tolist() == ["OOM", pytest.approx(6.0), pytest.approx(4.0)]
-    up = tables.speedup_table(engine)
+    up = speed_tables.speedup_table(engine)
     assert up.at[("flurka-rnn", 2048), "vs kernel"] == pytest.approx(1.5)

@@ -11,9 +11,9 @@ def test_mechanism_names_match_the_attention_package():
 
 
 def test_benchmark_names_cover_the_paper_tables():
-    from flurka.results import tables
+    from flurka.results import quality_tables
 
-    used = {b for cols in (tables.GLUE_COLUMNS, tables.LRA_COLUMNS, tables.LRA_SMALL_COLUMNS,
-                           tables.COLLECTIVE_COLUMNS) for _, b, _ in cols}
+    used = {b for cols in (quality_tables.GLUE_COLUMNS, quality_tables.LRA_COLUMNS, quality_tables.LRA_SMALL_COLUMNS,
+                           quality_tables.COLLECTIVE_COLUMNS) for _, b, _ in cols}
     assert used <= set(records.BENCHMARKS)
     assert len(records.BENCHMARKS) == len(set(records.BENCHMARKS)) == 21

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from flurka.results import tables
+from flurka.mechanisms import KERNEL_OF
+from flurka.results import quality_tables, speed_tables, tables
 
 nan = math.nan
 
@@ -42,7 +43,7 @@ def test_uptraining_table_mean_and_best(seeded):
     # (50.0) are not in the alpha columns. The best α per row is marked.
     cols = ["kernel constituent", "kernel", "low-rank", "12.5%", "25%", "37.5%"]
     index = [("flurka-performer", 64), ("flurka-rnn", 64), ("flurka-eva", 64)]
-    table = tables.uptraining_table(seeded)
+    table = quality_tables.uptraining_table(seeded)
     assert table.index.names == ["variant", "d_k"]
     assert_frame(table, index, cols, [
         ["performer", "27.9 (1 seed)", "27.5 ± 6.4 (n=2)", "27.5 ± 6.2 (n=2)", nan, "28.0 (1 seed) *"],
@@ -50,19 +51,19 @@ def test_uptraining_table_mean_and_best(seeded):
         ["eva", nan, "27.5 ± 6.4 (n=2)", nan, nan, "28.9 (1 seed) *"],
     ])
     assert "BLEU (0–100), higher is better" in table.attrs["title"]
-    assert_frame(tables.uptraining_table(seeded, agg="best"), index, cols, [
+    assert_frame(quality_tables.uptraining_table(seeded, agg="best"), index, cols, [
         ["performer", "28.0 (1 seed)", "28.0 (1 seed)", "28.0 (1 seed)", nan, "28.0 (1 seed) *"],
         ["rnn", "23.4 (1 seed)", "28.0 (1 seed)", nan, "24.6 (1 seed) *", nan],
         ["eva", nan, "28.0 (1 seed)", nan, nan, "28.9 (1 seed) *"],
     ])
     with pytest.raises(tables.NoResults, match="no ok FLuRKA trials with 'bleu' on nmt-wmt14-enfr"):
-        tables.uptraining_table(seeded, benchmark="nmt-wmt14-enfr")
+        quality_tables.uptraining_table(seeded, benchmark="nmt-wmt14-enfr")
     with pytest.raises(ValueError, match="agg 'median' is not one of mean, best"):
-        tables.uptraining_table(seeded, agg="median")
+        quality_tables.uptraining_table(seeded, agg="median")
 
 
 def test_uptraining_stats_carry_the_cells_numbers(seeded):
-    stats = tables.uptraining_stats(seeded)
+    stats = quality_tables.uptraining_stats(seeded)
     assert list(stats.columns) == ["variant", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean", "low",
                                    "high", "n", "decimals", "best"]
     cell = lambda v, c: stats[(stats["variant"] == v) & (stats["column"] == c)].iloc[0]  # noqa: E731
@@ -78,7 +79,7 @@ def test_uptraining_stats_carry_the_cells_numbers(seeded):
     assert cell("flurka-performer", "37.5%")["best"] and cell("flurka-rnn", "25%")["best"]
     assert not ((stats["variant"] == "flurka-eva") & (stats["column"] == "kernel")).any()   # no eva trial
 
-    numbers = tables.uptraining_table(seeded, numbers=True)
+    numbers = quality_tables.uptraining_table(seeded, numbers=True)
     assert list(numbers.columns[:5]) == ["kernel constituent", "kernel mean", "kernel ci_low", "kernel ci_high",
                                          "kernel n"]
     row = numbers.loc[("flurka-performer", 64)]
@@ -118,7 +119,7 @@ def test_uptraining_per_d_k_and_the_papers_observations(engine, sweep_dict, make
     from flurka.results import ingest_sweep
 
     ingest_sweep(engine, _uptrain_sweep(sweep_dict, make_trial))
-    table = tables.uptraining_table(engine, benchmark="nmt-small", metric="bleu")
+    table = quality_tables.uptraining_table(engine, benchmark="nmt-small", metric="bleu")
     # rnn 71 ± T2/sqrt(3) = 2.48; each row's low-rank is Linformer at its d_k: 81 and 85 (± 2.48)
     assert_frame(table, [("flurka-rnn", 8), ("flurka-rnn", 16)],
                  ["kernel constituent", "kernel", "low-rank", "25%", "50%"], [
@@ -127,7 +128,7 @@ def test_uptraining_per_d_k_and_the_papers_observations(engine, sweep_dict, make
     ])
     assert "BLEU (char, 0–100)" in table.attrs["title"]
 
-    obs = tables.uptraining_observations(engine, benchmark="nmt-small", metric="bleu")
+    obs = quality_tables.uptraining_observations(engine, benchmark="nmt-small", metric="bleu")
     assert list(obs.index) == [("flurka-rnn", 8), ("flurka-rnn", 16)]
     # d_k 8: 83 is above both constituents (71, 81), 77 between; d_k 16: 80 between, 85.33 above 85
     assert obs["between"].tolist() == [1, 1] and obs["judged"].tolist() == [2, 2]
@@ -140,7 +141,7 @@ def test_uptraining_per_d_k_and_the_papers_observations(engine, sweep_dict, make
     # d_k 16: 1.5, -1.5, 1.0 against Linformer: the CI holds 0, a tie, though the mean is higher
     assert obs.at[("flurka-rnn", 16), "vs low-rank"] == "tie"
     assert obs["overall best"].tolist() == [False, True]                  # 85.33 > 83
-    one, two, three = tables.observation_lines(obs)
+    one, two, three = quality_tables.observation_lines(obs)
     assert one.startswith("(1) 2 of 4 α cells lie between their constituents")
     assert two.startswith("(2) best variant beats both: no (flurka-rnn d_k=16 at α=25%")
     assert "vs linformer: " + _paired_text([85.5, 84.5, 86.0], [84.0, 86.0, 85.0], 1) + " -> tie" in two
@@ -151,7 +152,7 @@ def test_uptraining_on_eval_loss_is_lower_is_better(engine, sweep_dict, make_tri
     from flurka.results import ingest_sweep
 
     ingest_sweep(engine, _uptrain_sweep(sweep_dict, make_trial))
-    table = tables.uptraining_table(engine, benchmark="nmt-small", metric="loss")
+    table = quality_tables.uptraining_table(engine, benchmark="nmt-small", metric="loss")
     # 3 significant digits; the lower α = 50 % loss is the best on both rows (0.45 < 0.55, 0.33 < 0.35)
     assert_frame(table.drop(columns="kernel constituent"), [("flurka-rnn", 8), ("flurka-rnn", 16)],
                  ["kernel", "low-rank", "25%", "50%"], [
@@ -159,7 +160,7 @@ def test_uptraining_on_eval_loss_is_lower_is_better(engine, sweep_dict, make_tri
         ["1.00 ± 0.25 (n=3)", "0.300 ± 0.248 (n=3)", "0.350 ± 0.248 (n=3)", "0.330 ± 0.188 (n=3) *"],
     ])
     assert "eval loss, lower is better" in table.attrs["title"]
-    obs = tables.uptraining_observations(engine, benchmark="nmt-small", metric="loss")
+    obs = quality_tables.uptraining_observations(engine, benchmark="nmt-small", metric="loss")
     assert obs["best α"].tolist() == ["50%", "50%"] and obs["best α in [25 %, 37.5 %]"].tolist() == ["no", "no"]
     # d_k 8: 0.55 between 0.5 and 1.0, 0.45 below both; d_k 16: 0.35 and 0.33 between 0.3 and 1.0
     assert obs["between"].tolist() == [1, 2]
@@ -168,9 +169,9 @@ def test_uptraining_on_eval_loss_is_lower_is_better(engine, sweep_dict, make_tri
     assert obs.at[("flurka-rnn", 8), "best − kernel"] == _paired_text([0.45, 0.52, 0.38], [1.0, 1.1, 0.9], 3)
     assert obs["vs low-rank"].tolist() == ["tie", "tie"] and obs["beats both"].tolist() == ["no", "no"]
     assert obs["overall best"].tolist() == [False, True]                  # 0.33 < 0.45
-    lines = tables.observation_lines(obs)
+    lines = quality_tables.observation_lines(obs)
     assert lines[0].startswith("(1) 3 of 4") and lines[2].startswith("(3) best α in [25 %, 37.5 %]: no (0 of 2")
-    numbers = tables.uptraining_table(engine, benchmark="nmt-small", metric="loss", numbers=True)
+    numbers = quality_tables.uptraining_table(engine, benchmark="nmt-small", metric="loss", numbers=True)
     assert numbers.at[("flurka-rnn", 8), "50% ci_low"] == round(0.45 - T2 * np.std([0.45, 0.52, 0.38], ddof=1)
                                                                  / math.sqrt(3), 3)
     assert numbers.at[("flurka-rnn", 8), "best α"] == "50%"
@@ -182,7 +183,7 @@ def test_collective_table(seeded):
     # (3 significant digits); linformer min(7.696, 7.5). No En-Fr results: that column is left out.
     # ImageNet fractions are shown in percent; full's En-De seeds agree (24.65 twice): a zero-width CI.
     cols = ["En-De (BLEU, 0–100)", "ImageNet top-1 (%)", "ImageNet top-5 (%)", "WikiText-103 (perplexity)"]
-    assert_frame(tables.collective_table(seeded),
+    assert_frame(quality_tables.collective_table(seeded),
                  ["full", "linformer", "performer", "rnn", "flurka-performer", "flurka-rnn", "flurka-eva"], cols, [
                      ["24.6 ± 0.0 (n=2)", "71.7 (1 seed)", "91.0 (1 seed)", "5.58 ± 0.64 (n=2)"],
                      ["27.5 ± 6.4 (n=2)", nan, nan, "7.50 (1 seed)"],
@@ -192,16 +193,16 @@ def test_collective_table(seeded):
                      ["24.6 (1 seed)", nan, nan, nan],
                      ["28.9 (1 seed)", nan, nan, nan],
                  ])
-    best = tables.collective_table(seeded, agg="best")
+    best = quality_tables.collective_table(seeded, agg="best")
     assert best.at["full", "WikiText-103 (perplexity)"] == "5.53 (1 seed)"
     assert best.at["linformer", "En-De (BLEU, 0–100)"] == "28.0 (1 seed)"
-    numbers = tables.collective_table(seeded, numbers=True)
+    numbers = quality_tables.collective_table(seeded, numbers=True)
     ppl = "WikiText-103 (perplexity)"
     assert (numbers.at["full", f"{ppl} mean"], numbers.at["full", f"{ppl} ci_low"],
             numbers.at["full", f"{ppl} ci_high"], numbers.at["full", f"{ppl} n"]) == \
         (round(5.583, 2), round(5.583 - T1 * 0.05, 2), round(5.583 + T1 * 0.05, 2), 2)
     assert numbers.at["full", "ImageNet top-1 (%) mean"] == 71.7 and numbers.at["full", "ImageNet top-1 (%) n"] == 1
-    stats = tables.metric_stats(seeded, tables.COLLECTIVE_COLUMNS)
+    stats = quality_tables.metric_stats(seeded, quality_tables.COLLECTIVE_COLUMNS)
     assert list(stats.columns) == ["mechanism", "column", "benchmark", "metric", "config", "seeds", "mean", "low",
                                    "high", "n", "decimals"]
     full_ppl = stats[(stats["mechanism"] == "full") & (stats["column"] == ppl)].iloc[0]
@@ -211,14 +212,14 @@ def test_collective_table(seeded):
 
 
 def test_glue_table_average_matches_the_paper(seeded):
-    df = tables.glue_table(seeded)
+    df = quality_tables.glue_table(seeded)
     assert list(df.index) == ["full", "linformer"]
-    assert list(df.columns) == [label for label, _, _ in tables.GLUE_COLUMNS] + ["Average (%)"]
+    assert list(df.columns) == [label for label, _, _ in quality_tables.GLUE_COLUMNS] + ["Average (%)"]
     assert df.loc["full"].tolist()[:-1] == [f"{v} (1 seed)" for v in
                                             ("48.9", "90.7", "89.1", "84.8", "85.5", "85.6", "86.4", "90.0", "81.3",
                                              "81.8", "88.2", "65.7")]
     assert df.at["full", "Average (%)"] == "81.5 (1 seed)"  # the paper's Table 2 value
-    numbers = tables.glue_table(seeded, numbers=True)
+    numbers = quality_tables.glue_table(seeded, numbers=True)
     assert numbers.at["full", "Average (%) mean"] == 81.5 and numbers.at["full", "Average (%) n"] == 1
     assert df.at["linformer", "CoLA (mcc, %)"] == "29.2 (1 seed)"
     assert math.isnan(df.at["linformer", "Average (%)"])  # missing tasks: no average, never a partial one
@@ -227,14 +228,14 @@ def test_glue_table_average_matches_the_paper(seeded):
 def test_lra_table(seeded):
     cols = ["ListOps (acc, %)", "Text (acc, %)", "Retrieval (acc, %)", "Image (acc, %)", "Pathfinder (acc, %)",
             "Average (%)"]
-    numbers = tables.lra_table(seeded, numbers=True)
+    numbers = quality_tables.lra_table(seeded, numbers=True)
     assert [numbers.at["full", f"{c} mean"] for c in cols] == [38.0, 60.2, 80.5, 37.4, 70.2, 57.2]  # Table 3: 57.23
     assert [numbers.at["eva", f"{c} mean"] for c in cols] == [38.6, 65.2, 81.0, 41.6, 69.3, 59.1]   # Table 3: 59.13
-    assert tables.lra_table(seeded).at["eva", "Average (%)"] == "59.1 (1 seed)"
+    assert quality_tables.lra_table(seeded).at["eva", "Average (%)"] == "59.1 (1 seed)"
     # flurka-eva on ListOps-small: seeds 50 and 60 -> 55 ± T1 * 5 = 63.5; the average of one column is it
-    assert_frame(tables.lra_table(seeded, small=True), ["flurka-eva"], ["ListOps (acc, %)", "Average (%)"],
+    assert_frame(quality_tables.lra_table(seeded, small=True), ["flurka-eva"], ["ListOps (acc, %)", "Average (%)"],
                  [["55.0 ± 63.5 (n=2)", "55.0 ± 63.5 (n=2)"]])
-    assert_frame(tables.lra_table(seeded, small=True, agg="best"), ["flurka-eva"], ["ListOps (acc, %)", "Average (%)"],
+    assert_frame(quality_tables.lra_table(seeded, small=True, agg="best"), ["flurka-eva"], ["ListOps (acc, %)", "Average (%)"],
                  [["60.0 (1 seed)", "60.0 (1 seed)"]])
 
 
@@ -249,7 +250,7 @@ def test_average_over_cells_of_different_seeds_has_no_ci(engine, sweep_dict, mak
               make_trial("k0", "full", "lra-image-small", {"accuracy": 0.96}, seed=0),
               make_trial("k1", "full", "lra-image-small", {"accuracy": 0.98}, seed=1)]
     ingest_sweep(engine, {**sweep_dict, "trials": trials})
-    df = tables.lra_table(engine, small=True)
+    df = quality_tables.lra_table(engine, small=True)
     assert df.at["rnn", "Average (%)"] == "65.5 (no CI)"          # (41 + 90) / 2 over seeds {0, 1} and {0}
     # full: per-seed averages (50 + 96) / 2 = 73, (54 + 98) / 2 = 76 -> 74.5 ± T1 * 1.5
     assert df.at["full", "Average (%)"] == f"74.5 ± {T1 * 1.5:.1f} (n=2)"
@@ -260,25 +261,25 @@ def test_sweep_filter(seeded, sweep_dict, make_trial):
 
     ingest_sweep(seeded, {**sweep_dict, "sweep_id": "later", "name": "later run",
                           "trials": [make_trial("x", "rnn", "lra-listops-small", {"accuracy": 0.25})]})
-    assert list(tables.lra_table(seeded, small=True).index) == ["rnn", "flurka-eva"]
-    assert_frame(tables.lra_table(seeded, small=True, sweep="later run"), ["rnn"], ["ListOps (acc, %)", "Average (%)"],
+    assert list(quality_tables.lra_table(seeded, small=True).index) == ["rnn", "flurka-eva"]
+    assert_frame(quality_tables.lra_table(seeded, small=True, sweep="later run"), ["rnn"], ["ListOps (acc, %)", "Average (%)"],
                  [["25.0 (1 seed)", "25.0 (1 seed)"]])
-    assert list(tables.lra_table(seeded, small=True, sweep="paper-2024-05-01").index) == ["flurka-eva"]
+    assert list(quality_tables.lra_table(seeded, small=True, sweep="paper-2024-05-01").index) == ["flurka-eva"]
 
 
 def test_isoflops_table(seeded):
     # Target = full's final loss averaged over seeds: (0.2 + 0.3) / 2 = 0.25.
     # full: seed 0 first reaches <= 0.25 at step 3 (0.2, 3 EFLOPs), seed 1 at step 2 (0.25, 2 EFLOPs).
     # linformer ends at 0.5: never. flurka-eva reaches 0.24 at step 2 after 1 EFLOP.
-    df = tables.isoflops_table(seeded)
+    df = quality_tables.isoflops_table(seeded)
     assert df.attrs["target_loss"] == pytest.approx(0.25)
     assert_frame(df, ["full", "linformer", "flurka-eva"], ["Loss", "EFLOPs"],
                  [[0.225, 2.5], [nan, nan], [0.24, 1.0]])
     # An explicit target of 0.5: everyone's step 2.
-    assert_frame(tables.isoflops_table(seeded, target_loss=0.5), ["full", "linformer", "flurka-eva"],
+    assert_frame(quality_tables.isoflops_table(seeded, target_loss=0.5), ["full", "linformer", "flurka-eva"],
                  ["Loss", "EFLOPs"], [[0.375, 2.0], [0.5, 2.0], [0.24, 1.0]])
     with pytest.raises(tables.NoResults, match="no 'rnn' trials"):
-        tables.isoflops_table(seeded, reference="rnn")
+        quality_tables.isoflops_table(seeded, reference="rnn")
 
 
 def test_isoflops_numbers_for_csv_are_rounded(engine, sweep_dict, make_trial):
@@ -286,30 +287,30 @@ def test_isoflops_numbers_for_csv_are_rounded(engine, sweep_dict, make_trial):
 
     curve = [{"step": 1, "loss": 0.123456789, "train_flops": 1.23456789e18}]
     ingest_sweep(engine, {**sweep_dict, "trials": [make_trial("f", "full", "nmt-small", {"bleu": 50.0}, curve=curve)]})
-    exact = tables.isoflops_table(engine, benchmark="nmt-small")
+    exact = quality_tables.isoflops_table(engine, benchmark="nmt-small")
     assert exact.at["full", "Loss"] == 0.123456789
-    assert_frame(tables.isoflops_table(engine, benchmark="nmt-small", numbers=True), ["full"], ["Loss", "EFLOPs"],
+    assert_frame(quality_tables.isoflops_table(engine, benchmark="nmt-small", numbers=True), ["full"], ["Loss", "EFLOPs"],
                  [[0.1235, 1.235]])
 
 
 def test_speed_and_speedup_tables(seeded):
     with pytest.raises(ValueError, match=r"several speed measurements per mechanism and N \(device in "
                                          r"\['NVIDIA H100 80GB HBM3', 'cpu'\]\): filter by device"):
-        tables.speed_table(seeded)
-    df = tables.speed_table(seeded, device="H100")
+        speed_tables.speed_table(seeded)
+    df = speed_tables.speed_table(seeded, device="H100")
     assert_frame(df, [1024, 4096], ["full", "flash", "linformer", "performer", "flurka-performer"], [
         [10.0, 4.0, 6.0, 5.0, 2.0],
         ["OOM", 40.0, 30.0, 20.0, 10.0],
     ])
     # 1024: linformer 6/2, performer 5/2, flash 4/2, full 10/2; 4096: 30/10, 20/10, 40/10, full OOM.
-    up = tables.speedup_table(seeded, device="H100")
+    up = speed_tables.speedup_table(seeded, device="H100")
     assert_frame(up, [("flurka-performer", 1024), ("flurka-performer", 4096)],
                  ["vs low-rank", "vs kernel", "vs flash", "vs full"],
                  [[3.0, 2.5, 2.0, 5.0], [3.0, 2.0, 4.0, nan]])
     with pytest.raises(tables.NoResults, match="no 'forward' speed measurements"):
-        tables.speed_table(seeded, mode="forward")
+        speed_tables.speed_table(seeded, mode="forward")
     with pytest.raises(ValueError, match="unknown speed filter seq"):
-        tables.speed_table(seeded, seq=3)
+        speed_tables.speed_table(seeded, seq=3)
 
 
 def test_repeated_runs_of_a_point_combine_to_the_median(engine):
@@ -327,19 +328,19 @@ def test_repeated_runs_of_a_point_combine_to_the_median(engine):
     records += [dict(speed("flurka-performer", 1024, None, "oom"), host="node-9")]
     records += [dict(speed("full", 1024, None, "oom"), host=f"node-{i}") for i in range(2)]
     assert ingest_speed(engine, records).added == 8
-    df = tables.speed_table(engine)
+    df = speed_tables.speed_table(engine)
     assert_frame(df, [1024], ["full", "linformer", "flurka-performer"], [["OOM", 7.0, 3.0]])
-    up = tables.speedup_table(engine)
+    up = speed_tables.speedup_table(engine)
     assert up.loc[("flurka-performer", 1024), "vs low-rank"] == pytest.approx(7.0 / 3.0)
 
 
 def test_empty_database_says_so(engine):
     with pytest.raises(tables.NoResults, match="no ok trials with metrics for glue-cola"):
-        tables.glue_table(engine)
+        quality_tables.glue_table(engine)
     with pytest.raises(tables.NoResults, match="no ok trials with 'loss' and 'train_flops' curves on nmt-small"):
-        tables.isoflops_table(engine, benchmark="nmt-small")
+        quality_tables.isoflops_table(engine, benchmark="nmt-small")
     with pytest.raises(tables.NoResults, match="no 'train' speed measurements"):
-        tables.speedup_table(engine)
+        speed_tables.speedup_table(engine)
 
 
 def test_aligned_and_unaligned_runs_are_different_measurements(engine):
@@ -356,10 +357,10 @@ def test_aligned_and_unaligned_runs_are_different_measurements(engine):
                speed("linformer", 0.008, align=128), speed("flurka-rnn", 0.004, align=128)]
     assert ingest_speed(engine, records).added == 4
     with pytest.raises(ValueError, match=r"\(align in \['1', '128'\]\): filter by align"):
-        tables.speed_table(engine, mode="forward")
-    assert_frame(tables.speed_table(engine, mode="forward", align=1), [55500], ["linformer", "flurka-rnn"],
+        speed_tables.speed_table(engine, mode="forward")
+    assert_frame(speed_tables.speed_table(engine, mode="forward", align=1), [55500], ["linformer", "flurka-rnn"],
                  [[16.0, 10.0]])
-    assert_frame(tables.speed_table(engine, mode="forward", align=128), [55500], ["linformer", "flurka-rnn"],
+    assert_frame(speed_tables.speed_table(engine, mode="forward", align=128), [55500], ["linformer", "flurka-rnn"],
                  [[8.0, 4.0]])
 
 
@@ -377,9 +378,9 @@ def test_fused_and_xla_runs_are_different_measurements(engine):
                speed("flurka-rnn", 0.0050, {"fused": True, "align": 1})]
     assert ingest_speed(engine, records).added == 3
     with pytest.raises(ValueError, match=r"\(fused in \['False', 'True'\]\): filter by fused"):
-        tables.speed_table(engine, mode="forward")
-    assert_frame(tables.speed_table(engine, mode="forward", fused=False), [52500], ["flurka-rnn"], [[6.35]])
-    assert_frame(tables.speed_table(engine, mode="forward", fused=True), [52500], ["flurka-rnn"], [[5.0]])
+        speed_tables.speed_table(engine, mode="forward")
+    assert_frame(speed_tables.speed_table(engine, mode="forward", fused=False), [52500], ["flurka-rnn"], [[6.35]])
+    assert_frame(speed_tables.speed_table(engine, mode="forward", fused=True), [52500], ["flurka-rnn"], [[5.0]])
     from flurka.results import cli   # the same filter from the command line
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
@@ -401,9 +402,9 @@ def test_padded_and_unpadded_runs_are_different_measurements(engine):
                speed("flurka-rnn", 0.0052, {"pad_to": 128})]
     assert ingest_speed(engine, records).added == 3
     with pytest.raises(ValueError, match=r"\(pad_to in \['1', '128'\]\): filter by pad_to"):
-        tables.speed_table(engine, mode="forward")
-    assert_frame(tables.speed_table(engine, mode="forward", pad_to=1), [52500], ["flurka-rnn"], [[6.35]])
-    assert_frame(tables.speed_table(engine, mode="forward", pad_to=128), [52500], ["flurka-rnn"], [[5.2]])
+        speed_tables.speed_table(engine, mode="forward")
+    assert_frame(speed_tables.speed_table(engine, mode="forward", pad_to=1), [52500], ["flurka-rnn"], [[6.35]])
+    assert_frame(speed_tables.speed_table(engine, mode="forward", pad_to=128), [52500], ["flurka-rnn"], [[5.2]])
     from flurka.results import cli   # the same filter from the command line
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
@@ -424,8 +425,8 @@ def test_runs_under_other_xla_options_are_different_measurements(engine):
     v2 = {"xla": {"xla_gpu_experimental_gemm_fusion_v2": True, "xla_gpu_experimental_force_split_k": 1}}
     assert ingest_speed(engine, [speed(0.0050), speed(0.0052, {"xla": {}}), speed(0.0041, v2)]).added == 3
     with pytest.raises(ValueError, match=r"filter by xla"):
-        tables.speed_table(engine, mode="forward")
-    assert_frame(tables.speed_table(engine, mode="forward", xla=""), [52500], ["flurka-rnn"], [[5.1]])
+        speed_tables.speed_table(engine, mode="forward")
+    assert_frame(speed_tables.speed_table(engine, mode="forward", xla=""), [52500], ["flurka-rnn"], [[5.1]])
     from flurka.results import cli
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
@@ -454,16 +455,40 @@ def test_best_execution_compares_each_mechanism_at_its_fastest(engine):
                speed("rnn", 0.0090), speed("rnn", 0.0072, {"align": 128, "pad_to": 128})]
     assert ingest_speed(engine, records).added == 6
     with pytest.raises(ValueError, match="filter by"):
-        tables.speedup_table(engine, mode="forward")                 # several executions
-    up = tables.speedup_table(engine, mode="forward", best=True)
+        speed_tables.speedup_table(engine, mode="forward")                 # several executions
+    up = speed_tables.speedup_table(engine, mode="forward", best=True)
     row = up.loc[("flurka-rnn", 52500)]
     assert row["vs flash"] == pytest.approx(0.0656 / 0.0045)
     assert row["vs kernel"] == pytest.approx(0.0072 / 0.0045)
     assert row["executions"] == "flurka-rnn: fused, pad_to 128; rnn: align 128, pad_to 128; flash: plain"
-    assert_frame(tables.speed_table(engine, mode="forward", best=True), [52500],
+    assert_frame(speed_tables.speed_table(engine, mode="forward", best=True), [52500],
                  ["flash", "rnn", "flurka-rnn"], [[65.6, 7.2, 4.5]])
     from flurka.results import cli   # the same from the command line
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
     args = parser.parse_args(["--table", "speedup", "--mode", "forward", "--best"])
     assert cli.build(engine, args).loc[("flurka-rnn", 52500), "vs flash"] == pytest.approx(0.0656 / 0.0045)
+
+
+def test_the_gpu_targets_are_data_read_from_benchmarks(tmp_path):
+    """The targets live in benchmarks/targets.toml: the repository's file names FLuRKA variants,
+    another file's numbers are the ones the floor table holds a layer to, and a missing or broken
+    file is one clear error naming it."""
+    shipped = speed_tables.gpu_targets()
+    assert set(shipped.beats_constituents) <= set(KERNEL_OF) and shipped.flurka_layer <= shipped.layer
+    other = tmp_path / "targets.toml"
+    other.write_text('[floor]\nlayer = 3.0\nflurka_layer = 2.5\n[constituents]\nfaster = ["flurka-rnn"]\n'
+                     'label = "FLuRKA-RNN faster"\n[flash]\nspeedup = 10\n')
+    mine = speed_tables.gpu_targets(other)
+    assert (mine.layer, mine.flurka_layer, mine.beats_constituents, mine.flash) == (3.0, 2.5, ("flurka-rnn",), 10.0)
+    assert speed_tables.floor_target("flurka-rnn", "layer", mine) == 2.5
+    assert speed_tables.floor_target("rnn", "layer", mine) == 3.0
+    assert speed_tables.floor_target("rnn", "model", mine) is None
+    with pytest.raises(tables.NoResults, match="no GPU targets file"):
+        speed_tables.gpu_targets(tmp_path / "absent.toml")
+    other.write_text(other.read_text().replace('["flurka-rnn"]', '["rnn"]'))
+    with pytest.raises(ValueError, match="not FLuRKA variants"):
+        speed_tables.gpu_targets(other)
+    other.write_text("[floor]\nlayer = 2\n")
+    with pytest.raises(ValueError, match="not a GPU targets file"):
+        speed_tables.gpu_targets(other)

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from flurka.results.records import MECHANISMS
 from flurka.mechanisms import KERNEL_OF, LOW_RANK, base_mechanism
-from flurka.results.tables import NO_VALUE
+from flurka.results.quality_tables import NO_VALUE
 
 STYLE = {  # mechanism -> (colour, marker)
     "full": ("#222222", "o"), "flash": ("#8c8c8c", "D"), "linformer": ("#1f5fbf", "o"),
@@ -180,7 +180,7 @@ def speed_vs_axis(df: pd.DataFrame, axis: str, *, speedup_over: str | None = Non
 
 def speedups(panels: dict[str, pd.DataFrame], claim_bound: float | None = None) -> Figure:
     """One panel per title: each FLuRKA variant's speedup over its constituents / flash / full vs N
-    (``flurka.results.tables.speedup_table`` frames); the line at 1 is break-even, the dotted
+    (``flurka.results.speed_tables.speedup_table`` frames); the line at 1 is break-even, the dotted
     vertical one the paper's claims 1 and 3 bound N = d_k(H+2) when given and in range."""
     fig, axes = _panels(len(panels))
     for ax, (title, table) in zip(axes, panels.items()):
@@ -230,7 +230,7 @@ def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
     variants two to a row), the variant's seed mean against α with its 95 % CI band, its kernel
     constituent (orange family, dashed) and Linformer at that d_k (blue, dotted) trained from
     scratch as horizontal lines with their own bands; the row's best α starred; each panel's
-    legend, below it, names every line. ``stats``: :func:`flurka.results.tables.uptraining_stats`'
+    legend, below it, names every line. ``stats``: :func:`flurka.results.quality_tables.uptraining_stats`'
     frame (one row per variant, d_k and column "kernel", "low-rank" or an α, with ``mechanism``,
     ``alpha``, ``mean``, ``low``, ``high``, ``n`` and ``best``); ``label``: the y axis's (default
     the frame's ``attrs["metric"]``)."""
@@ -509,7 +509,7 @@ def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
 
 def floor_ratios(table: pd.DataFrame) -> Figure:
     """One panel per mode: each mechanism's (and execution's) step time over its floor as a bar
-    (``flurka.results.tables.floor_frame``), the targets its layers are held to as dashed lines."""
+    (``flurka.results.speed_tables.floor_frame``), the targets its layers are held to as dashed lines."""
     modes = list(dict.fromkeys(table.index.get_level_values("mode")))
     rows = max(len(table.xs(m, level="mode")) for m in modes)
     fig, axes = _panels(len(modes), height=1.0 + 0.24 * rows)

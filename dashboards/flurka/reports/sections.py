@@ -1,5 +1,5 @@
 """The report's content: one :class:`Section` per paper table or figure, built from the results
-database (through ``flurka.results.tables``; theory runs through ``flurka.reports.sources``) and
+database (through ``flurka.results.quality_tables`` and ``speed_tables``; theory runs through ``flurka.reports.sources``) and
 the theory files.
 
 The main job's result leads: the up-training table (each FLuRKA variant and d_k: kernel,
@@ -24,7 +24,7 @@ from flurka.mechanisms import KERNEL_OF, LOW_RANK
 from flurka.reports import figures as F
 from flurka.reports.sources import (PROFILE_KINDS, SPEED_CONFIG, Theory, combine_runs, describe, profile_rows,
                                     speed_runs, trial_provenance, with_stored)
-from flurka.results import tables as T
+from flurka.results import quality_tables, speed_tables, tables
 from flurka.results.records import BENCHMARKS
 
 INGEST = "flurka ingest --db URL FILE.json"
@@ -88,7 +88,7 @@ def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame]
     section = Section(key, title, about)
     try:
         df = build()
-    except T.NoResults:
+    except tables.NoResults:
         section.missing = run or sweep_on(dict.fromkeys(b for _, b, _ in columns))
         return section
     benches = [b for label, b, _ in columns if label in df.columns]
@@ -102,13 +102,13 @@ def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
                       "seeds, the up-training branches in their own panels; and the training FLOPs each "
                       "mechanism needs to reach full attention's final loss.")
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
-        curves = T.curves(engine, bench, ["loss", "train_flops"])
+        curves = quality_tables.curves(engine, bench, ["loss", "train_flops"])
         if curves.empty:
             continue
         scale, unit = F.flop_unit(float(curves["train_flops"].max()))
         try:
-            table = T.isoflops_table(engine, benchmark=bench)
-        except T.NoResults:  # no full attention to take the target from
+            table = quality_tables.isoflops_table(engine, benchmark=bench)
+        except tables.NoResults:  # no full attention to take the target from
             table, target = None, None
         else:
             target = table.attrs.get("target_loss")
@@ -133,16 +133,16 @@ def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
 # Up-training (Table 5): the main job's result
 # ---------------------------------------------------------------------------------------------
 def observations_table(obs: pd.DataFrame) -> pd.DataFrame:
-    """:func:`flurka.results.tables.observation_lines` of ``obs`` (an ``uptraining_observations``
+    """:func:`flurka.results.quality_tables.observation_lines` of ``obs`` (an ``uptraining_observations``
     frame) as a table: one row per observation, its number and what this data says."""
-    number, text = zip(*(line.split(" ", 1) for line in T.observation_lines(obs)))
+    number, text = zip(*(line.split(" ", 1) for line in quality_tables.observation_lines(obs)))
     table = pd.DataFrame({"on this data": list(text)}, index=pd.Index(list(number), name="observation"))
     table.attrs["html_class"] = "prose"
     return table
 
 
 def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
-    """Table 5 (``flurka.results.tables.uptraining_table``), its α figure (drawn from
+    """Table 5 (``flurka.results.quality_tables.uptraining_table``), its α figure (drawn from
     ``uptraining_stats``) and the paper's three observations on it (``uptraining_observations``
     and ``observation_lines``) per benchmark with up-trained FLuRKA: what ``flurka tables`` says."""
     section = Section("uptraining", "Up-training α (Table 5): the main job's result",
@@ -152,13 +152,13 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
         metric = primary_metric(bench)
         try:
-            cells = T.uptraining_stats(engine, benchmark=bench, metric=metric)
-        except T.NoResults:
+            cells = quality_tables.uptraining_stats(engine, benchmark=bench, metric=metric)
+        except tables.NoResults:
             continue  # FLuRKA trained only from scratch here (or not at all): no α to show
-        table = T.uptraining_table(engine, benchmark=bench, metric=metric)
+        table = quality_tables.uptraining_table(engine, benchmark=bench, metric=metric)
         table.attrs["html_class"] = "cells"  # "mean ± CI (n)" cells, not wrapped
-        obs = T.uptraining_observations(engine, benchmark=bench, metric=metric)
-        label = T.metric_label(metric, bench)
+        obs = quality_tables.uptraining_observations(engine, benchmark=bench, metric=metric)
+        label = quality_tables.metric_label(metric, bench)
         caption = (f"{trial_caption(prov, [bench])}. {table.attrs['title']}. Cell: the best hyperparameter "
                    f"configuration's mean over seeds ± its 95 % CI (Student's t below 10 seeds, a bootstrap from "
                    f"10; one seed: no CI), status ok trials only; kernel: the variant's kernel constituent, "
@@ -185,14 +185,14 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
 def quality_sections(engine: Engine, prov: pd.DataFrame) -> list[Section]:
     return [
         _quality("glue", "GLUE (Table 2)", "GLUE dev scores and their average over all columns.",
-                 lambda: T.glue_table(engine), T.GLUE_COLUMNS, prov),
+                 lambda: quality_tables.glue_table(engine), quality_tables.GLUE_COLUMNS, prov),
         _quality("lra", "Long Range Arena (Table 3)", "LRA accuracy and its average.",
-                 lambda: T.lra_table(engine), T.LRA_COLUMNS, prov),
+                 lambda: quality_tables.lra_table(engine), quality_tables.LRA_COLUMNS, prov),
         _quality("lra-small", "Long Range Arena, CPU-size tasks", "ListOps and Image at laptop size.",
-                 lambda: T.lra_table(engine, small=True), T.LRA_SMALL_COLUMNS, prov),
+                 lambda: quality_tables.lra_table(engine, small=True), quality_tables.LRA_SMALL_COLUMNS, prov),
         _quality("collective", "Translation, ImageNet, masked LM (Table 4)",
                  "WMT14 BLEU, ImageNet top-1/top-5 and WikiText-103 perplexity.",
-                 lambda: T.collective_table(engine), T.COLLECTIVE_COLUMNS, prov),
+                 lambda: quality_tables.collective_table(engine), quality_tables.COLLECTIVE_COLUMNS, prov),
     ]
 
 
@@ -261,10 +261,10 @@ _CONFIG_FILTERS = {"device": "device", "scope": "scope", "d_model": "d_model", "
 
 
 def _filters(part: pd.DataFrame) -> dict:
-    """``flurka.results.tables`` speed filters that pin this panel's configuration."""
+    """``flurka.results.speed_tables`` speed filters that pin this panel's configuration."""
     first = part.iloc[0]
     # the panel's own runs, not their aligned/fused/padded twins
-    names = {**_CONFIG_FILTERS, **{c: c for c in T.EXECUTION}}
+    names = {**_CONFIG_FILTERS, **{c: c for c in speed_tables.EXECUTION}}
     plain = lambda v: int(v) if isinstance(v, float) else v.item() if hasattr(v, "item") else v  # noqa: E731
     return {f: plain(first[c]) for c, f in names.items() if c in _fixed(part, [c]) and pd.notna(first[c])}
 
@@ -296,16 +296,16 @@ def speed_vs_n_section(engine: Engine, rows: pd.DataFrame) -> tuple[Section, Sec
         panels = {}
         for (mode, scope), part in _panels(g):
             try:
-                table = T.speed_table(engine, mode=mode, **_filters(part))
-            except T.NoResults:
+                table = speed_tables.speed_table(engine, mode=mode, **_filters(part))
+            except tables.NoResults:
                 raise  # the panel's own rows are in the database: a filter is wrong
             except ValueError:  # the library's filters cannot pin this panel (e.g. two model depths)
                 table = _pivot_ms(part, "N")
             speed.items.append(Table(f"speed-n-{i}-{mode}-{scope}", f"Step time (ms), {mode}, {scope} scope",
                                      caption, table))
             try:
-                panels[f"{mode}, {scope} scope"] = T.speedup_table(engine, mode=mode, **_filters(part))
-            except T.NoResults:  # no FLuRKA variant in this panel
+                panels[f"{mode}, {scope} scope"] = speed_tables.speedup_table(engine, mode=mode, **_filters(part))
+            except tables.NoResults:  # no FLuRKA variant in this panel
                 continue
             except ValueError:  # the library's filters cannot pin this panel
                 continue
@@ -331,12 +331,12 @@ def best_execution_tables(engine: Engine, rows: pd.DataFrame) -> list[Table]:
     one execution each, cannot show."""
     out = []
     for (mode, *_), part in rows.groupby(["mode", *_CONFIG_FILTERS], dropna=False, sort=True):
-        if (part.apply(T.execution_label, axis=1) == "plain").all() \
+        if (part.apply(speed_tables.execution_label, axis=1) == "plain").all() \
                 or not part["mechanism"].isin(list(KERNEL_OF)).any():
             continue
-        filters = {f: v for f, v in _filters(part).items() if f not in T.EXECUTION}
+        filters = {f: v for f, v in _filters(part).items() if f not in speed_tables.EXECUTION}
         try:
-            table = T.speedup_table(engine, mode=mode, best=True, **filters)
+            table = speed_tables.speedup_table(engine, mode=mode, best=True, **filters)
         except ValueError:  # NoResults (no FLuRKA variant ran ok) or filters that cannot pin it
             continue
         first, config = part.iloc[0], [c for c in _CONFIG_FILTERS if c != "device"]
@@ -375,9 +375,9 @@ def floor_section(runs: pd.DataFrame) -> Section:
                       "Each measurement's median step time over its floor: the larger of the FLOP model's FLOPs "
                       "at the card's measured bf16 matrix rate and the fewest bytes the step must move at its "
                       "measured copy bandwidth (flurka.speed.ceilings, measured in the same run). At the largest "
-                      f"N of the sweeps the targets name: every layer within {T.LAYER_TARGET:g}× of its floor, "
-                      f"every FLuRKA layer within {T.FLURKA_LAYER_TARGET:g}× (flurka tables --table floor).")
-    targets = T.targets_frame(runs)
+                      f"N of the sweeps the targets name: every layer within {speed_tables.gpu_targets().layer:g}× of its floor, "
+                      f"every FLuRKA layer within {speed_tables.gpu_targets().flurka_layer:g}× (flurka tables --table floor).")
+    targets = speed_tables.targets_frame(runs)
     if not targets.empty:
         caption = ("Each GPU target where it is set: the N-sweep's layer (floors; FLuRKA against Linformer and "
                    "its kernel) and the flash comparison's 6-layer model (FLuRKA against cuDNN flash) at their "
@@ -389,13 +389,13 @@ def floor_section(runs: pd.DataFrame) -> Section:
         section.items.append(Table("targets", "The GPU targets, per card", caption,
                                    targets.set_index(["device", "target", "mode"])))
     rows = combine_runs(runs)
-    for i, ((device, sweep, scope, dtype), part) in enumerate(T.floor_groups(rows)):
+    for i, ((device, sweep, scope, dtype), part) in enumerate(speed_tables.floor_groups(rows)):
         first = part.iloc[0]
-        fixed = [c for c in _fixed(part, SPEED_CONFIG) if c not in ("device", "mode", *T.EXECUTION)]
+        fixed = [c for c in _fixed(part, SPEED_CONFIG) if c not in ("device", "mode", *speed_tables.EXECUTION)]
         caption = (f"Device: {device}. Config: {describe(first, fixed)}. Speed sweep: {sweep}; one row per "
                    f"execution measured (plain, aligned, padded, fused).")
         title = f"Step time against the floor, {sweep} at N = {int(first['N'])} ({device}, {dtype})"
-        table = T.floor_frame(part)
+        table = speed_tables.floor_frame(part)
         section.items.append(Table(f"floor-{i}", title, caption, table))
         section.items.append(Plot(f"floor-{i}-fig", title, caption, F.floor_ratios(table)))
     if not section.items:
@@ -406,7 +406,7 @@ def floor_section(runs: pd.DataFrame) -> Section:
 def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """FLuRKA vs each constituent, flash and full at the same configuration: the FLOP model's
     predicted speedup (baseline FLOPs / FLuRKA FLOPs), the measured one (time ratio) and that
-    ratio's spread (:func:`flurka.results.tables.with_ratio`).
+    ratio's spread (:func:`flurka.results.speed_tables.with_ratio`).
 
     Where ``rows`` name their run (:func:`speed_runs`), a ratio is taken within each run that
     timed both mechanisms, as they shared its machine's state, and a point's runs combine to the
@@ -418,11 +418,11 @@ def flop_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     out = []
     for variant, kernel in KERNEL_OF.items():
         for baseline in (LOW_RANK, kernel, "flash", "full"):
-            pair = T.paired_runs(ok, variant, baseline, cfg)
+            pair = speed_tables.paired_runs(ok, variant, baseline, cfg)
             if pair.empty:
                 continue
-            pair = T.with_ratio(pair).assign(predicted_speedup=pair["flops_b"] / pair["flops"], baseline=baseline)
-            out.append(T.run_medians(pair, ["predicted_speedup", "measured_speedup", "ratio_spread"])[columns])
+            pair = speed_tables.with_ratio(pair).assign(predicted_speedup=pair["flops_b"] / pair["flops"], baseline=baseline)
+            out.append(speed_tables.run_medians(pair, ["predicted_speedup", "measured_speedup", "ratio_spread"])[columns])
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=columns)
 
 
@@ -452,7 +452,7 @@ def claims_table(pairs: pd.DataFrame) -> pd.DataFrame:
     from flurka.theory import cost_model  # pure Python; the package brings JAX
 
     cfg = [c for c in SPEED_CONFIG if c in pairs]
-    pairs = pairs.assign(side=T.measured_side(pairs))
+    pairs = pairs.assign(side=speed_tables.measured_side(pairs))
     rows = []
     for variant, kernel in KERNEL_OF.items():
         sides = {role: pairs[(pairs["mechanism"] == variant) & (pairs["baseline"] == base)]
@@ -525,7 +525,7 @@ def crossings_table(pairs: pd.DataFrame) -> pd.DataFrame:
                     continue
                 r = g.iloc[0]
                 d_m, d_k, H = r["d_model"], r["d_k"], r["heads"]
-                ns, side = list(g["N"]), T.measured_side(g)
+                ns, side = list(g["N"]), speed_tables.measured_side(g)
                 paper = [cost_model.paper_speedup_at(role, n, d_m, d_k, H) > 1 for n in ns]
                 bound = cost_model.claim_bounds(d_m, d_k, H)[role]
                 bound = f"> {bound:.0f}" if bound is not None else NO_BOUND[role]
@@ -567,7 +567,7 @@ def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
     order = {m: i for i, m in enumerate(PAPER_FIG3)}
     table = pd.DataFrame({
         "mechanism": part["mechanism"], "baseline": part["baseline"], "mode": part["mode"],
-        "execution": part.apply(T.execution_label, axis=1), "N": part["N"],
+        "execution": part.apply(speed_tables.execution_label, axis=1), "N": part["N"],
         "measured": part["measured_speedup"], "± spread": part["ratio_spread"],
         "FLOP model": part["predicted_speedup"],
         "paper's cost model": [cost_model.paper_speedup_at(role(b), N, d_m, d_k, H) for b in part["baseline"]],
@@ -582,10 +582,10 @@ def paper_table(pairs: pd.DataFrame) -> pd.DataFrame:
 
 def agreement_table(pairs: pd.DataFrame) -> pd.DataFrame:
     """Per variant, baseline and mode: how many points, the median predicted and measured
-    speedups, the ties (:func:`flurka.results.tables.measured_side` 0) and, of the other
+    speedups, the ties (:func:`flurka.results.speed_tables.measured_side` 0) and, of the other
     points, the share (%) where the FLOP model predicts the side that was measured faster (NaN
     where every point is a tie)."""
-    side = T.measured_side(pairs)
+    side = speed_tables.measured_side(pairs)
     agree = ((pairs["predicted_speedup"] > 1) == (side > 0)).astype(float).where(side != 0)
     summary = (pairs.assign(tie=side == 0, agree=agree)
                .groupby(["mechanism", "baseline", "mode"], sort=False)
@@ -744,9 +744,9 @@ def profile_section(rows: pd.DataFrame) -> Section:
                       "steps gain from better GEMM shapes (alignment); elementwise/reduction/copy time is "
                       "memory traffic the FLOP floor does not count (fusion's target).")
     for i, (device, part) in enumerate(rows.groupby("device", sort=True)):
-        part = part.sort_values(["mode", "scope", "N", "mechanism", *T.EXECUTION]).copy()
+        part = part.sort_values(["mode", "scope", "N", "mechanism", *speed_tables.EXECUTION]).copy()
         part["label"] = [f"{r.mechanism} {r.mode} {r.scope} N={r.N}"
-                         + ("" if (how := T.execution_label(r._asdict())) == "plain" else f", {how}")
+                         + ("" if (how := speed_tables.execution_label(r._asdict())) == "plain" else f", {how}")
                          for r in part.itertuples()]
         kinds = [k for k in PROFILE_KINDS if part[f"share_{k}"].any()]
         fixed = [c for c in _fixed(part, SPEED_CONFIG) if c != "device"]
@@ -755,7 +755,7 @@ def profile_section(rows: pd.DataFrame) -> Section:
                    "them to the measured median step time.")
         section.items.append(Plot(f"profiles-{i}", f"Where the step time goes ({device})", caption,
                                   F.time_split(part, kinds)))
-        table = part.set_index(["mechanism", "mode", "scope", "N", *T.EXECUTION])[
+        table = part.set_index(["mechanism", "mode", "scope", "N", *speed_tables.EXECUTION])[
             ["median_s", "traced_s", *[f"share_{k}" for k in kinds], "top_op"]].copy()
         table[["median_s", "traced_s"]] *= 1e3
         table[[f"share_{k}" for k in kinds]] *= 100

@@ -1,4 +1,4 @@
-"""What the report reads besides ``flurka.results.tables``: where results came from (sweeps,
+"""What the report reads besides the results tables: where results came from (sweeps,
 devices, speed configurations) and the theory measurements of ``flurka.theory``.
 
 Theory measurements come from the results database (``flurka ingest theory.json`` stores a
@@ -35,7 +35,7 @@ from sqlalchemy.engine import Engine
 
 from flurka.results.models import ApproximationError, Environment, KernelRank, Sweep, TheoryRun, Trial
 from flurka.results.records import theory_key
-from flurka.results.tables import EXECUTION, combine_repeats, read_speed
+from flurka.results.speed_tables import EXECUTION, combine_repeats, read_speed
 from flurka.speed.profile import KINDS
 
 # Speed configuration columns, in caption order.

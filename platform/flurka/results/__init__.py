@@ -2,7 +2,8 @@
 
 SQLite by default, PostgreSQL by URL. Producers call ``open_results(url)`` (fails at once, one
 line, if the database is unreachable) and ``ingest_sweep`` / ``ingest_speed`` / ``ingest_theory``; the paper's tables
-are pandas functions in ``flurka.results.tables`` (imported separately: it pulls in pandas).
+are pandas functions in ``flurka.results.quality_tables`` and ``flurka.results.speed_tables``
+(imported separately: they pull in pandas).
 """
 
 from flurka.results.db import (DEFAULT_URL, DatabaseUnreachable, SchemaOutOfDate, connect, open_results, redact,

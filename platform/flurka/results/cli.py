@@ -30,7 +30,7 @@ import sys
 
 import sqlalchemy as sa
 
-from flurka.results import db, rundirs, tables
+from flurka.results import db, quality_tables, rundirs, speed_tables, tables
 from flurka.results.models import CurvePoint, Sweep, Trial
 
 TABLES = ("uptraining", "glue", "lra", "collective", "isoflops", "speed", "speedup", "floor", "targets")
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmark", help="uptraining: benchmark (default: the one the database has up-training "
                              "trials on); isoflops: benchmark (default: the one with loss and train_flops curves, "
                              "nmt-wmt14-ende among several)")
-    parser.add_argument("--agg", default="mean", choices=tables.AGGS,
+    parser.add_argument("--agg", default="mean", choices=quality_tables.AGGS,
                         help="mean: best config's mean over seeds with its 95%% CI and n (default); best: best "
                              "single trial (n=1, no CI)")
     parser.add_argument("--sweep", help="only this sweep (external id or name)")
@@ -97,15 +97,15 @@ def _first_metric(benchmark: str) -> str:
 
 
 def _uptraining(engine, args: argparse.Namespace) -> dict:
-    benchmark = args.benchmark or tables.uptrained_benchmark(engine, sweep=args.sweep)
+    benchmark = args.benchmark or quality_tables.uptrained_benchmark(engine, sweep=args.sweep)
     return {"benchmark": benchmark, "metric": args.metric or _first_metric(benchmark), "agg": args.agg,
             "sweep": args.sweep}
 
 # -- defaults: what the database holds -------------------------------------------------------------
 
 PAPER_ISOFLOPS = "nmt-wmt14-ende"   # Table 1's benchmark, taken when it is among several with curves
-METRIC_TABLES = {"glue": ("a GLUE task", tables.GLUE_COLUMNS), "collective": ("a Table 4 benchmark",
-                                                                             tables.COLLECTIVE_COLUMNS)}
+METRIC_TABLES = {"glue": ("a GLUE task", quality_tables.GLUE_COLUMNS), "collective": ("a Table 4 benchmark",
+                                                                             quality_tables.COLLECTIVE_COLUMNS)}
 
 
 def _in_sweep(stmt: sa.Select, sweep: str | None) -> sa.Select:
@@ -162,7 +162,7 @@ def resolve_defaults(engine, args: argparse.Namespace) -> tuple[argparse.Namespa
     args, notes = copy.copy(args), []
     if args.table == "uptraining" and not args.benchmark:
         try:
-            args.benchmark = tables.uptrained_benchmark(engine, sweep=args.sweep)
+            args.benchmark = quality_tables.uptrained_benchmark(engine, sweep=args.sweep)
         except tables.NoResults as e:
             raise tables.NoResults(f"{e}; {holdings(held_benchmarks(engine, args.sweep), args.sweep)}") from None
         notes.append(f"uptraining: {args.benchmark} (the benchmark the database holds up-training trials on; "
@@ -172,8 +172,8 @@ def resolve_defaults(engine, args: argparse.Namespace) -> tuple[argparse.Namespa
         notes.append(f"isoflops: {args.benchmark} ({why}; --benchmark to choose)")
     elif args.table == "lra":
         held = held_benchmarks(engine, args.sweep)
-        full = {b for _, b, _ in tables.LRA_COLUMNS}
-        small = sorted({b for _, b, _ in tables.LRA_SMALL_COLUMNS})
+        full = {b for _, b, _ in quality_tables.LRA_COLUMNS}
+        small = sorted({b for _, b, _ in quality_tables.LRA_SMALL_COLUMNS})
         if args.small and not held.keys() & set(small):
             raise tables.NoResults(f"no ok trials on the small LRA tasks ({', '.join(small)}); "
                                    f"{holdings(held, args.sweep)}")
@@ -211,15 +211,15 @@ def build(engine, args: argparse.Namespace):
     quality = {"agg": args.agg, "sweep": args.sweep, "numbers": args.format == "csv"}
     bench = {"benchmark": args.benchmark} if args.benchmark else {}
     if args.table == "uptraining":
-        return tables.uptraining_table(engine, numbers=args.format == "csv", **_uptraining(engine, args))
+        return quality_tables.uptraining_table(engine, numbers=args.format == "csv", **_uptraining(engine, args))
     if args.table == "glue":
-        return tables.glue_table(engine, **quality)
+        return quality_tables.glue_table(engine, **quality)
     if args.table == "lra":
-        return tables.lra_table(engine, small=args.small, **quality)
+        return quality_tables.lra_table(engine, small=args.small, **quality)
     if args.table == "collective":
-        return tables.collective_table(engine, **quality)
+        return quality_tables.collective_table(engine, **quality)
     if args.table == "isoflops":
-        return tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep,
+        return quality_tables.isoflops_table(engine, loss=args.metric or "loss", sweep=args.sweep,
                                      numbers=args.format == "csv", **bench)
     filters = {"device": args.device, "d_model": args.d_model, "scope": args.scope, "dtype": args.dtype,
                "align": args.align,
@@ -227,10 +227,10 @@ def build(engine, args: argparse.Namespace):
                "fused_ffn": args.fused_ffn, "pad_to": args.pad_to, "xla": args.xla}
     filters = {k: v for k, v in filters.items() if v is not None}
     if args.table == "floor":
-        return tables.floor_table(engine, **filters)
+        return speed_tables.floor_table(engine, **filters)
     if args.table == "targets":
-        return tables.targets_table(engine, **filters)
-    speed = tables.speed_table if args.table == "speed" else tables.speedup_table
+        return speed_tables.targets_table(engine, **filters)
+    speed = speed_tables.speed_table if args.table == "speed" else speed_tables.speedup_table
     return speed(engine, mode=args.mode, best=args.best, **filters)
 
 
@@ -249,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         args, notes = resolve_defaults(engine, args)
         df = build(engine, args)
-        observations = (tables.uptraining_observations(engine, **_uptraining(engine, args))
+        observations = (quality_tables.uptraining_observations(engine, **_uptraining(engine, args))
                         if args.table == "uptraining" and args.format != "csv" else None)
     except ValueError as e:  # NoResults, ambiguous speed filters
         print(f"flurka tables: {e}", file=sys.stderr)
@@ -273,5 +273,5 @@ def text(df, fmt: str, observations=None) -> str:
     out = f"{comment}{title}\n\n" if title and comment is not None else ""
     out += tables.format_table(df, fmt)
     if observations is not None:
-        out += "\n" + tables.format_observations(observations, fmt)
+        out += "\n" + quality_tables.format_observations(observations, fmt)
     return out

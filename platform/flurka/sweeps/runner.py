@@ -274,7 +274,7 @@ def _environment(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def best_trials(results: dict[str, dict[str, Any]], runs: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Benchmark -> the key of its finished trial with the best final task metric (the config's
     first metric; lower is better for perplexity and loss): the model a sweep logs for loading."""
-    from flurka.results.tables import LOWER_IS_BETTER
+    from flurka.results.quality_tables import LOWER_IS_BETTER
 
     best: dict[str, tuple[float, str]] = {}
     for key, result in results.items():
@@ -344,26 +344,26 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
     measurements (a sweep's own database holds none: then no table and no line about it)."""
     from sqlalchemy import select
 
-    from flurka.results import tables as T
+    from flurka.results import quality_tables, speed_tables
     from flurka.results.models import SpeedMeasurement
 
     out: dict[str, Any] = {}
     columns = []
     for bench in spec.benchmarks:
         metric, _ = _metric_of(spec, bench)
-        columns.append((f"{bench}: {T.metric_label(metric, bench)}", bench, metric))
+        columns.append((f"{bench}: {quality_tables.metric_label(metric, bench)}", bench, metric))
         for m, suffix in ((metric, ""), ("loss", "_loss")):
             try:
-                out[f"uptraining_{bench}{suffix}"] = T.uptraining_table(engine, benchmark=bench, metric=m,
+                out[f"uptraining_{bench}{suffix}"] = quality_tables.uptraining_table(engine, benchmark=bench, metric=m,
                                                                         sweep=sweep_id)
-                out[f"observations_{bench}{suffix}"] = T.uptraining_observations(engine, benchmark=bench, metric=m,
+                out[f"observations_{bench}{suffix}"] = quality_tables.uptraining_observations(engine, benchmark=bench, metric=m,
                                                                                  sweep=sweep_id)
             except Exception as exc:  # NoResults: nothing ok to show
                 print(f"[flurka] no up-training table for {bench} ({m}): {exc}", file=sys.stderr)
     with engine.connect() as conn:
         measured = conn.execute(select(SpeedMeasurement.id).limit(1)).first() is not None
-    for name, fn in [("quality", lambda: T.metric_table(engine, columns, sweep=sweep_id)),
-                     *([("speed", lambda: T.speed_table(engine))] if measured else [])]:
+    for name, fn in [("quality", lambda: quality_tables.metric_table(engine, columns, sweep=sweep_id)),
+                     *([("speed", lambda: speed_tables.speed_table(engine))] if measured else [])]:
         try:
             out[name] = fn()
         except Exception as exc:
@@ -588,7 +588,8 @@ def _commit() -> str | None:
 def summary(outcome: SweepOutcome) -> str:
     """What a sweep prints at its end: per up-training benchmark the task-metric table, the eval
     loss table and Table 5's observations on each, then the quality table and where things are."""
-    from flurka.results.tables import format_observations, format_table
+    from flurka.results.quality_tables import format_observations
+    from flurka.results.tables import format_table
     from flurka.results.db import redact
 
     lines = []

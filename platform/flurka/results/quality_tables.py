@@ -1,0 +1,580 @@
+"""The paper's quality tables (Tables 2-5, the iso-FLOP table), read from the results database
+with SQL and shaped with pandas.
+
+One rule picks every quality cell: among the ``status = 'ok'`` trials of a mechanism on a
+benchmark, group by hyperparameter configuration (alpha, base, d_k, num_features), average each
+configuration over its seeds (``agg="mean"``, the default) and report the best configuration;
+``agg="best"`` reports the best single trial instead (n = 1, no interval). "Best" is the maximum,
+except for perplexity and loss (minimum). The cell carries its statistics (:mod:`flurka.stats`):
+the chosen configuration's mean over seeds, its 95 % CI (Student's t below 10 seeds, a bootstrap
+from 10) and n. Fraction metrics (accuracy, f1, ...) are shown in percent, as in the paper.
+
+Each quality table comes three ways: a long *stats* frame (one row per cell: mean, low, high, n,
+the configuration and seeds behind it; ``metric_stats``, ``uptraining_stats``), the wide display
+table of strings ("97.2 ± 1.7 (n=3)", units in the headers; ``metric_table``,
+``uptraining_table``...) and, with ``numbers=True``, the wide numeric table for CSV (per cell
+``mean``, ``ci_low``, ``ci_high``, ``n`` columns, rounded to the digits that mean something:
+0.1 for percent and BLEU, 3 significant digits for perplexity and loss). Columns with no results
+at all are left out; a missing cell is NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from flurka.results.models import CurvePoint, Metric, Sweep, Trial
+from flurka.mechanisms import KERNEL_OF, LOW_RANK
+from flurka.results.records import FRACTION_METRICS
+from flurka.results.tables import NoResults, format_table, mechanism_order
+from flurka.stats import Estimate, mean_ci, paired, significant_decimals
+
+LOWER_IS_BETTER = ("perplexity", "loss")
+CONFIG = ["alpha", "base", "d_k", "num_features"]
+AGGS = ("mean", "best")
+CHAR_BLEU = ("nmt-small",)        # benchmarks whose BLEU is over characters (bleu_tokenize="char")
+PAPER_BEST_ALPHA = (0.25, 0.375)  # Table 5's observation: the best α lies in [25 %, 37.5 %]
+
+# (column label, benchmark, metric): Table 2 (GLUE), Table 3 (LRA), Table 4 (collective tasks).
+GLUE_COLUMNS = [
+    ("CoLA (mcc, %)", "glue-cola", "matthews"), ("SST-2 (acc, %)", "glue-sst2", "accuracy"),
+    ("MRPC (F1, %)", "glue-mrpc", "f1"), ("MRPC (acc, %)", "glue-mrpc", "accuracy"),
+    ("STS-B (Pearson, %)", "glue-stsb", "pearson"), ("STS-B (Spearman, %)", "glue-stsb", "spearman"),
+    ("QQP (F1, %)", "glue-qqp", "f1"), ("QQP (acc, %)", "glue-qqp", "accuracy"),
+    ("MNLI-m (acc, %)", "glue-mnli", "accuracy"), ("MNLI-mm (acc, %)", "glue-mnli", "accuracy_mismatched"),
+    ("QNLI (acc, %)", "glue-qnli", "accuracy"), ("RTE (acc, %)", "glue-rte", "accuracy"),
+]
+LRA_COLUMNS = [("ListOps (acc, %)", "lra-listops", "accuracy"), ("Text (acc, %)", "lra-text", "accuracy"),
+               ("Retrieval (acc, %)", "lra-retrieval", "accuracy"), ("Image (acc, %)", "lra-image", "accuracy"),
+               ("Pathfinder (acc, %)", "lra-pathfinder", "accuracy")]
+LRA_SMALL_COLUMNS = [("ListOps (acc, %)", "lra-listops-small", "accuracy"),
+                     ("Image (acc, %)", "lra-image-small", "accuracy")]
+COLLECTIVE_COLUMNS = [("En-De (BLEU, 0–100)", "nmt-wmt14-ende", "bleu"),
+                      ("En-Fr (BLEU, 0–100)", "nmt-wmt14-enfr", "bleu"),
+                      ("ImageNet top-1 (%)", "imagenet", "accuracy"), ("ImageNet top-5 (%)", "imagenet", "top5"),
+                      ("WikiText-103 (perplexity)", "mlm-wikitext103", "perplexity")]
+CELL_STATS = ("mean", "ci_low", "ci_high", "n")   # a cell's columns in the numeric (CSV) table
+
+
+def _check_agg(agg: str) -> None:
+    if agg not in AGGS:
+        raise ValueError(f"agg {agg!r} is not one of {', '.join(AGGS)}")
+
+
+def metric_unit(metric: str, benchmark: str | None = None) -> str:
+    """The unit a table shows ``metric`` in: "%" for fractions, "char, 0–100" or "0–100" for BLEU,
+    "" for perplexity and loss (their own units)."""
+    if metric in FRACTION_METRICS:
+        return "%"
+    if metric == "bleu":
+        return "char, 0–100" if benchmark in CHAR_BLEU else "0–100"
+    return ""
+
+
+def metric_label(metric: str, benchmark: str | None = None) -> str:
+    """A header for ``metric``: "accuracy (%)", "BLEU (char, 0–100)", "perplexity", "eval loss"."""
+    name = {"bleu": "BLEU", "loss": "eval loss"}.get(metric, metric)
+    unit = metric_unit(metric, benchmark)
+    return f"{name} ({unit})" if unit else name
+
+
+def metric_decimals(metric: str, value: float) -> int:
+    """Decimals worth showing: 1 for percent and BLEU (0–100), else 3 significant digits of ``value``."""
+    if metric in FRACTION_METRICS or metric == "bleu":
+        return 1
+    return significant_decimals(value)
+
+
+def _trial_filter(stmt: sa.Select, benchmarks: Sequence[str], sweep: str | None) -> sa.Select:
+    stmt = stmt.where(Trial.status == "ok", Trial.benchmark.in_(list(benchmarks)))
+    if sweep is not None:
+        stmt = stmt.join(Sweep, Sweep.id == Trial.sweep_id).where(sa.or_(Sweep.external_id == sweep, Sweep.name == sweep))
+    return stmt
+
+
+def final_metrics(engine: Engine, benchmarks: Sequence[str], metrics: Sequence[str], *,
+                  sweep: str | None = None) -> pd.DataFrame:
+    """One row per (ok trial, metric): attention, benchmark, seed, config columns, metric, value."""
+    stmt = _trial_filter(
+        sa.select(Trial.id.label("trial_id"), Trial.attention, Trial.benchmark, Trial.seed, Trial.alpha, Trial.base,
+                  Trial.d_k, Trial.num_features, Metric.name.label("metric"), Metric.value)
+        .join(Metric, Metric.trial_id == Trial.id).where(Metric.name.in_(list(metrics))),
+        benchmarks, sweep)
+    with engine.connect() as conn:
+        return pd.read_sql(stmt, conn)
+
+
+def _select(df: pd.DataFrame, by: list[str], value: str, lower_better: bool, agg: str) -> pd.Series:
+    """The cell rule on a numeric column, means only: per ``by`` group, best configuration's seed
+    mean (or best single trial)."""
+    if agg == "mean":
+        df = df.groupby(by + CONFIG, dropna=False)[value].mean().reset_index()
+    grouped = df.groupby(by)[value]
+    return grouped.min() if lower_better else grouped.max()
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A quality cell: the configuration the cell rule chose, its value per seed, its estimate."""
+
+    config: dict
+    values: dict
+    estimate: Estimate
+
+    @property
+    def seeds(self) -> str:
+        return ",".join(str(s) for s in sorted(self.values))
+
+    def config_text(self) -> str:
+        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.config.items())
+
+
+def _config(values) -> dict:
+    out = {}
+    for name, v in zip(CONFIG, values):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        out[name] = int(v) if name in ("d_k", "num_features") else float(v) if name == "alpha" else v
+    return out
+
+
+def _cells(df: pd.DataFrame, by: list[str], lower: bool, agg: str) -> dict[tuple, Cell]:
+    """The cell rule per ``by`` group of trials (columns ``by``, CONFIG, seed, value): the
+    configuration with the best seed mean (``agg="mean"``; a seed run twice counts once, its
+    runs averaged) or the best single trial (``agg="best"``: n = 1, no interval)."""
+    out = {}
+    for key, part in df.groupby(by, dropna=False, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        if agg == "mean":
+            candidates = []
+            for cfg, trials in part.groupby(CONFIG, dropna=False, sort=True):
+                values = trials.groupby("seed", dropna=False)["value"].mean().to_dict()
+                candidates.append(Cell(_config(cfg), values, mean_ci(list(values.values()))))
+        else:
+            candidates = [Cell(_config([t[c] for c in CONFIG]), {t["seed"]: float(t["value"])},
+                               Estimate(float(t["value"]), math.nan, math.nan, 1))
+                          for _, t in part.sort_values(CONFIG + ["seed"]).iterrows()]
+        pick = min if lower else max
+        out[key] = pick(candidates, key=lambda c: c.estimate.mean)
+    return out
+
+
+def _scaled(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    frac = df["metric"].isin(FRACTION_METRICS)
+    df.loc[frac, "value"] = df.loc[frac, "value"] * 100.0
+    return df
+
+
+def _stat_row(cell: Cell | None, decimals: int, **keys) -> dict:
+    est = cell.estimate if cell is not None else Estimate(math.nan, math.nan, math.nan, 0)
+    return {**keys, "config": "" if cell is None else cell.config_text(), "seeds": "" if cell is None else cell.seeds,
+            "mean": est.mean, "low": est.low, "high": est.high, "n": est.n, "decimals": decimals}
+
+
+def _estimate(row) -> Estimate:
+    return Estimate(row["mean"], row["low"], row["high"], int(row["n"]))
+
+
+def _average(cells: list[Cell | None]) -> Estimate:
+    """The mean over a row's columns (the paper's Average: NaN when a column is missing). Its CI is
+    over the seeds' per-seed averages where every cell has the same seeds; else a mean, no CI
+    (n: the most seeds a cell has)."""
+    if not cells or any(c is None for c in cells):
+        return Estimate(math.nan, math.nan, math.nan, 0)
+    mean = sum(c.estimate.mean for c in cells) / len(cells)
+    seeds = [set(c.values) for c in cells]
+    if all(s == seeds[0] for s in seeds):
+        est = mean_ci([sum(c.values[s] for c in cells) / len(cells) for s in sorted(seeds[0])])
+        return dataclasses.replace(est, mean=mean)   # the same number, summed in another order
+    return Estimate(mean, math.nan, math.nan, max(c.estimate.n for c in cells))   # "(no CI)" from 2 seeds
+
+
+def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg: str = "mean",
+                 sweep: str | None = None, average: bool = False) -> pd.DataFrame:
+    """The cells of a metric table, long: one row per (mechanism, column) with a result (and per
+    mechanism an "Average …" row with ``average``): mechanism, column, benchmark, metric, config
+    (the chosen configuration, "d_k=64, num_features=128"), seeds ("0,1,2"), mean, low, high (the
+    95 % CI; NaN below 2 seeds), n, decimals (how many the tables show). Percent for fractions."""
+    _check_agg(agg)
+    benchmarks = sorted({b for _, b, _ in columns})
+    df = final_metrics(engine, benchmarks, sorted({m for _, _, m in columns}), sweep=sweep)
+    if df.empty:
+        raise NoResults(f"no ok trials with metrics for {', '.join(benchmarks)}")
+    df = _scaled(df)
+    cells: dict[str, dict[str, Cell]] = {}
+    shown = []
+    for label, bench, metric in columns:
+        part = df[(df["benchmark"] == bench) & (df["metric"] == metric)]
+        if not part.empty:
+            shown.append((label, bench, metric))
+            cells[label] = {k[0]: c for k, c in _cells(part, ["attention"], metric in LOWER_IS_BETTER, agg).items()}
+    mechanisms = mechanism_order(df["attention"])
+    rows = [_stat_row(cells[label][m], metric_decimals(metric, cells[label][m].estimate.mean),
+                      mechanism=m, column=label, benchmark=bench, metric=metric)
+            for m in mechanisms for label, bench, metric in shown if m in cells[label]]
+    labels = [label for label, _, _ in shown]
+    if average:
+        units = {metric_unit(metric, bench) for _, bench, metric in shown}
+        name = f"Average ({units.pop()})" if len(units) == 1 and "" not in units else "Average"
+        for m in mechanisms:
+            est = _average([cells[label].get(m) for label in labels])
+            rows.append({"mechanism": m, "column": name, "benchmark": "", "metric": "", "config": "", "seeds": "",
+                         "mean": est.mean, "low": est.low, "high": est.high, "n": est.n,
+                         "decimals": 1 if units == {"%"} or name.endswith("(%)") else significant_decimals(est.mean)})
+        labels.append(name)
+    stats = pd.DataFrame(rows, columns=["mechanism", "column", "benchmark", "metric", "config", "seeds",
+                                        "mean", "low", "high", "n", "decimals"])
+    stats.attrs.update(index=["mechanism"], columns=labels, rows=mechanisms)
+    return stats
+
+
+def _rows_of(stats: pd.DataFrame, index: list[str]) -> dict[tuple, dict[str, pd.Series]]:
+    out: dict[tuple, dict[str, pd.Series]] = {}
+    for _, r in stats.iterrows():
+        out.setdefault(tuple(r[i] for i in index), {})[r["column"]] = r
+    return out
+
+
+NO_VALUE = "—"   # an index value that was not recorded (a d_k of trials without one)
+
+
+def _keys(stats: pd.DataFrame, rows: Sequence | None, by_row: dict) -> list[tuple]:
+    """The table's rows: ``rows``, else the stats frame's (its ``attrs["rows"]``), as tuples."""
+    rows = rows if rows is not None else stats.attrs.get("rows", by_row)
+    return [k if isinstance(k, tuple) else (k,) for k in rows]
+
+
+def _index(keys: list[tuple], names: list[str]) -> pd.Index:
+    keys = [tuple(NO_VALUE if v is None else v for v in k) for k in keys]
+    if len(names) == 1:
+        return pd.Index([k[0] for k in keys], name=names[0])
+    return pd.MultiIndex.from_tuples(keys, names=names)
+
+
+def display_table(stats: pd.DataFrame, *, index: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+                  rows: Sequence | None = None) -> pd.DataFrame:
+    """A stats frame wide, as text: rows ``index`` (default the frame's), one column per
+    ``columns`` label, each cell "97.2 ± 1.7 (n=3)" / "97.2 (1 seed)"; NaN where there is none."""
+    index = list(index or stats.attrs["index"])
+    columns = list(columns or stats.attrs["columns"])
+    by_row = _rows_of(stats, index)
+    keys = _keys(stats, rows, by_row)
+    data = {c: [float("nan") if c not in by_row.get(k, {}) or by_row[k][c]["n"] == 0
+                else _estimate(by_row[k][c]).format(int(by_row[k][c]["decimals"])) for k in keys] for c in columns}
+    return pd.DataFrame(data, index=_index(keys, index), columns=columns, dtype=object)
+
+
+def numbers_table(stats: pd.DataFrame, *, index: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+                  rows: Sequence | None = None) -> pd.DataFrame:
+    """A stats frame wide, as numbers (for CSV): per ``columns`` label the columns "<label> mean",
+    "<label> ci_low", "<label> ci_high" (rounded to the cell's decimals; NaN below 2 seeds) and
+    "<label> n"."""
+    index = list(index or stats.attrs["index"])
+    columns = list(columns or stats.attrs["columns"])
+    by_row = _rows_of(stats, index)
+    keys = _keys(stats, rows, by_row)
+    data: dict[str, list] = {}
+    for c in columns:
+        ests = [None if c not in by_row.get(k, {}) or by_row[k][c]["n"] == 0
+                else _estimate(by_row[k][c]).rounded(int(by_row[k][c]["decimals"])) for k in keys]
+        nan = float("nan")
+        data[f"{c} mean"] = [nan if e is None else e.mean for e in ests]
+        data[f"{c} ci_low"] = [nan if e is None else e.low for e in ests]
+        data[f"{c} ci_high"] = [nan if e is None else e.high for e in ests]
+        data[f"{c} n"] = pd.array([0 if e is None else e.n for e in ests], dtype="Int64")
+    return pd.DataFrame(data, index=_index(keys, index))
+
+
+def metric_table(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg: str = "mean",
+                 sweep: str | None = None, average: bool = False, numbers: bool = False) -> pd.DataFrame:
+    """Rows: mechanisms; one column per (label, benchmark, metric) with results, optionally the
+    mean over them ("Average (%)"): :func:`metric_stats` as text (``numbers``: as rounded numbers,
+    :func:`numbers_table`)."""
+    stats = metric_stats(engine, columns, agg=agg, sweep=sweep, average=average)
+    return numbers_table(stats) if numbers else display_table(stats)
+
+
+def glue_table(engine: Engine, *, agg: str = "mean", sweep: str | None = None, numbers: bool = False) -> pd.DataFrame:
+    """Table 2: GLUE dev scores per mechanism (percent) and their average over all columns."""
+    return metric_table(engine, GLUE_COLUMNS, agg=agg, sweep=sweep, average=True, numbers=numbers)
+
+
+def lra_table(engine: Engine, *, agg: str = "mean", sweep: str | None = None, small: bool = False,
+              numbers: bool = False) -> pd.DataFrame:
+    """Table 3: LRA accuracy (percent) per mechanism and the average; ``small``: the CPU-size tasks."""
+    return metric_table(engine, LRA_SMALL_COLUMNS if small else LRA_COLUMNS, agg=agg, sweep=sweep, average=True,
+                        numbers=numbers)
+
+
+def collective_table(engine: Engine, *, agg: str = "mean", sweep: str | None = None,
+                     numbers: bool = False) -> pd.DataFrame:
+    """Table 4: NMT BLEU (en-de, en-fr), ImageNet top-1/top-5 (percent), WikiText-103 perplexity."""
+    return metric_table(engine, COLLECTIVE_COLUMNS, agg=agg, sweep=sweep, numbers=numbers)
+
+
+def alpha_label(alpha: float) -> str:
+    return f"{alpha * 100:g}%"
+
+
+def uptrained_benchmark(engine: Engine, *, sweep: str | None = None) -> str:
+    """The one benchmark with up-training trials (0 < α < 1), so ``flurka tables --table uptraining``
+    needs no --benchmark after a one-benchmark sweep; several is an error naming them."""
+    stmt = sa.select(Trial.benchmark).distinct().where(Trial.status == "ok", Trial.alpha > 0, Trial.alpha < 1)
+    if sweep is not None:
+        stmt = stmt.join(Sweep, Sweep.id == Trial.sweep_id).where(sa.or_(Sweep.external_id == sweep, Sweep.name == sweep))
+    with engine.connect() as conn:
+        found = sorted(conn.scalars(stmt))
+    if not found:
+        raise NoResults("no up-training trials (0 < alpha < 1) in the database")
+    if len(found) > 1:
+        raise ValueError(f"up-training trials on several benchmarks ({', '.join(found)}): pass --benchmark")
+    return found[0]
+
+
+@dataclasses.dataclass
+class _UpRow:
+    variant: str
+    d_k: int | None
+    kernel: Cell | None
+    low_rank: Cell | None
+    alphas: dict[float, Cell]
+
+    def best_alpha(self, lower: bool) -> float:
+        """The α whose cell has the best mean (the smallest such α on a tie)."""
+        pick = min if lower else max
+        return pick(sorted(self.alphas), key=lambda a: self.alphas[a].estimate.mean)
+
+
+_NO_DK = -1   # group key of trials without a recorded d_k
+
+
+def _uptraining(engine: Engine, benchmark: str, metric: str, agg: str, sweep: str | None):
+    """Table 5's cells per (variant, d_k): the kernel constituent (no d_k: its best configuration),
+    Linformer at that d_k, and the variant up-trained at each α; the α values, lower-is-better."""
+    _check_agg(agg)
+    df = final_metrics(engine, [benchmark], [metric], sweep=sweep)
+    if not set(df["attention"]) & set(KERNEL_OF):
+        raise NoResults(f"no ok FLuRKA trials with {metric!r} on {benchmark}")
+    df = _scaled(df)
+    df["dk"] = df["d_k"].fillna(_NO_DK).astype(int)
+    lower = metric in LOWER_IS_BETTER
+    up = df[df["attention"].isin(KERNEL_OF) & (df["alpha"] > 0) & (df["alpha"] < 1)].copy()
+    if up.empty:
+        raise NoResults(f"no ok up-training trials (0 < alpha < 1) of a FLuRKA variant with {metric!r} on {benchmark}")
+    up["a"] = up["alpha"].round(6)
+    by_alpha = _cells(up, ["attention", "dk", "a"], lower, agg)
+    kernels = {k[0]: c for k, c in _cells(df[df["attention"].isin(set(KERNEL_OF.values()))], ["attention"],
+                                          lower, agg).items()}
+    low = {k[0]: c for k, c in _cells(df[df["attention"] == LOW_RANK], ["dk"], lower, agg).items()}
+    rows = []
+    for variant in mechanism_order(up["attention"]):
+        for dk in sorted(up.loc[up["attention"] == variant, "dk"].unique()):
+            alphas = {a: c for (v, d, a), c in sorted(by_alpha.items()) if v == variant and d == dk}
+            rows.append(_UpRow(variant, None if dk == _NO_DK else int(dk), kernels.get(KERNEL_OF[variant]),
+                               low.get(dk), alphas))
+    return rows, sorted(up["a"].unique()), lower
+
+
+def uptraining_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metric: str = "bleu",
+                     agg: str = "mean", sweep: str | None = None) -> pd.DataFrame:
+    """Table 5's cells, long: one row per (variant, d_k, column) with a result, the columns being
+    "kernel" (the variant's kernel constituent, any d_k), "low-rank" (Linformer at that d_k) and
+    each α ("12.5%", ...): variant, d_k (None where unrecorded), column, mechanism, alpha (NaN for
+    the constituents), config, seeds, mean, low, high, n, decimals, best (the row's best α)."""
+    rows, alphas, lower = _uptraining(engine, benchmark, metric, agg, sweep)
+    out = []
+    for r in rows:
+        best = r.best_alpha(lower)
+        parts = [("kernel", KERNEL_OF[r.variant], math.nan, r.kernel), ("low-rank", LOW_RANK, math.nan, r.low_rank),
+                 *[(alpha_label(a), r.variant, a, c) for a, c in r.alphas.items()]]
+        for column, mech, a, cell in parts:
+            if cell is not None:
+                out.append({**_stat_row(cell, metric_decimals(metric, cell.estimate.mean), variant=r.variant,
+                                        d_k=r.d_k, column=column, mechanism=mech, alpha=a),
+                            "best": a == best})
+    stats = pd.DataFrame(out, columns=["variant", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean",
+                                       "low", "high", "n", "decimals", "best"])
+    stats["d_k"] = pd.Series([r["d_k"] for r in out], dtype=object)   # ints and None, not floats and NaN
+    stats.attrs.update(index=["variant", "d_k"], columns=["kernel", "low-rank", *map(alpha_label, alphas)],
+                       rows=[(r.variant, r.d_k) for r in rows], metric=metric, benchmark=benchmark,
+                       title=_uptraining_title(benchmark, metric))
+    return stats
+
+
+def _uptraining_title(benchmark: str, metric: str) -> str:
+    better = "lower" if metric in LOWER_IS_BETTER else "higher"
+    return (f"Up-training α, {benchmark}: {metric_label(metric, benchmark)}, {better} is better; "
+            f"mean ± 95 % CI over seeds (n); * the row's best α")
+
+
+def uptraining_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metric: str = "bleu",
+                     agg: str = "mean", sweep: str | None = None, numbers: bool = False) -> pd.DataFrame:
+    """Table 5: each FLuRKA variant up-trained at each α, beside its kernel and low-rank constituents.
+
+    Rows: (variant, d_k), one per d_k the variant was up-trained at; columns "kernel constituent"
+    (its name), "kernel", "low-rank" (Linformer at that d_k), then one per up-training fraction α in
+    (0, 1) found in the database ("12.5%", ...), each "mean ± CI (n=…)", the row's best α marked
+    "*". ``numbers``: the same as rounded numbers (:func:`numbers_table`) and a "best α" column.
+    ``attrs["title"]`` names the metric, its unit and which way is better.
+    """
+    stats = uptraining_stats(engine, benchmark=benchmark, metric=metric, agg=agg, sweep=sweep)
+    rows = stats.attrs["rows"]
+    kernel = [KERNEL_OF[v] for v, _ in rows]
+    best = {(r["variant"], r["d_k"]): r["column"] for _, r in stats[stats["best"]].iterrows()}
+    if numbers:
+        table = numbers_table(stats)
+        table.insert(0, "kernel constituent", kernel)
+        table["best α"] = [best.get(k) for k in rows]
+    else:
+        table = display_table(stats)
+        for i, k in enumerate(rows):
+            if k in best:
+                j = table.columns.get_loc(best[k])
+                table.iat[i, j] = f"{table.iat[i, j]} *"
+        table.insert(0, "kernel constituent", kernel)
+    table.attrs["title"] = stats.attrs["title"]
+    return table
+
+
+def uptraining_observations(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metric: str = "bleu",
+                            agg: str = "mean", sweep: str | None = None) -> pd.DataFrame:
+    """The paper's three Table 5 observations, evaluated per (variant, d_k) row of our data.
+
+    Columns: "kernel constituent"; "between" / "judged": how many of the row's α cells have a mean
+    strictly between the kernel's and the low-rank's (judged: cells whose row has both);
+    "best α" and "best mean" (the row's best α cell); "best α in [25 %, 37.5 %]" (yes/no);
+    "best − kernel" and "best − low-rank": the best α cell paired against each constituent over
+    the seeds both have (difference, 95 % CI, ttest_rel's p); "vs kernel" and "vs low-rank": the
+    better one beyond noise, "tie" where the CI holds 0, "n<2" below two common seeds, NaN
+    without the constituent; "beats both": yes only if the variant is better than both beyond
+    noise; "overall best": the row holding the best α cell of the table. Lower-is-better metrics
+    (loss, perplexity) are compared that way. :func:`observation_lines` says it in three lines.
+    """
+    rows, _, lower = _uptraining(engine, benchmark, metric, agg, sweep)
+    out = []
+    for r in rows:
+        a = r.best_alpha(lower)
+        cell = r.alphas[a]
+        dec = metric_decimals(metric, cell.estimate.mean)
+        judged = between = 0
+        if r.kernel is not None and r.low_rank is not None:
+            lo, hi = sorted((r.kernel.estimate.mean, r.low_rank.estimate.mean))
+            judged = len(r.alphas)
+            between = sum(lo < c.estimate.mean < hi for c in r.alphas.values())
+        row = {"variant": r.variant, "d_k": NO_VALUE if r.d_k is None else r.d_k,
+               "kernel constituent": KERNEL_OF[r.variant],
+               "between": between, "judged": judged, "cells": len(r.alphas), "best α": alpha_label(a),
+               "best mean": round(cell.estimate.mean, dec) + 0.0,
+               "best α in [25 %, 37.5 %]": "yes" if PAPER_BEST_ALPHA[0] <= a <= PAPER_BEST_ALPHA[1] else "no"}
+        wins = []
+        for name, other, mech in (("kernel", r.kernel, KERNEL_OF[r.variant]), ("low-rank", r.low_rank, LOW_RANK)):
+            if other is None:
+                row[f"best − {name}"], row[f"vs {name}"] = float("nan"), float("nan")
+                wins.append(False)
+                continue
+            p = paired(cell.values, other.values, names=(r.variant, mech))
+            row[f"best − {name}"] = p.format(dec)
+            row[f"vs {name}"] = p.winner(lower)
+            wins.append(row[f"vs {name}"] == r.variant)
+        row["beats both"] = "yes" if all(wins) else "no"
+        row["_mean"] = cell.estimate.mean
+        out.append(row)
+    obs = pd.DataFrame(out)
+    best = obs["_mean"].idxmin() if lower else obs["_mean"].idxmax()
+    obs["overall best"] = obs.index == best
+    obs = obs.drop(columns="_mean").set_index(["variant", "d_k"])
+    obs.attrs.update(title=f"Table 5's observations, {benchmark}, {metric_label(metric, benchmark)}", floatfmt="g")
+    return obs
+
+
+def _row_name(variant: str, d_k) -> str:
+    return variant if d_k in (None, NO_VALUE) or d_k != d_k else f"{variant} d_k={int(d_k)}"
+
+
+def observation_lines(obs: pd.DataFrame) -> list[str]:
+    """The three observations in a line each, from an :func:`uptraining_observations` frame."""
+    judged, between = int(obs["judged"].sum()), int(obs["between"].sum())
+    unjudged = int(obs["cells"].sum()) - judged
+    one = f"(1) {between} of {judged} α cells lie between their constituents (kernel, low-rank)"
+    if unjudged:
+        one += f"; {unjudged} more in rows without both constituents, not judged"
+    (variant, d_k), best = next((k, r) for k, r in obs.iterrows() if r["overall best"])
+    verdicts = "; ".join(f"vs {best[f'{c} constituent'] if c == 'kernel' else LOW_RANK}: "
+                         + ("no result" if not isinstance(best[f"best − {c}"], str)
+                            else f"{best[f'best − {c}']} -> {best[f'vs {c}']}")
+                         for c in ("kernel", "low-rank"))
+    two = (f"(2) best variant beats both: {best['beats both']} ({_row_name(variant, d_k)} at α={best['best α']}, "
+           f"{best['best mean']:g}; paired differences {verdicts})")
+    in_range = obs["best α in [25 %, 37.5 %]"] == "yes"
+    per_row = ", ".join(f"{_row_name(v, d)} {r['best α']}" for (v, d), r in obs.iterrows())
+    three = (f"(3) best α in [25 %, 37.5 %]: {'yes' if in_range.all() else 'no'} "
+             f"({int(in_range.sum())} of {len(obs)} rows; {per_row})")
+    return [one, two, three]
+
+
+def format_observations(obs: pd.DataFrame, fmt: str = "markdown") -> str:
+    """The observations block: a title, the three lines (LaTeX: as comments) and the per-row table."""
+    comment = "% " if fmt == "latex" else ""
+    lines = [obs.attrs.get("title", "Table 5's observations") + ":", *observation_lines(obs)]
+    return "\n".join(comment + line for line in lines) + "\n\n" + format_table(
+        obs.drop(columns=["overall best", "cells"]), fmt)
+
+
+def curves(engine: Engine, benchmark: str, names: Sequence[str], *, sweep: str | None = None) -> pd.DataFrame:
+    """Training curves of ok trials, wide: one row per (trial, step), one column per curve metric."""
+    stmt = _trial_filter(
+        sa.select(Trial.id.label("trial_id"), Trial.attention, Trial.seed, Trial.alpha, Trial.base, Trial.d_k,
+                  Trial.num_features, CurvePoint.step, CurvePoint.name, CurvePoint.value)
+        .join(CurvePoint, CurvePoint.trial_id == Trial.id).where(CurvePoint.name.in_(list(names))),
+        [benchmark], sweep)
+    with engine.connect() as conn:
+        long = pd.read_sql(stmt, conn)
+    if long.empty or not set(names) <= set(long["name"]):
+        return pd.DataFrame(columns=[*long.columns.drop(["name", "value"]), *names])
+    keys = ["trial_id", "attention", "seed", *CONFIG, "step"]
+    wide = long.pivot_table(index=keys, columns="name", values="value", dropna=False).reset_index()
+    return wide.dropna(subset=list(names)).sort_values(["trial_id", "step"])
+
+
+def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: str = "loss",
+                   reference: str = "full", target_loss: float | None = None,
+                   sweep: str | None = None, numbers: bool = False) -> pd.DataFrame:
+    """Table 1: training FLOPs each mechanism needs to reach a target loss.
+
+    The target is ``target_loss`` or the reference mechanism's final loss (its best configuration's
+    seed mean). Per trial: the first curve point with loss <= target gives ``Loss`` and the
+    cumulative ``train_flops`` there (``EFLOPs`` = 1e18 FLOPs); per mechanism the configuration
+    with the fewest seed-mean FLOPs is reported; NaN where no trial reached the target.
+    ``numbers``: rounded to the 4 significant digits the table shows (for CSV).
+    """
+    df = curves(engine, benchmark, [loss, "train_flops"], sweep=sweep)
+    if df.empty:
+        raise NoResults(f"no ok trials with {loss!r} and 'train_flops' curves on {benchmark}")
+    if target_loss is None:
+        finals = df.sort_values("step").groupby(["trial_id", "attention", "seed", *CONFIG], dropna=False).tail(1)
+        ref = finals[finals["attention"] == reference]
+        if ref.empty:
+            raise NoResults(f"no {reference!r} trials on {benchmark} to take the target loss from")
+        target_loss = float(_select(ref, ["attention"], loss, True, "mean").iloc[0])
+    rows = []
+    for _, trial in df.groupby("trial_id"):
+        hit = trial[trial[loss] <= target_loss + 1e-12]
+        first = hit.iloc[0] if not hit.empty else None
+        rows.append({**trial.iloc[0][["attention", "seed", *CONFIG]].to_dict(),
+                     "Loss": float("nan") if first is None else first[loss],
+                     "EFLOPs": float("nan") if first is None else first["train_flops"] / 1e18})
+    per_trial = pd.DataFrame(rows)
+    per_config = per_trial.groupby(["attention", *CONFIG], dropna=False)[["Loss", "EFLOPs"]].mean().reset_index()
+    per_config = per_config.sort_values("EFLOPs", na_position="last")
+    out = per_config.groupby("attention").head(1).set_index("attention")[["Loss", "EFLOPs"]]
+    out = out.reindex(pd.Index(mechanism_order(out.index), name="mechanism"))
+    if numbers:
+        out = out.map(lambda v: v if v != v else float(f"{v:.4g}"))
+    out.attrs.update(target_loss=target_loss, floatfmt=".4g")
+    return out

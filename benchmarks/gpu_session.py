@@ -3,7 +3,10 @@ priority order (``--tune-fused`` tunes the fused kernels' launch shape just befo
 fused point, not ahead of the XLA ones), each sweep's JSON rewritten after every point
 (``flurka.speed/1`` schema, so ``flurka ingest`` takes the files as they are).
 
-    python benchmarks/gpu_session.py --out DIR --budget-s 420
+    python benchmarks/gpu_session.py --out DIR --budget-s 420 --plan h100-second
+
+The plans are data, ``benchmarks/plans.toml`` (what each lease measures, in order); this file
+runs one.
 
 JAX alone (no Ray, MLflow, SQL). Leases are short, so the plan is ordered by what the issue asks
 first: the N = 55.5k comparison (forward, then train), flash vs FLuRKA at N = 52.5k, the claims'
@@ -20,6 +23,8 @@ import dataclasses
 import os
 import sys
 import time
+import tomllib
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +35,6 @@ from flurka.attention import (
     ALIGNABLE, FUSABLE, MECHANISMS, PROJECTABLE, make_attention)
 from flurka.attention.fused import Tiling, use_tiling
 from flurka.mechanisms import COMPRESSED
-from flurka.mechanisms import FLURKA as FLURKA_VARIANTS
 from flurka.attention.fused_compress import CompressTiling, use_compress_tiling
 from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
 from flurka.speed.bench import freeze_survivors
@@ -44,275 +48,34 @@ from flurka.speed.tuning import tune_compression, tune_ffn, tune_fused
 ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flurka-eva", "eva",
          "full", "flash")
 
-# (sweep, filter on the point's fields); blocks run in this order until the budget is spent.
-FIVE = {"flurka-performer", "flurka-rnn", "linformer", "performer", "rnn"}
-FLURKA = set(FLURKA_VARIANTS)
 # --check-fused checks these with the LayerNorm handed over whatever --check names: each has
 # gradient kernels of its own (the training step's) that only a card compiles.
 HANDED_OVER = ("flurka-performer", "flurka-rnn", "flurka-eva")
-GEMM_FUSION_V2 = (("xla_gpu_experimental_gemm_fusion_v2", True),)
-CUBLAS = (("xla_gpu_enable_triton_gemm", False),)
-ALIGNED = {"align": {128}, "pad_to": {128}}   # GEMM shapes and the batch padded to 128
-# Blocks the fourth plan and the H100's share: flash itself, the wide fused layers, the flash
-# comparison on cuBLAS, FLuRKA's fused + padded training, the claims' boundary aligned.
-FLASH_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
-                                   "mechanism": {"flash"}})
-FLASH_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "mechanism": {"flash"}})
-WIDE_FUSED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                          "fused": {True}, "mechanism": set(FUSABLE)})
-CUBLAS_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                                    "pad_to": {128}, "xla": {CUBLAS}, "mechanism": FLURKA})
-FUSED_PADDED_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                                        "pad_to": {128}, "mechanism": FLURKA})
-# The blocks' residual + LayerNorm + FFN as Pallas kernels (flurka.models.fused_ffn): in XLA's
-# plan for the fused + padded flash-comparison forward they move 7.6 GB, not 9.55 (H200 target),
-# FLuRKA's largest remaining traffic; flash's model takes the same kernels (the same encoder).
-FUSED_FFN_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                                       "fused_ffn": {True}, "pad_to": {128}, "mechanism": FLURKA})
-# ... and W_Q, W_O inside the fused query side too (flurka.attention.fused_layer): q and the
-# per-head context never reach memory (flurka-rnn's plan: 7.60 -> 6.31 GB with the two-kernel
-# FFN, 5.02 GB with the one-kernel FFN).
-FUSED_LAYER_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                                         "fused_projections": {True}, "fused_ffn": {True},
-                                         "pad_to": {128}, "mechanism": FLURKA})
-FLASH_FUSED_FFN_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
-                                             "fused_ffn": {True}, "mechanism": {"flash"}})
-FUSED_FFN_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                                     "fused_ffn": {True}, "pad_to": {128}, "mechanism": FLURKA})
-# ... and the whole fused layer's training step: its gradient kernels (the FFN block's, the
-# compression's, the projected query side's) and the carried bf16 compute copy — flurka-rnn's
-# plan 36.1 GB, 50.4 without them (benchmarks/results/aot-2026-11-27-train); flash's training
-# step in the same lease.
-FUSED_LAYER_TRAIN = ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                                       "fused_projections": {True}, "fused_ffn": {True},
-                                       "pad_to": {128}, "mechanism": FLURKA})
-BOUNDARY_ALIGNED = ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
-                                        "mode": {"forward"}, **ALIGNED, "mechanism": FIVE})
-# Blocks of the H100's two plans: FLuRKA's best flash comparison (fused query side, padded),
-# short N aligned, the EVAs' training aligned, the d_k and d_model sweeps' ends, and the
-# quadratic baselines' floors at the N-sweep (d_h 325: past cuDNN's 256, flash runs XLA's
-# attention; full's [8, N, N] scores may not fit): last, they are slow.
-FUSED_PADDED_FORWARD = ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                                          "pad_to": {128}, "mechanism": FLURKA})
-SHORT_ALIGNED = ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                             "mechanism": FIVE})
-EVA_TRAIN_ALIGNED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"},
-                                 **ALIGNED, "mechanism": {"eva", "flurka-eva"}})
-# flurka-rnn's training step against rnn's again: on the first H100 lease it ran 15.1-19.4 ms
-# (p10-p90) around 16.4, so its 1.14x over rnn lay within the spread, a tie.
-RNN_TRAIN_ALIGNED = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"},
-                                 **ALIGNED, "mechanism": {"rnn", "flurka-rnn"}})
-# The EVAs aligned now that they pad d_h too (their proposal on the true columns): EVA, the one
-# layer past 2x its floor on the H100 (3.51x aligned, forward), with its [N, C] chunk softmax in
-# flurka-eva's kernel (plan at 55.5k on the H100 target: 38.0 -> 12.2 GB), and flurka-eva
-# (1.78x fused, 1.88x XLA; its N-sized softmax products no longer 325 deep).
-EVA_FORWARD_ALIGNED = [
-    ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                 **fused, "mechanism": {"eva", "flurka-eva"}}) for fused in ({"fused": {True}}, {})]
-DK_SWEEP = ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
-                         "mechanism": FIVE})
-DMODEL_SWEEP = ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
-                                 "mechanism": FIVE})
-QUADRATIC = ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
-                         "mechanism": {"full", "flash"}})
-PLANS: dict[str, list[tuple[str, dict]]] = {
-    "first": [
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}}),
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}}),
-        ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}}),
-        ("flash-compare", {"seq_len": {7500, 25500}, "mode": {"forward"}}),
-        ("n-sweep", {"seq_len": {19050, 31050, 43050}, "scope": {"layer"}, "mode": {"forward"}}),
-        ("dk-sweep", {"d_k": {8000, 14400, 20000}, "scope": {"layer"}, "mode": {"forward"}}),
-        ("dmodel-sweep", {"d_model": {800, 7200, 13600}, "scope": {"layer"}, "mode": {"forward"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}}),
-    ],
-    # After the first: the N = 55.5k headline again (another machine, chained-probe ceilings),
-    # then what the first lease did not reach.
-    "second": [
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
-                     "mechanism": FIVE}),
-        ("dk-sweep", {"d_k": {8000, 20000}, "scope": {"layer"}, "mode": {"forward"},
-                      "mechanism": FIVE}),
-        ("dmodel-sweep", {"d_model": {800, 13600}, "scope": {"layer"}, "mode": {"forward"},
-                          "mechanism": FIVE}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"},
-                           "mechanism": {"flash", "flurka-performer", "flurka-rnn", "flurka-eva"}}),
-        ("n-sweep", {"seq_len": {43050}, "scope": {"layer"}, "mode": {"forward"},
-                     "mechanism": {"eva", "full", "flash"}}),
-    ],
-    # Aligned execution (align=128: GEMM dimensions zero-padded, same function; the batch padded
-    # to 128 too, so E is built that long and never copied) against the unaligned twin on the
-    # same card, and the fused query-side kernel (Pallas) against XLA at the flash comparison:
-    # the headline points first, then training and N = 7050.
-    "third": [
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "mechanism": FIVE}),
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
-                     "mechanism": FIVE}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, **ALIGNED,
-                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"},
-                           "mechanism": {"flash", "flurka-performer", "flurka-rnn"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "mechanism": FLURKA}),
-        # The same with the batch padded to a multiple of 128 (52 608 rows, 108 masked): E·X
-        # then has no padded copies of E and X whichever GEMM the card's autotuner picks
-        # (3.9 GB of the forward's 12.8 in the H100 plan at 52 500; configs.py).
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "pad_to": {128}, "mechanism": FLURKA}),
-        # XLA's experimental GEMM fusion (v2) folds the elementwise passes (the LayerNorms'
-        # normalisation, the GELU, the mask) into the GEMMs' operands: 7.9-8.2 GB for these
-        # forwards in the H100 plan, not 9.6-10.2 (a training step's plan grows instead: forward
-        # only). Experimental, and a prologue is recomputed per output tile: timed, not assumed.
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "pad_to": {128}, "xla": {GEMM_FUSION_V2}, "mechanism": FLURKA}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "fused": {True},
-                           "mechanism": FLURKA}),
-        FUSED_PADDED_TRAIN,
-        # The N-sweep's query side fused too (d_h = m = 384 aligned: 3 × 3 blocks of 128,
-        # forward only) next to the aligned XLA rows above: what fusion adds to alignment.
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "fused": {True}, "mechanism": {"flurka-performer", "flurka-rnn"}}),
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
-                     "mechanism": FIVE}),
-        ("n-sweep", {"seq_len": {7050}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "mechanism": FIVE}),
-        # What bf16 buys a training step (the 6-layer model, mixed precision's reason to exist):
-        # the same points with float32 operands (TF32 GEMMs), the bf16 twin on the same card.
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "dtype": {"bfloat16"},
-                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, "dtype": {"float32"},
-                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
-        # Where FLuRKA overtakes its constituents below the N-sweep's 7050: the FLOP model says
-        # from N ≈ 3.1k–4.1k, claims 1 and 3 promise it from d_k(H+2) = 15000.
-        ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
-                             "mode": {"forward"}, "mechanism": FIVE}),
-    ],
-    # After the third (benchmarks/results/h200-2026-11-27): the flash comparison's best rows with
-    # flash in the same lease, forward then training (the training ratio so far crosses leases),
-    # profiled now that a command buffer's kernels are attributed; then the claims' boundary
-    # aligned (unaligned, the GEMMs' efficiency at odd N hid it), and its unaligned remainder.
-    "fourth": [
-        ("flash-compare", {"seq_len": {52500}, "mode": {"forward"}, "fused": {True},
-                           "pad_to": {128}, "mechanism": {"flurka-performer", "flurka-rnn"}}),
-        FLASH_FORWARD,
-        FUSED_FFN_FORWARD,
-        FUSED_LAYER_FORWARD,
-        FLASH_FUSED_FFN_FORWARD,
-        # The wide fused kernels (64-row programs on the warpgroup MMA, launch tuned first) at the
-        # N-sweep, their XLA twins in the same lease; then the flash comparison on cuBLAS, whose
-        # epilogues take the bias and residual (plan 8.4 GB, not 9.6, on the H200 target).
-        WIDE_FUSED,
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "mechanism": set(FUSABLE)}),
-        CUBLAS_FORWARD,
-        FUSED_PADDED_TRAIN,
-        FLASH_TRAIN,
-        FUSED_LAYER_TRAIN,
-        FUSED_FFN_TRAIN,
-        ("flash-compare", {"seq_len": {52500}, "mode": {"train"}, **ALIGNED,
-                           "mechanism": {"flurka-performer", "flurka-rnn"}}),
-        # EVA's softmax in two parts, no concatenated [N, C] copy (its plan at 55k: 74 -> 40 GB
-        # forward; it ran at 6.6x its floor): what the card makes of it.
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward", "train"},
-                     "mechanism": {"eva"}}),
-        # The EVAs aligned (d_h padded, their proposal on the true columns), against the aligned
-        # Linformer that beat flurka-eva (0.72x at 55.5k) when only Linformer could align.
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward", "train"},
-                     **ALIGNED, "mechanism": {"eva", "flurka-eva"}}),
-        BOUNDARY_ALIGNED,
-        ("claims-boundary", {"seq_len": {2000, 3000, 4000, 5000, 7050, 15000},
-                             "mode": {"forward"}, "mechanism": {"performer", "rnn"}}),
-    ],
-    # What the issue's targets still owe, on whichever card comes next (named for the H100's
-    # first lease, benchmarks/results/h100-2026-11-28, which stopped at its budget after
-    # FLuRKA's fused + padded training; the lender has since had only H200s, and a target's
-    # "x floor" is read against the same card's ceilings): the EVAs aligned, fused and XLA (the
-    # two floor targets missed that the fused chunk softmax may turn, never timed), FLuRKA's
-    # best flash-comparison forward with flash in the same lease, both modes (no flash training
-    # step on the H100 yet), the flash comparison on cuBLAS (are XLA's Triton GEMMs the gap to
-    # the floor?), the whole fused layer's training step (its forward lost to XLA's GEMMs:
-    # 9.3-12.9 vs 5.3-6.1 ms), then the rest of "targets".
-    "h100-second": [
-        *EVA_FORWARD_ALIGNED,
-        FUSED_PADDED_FORWARD,
-        FLASH_FORWARD,
-        FUSED_PADDED_TRAIN,
-        FLASH_TRAIN,
-        CUBLAS_FORWARD,
-        FUSED_LAYER_TRAIN,
-        SHORT_ALIGNED,
-        EVA_TRAIN_ALIGNED,
-        RNN_TRAIN_ALIGNED,
-        BOUNDARY_ALIGNED,
-        FUSED_FFN_TRAIN,
-        DK_SWEEP,
-        DMODEL_SWEEP,
-        QUADRATIC,
-    ],
-    # The issue's card (H100) from scratch, one lease: every target in priority order — the
-    # N = 55.5k layers aligned (floors; FLuRKA against Linformer and its constituents), flash
-    # against FLuRKA at its best, the wide fused kernel, training, the paper's own (unaligned)
-    # shapes, then what the figures and claims need.
-    "targets": [
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"}, **ALIGNED,
-                     "mechanism": FIVE | {"eva", "flurka-eva"}}),
-        FUSED_PADDED_FORWARD,
-        FLASH_FORWARD,
-        FUSED_FFN_FORWARD,
-        FUSED_LAYER_FORWARD,
-        FLASH_FUSED_FFN_FORWARD,
-        WIDE_FUSED,
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"train"}, **ALIGNED,
-                     "mechanism": FIVE}),
-        ("n-sweep", {"seq_len": {55500}, "scope": {"layer"}, "mode": {"forward"},
-                     "mechanism": FIVE | {"eva", "flurka-eva"}}),
-        FUSED_PADDED_TRAIN,
-        FLASH_TRAIN,
-        FUSED_LAYER_TRAIN,
-        FUSED_FFN_TRAIN,
-        CUBLAS_FORWARD,
-        SHORT_ALIGNED,
-        BOUNDARY_ALIGNED,
-        EVA_TRAIN_ALIGNED,
-        DK_SWEEP,
-        DMODEL_SWEEP,
-        QUADRATIC,
-    ],
-}
 
-# The N = 55.5k layer's matmuls one by one (bf16): are the odd sizes (d_h = m = 325, d_model
-# 2600, d_k 1500) what keeps XLA's layers at ~3x the floor? Padded twins say what alignment buys;
-# float32 twins (default precision: TF32) what the feature products cost before they took bf16
-# operands (session 4: 3–13 % of a bf16 forward's dot FLOPs, 8–42 % of a training step's, ran
-# as float32 GEMMs; benchmarks/README.md).
-SHAPE_PROBES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "x_w [55500,2600]@[2600,2600]": ((55500, 2600), (2600, 2600)),
-    "x_w padded [55552,2688]@[2688,2688]": ((55552, 2688), (2688, 2688)),
-    "E_x [1500,55500]@[55500,2600]": ((1500, 55500), (55500, 2600)),
-    "E_x padded [1536,55552]@[55552,2688]": ((1536, 55552), (55552, 2688)),
-    "q_omega [8,55500,325]@[8,325,325]": ((8, 55500, 325), (8, 325, 325)),
-    "q_omega padded [8,55552,384]@[8,384,384]": ((8, 55552, 384), (8, 384, 384)),
-    "q_kt [8,55500,325]@[8,325,1500]": ((8, 55500, 325), (8, 325, 1500)),
-    "q_kt padded [8,55552,384]@[8,384,1536]": ((8, 55552, 384), (8, 384, 1536)),
-    "q_omega f32 [8,55500,325]@[8,325,325]": ((8, 55500, 325), (8, 325, 325)),
-    "phi_kv [4,52500,128]@[4,128,128]": ((4, 52500, 128), (4, 128, 128)),
-    "phi_kv f32 [4,52500,128]@[4,128,128]": ((4, 52500, 128), (4, 128, 128)),
-    # The flash comparison's (appendix C; FLuRKA at 3.2–3.5x its floor on the H200) largest
-    # products, E1·X and E2·X, 47–48 % of its FLOPs: a 52.5k-long contraction onto 1024 × 512
-    # outputs — 32 tiles of 128², a quarter of the SMs unless the GEMM splits K; the batched twin
-    # splits K 7 ways by hand (summing the partials: 7 MB more traffic). x_w: its neighbour.
-    "E_x flash [1024,52500]@[52500,512]": ((1024, 52500), (52500, 512)),
-    "E_x flash split-7 [7,1024,7500]@[7,7500,512]": ((7, 1024, 7500), (7, 7500, 512)),
-    "x_w flash [52500,512]@[512,512]": ((52500, 512), (512, 512)),
-    # The same at the padded batch (what the fused + padded rows ran: the third lease's best),
-    # and E1·X, E2·X as one product with E1, E2 stacked (X read once, 64 output tiles not 32):
-    # if it is much faster than two, a stacked E is worth its parameter-layout change.
-    "E_x flash padded [1024,52608]@[52608,512]": ((1024, 52608), (52608, 512)),
-    "E_x flash stacked [2048,52608]@[52608,512]": ((2048, 52608), (52608, 512)),
-    "x_w flash padded [52608,512]@[512,512]": ((52608, 512), (512, 512)),
-}
+PLANS_FILE = Path(__file__).with_name("plans.toml")
+
+
+def load_plans(path: Path = PLANS_FILE) -> tuple[dict[str, list[tuple[str, dict]]], dict[str, tuple]]:
+    """The plans and probes of ``path`` (``benchmarks/plans.toml``): each plan a list of (sweep,
+    {field: set of values kept}) blocks, as :func:`planned` takes them; each probe (lhs shape,
+    rhs shape)."""
+    raw = tomllib.loads(path.read_text())
+    groups = {name: set(members) for name, members in raw["groups"].items()}
+
+    def block(entry) -> tuple[str, dict]:
+        entry = dict(raw["blocks"][entry] if isinstance(entry, str) else entry)
+        sweep = entry.pop("sweep")
+        where = {k: {tuple(o.items()) for o in v} if k == "xla"
+                 else set(groups[v] if isinstance(v, str) else v) for k, v in entry.items()}
+        return sweep, where
+
+    plans = {name: [block(e) for e in entries] for name, entries in raw["plans"].items()}
+    probes = {name: (tuple(a), tuple(b)) for name, (a, b) in raw["probes"].items()}
+    return plans, probes
+
+
+PLANS, SHAPE_PROBES = load_plans()
+
 
 def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 10, chain: int = 10) -> list[dict]:
     """Achieved FLOP/s of each product in ``probes`` (bf16 operands unless the name says f32),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from flurka.mechanisms import FLURKA
 from flurka.speed.configs import points
 from flurka.speed.runner import run_sweep
 
@@ -70,11 +71,11 @@ def test_plans_name_real_points_in_priority_order():
     for name in ("fourth", "targets"):      # the fused FFN: FLuRKA at its best, and flash
         ffn = [p for sweep, where in g.PLANS[name] for _, p in g.planned(sweep, where)
                if p.fused_ffn]
-        assert {(p.mechanism, p.mode) for p in ffn} >= {(m, "forward") for m in {"flash", *g.FLURKA}}
+        assert {(p.mechanism, p.mode) for p in ffn} >= {(m, "forward") for m in {"flash", *FLURKA}}
         assert all(p.scope == "model" and p.seq_len == 52500 for p in ffn)
         assert all(p.fused and p.pad_to == 128 for p in ffn if p.mechanism != "flash")
         # ... and the whole fused layer (W_Q, W_O in the query-side kernel) where it fits
-        assert {p.mechanism for p in ffn if p.fused_projections} == set(g.FLURKA)
+        assert {p.mechanism for p in ffn if p.fused_projections} == set(FLURKA)
     targets = [p for sweep, where in g.PLANS["targets"] for _, p in g.planned(sweep, where)]
     # the targets on a card never measured: every alignable mechanism's N = 55.5k layer
     # aligned first, then flash against FLuRKA at 52.5k, both modes; the quadratic ones last
@@ -93,7 +94,7 @@ def test_plans_name_real_points_in_priority_order():
         ("eva", False), ("eva", True), ("flurka-eva", False), ("flurka-eva", True)]
     assert all(p.align == 128 and p.seq_len == 55500 and p.mode == "forward" for p in second[:4])
     assert {(p.mechanism, p.mode) for p in second[4:12]} == {
-        (m, mode) for m in ("flash", *g.FLURKA) for mode in ("forward", "train")}
+        (m, mode) for m in ("flash", *FLURKA) for mode in ("forward", "train")}
     assert all(p.fused and p.pad_to == 128 for p in second[4:12] if p.mechanism != "flash")
     assert {p.mechanism for p in second[-2:]} == {"full", "flash"}
     # flurka-rnn's aligned training step beside rnn's (a tie within the spread on the first lease)

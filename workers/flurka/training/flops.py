@@ -14,8 +14,12 @@ in every attention layer: ``handover_from`` counts both layers in full, an upper
 W_O products, and for a Linformer base the E·X compression and K'/V' projections, are shared and
 counted twice).
 
-A training step is forward + backward ≈ 3 × forward (the backward computes two matmuls —
-w.r.t. inputs and w.r.t. weights — per forward one), the usual convention (Kaplan et al. 2020).
+A training step (``train=True``) counts the backward pass by the convention of
+:mod:`flurka.attention.flops` (its docstring states it): product by product, the gradient of
+each operand that needs one at the product's own cost. A dense layer is then 3 × its forward (the
+usual convention, Kaplan et al. 2020), except the image stem's first projection, whose input is
+the data (2 ×); each attention layer is ``training_flops(..., input_grad=True)``: 3 × forward
+less FAVOR+'s fixed ω. The speed benchmark's floors use the same count.
 """
 
 from __future__ import annotations
@@ -25,8 +29,6 @@ from collections.abc import Mapping
 from flurka.attention import flops as attention_flops
 from flurka.mechanisms import COMPRESSED
 
-TRAIN_FACTOR = 3
-
 
 def _mm(*dims: int) -> int:
     out = 2
@@ -35,12 +37,19 @@ def _mm(*dims: int) -> int:
     return out
 
 
+def _dense(*dims: int, train: bool, data_input: bool = False) -> int:
+    """A dense product's FLOPs: forward, or forward + the weight's gradient (+ the input's,
+    unless the input is the data)."""
+    return _mm(*dims) * (1 if not train else 2 if data_input else 3)
+
+
 def attention_layer(mechanism: str, *, batch: int, seq_len: int, d_model: int, num_heads: int,
                     options: Mapping | None = None, dots_only: bool = False,
-                    handover_from: str | None = None) -> int:
+                    handover_from: str | None = None, train: bool = False) -> int:
     if handover_from is not None and mechanism in attention_flops.FLURKA:
         return sum(attention_layer(m, batch=batch, seq_len=seq_len, d_model=d_model,
-                                   num_heads=num_heads, options=options, dots_only=dots_only)
+                                   num_heads=num_heads, options=options, dots_only=dots_only,
+                                   train=train)
                    for m in (mechanism, handover_from))
     opts = {k: v for k, v in dict(options or {}).items()
             if k in ("d_k", "num_features", "window_size", "chunk_size")}
@@ -48,96 +57,108 @@ def attention_layer(mechanism: str, *, batch: int, seq_len: int, d_model: int, n
         opts.pop("d_k", None)
     shape = attention_flops.AttentionShape(batch=batch, seq_len=seq_len, d_model=d_model,
                                            num_heads=num_heads, **opts)
-    fn = attention_flops.dot_flops if dots_only else attention_flops.forward_flops
+    if train:
+        fn = attention_flops.training_dot_flops if dots_only else attention_flops.training_flops
+    else:
+        fn = attention_flops.dot_flops if dots_only else attention_flops.forward_flops
     return int(fn(mechanism, shape))
 
 
 def encoder(mechanism: str, *, batch: int, seq_len: int, d_model: int, num_heads: int,
             num_layers: int, d_ff: int, options: Mapping | None = None, dots_only: bool = False,
-            handover_from: str | None = None) -> int:
+            handover_from: str | None = None, train: bool = False) -> int:
     """The shared pre-LN encoder stack: per layer one attention and a two-matmul FFN."""
     attn = attention_layer(mechanism, batch=batch, seq_len=seq_len, d_model=d_model,
                            num_heads=num_heads, options=options, dots_only=dots_only,
-                           handover_from=handover_from)
-    ffn = 2 * _mm(batch, seq_len, d_model, d_ff)
+                           handover_from=handover_from, train=train)
+    ffn = 2 * _dense(batch, seq_len, d_model, d_ff, train=train)
     return num_layers * (attn + ffn)
 
 
 def decoder(*, batch: int, target_len: int, source_len: int, d_model: int, num_heads: int,
-            num_layers: int, d_ff: int, vocab_size: int, dots_only: bool = False) -> int:
+            num_layers: int, d_ff: int, vocab_size: int, dots_only: bool = False,
+            train: bool = False) -> int:
     """Causal self-attention (softmax over all M positions: the mask does not skip work),
     cross-attention (queries M, keys/values N), FFN, then the vocabulary projection."""
     b, m, n, d, h = batch, target_len, source_len, d_model, num_heads
-    self_attn = attention_layer("full", batch=b, seq_len=m, d_model=d, num_heads=h, dots_only=dots_only)
+    self_attn = attention_layer("full", batch=b, seq_len=m, d_model=d, num_heads=h, dots_only=dots_only,
+                                train=train)
     rows = b * h * m
     cross = _mm(b, d, d) * (2 * m + 2 * n) + 2 * _mm(rows, n, d // h)
     if not dots_only:
         cross += b * d * (2 * m + 2 * n) + 6 * rows * n     # biases; scale + 5-op softmax
-    ffn = 2 * _mm(b, m, d, d_ff)
-    return num_layers * (self_attn + cross + ffn) + _mm(b, m, d, vocab_size)
+    cross *= 3 if train else 1                               # every operand needs its gradient
+    ffn = 2 * _dense(b, m, d, d_ff, train=train)
+    return num_layers * (self_attn + cross + ffn) + _dense(b, m, d, vocab_size, train=train)
 
 
 def _t2t(mechanism, *, batch, image_shape, d_model, splits, token_dim, options, dots_only,
-         handover_from=None) -> int:
+         handover_from=None, train=False) -> int:
     h, w, c = image_shape
     total, channels = 0, c
     for i, (k, s, p) in enumerate(splits):
         h, w = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
         last = i == len(splits) - 1
-        total += _mm(batch, h * w, channels * k * k, d_model if last else token_dim)
+        total += _dense(batch, h * w, channels * k * k, d_model if last else token_dim, train=train,
+                        data_input=i == 0)
         if not last:
             total += encoder(mechanism, batch=batch, seq_len=h * w, d_model=token_dim, num_heads=1,
                              num_layers=1, d_ff=token_dim, options=options, dots_only=dots_only,
-                             handover_from=handover_from)
+                             handover_from=handover_from, train=train)
             channels = token_dim
     return total
 
 
 def forward_flops(config, info, shapes: Mapping[str, tuple], *, attention: str | None = None,
-                  dots_only: bool = False, handover_from: str | None = None) -> int:
-    """Forward FLOPs of one batch. ``shapes``: the batch's array shapes (key -> shape);
-    ``attention`` overrides ``config.attention`` (the up-training base phase);
-    ``handover_from``: a hand-over step that also runs this base mechanism."""
+                  dots_only: bool = False, handover_from: str | None = None,
+                  train: bool = False) -> int:
+    """Forward FLOPs of one batch (with ``train``: forward + backward, the module docstring's
+    convention). ``shapes``: the batch's array shapes (key -> shape); ``attention`` overrides
+    ``config.attention`` (the up-training base phase); ``handover_from``: a hand-over step that
+    also runs this base mechanism."""
     mech = attention or config.attention
     c = config
     common = dict(d_model=c.d_model, num_heads=c.num_heads, num_layers=c.num_layers, d_ff=c.d_ff,
-                  options=c.attention_options, dots_only=dots_only, handover_from=handover_from)
+                  options=c.attention_options, dots_only=dots_only, handover_from=handover_from,
+                  train=train)
     if c.task == "image":
         b, hh, ww, ch = shapes["image"]
         if c.t2t:
             from flurka.models.vit import T2T_SPLITS
             stem = _t2t(mech, batch=b, image_shape=(hh, ww, ch), d_model=c.d_model, splits=T2T_SPLITS,
                         token_dim=64, options=c.attention_options, dots_only=dots_only,
-                        handover_from=handover_from)
+                        handover_from=handover_from, train=train)
             for k, s, p in T2T_SPLITS:
                 hh, ww = (hh + 2 * p - k) // s + 1, (ww + 2 * p - k) // s + 1
             tokens = hh * ww
         else:
             tokens = (hh // c.patch_size) * (ww // c.patch_size)
-            stem = _mm(b, tokens, ch * c.patch_size ** 2, c.d_model)
+            stem = _dense(b, tokens, ch * c.patch_size ** 2, c.d_model, train=train, data_input=True)
         body = encoder(mech, batch=b, seq_len=tokens + 1, **common)
-        return stem + body + _mm(b, c.d_model, info.num_classes)
+        return stem + body + _dense(b, c.d_model, info.num_classes, train=train)
     b, n = shapes["inputs"]
     if c.task in ("classification", "regression"):
         towers = 2 if "inputs2" in shapes else 1
         width = 4 * c.d_model if towers == 2 else c.d_model
         classes = 1 if c.task == "regression" else info.num_classes
         return (towers * encoder(mech, batch=b, seq_len=n, **common)
-                + _mm(b, width, c.d_model) + _mm(b, c.d_model, classes))
+                + _dense(b, width, c.d_model, train=train) + _dense(b, c.d_model, classes, train=train))
     if c.task == "mlm":
         return (encoder(mech, batch=b, seq_len=n, **common)
-                + _mm(b, n, c.d_model, c.d_model) + _mm(b, n, c.d_model, info.vocab_size))
+                + _dense(b, n, c.d_model, c.d_model, train=train)
+                + _dense(b, n, c.d_model, info.vocab_size, train=train))
     if c.task == "translation":
         m = shapes["targets"][1] - 1
         return (encoder(mech, batch=b, seq_len=n, **common)
                 + decoder(batch=b, target_len=m, source_len=n, d_model=c.d_model,
                           num_heads=c.num_heads, num_layers=c.num_decoder_layers or c.num_layers,
-                          d_ff=c.d_ff, vocab_size=info.target_vocab_size, dots_only=dots_only))
+                          d_ff=c.d_ff, vocab_size=info.target_vocab_size, dots_only=dots_only,
+                          train=train))
     raise ValueError(f"unknown task {c.task!r}")
 
 
 def train_step_flops(config, info, shapes, *, attention: str | None = None,
-                     handover_from: str | None = None) -> int:
-    """FLOPs of one training step: forward + backward = 3 × forward."""
-    return TRAIN_FACTOR * forward_flops(config, info, shapes, attention=attention,
-                                        handover_from=handover_from)
+                     handover_from: str | None = None, dots_only: bool = False) -> int:
+    """FLOPs of one training step: forward + backward (the module docstring's convention)."""
+    return forward_flops(config, info, shapes, attention=attention, handover_from=handover_from,
+                         dots_only=dots_only, train=True)

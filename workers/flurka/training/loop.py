@@ -7,8 +7,8 @@
 * Periodic evaluation over the eval split (padding examples weighted 0), metrics per task.
 * Orbax checkpoints every ``checkpoint_every`` steps under ``workdir/checkpoints``; a run whose
   workdir holds checkpoints resumes from the latest one.
-* FLOPs: every history entry carries the cumulative training FLOPs (3 × forward, see
-  :mod:`flurka.training.flops`) so runs can be compared at equal compute.
+* FLOPs: every history entry carries the cumulative training FLOPs (forward + backward by the
+  attention FLOP model's convention, :mod:`flurka.training.flops`) so runs compare at equal compute.
 * A non-finite loss ends the run with status ``"diverged at step k"``; history so far is kept.
 * Up-training: stages from :func:`flurka.training.uptrain.stages`; at the switch the state is
   carried into the FLuRKA model, whose first ``handover_steps`` steps run hand-over layers that

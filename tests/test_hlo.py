@@ -112,3 +112,13 @@ ENTRY %main (a: f32[8,8]) -> f32[8,8] {
 def test_hlo_counter_rejects_non_hlo():
     with pytest.raises(ValueError, match="ENTRY"):
         hlo.dot_flops("not an hlo module")
+
+
+def test_operand_names_read_every_form_xla_writes():
+    """Plain, typed and index-commented operands (XLA marks every fifth: /*index=5*/), each one
+    name; the traffic of a kernel with six operands counts all six."""
+    call = ("custom-call(%a.1, f32[2,3]{1,0} %b, c, %d, %e, /*index=5*/%f.2), "
+            'custom_call_target="__gpu$xla.gpu.triton"')
+    assert hlo.operand_names(call) == ["a.1", "b", "c", "d", "e", "f.2"]
+    assert hlo.custom_call_target(call) == "__gpu$xla.gpu.triton"
+    assert hlo.nbytes("(bf16[4,8]{1,0}, f32[3], pred[5])") == 4 * 8 * 2 + 3 * 4 + 5

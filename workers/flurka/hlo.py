@@ -20,6 +20,7 @@ _COMP_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(?:\(.*\)\s*->\s*.*)?\{\s
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _ARRAY_DIMS = re.compile(r"^[a-z]\w*\[([\d,\s]*)\]")
 _ARRAY_TYPES = re.compile(r"\b(pred|bf16|f8e\w+|[fsuc]\d+)\[([\d,]*)\]")
+_COMMENT = re.compile(r"/\*.*?\*/")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _CALLEE = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_computation)"
                      r"=%?([\w.\-]+)")
@@ -103,7 +104,8 @@ def custom_call_target(call: str) -> str:
 
 
 def operand_names(call: str) -> list[str]:
-    """Operand names of 'op(a, b), attrs' (handles '%a', 'a' and 'f32[..]{..} %a' forms)."""
+    """Operand names of 'op(a, b), attrs' (handles '%a', 'a', 'f32[..]{..} %a' and
+    '/*index=5*/%a' forms)."""
     depth, start, names = 0, call.find("(") + 1, []
     for i in range(start, len(call)):
         ch = call[i]
@@ -117,6 +119,7 @@ def operand_names(call: str) -> list[str]:
         elif ch == "," and depth == 0:
             names.append(call[start:i])
             start = i + 1
+    names = [_COMMENT.sub("", n) for n in names]    # XLA marks every fifth: /*index=5*/%p
     return [n.split()[-1].lstrip("%") for n in names if n.strip()]
 
 

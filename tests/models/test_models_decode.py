@@ -12,17 +12,17 @@ import pytest
 from model_helpers import padded_batch
 from flax import nnx
 
-from flurka.models import Seq2Seq
+from flurka.models import ModelConfig, Seq2Seq
 
 SRC_VOCAB, PAD, BOS, EOS = 17, 0, 1, 2
 
 
 def tiny_seq2seq(target_vocab: int, seed: int = 0, **kw) -> Seq2Seq:
     # untied output layer: logits of order 1, so the decoding choices are not near-ties
-    return Seq2Seq(vocab_size=SRC_VOCAB, target_vocab_size=target_vocab, max_len=10,
-                   target_max_len=8, d_model=16, num_heads=2, num_layers=2, d_ff=32,
-                   attention="full", attention_options={}, **({"tie_output": False} | kw),
-                   rngs=nnx.Rngs(params=seed, dropout=seed + 1))
+    config = ModelConfig("full", d_model=16, num_heads=2, num_layers=2, d_ff=32,
+                         **({"tie_output": False} | kw))
+    return Seq2Seq(config, vocab_size=SRC_VOCAB, target_vocab_size=target_vocab, max_len=10,
+                   target_max_len=8, rngs=nnx.Rngs(params=seed, dropout=seed + 1))
 
 
 @nnx.jit

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from flurka.models import EncoderClassifier, MLMEncoder, Seq2Seq, ViT, build_model
+from flurka.models import EncoderClassifier, MLMEncoder, ModelConfig, Seq2Seq, ViT, build_model
 
 CFG = dict(attention="full", d_model=16, num_heads=2, num_layers=1, d_ff=32)
 
@@ -60,7 +60,7 @@ def test_build_model_rejects_bad_config(task, cfg, match):
 
 
 def test_call_time_errors():
-    model = EncoderClassifier(vocab_size=13, num_classes=2, max_len=8, rngs=nnx.Rngs(0), **CFG)
+    model = EncoderClassifier(ModelConfig(**CFG), vocab_size=13, num_classes=2, max_len=8, rngs=nnx.Rngs(0))
     ok_mask = np.ones((1, 8), bool)
     with pytest.raises(ValueError, match="max_len=8"):
         model(np.ones((1, 9), np.int32), np.ones((1, 9), bool))
@@ -72,7 +72,7 @@ def test_call_time_errors():
         model(np.ones((1, 8), np.float32), ok_mask)
     with pytest.raises(ValueError, match="two-tower"):
         model(np.ones((1, 8), np.int32), ok_mask, inputs2=np.ones((1, 8), np.int32), mask2=ok_mask)
-    pair = EncoderClassifier(vocab_size=13, num_classes=2, max_len=8, pair="concat",
-                             rngs=nnx.Rngs(0), **CFG)
+    pair = EncoderClassifier(ModelConfig(**CFG), vocab_size=13, num_classes=2, max_len=8, pair="concat",
+                             rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="segments"):
         pair(np.ones((1, 8), np.int32), ok_mask)

@@ -13,6 +13,7 @@ from flax import nnx
 from attention_reference import forward, sin_loss_grads
 from testsupport import cuda_compiler_script, triton_calls
 
+from flurka.models.config import ModelConfig
 from flurka.models.encoder import Encoder
 from flurka.models.fused_ffn import (
     ONE_KERNEL, FfnTiling, backward_rows, fused_ffn_block, reference_ffn_block, use_ffn_tiling)
@@ -154,10 +155,10 @@ def test_the_gradient_kernel_takes_rows_by_width_and_leaves_the_widest_to_xla():
 
 
 def _encoders(fused_ffn, *, dropout_rate=0.0, d_model=256, d_ff=384, **attention_options):
-    return Encoder(d_model=d_model, num_heads=2, num_layers=2, d_ff=d_ff, max_len=40,
-                   attention="flurka-rnn", attention_options={"d_k": 16, **attention_options},
-                   dropout_rate=dropout_rate, rngs=nnx.Rngs(params=0, dropout=1),
-                   fused_ffn=fused_ffn)
+    config = ModelConfig("flurka-rnn", attention_options={"d_k": 16, **attention_options},
+                         d_model=d_model, num_heads=2, num_layers=2, d_ff=d_ff,
+                         dropout_rate=dropout_rate, fused_ffn=fused_ffn)
+    return Encoder(config, max_len=40, rngs=nnx.Rngs(params=0, dropout=1))
 
 
 def test_encoder_with_fused_ffn_computes_the_xla_encoders_function_and_gradient():
@@ -227,11 +228,10 @@ def test_the_next_layer_takes_the_statistics_instead_of_a_pass_of_its_own(attent
     statistics kernel once (the first block's input), not once per block; the training step's
     gradient too. flurka-eva's x̂ mean comes from its compression kernel."""
     with use_ffn_tiling(ONE_KERNEL):
-        model = nnx.eval_shape(lambda: Encoder(
-            d_model=512, num_heads=4, num_layers=3, d_ff=512, max_len=1024,
-            attention=attention, attention_options={
-                "d_k": 128, "fused": True, "fused_projections": True,
-                "dtype": jnp.bfloat16}, dropout_rate=0.0, rngs=nnx.Rngs(0), fused_ffn=True))
+        config = ModelConfig(attention, attention_options={
+            "d_k": 128, "fused": True, "fused_projections": True, "dtype": jnp.bfloat16},
+            d_model=512, num_heads=4, num_layers=3, d_ff=512, dropout_rate=0.0, fused_ffn=True)
+        model = nnx.eval_shape(lambda: Encoder(config, max_len=1024, rngs=nnx.Rngs(0)))
     assert all(block.attention.fuses_norm for block in model.layers)
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     x = jax.ShapeDtypeStruct((1, 1024, 512), jnp.bfloat16)

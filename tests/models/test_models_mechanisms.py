@@ -24,12 +24,12 @@ def build(kind: str, mechanism: str):
     b = len(LENGTHS)
     if kind == "classifier-concat":
         model = EncoderClassifier(vocab_size=VOCAB, num_classes=3, max_len=MAX_LEN, pair="concat",
-                                  pooling="cls", **tiny_kwargs(mechanism))
+                                  **tiny_kwargs(mechanism, pooling="cls"))
         seg = (np.arange(N)[None] >= 4).astype(np.int32) * m
         return model, lambda mod, det: mod(x, m, segments=seg, deterministic=det), (b, 3)
     if kind == "classifier-two-tower":
         model = EncoderClassifier(vocab_size=VOCAB, num_classes=2, max_len=MAX_LEN,
-                                  pair="two-tower", pooling="mean", **tiny_kwargs(mechanism))
+                                  pair="two-tower", **tiny_kwargs(mechanism, pooling="mean"))
         x2, m2 = padded_batch(rng, (5, 12), N, VOCAB)
         return model, lambda mod, det: mod(x, m, inputs2=x2, mask2=m2, deterministic=det), (b, 2)
     if kind == "mlm":
@@ -42,11 +42,10 @@ def build(kind: str, mechanism: str):
         return model, lambda mod, det: mod(x, m, y, ym, deterministic=det), (b, 6, 11)
     image = rng.normal(size=(b, 8, 8, 3)).astype(np.float32)
     if kind == "vit":
-        model = ViT(image_shape=(8, 8, 3), num_classes=5, patch_size=2, **tiny_kwargs(mechanism))
+        model = ViT(image_shape=(8, 8, 3), num_classes=5, **tiny_kwargs(mechanism, patch_size=2))
     else:  # soft split 8x8 -> 4x4, re-structurize, soft split -> 2x2 tokens
-        model = ViT(image_shape=(8, 8, 3), num_classes=5, t2t=True,
-                    t2t_splits=((3, 2, 1), (3, 2, 1)), t2t_dim=8,
-                    **tiny_kwargs(mechanism))
+        model = ViT(image_shape=(8, 8, 3), num_classes=5,
+                    **tiny_kwargs(mechanism, t2t=True, t2t_splits=((3, 2, 1), (3, 2, 1)), t2t_dim=8))
     return model, lambda mod, det: mod(image, deterministic=det), (b, 5)
 
 
@@ -90,8 +89,8 @@ def max_abs_diff(a, b) -> float:
 def test_classifier_ignores_padding(mechanism, pooling):
     rng = np.random.default_rng(1)
     x, m = padded_batch(rng, LENGTHS, N, VOCAB)
-    model = EncoderClassifier(vocab_size=VOCAB, num_classes=4, max_len=MAX_LEN, pooling=pooling,
-                              **tiny_kwargs(mechanism))
+    model = EncoderClassifier(vocab_size=VOCAB, num_classes=4, max_len=MAX_LEN,
+                              **tiny_kwargs(mechanism, pooling=pooling))
     base = model(x, m)
     assert max_abs_diff(base, model(repad(rng, x, m, VOCAB), m)) < 1e-5
     # the real tokens do matter (the check above is not vacuous)
@@ -105,7 +104,7 @@ def test_two_tower_ignores_padding(mechanism):
     x, m = padded_batch(rng, LENGTHS, N, VOCAB)
     x2, m2 = padded_batch(rng, (4, 9), N, VOCAB)
     model = EncoderClassifier(vocab_size=VOCAB, num_classes=2, max_len=MAX_LEN, pair="two-tower",
-                              pooling="mean", **tiny_kwargs(mechanism))
+                              **tiny_kwargs(mechanism, pooling="mean"))
     base = model(x, m, inputs2=x2, mask2=m2)
     other = model(repad(rng, x, m, VOCAB), m, inputs2=repad(rng, x2, m2, VOCAB), mask2=m2)
     assert max_abs_diff(base, other) < 1e-5

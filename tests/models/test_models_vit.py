@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from flurka.models import ViT, soft_split
+from flurka.models import ModelConfig, ViT, soft_split
 
 
 def numpy_unfold(x: np.ndarray, k: int, s: int, p: int) -> np.ndarray:
@@ -35,8 +35,8 @@ def test_soft_split_equals_numpy_unfold(k, s, p):
 def test_patch_embedding_equals_numpy_unfold_matmul():
     rng = np.random.default_rng(1)
     image = rng.normal(size=(2, 8, 12, 3)).astype(np.float32)
-    model = ViT(image_shape=(8, 12, 3), num_classes=4, patch_size=4, d_model=16, num_heads=2,
-                num_layers=1, d_ff=32, attention="full", rngs=nnx.Rngs(0))
+    config = ModelConfig("full", patch_size=4, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    model = ViT(config, image_shape=(8, 12, 3), num_classes=4, rngs=nnx.Rngs(0))
     kernel = np.asarray(model.stem.projection.kernel[...], np.float64)
     bias = np.asarray(model.stem.projection.bias[...], np.float64)
     # independent patchify: [B, H/p, p, W/p, p, C] -> [B, H/p, W/p, C, p, p]
@@ -50,20 +50,20 @@ def test_patch_embedding_equals_numpy_unfold_matmul():
 
 def test_t2t_stem_token_grid():
     # T2T-ViT's default splits: 32x32 -> 8x8 -> 4x4 -> 2x2 tokens (16x reduction)
-    model = ViT(image_shape=(32, 32, 3), num_classes=4, t2t=True, t2t_dim=8, d_model=16,
-                num_heads=2, num_layers=1, d_ff=32, attention="full", rngs=nnx.Rngs(0))
+    config = ModelConfig("full", t2t=True, t2t_dim=8, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    model = ViT(config, image_shape=(32, 32, 3), num_classes=4, rngs=nnx.Rngs(0))
     assert model.stem.grids == ((8, 8), (4, 4), (2, 2))
     assert model.stem(np.zeros((1, 32, 32, 3), np.float32)).shape == (1, 4, 16)
     assert model.position.shape == (5, 16)  # [CLS] + 4 tokens
 
 
 def test_vit_shape_errors():
-    kw = dict(num_classes=4, d_model=16, num_heads=2, num_layers=1, d_ff=32, attention="full",
-              rngs=nnx.Rngs(0))
+    config = ModelConfig("full", d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    kw = dict(num_classes=4, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="not divisible by patch_size"):
-        ViT(image_shape=(10, 8, 3), patch_size=4, **kw)
+        ViT(config.replace(patch_size=4), image_shape=(10, 8, 3), **kw)
     with pytest.raises(ValueError, match="leaves no tokens"):
-        ViT(image_shape=(2, 2, 3), t2t=True, **kw)  # 7x7 kernel, stride 4: no window fits
-    model = ViT(image_shape=(8, 8, 3), patch_size=4, **kw)
+        ViT(config.replace(t2t=True), image_shape=(2, 2, 3), **kw)  # 7x7 kernel, stride 4: no window fits
+    model = ViT(config.replace(patch_size=4), image_shape=(8, 8, 3), **kw)
     with pytest.raises(ValueError, match=r"image must be \[batch"):
         model(np.zeros((1, 8, 8, 1), np.float32))

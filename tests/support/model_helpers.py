@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from flax import nnx
+
+from flurka.models import ModelConfig
 
 TINY = dict(d_model=16, num_heads=2, num_layers=1, d_ff=32, dropout_rate=0.1)
 
@@ -17,8 +21,13 @@ def tiny_options(mechanism: str) -> dict:
 
 
 def tiny_kwargs(mechanism: str, **overrides) -> dict:
-    return {**TINY, "attention": mechanism, "attention_options": tiny_options(mechanism),
-            "rngs": nnx.Rngs(params=0, dropout=1), **overrides}
+    """A model's ``config`` (:data:`TINY`, the mechanism and its tiny options; overrides that
+    are ModelConfig fields) and ``rngs`` (or the overrides' other keys)."""
+    fields = {f.name for f in dataclasses.fields(ModelConfig)}
+    config = ModelConfig(**{**TINY, "attention": mechanism, "attention_options": tiny_options(mechanism),
+                            **{k: v for k, v in overrides.items() if k in fields}})
+    return {"config": config, "rngs": nnx.Rngs(params=0, dropout=1),
+            **{k: v for k, v in overrides.items() if k not in fields}}
 
 
 def padded_batch(rng: np.random.Generator, lengths, seq_len: int, vocab: int):

@@ -7,17 +7,15 @@ encoder and the head sees [u, v, u*v, u-v] (LRA ``classifier_head_dual``).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from flurka.models.checks import check_choice, check_mask, check_positive_int
+from flurka.models.config import ModelConfig
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import Encoder, masked_mean
 
-POOLINGS = ("cls", "mean")
 PAIRS = (None, "concat", "two-tower")
 
 
@@ -35,25 +33,18 @@ class ClassifierHead(nnx.Module):
 class EncoderClassifier(nnx.Module):
     """inputs [B, N], mask [B, N] -> logits [B, num_classes] (num_classes=1 for regression)."""
 
-    def __init__(self, *, vocab_size: int, num_classes: int, max_len: int, d_model: int,
-                 num_heads: int, num_layers: int, d_ff: int, attention: str,
-                 attention_options: Mapping[str, Any] | None = None, pooling: str = "cls",
-                 pair: str | None = None, dropout_rate: float = 0.1, positions: str = "learned",
-                 rngs: nnx.Rngs):
-        check_choice("pooling", pooling, POOLINGS)
+    def __init__(self, config: ModelConfig, *, vocab_size: int, num_classes: int, max_len: int,
+                 pair: str | None = None, rngs: nnx.Rngs):
         check_choice("pair", pair, PAIRS)
         check_positive_int("num_classes", num_classes)
-        self.pooling, self.pair, self.max_len = pooling, pair, max_len
-        self.embedding = Embedding(vocab_size=vocab_size, d_model=d_model, max_len=max_len,
+        self.pooling, self.pair, self.max_len = config.pooling or "cls", pair, max_len
+        self.embedding = Embedding(vocab_size=vocab_size, d_model=config.d_model, max_len=max_len,
                                    num_segments=2 if pair == "concat" else 0,
-                                   positions=positions, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
-        self.encoder = Encoder(d_model=d_model, num_heads=num_heads, num_layers=num_layers,
-                               d_ff=d_ff, max_len=max_len, attention=attention,
-                               attention_options=attention_options, dropout_rate=dropout_rate,
-                               rngs=rngs)
-        width = 4 * d_model if pair == "two-tower" else d_model
-        self.head = ClassifierHead(width, d_model, num_classes, rngs=rngs)
+                                   positions=config.positions, rngs=rngs)
+        self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+        self.encoder = Encoder(config, max_len=max_len, rngs=rngs)
+        width = 4 * config.d_model if pair == "two-tower" else config.d_model
+        self.head = ClassifierHead(width, config.d_model, num_classes, rngs=rngs)
 
     def encode(self, inputs: jax.Array, mask: jax.Array, *, segments: jax.Array | None = None,
                deterministic: bool = True, attention_rng: jax.Array | None = None) -> jax.Array:

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.attention.base import merge_heads, split_heads
-from flurka.models.checks import check_mask, check_positive_int
+from flurka.models.checks import check_mask
+from flurka.models.config import ModelConfig
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import FeedForward
 
@@ -54,15 +55,15 @@ def causal_mask(decoder_mask: jax.Array | None, length: int) -> jax.Array:
 
 
 class DecoderBlock(nnx.Module):
-    def __init__(self, *, d_model: int, num_heads: int, d_ff: int, dropout_rate: float,
-                 rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        d_model, num_heads = config.d_model, config.num_heads
         self.self_attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
         self.self_attention = DotProductAttention(d_model, num_heads, rngs=rngs)
         self.cross_attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
         self.cross_attention = DotProductAttention(d_model, num_heads, rngs=rngs)
         self.ffn_norm = nnx.LayerNorm(d_model, rngs=rngs)
-        self.ffn = FeedForward(d_model, d_ff, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
+        self.ffn = FeedForward(d_model, config.d_ff, rngs=rngs)
+        self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
 
     def __call__(self, y, encoded, self_mask, cross_mask, *, deterministic: bool):
         h = self.self_attention_norm(y)
@@ -87,19 +88,16 @@ class DecoderBlock(nnx.Module):
 class Decoder(nnx.Module):
     """decoder_inputs [B, T] (BOS-shifted targets) + encoded [B, S, D] -> logits [B, T, vocab]."""
 
-    def __init__(self, *, vocab_size: int, max_len: int, d_model: int, num_heads: int,
-                 num_layers: int, d_ff: int, dropout_rate: float = 0.1, tie_output: bool = True,
-                 positions: str = "learned", rngs: nnx.Rngs):
-        check_positive_int("num_layers", num_layers)
-        self.max_len, self.tie_output = max_len, tie_output
+    def __init__(self, config: ModelConfig, *, vocab_size: int, max_len: int, rngs: nnx.Rngs):
+        """``config.num_layers``: the decoder's own depth (Seq2Seq passes num_decoder_layers)."""
+        d_model = config.d_model
+        self.max_len, self.tie_output = max_len, config.tie_output
         self.embedding = Embedding(vocab_size=vocab_size, d_model=d_model, max_len=max_len,
-                                   positions=positions, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
-        self.layers = nnx.List([
-            DecoderBlock(d_model=d_model, num_heads=num_heads, d_ff=d_ff,
-                         dropout_rate=dropout_rate, rngs=rngs) for _ in range(num_layers)])
+                                   positions=config.positions, rngs=rngs)
+        self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+        self.layers = nnx.List([DecoderBlock(config, rngs=rngs) for _ in range(config.num_layers)])
         self.final_norm = nnx.LayerNorm(d_model, rngs=rngs)
-        if not tie_output:
+        if not self.tie_output:
             self.logits = nnx.Linear(d_model, vocab_size, rngs=rngs)
 
     def __call__(self, decoder_inputs: jax.Array, decoder_mask: jax.Array | None,

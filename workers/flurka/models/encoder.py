@@ -8,14 +8,15 @@ Embeddings stay outside (tokens, patches and T2T tokens all feed the same stack)
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flurka.attention import MECHANISMS, make_attention
-from flurka.models.checks import check_choice, check_mask, check_positive_int
+from flurka.attention import make_attention
+from flurka.models.checks import check_mask, check_positive_int
+from flurka.models.config import ModelConfig
 from flurka.models.fused_ffn import (
     FfnTiling, check_fusable, current_ffn_tiling, fused_ffn_block)
 
@@ -48,16 +49,15 @@ class EncoderBlock(nnx.Module):
     the LayerNorm and the FFN run as Pallas kernels (:mod:`flurka.models.fused_ffn`, same maths)
     wherever dropout is off; with dropout active the XLA path runs (the kernels have none)."""
 
-    def __init__(self, *, d_model: int, num_heads: int, d_ff: int, max_len: int, attention: str,
-                 attention_options: Mapping[str, Any] | None, dropout_rate: float,
-                 rngs: nnx.Rngs, fused_ffn: bool | FfnTiling = False):
-        self.attention_norm = nnx.LayerNorm(d_model, rngs=rngs)
-        self.attention = make_attention(attention, d_model=d_model, num_heads=num_heads,
-                                        max_len=max_len, rngs=rngs, **dict(attention_options or {}))
-        self.ffn_norm = nnx.LayerNorm(d_model, rngs=rngs)
-        self.ffn = FeedForward(d_model, d_ff, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
-        self.ffn_tiling = ffn_tiling(fused_ffn, d_model, d_ff)
+    def __init__(self, config: ModelConfig, *, max_len: int, rngs: nnx.Rngs):
+        c = config
+        self.attention_norm = nnx.LayerNorm(c.d_model, rngs=rngs)
+        self.attention = make_attention(c.attention, d_model=c.d_model, num_heads=c.num_heads,
+                                        max_len=max_len, rngs=rngs, **c.attention_options)
+        self.ffn_norm = nnx.LayerNorm(c.d_model, rngs=rngs)
+        self.ffn = FeedForward(c.d_model, c.d_ff, rngs=rngs)
+        self.dropout = nnx.Dropout(c.dropout_rate, rngs=rngs)
+        self.ffn_tiling = ffn_tiling(c.fused_ffn, c.d_model, c.d_ff)
 
     def __call__(self, x: jax.Array, mask: jax.Array | None, *, deterministic: bool,
                  rng: jax.Array | None = None) -> jax.Array:
@@ -91,26 +91,14 @@ class EncoderBlock(nnx.Module):
 
 class Encoder(nnx.Module):
     """[B, N, d_model] (+ mask [B, N]) -> [B, N, d_model]; ends with a LayerNorm (pre-LN).
-    ``fused_ffn``: every block's (:class:`EncoderBlock`)."""
+    ``config.fused_ffn``: every block's (:class:`EncoderBlock`)."""
 
-    def __init__(self, *, d_model: int, num_heads: int, num_layers: int, d_ff: int, max_len: int,
-                 attention: str, attention_options: Mapping[str, Any] | None = None,
-                 dropout_rate: float = 0.1, rngs: nnx.Rngs, fused_ffn: bool | FfnTiling = False):
-        check_choice("attention mechanism", attention, MECHANISMS)
-        for name, value in (("d_model", d_model), ("num_heads", num_heads),
-                            ("num_layers", num_layers), ("d_ff", d_ff), ("max_len", max_len)):
-            check_positive_int(name, value)
-        if d_model % num_heads:
-            raise ValueError(f"num_heads={num_heads} must divide d_model={d_model}")
-        if not 0.0 <= dropout_rate < 1.0:
-            raise ValueError(f"dropout_rate must be in [0, 1), got {dropout_rate}")
-        self.d_model, self.max_len, self.mechanism = d_model, max_len, attention
-        self.layers = nnx.List([
-            EncoderBlock(d_model=d_model, num_heads=num_heads, d_ff=d_ff, max_len=max_len,
-                         attention=attention, attention_options=attention_options,
-                         dropout_rate=dropout_rate, rngs=rngs, fused_ffn=fused_ffn)
-            for _ in range(num_layers)])
-        self.final_norm = nnx.LayerNorm(d_model, rngs=rngs)
+    def __init__(self, config: ModelConfig, *, max_len: int, rngs: nnx.Rngs):
+        check_positive_int("max_len", max_len)
+        self.d_model, self.max_len, self.mechanism = config.d_model, max_len, config.attention
+        self.layers = nnx.List([EncoderBlock(config, max_len=max_len, rngs=rngs)
+                                for _ in range(config.num_layers)])
+        self.final_norm = nnx.LayerNorm(config.d_model, rngs=rngs)
 
     def __call__(self, x: jax.Array, mask: jax.Array | None = None, *, deterministic: bool = True,
                  attention_rng: jax.Array | None = None) -> jax.Array:

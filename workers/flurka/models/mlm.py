@@ -7,12 +7,11 @@ projection, tied to the token table by default (or a separate Linear).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import jax
 from flax import nnx
 
 from flurka.models.checks import check_mask
+from flurka.models.config import ModelConfig
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import Encoder
 
@@ -20,21 +19,16 @@ from flurka.models.encoder import Encoder
 class MLMEncoder(nnx.Module):
     """inputs [B, N], mask [B, N] -> logits [B, N, vocab_size]."""
 
-    def __init__(self, *, vocab_size: int, max_len: int, d_model: int, num_heads: int,
-                 num_layers: int, d_ff: int, attention: str,
-                 attention_options: Mapping[str, Any] | None = None, dropout_rate: float = 0.1,
-                 tie_embeddings: bool = True, positions: str = "learned", rngs: nnx.Rngs):
-        self.tie_embeddings = tie_embeddings
+    def __init__(self, config: ModelConfig, *, vocab_size: int, max_len: int, rngs: nnx.Rngs):
+        d_model = config.d_model
+        self.tie_embeddings = config.tie_embeddings
         self.embedding = Embedding(vocab_size=vocab_size, d_model=d_model, max_len=max_len,
-                                   positions=positions, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
-        self.encoder = Encoder(d_model=d_model, num_heads=num_heads, num_layers=num_layers,
-                               d_ff=d_ff, max_len=max_len, attention=attention,
-                               attention_options=attention_options, dropout_rate=dropout_rate,
-                               rngs=rngs)
+                                   positions=config.positions, rngs=rngs)
+        self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+        self.encoder = Encoder(config, max_len=max_len, rngs=rngs)
         self.transform = nnx.Linear(d_model, d_model, rngs=rngs)
         self.transform_norm = nnx.LayerNorm(d_model, rngs=rngs)
-        if tie_embeddings:
+        if self.tie_embeddings:
             self.output_bias = nnx.Param(nnx.initializers.zeros_init()(rngs.params(), (vocab_size,)))
         else:
             self.output = nnx.Linear(d_model, vocab_size, rngs=rngs)

@@ -3,8 +3,6 @@ exact causal softmax attention in the decoder, greedy and beam decoding."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import numbers
 
 import jax
@@ -13,6 +11,7 @@ from flax import nnx
 
 from flurka.models import decode
 from flurka.models.checks import check_mask, check_positive_int, check_tokens
+from flurka.models.config import ModelConfig
 from flurka.models.decoder import Decoder
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import Encoder
@@ -24,28 +23,19 @@ class Seq2Seq(nnx.Module):
     ``decoder_inputs`` are the targets shifted right (``targets[:, :-1]``, starting with BOS).
     """
 
-    def __init__(self, *, vocab_size: int, target_vocab_size: int, max_len: int,
-                 target_max_len: int, d_model: int, num_heads: int, num_layers: int, d_ff: int,
-                 attention: str, attention_options: Mapping[str, Any] | None = None,
-                 num_decoder_layers: int | None = None, dropout_rate: float = 0.1,
-                 tie_output: bool = True, positions: str = "learned", rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, vocab_size: int, target_vocab_size: int,
+                 max_len: int, target_max_len: int, rngs: nnx.Rngs):
         check_positive_int("target_vocab_size", target_vocab_size)
         if target_vocab_size < 2:
             raise ValueError("target_vocab_size must be >= 2 (at least EOS and one token)")
         self.max_len, self.target_max_len = max_len, target_max_len
         self.target_vocab_size = target_vocab_size
-        self.embedding = Embedding(vocab_size=vocab_size, d_model=d_model, max_len=max_len,
-                                   positions=positions, rngs=rngs)
-        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
-        self.encoder = Encoder(d_model=d_model, num_heads=num_heads, num_layers=num_layers,
-                               d_ff=d_ff, max_len=max_len, attention=attention,
-                               attention_options=attention_options, dropout_rate=dropout_rate,
-                               rngs=rngs)
-        self.decoder = Decoder(vocab_size=target_vocab_size, max_len=target_max_len,
-                               d_model=d_model, num_heads=num_heads,
-                               num_layers=num_decoder_layers or num_layers, d_ff=d_ff,
-                               dropout_rate=dropout_rate, tie_output=tie_output,
-                               positions=positions, rngs=rngs)
+        self.embedding = Embedding(vocab_size=vocab_size, d_model=config.d_model, max_len=max_len,
+                                   positions=config.positions, rngs=rngs)
+        self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+        self.encoder = Encoder(config, max_len=max_len, rngs=rngs)
+        self.decoder = Decoder(config.replace(num_layers=config.num_decoder_layers or config.num_layers),
+                               vocab_size=target_vocab_size, max_len=target_max_len, rngs=rngs)
 
     def encode(self, inputs: jax.Array, mask: jax.Array, *, deterministic: bool = True,
                attention_rng: jax.Array | None = None) -> jax.Array:

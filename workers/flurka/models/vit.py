@@ -11,18 +11,18 @@ positions precede the shared encoder.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flurka.models.checks import check_choice, check_positive_int
+from flurka.models.checks import check_positive_int
+from flurka.models.config import T2T_SPLITS, ModelConfig
 from flurka.models.embedding import EMBED_INIT
 from flurka.models.encoder import Encoder, EncoderBlock
 
-T2T_SPLITS = ((7, 4, 2), (3, 2, 1), (3, 2, 1))
-POOLINGS = ("cls", "mean")
+__all__ = ["T2T_SPLITS", "ViT", "soft_split"]
 
 
 def split_size(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -64,9 +64,13 @@ class T2TEmbedding(nnx.Module):
     """Tokens-to-token stem: (soft split -> linear -> transformer block -> fold back) × (n-1),
     final soft split -> linear to d_model."""
 
-    def __init__(self, *, image_shape: Sequence[int], d_model: int, splits: Sequence[Sequence[int]],
-                 token_dim: int, attention: str, attention_options: Mapping[str, Any] | None,
-                 dropout_rate: float, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, image_shape: Sequence[int], rngs: nnx.Rngs):
+        """The stem of ``config``'s T2T fields; its blocks are ``t2t_dim`` wide, one head each,
+        ``t2t_attention`` (default: ``attention``)."""
+        d_model, splits, token_dim = config.d_model, config.t2t_splits, config.t2t_dim
+        check_positive_int("t2t_dim", token_dim)
+        block = config.replace(d_model=token_dim, num_heads=1, d_ff=token_dim,
+                               attention=config.t2t_attention or config.attention)
         if not splits:
             raise ValueError("t2t_splits must list at least one (kernel, stride, padding)")
         h, w, c = image_shape
@@ -85,10 +89,7 @@ class T2TEmbedding(nnx.Module):
             projections.append(nnx.Linear(channels * k * k, d_model if last else token_dim,
                                           rngs=rngs))
             if not last:
-                blocks.append(EncoderBlock(d_model=token_dim, num_heads=1, d_ff=token_dim,
-                                           max_len=h * w, attention=attention,
-                                           attention_options=attention_options,
-                                           dropout_rate=dropout_rate, rngs=rngs))
+                blocks.append(EncoderBlock(block, max_len=h * w, rngs=rngs))
                 channels = token_dim
         self.grids = tuple(grids)
         self.projections = nnx.List(projections)
@@ -115,36 +116,25 @@ class ViT(nnx.Module):
     """image [B, H, W, C] float -> logits [B, num_classes]. ``patch_size`` is the patch stem's;
     with ``t2t=True`` the stem is set by ``t2t_splits`` instead."""
 
-    def __init__(self, *, image_shape: Sequence[int], num_classes: int, patch_size: int = 16,
-                 d_model: int, num_heads: int, num_layers: int, d_ff: int, attention: str,
-                 attention_options: Mapping[str, Any] | None = None, t2t: bool = False,
-                 t2t_splits: Sequence[Sequence[int]] = T2T_SPLITS, t2t_dim: int = 64,
-                 t2t_attention: str | None = None, pooling: str = "cls",
-                 dropout_rate: float = 0.1, rngs: nnx.Rngs):
+    def __init__(self, config: ModelConfig, *, image_shape: Sequence[int], num_classes: int,
+                 rngs: nnx.Rngs):
         image_shape = tuple(image_shape)
         if len(image_shape) != 3 or not all(isinstance(v, int) and v > 0 for v in image_shape):
             raise ValueError(f"image_shape must be (H, W, C) positive ints, got {image_shape}")
         check_positive_int("num_classes", num_classes)
-        check_choice("pooling", pooling, POOLINGS)
-        self.image_shape, self.pooling = image_shape, pooling
-        if t2t:
-            check_positive_int("t2t_dim", t2t_dim)
-            self.stem = T2TEmbedding(image_shape=image_shape, d_model=d_model, splits=t2t_splits,
-                                     token_dim=t2t_dim, attention=t2t_attention or attention,
-                                     attention_options=attention_options,
-                                     dropout_rate=dropout_rate, rngs=rngs)
+        d_model = config.d_model
+        self.image_shape, self.pooling = image_shape, config.pooling or "cls"
+        if config.t2t:
+            self.stem = T2TEmbedding(config, image_shape=image_shape, rngs=rngs)
         else:
-            check_positive_int("patch_size", patch_size)
-            self.stem = PatchEmbedding(image_shape=image_shape, patch_size=patch_size,
+            check_positive_int("patch_size", config.patch_size)
+            self.stem = PatchEmbedding(image_shape=image_shape, patch_size=config.patch_size,
                                        d_model=d_model, rngs=rngs)
         n = self.stem.num_tokens + 1
         self.cls = nnx.Param(jnp.zeros((1, 1, d_model)))
         self.position = nnx.Param(EMBED_INIT(rngs.params(), (n, d_model)))
-        self.dropout = nnx.Dropout(dropout_rate, rngs=rngs)
-        self.encoder = Encoder(d_model=d_model, num_heads=num_heads, num_layers=num_layers,
-                               d_ff=d_ff, max_len=n, attention=attention,
-                               attention_options=attention_options, dropout_rate=dropout_rate,
-                               rngs=rngs)
+        self.dropout = nnx.Dropout(config.dropout_rate, rngs=rngs)
+        self.encoder = Encoder(config, max_len=n, rngs=rngs)
         self.head = nnx.Linear(d_model, num_classes, rngs=rngs)
 
     def __call__(self, image: jax.Array, *, deterministic: bool = True,

@@ -86,11 +86,12 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
     if point.scope == "layer":
         return make_attention(point.mechanism, d_model=point.d_model, num_heads=point.num_heads,
                               max_len=point.padded_len, rngs=rngs, **options)
+    from flurka.models.config import ModelConfig
     from flurka.models.encoder import Encoder
-    return Encoder(d_model=point.d_model, num_heads=point.num_heads, num_layers=point.layers,
-                   d_ff=point.ffn, max_len=point.padded_len, attention=point.mechanism,
-                   attention_options=options, dropout_rate=0.0, rngs=rngs,
-                   fused_ffn=point.fused_ffn)
+    config = ModelConfig(point.mechanism, attention_options=options, d_model=point.d_model,
+                         num_heads=point.num_heads, num_layers=point.layers, d_ff=point.ffn,
+                         dropout_rate=0.0, fused_ffn=point.fused_ffn)
+    return Encoder(config, max_len=point.padded_len, rngs=rngs)
 
 
 def attention_layer(module: nnx.Module) -> nnx.Module:

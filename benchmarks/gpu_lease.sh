@@ -11,7 +11,9 @@
 # where the machine's flax is older (installed under /tmp, nothing else touched).
 set -o pipefail
 PYTHON=${PYTHON:-python3}
-OUT=${OUT:-benchmarks/results/lease-$(date -u +%Y%m%d-%H%M)}
+# Default OUT: under the card's folder (benchmarks/results/h100/, h200/; "gpu" if nvidia-smi names none).
+[ -z "$OUT" ] && CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE '\b[a-z][0-9]{2,3}\b' | head -1 | tr '[:upper:]' '[:lower:]')
+OUT=${OUT:-benchmarks/results/${CARD:-gpu}/lease-$(date -u +%Y%m%d-%H%M)}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/workers${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.94}
@@ -41,7 +43,7 @@ if command -v nvidia-smi >/dev/null; then
   MEMORY=(--memory-budget-gb "$(awk -v m="$MIB" 'BEGIN { printf "%d", m * 0.92 / 1024 }')")
 fi
 # The plan: PLAN, else "h100-second" on any card: what the targets still owe (the first H100
-# lease, "targets", did not reach it: benchmarks/results/h100-2026-11-28). The H200's own
+# lease, "targets", did not reach it: benchmarks/results/h100/NOTES.md). The H200's own
 # follow-up, "fourth", was overtaken by that lease (its fused FFN and layer forwards lost to
 # XLA there, its wide kernel was tuned there); PLAN=fourth still runs it.
 PLAN=${PLAN:-h100-second}

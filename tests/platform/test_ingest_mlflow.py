@@ -12,8 +12,8 @@ from mlflow import MlflowClient
 from testsupport import flurka
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEED = ROOT / "benchmarks/results/cpu-speed-2026-12-02/layers.json"
-THEORY = ROOT / "benchmarks/results/theory-random-cpu-2026-11-26/theory_random_n2048.json"
+SPEED = ROOT / "benchmarks/results/cpu/2026-12-02-speed/layers.json"
+THEORY = ROOT / "benchmarks/results/cpu/2026-11-26-theory-random/theory_random_n2048.json"
 
 
 def _run_dir(tmp_path: Path) -> Path:

@@ -16,7 +16,7 @@ def test_speed_table_only_where_speed_was_measured(tmp_path, capsys):
     try:
         assert "speed" not in _tables(engine, spec, "no-such-sweep")
         assert "speed table" not in capsys.readouterr().err        # a sweep's own database: not a fault
-        ingest_file(engine, RECORDED / "h100-2026-11-28" / "n-sweep.json")
+        ingest_file(engine, RECORDED / "h100" / "2026-11-28" / "n-sweep.json")
         speed = _tables(engine, spec, "no-such-sweep")["speed"]
     finally:
         engine.dispose()

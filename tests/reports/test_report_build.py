@@ -62,7 +62,7 @@ def test_speed_captions_say_how_the_points_were_timed(built, tmp_path):
     one), one blocked call a sample; a group mixing both counts the old points."""
     md = (built / "report.md").read_text()
     assert "Timing: samples of 1–" in md and "one blocked call" not in md
-    path = RECORDED / "h200-2026-11-26" / "run1" / "n-sweep.json"
+    path = RECORDED / "h200" / "2026-11-26" / "run1" / "n-sweep.json"
     engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
     ingest_file(engine, path)
     rows = sources.combine_runs(sources.speed_runs(engine))
@@ -282,7 +282,7 @@ def test_ratio_spread_from_the_recorded_h200_boundary_sweep(tmp_path):
     same of its baseline) / 2. The H200's short points were noisy (spreads of 6–36 %): of
     flurka-performer's six points past claim 2's bound, three beat Linformer beyond the spread and
     three (2000–4000) lie within it; none is slower, so the claim stands."""
-    path = RECORDED / "h200-2026-11-27" / "run2" / "claims-boundary.json"
+    path = RECORDED / "h200" / "2026-11-27" / "run2" / "claims-boundary.json"
     rows = {(r["mechanism"], r["seq_len"]): r for r in json.loads(path.read_text())["results"]}
     engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
     ingest_file(engine, path)
@@ -373,12 +373,12 @@ def test_flop_model_agreement_leaves_ties_out():
 
 
 def test_recorded_cpu_crossings_read_with_the_noise(tmp_path):
-    """The CPU claims-boundary runs (benchmarks/results/claims-boundary-cpu-2026-11-26, as its notes
+    """The CPU claims-boundary runs (benchmarks/results/cpu/2026-11-26-claims-boundary, as its notes
     say to ingest them), ratios within each run: read with the spread, FLuRKA's crossing over its
     kernel lies at or below N = 1024 and it is faster beyond the spread from there on (the claims'
     bound: 1280); no point is slower than Linformer beyond the spread, and every FLOP-model miss
     of the faster side is a tie."""
-    folder = RECORDED / "claims-boundary-cpu-2026-11-26"
+    folder = RECORDED / "cpu" / "2026-11-26-claims-boundary"
     engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
     for name in ("interleaved_run1.json", "interleaved_run2.json", "paper_shape_forward.json"):
         ingest_file(engine, folder / name)
@@ -497,7 +497,7 @@ def test_floor_targets_of_the_recorded_h100_lease(tmp_path):
     """The floor table against the H100 lease's own document, worked out from the formula: floor =
     max(FLOPs / the card's measured matrix rate, fewest bytes / its measured copy bandwidth), held
     to 2× for a layer and 1.5× for a FLuRKA layer (the issue's targets)."""
-    path = RECORDED / "h100-2026-11-28" / "n-sweep.json"
+    path = RECORDED / "h100" / "2026-11-28" / "n-sweep.json"
     doc = json.loads(path.read_text())
     rate, bandwidth = (doc["ceilings"]["bfloat16"][k] for k in ("matmul_flops_per_s", "copy_bytes_per_s"))
     url = f"sqlite:///{tmp_path / 'results.db'}"
@@ -533,12 +533,12 @@ def test_targets_of_the_recorded_h100_lease(tmp_path, capsys):
     median, a tie within half the two p10–p90 widths over their medians."""
     from flurka.cli import main
 
-    docs = {name: json.loads((RECORDED / "h100-2026-11-28" / f"{name}.json").read_text())
+    docs = {name: json.loads((RECORDED / "h100" / "2026-11-28" / f"{name}.json").read_text())
             for name in ("n-sweep", "flash-compare")}
     url = f"sqlite:///{tmp_path / 'results.db'}"
     engine = open_results(url)
     for name in docs:
-        ingest_file(engine, RECORDED / "h100-2026-11-28" / f"{name}.json")
+        ingest_file(engine, RECORDED / "h100" / "2026-11-28" / f"{name}.json")
     section = sections.floor_section(sources.speed_runs(engine))
     engine.dispose()
     assert main(["tables", "--db", url, "--table", "targets", "--device", "H100", "--format", "csv"]) == 0
@@ -594,7 +594,7 @@ def test_fig3_end_next_to_the_paper_from_the_recorded_h100_lease(tmp_path):
     """The report's table of FLuRKA over its constituents at N = 55.5k in the paper's shape, from
     the H100 lease's document: measured = the two medians' ratio (one run), the FLOP model = the
     two FLOP counts' ratio, and the paper's Fig. 3 numbers (§5.1) beside forward rows only."""
-    path = RECORDED / "h100-2026-11-28" / "n-sweep.json"
+    path = RECORDED / "h100" / "2026-11-28" / "n-sweep.json"
     doc = json.loads(path.read_text())
     engine = open_results(f"sqlite:///{tmp_path / 'results.db'}")
     ingest_file(engine, path)

@@ -130,8 +130,8 @@ def test_floor_table_of_the_recorded_leases(engine, capsys):
     one card and scope at a time; left ambiguous, one line naming the configurations, exit 1."""
     from flurka.results import ingest_file
 
-    for doc in ("h100-2026-11-28/n-sweep.json", "h100-2026-11-28/flash-compare.json",
-                "h200-2026-11-27/run2/n-sweep.json"):
+    for doc in ("h100/2026-11-28/n-sweep.json", "h100/2026-11-28/flash-compare.json",
+                "h200/2026-11-27/run2/n-sweep.json"):
         ingest_file(engine, RECORDED / doc)
     url = engine.url.render_as_string(hide_password=False)
     code, _, err = run_cli(["--db", url, "--table", "floor"], capsys)

@@ -183,7 +183,7 @@ def test_a_rederived_document_updates_its_rows(engine, tmp_path):
     nothing (SQLite and PostgreSQL)."""
     from testsupport import RECORDED
 
-    doc = json.loads((RECORDED / "h100-2026-11-28" / "n-sweep.json").read_text())
+    doc = json.loads((RECORDED / "h100" / "2026-11-28" / "n-sweep.json").read_text())
     train = [i for i, r in enumerate(doc["results"]) if r["mode"] == "train" and r["status"] == "ok"]
     first = json.loads(json.dumps(doc))
     for i in train:   # as the lease wrote them: 3 × forward, its floor and ratio with it

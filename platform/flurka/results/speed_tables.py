@@ -160,7 +160,7 @@ def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
     ``runs`` says how many; a point is OOM only if no run of it fitted. The report's speed figures
     use it too. The spread stays a run's own noise, not the drift between runs: mechanisms timed
     in one run share its machine's state, so their ratio's noise is the run's (on the CPU VM of
-    benchmarks/results/claims-boundary-cpu-2026-11-26 the ceilings moved 1.5× between runs
+    benchmarks/results/cpu/2026-11-26-claims-boundary the ceilings moved 1.5× between runs
     minutes apart, interleaved ratios a median 2.4 %)."""
     if "run" in df and "run" not in point:  # a combined row is no one run's
         df = df.drop(columns="run")

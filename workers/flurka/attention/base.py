@@ -19,7 +19,7 @@ before any tracing work.
 Aligned execution (``align=128``): the layer computes the same function on GEMM shapes padded to
 multiples of ``align``, for GPU speed (on an H200 the paper's N-sweep sizes — d_h 325, d_k 1500,
 N 55 500, d_model 2600 — ran their GEMMs at 2.3–2.7× the time of the same GEMMs padded to
-multiples of 128; benchmarks/results/h200-2026-11-26/NOTES.md). Inside the layer only:
+multiples of 128; benchmarks/results/h200/NOTES.md). Inside the layer only:
   * the input's sequence N and width d_model get zero rows/columns; padded rows are masked as keys
     and sliced off the output;
   * the head dim d_h: zero columns of W_Q/W_K/W_V and zero rows of W_O, per head;
@@ -165,8 +165,17 @@ _contract.defvjp(_contract_fwd, _contract_bwd)
 def compress(e: Array, x: Array) -> Array:
     """E·X over the sequence: [d_k, n]·[b, n, d] → [b, d_k, d] (or per-head [h, d_k, n] →
     [b, h, d_k, d]); float32 accumulation, result in x's dtype."""
-    spec = "hkn,bnd->bhkd" if e.ndim == 3 else "kn,bnd->bkd"
-    return contract(spec, e, x, x.dtype).astype(x.dtype)
+    def x_first(e, x):
+        # on a CPU, X as the product's left operand: [b·d, n]·[n, d_k], the long side as its
+        # rows (E first, [d_k, n]·[n, b·d], ran 15 % slower at the small benchmarks' sizes)
+        spec = "bnd,hkn->bhkd" if e.ndim == 3 else "bnd,kn->bkd"
+        return contract(spec, x, e, x.dtype)
+
+    def e_first(e, x):
+        spec = "hkn,bnd->bhkd" if e.ndim == 3 else "kn,bnd->bkd"
+        return contract(spec, e, x, x.dtype)
+
+    return jax.lax.platform_dependent(e, x, cpu=x_first, default=e_first).astype(x.dtype)
 
 
 def cast_floating(tree: Any, dtype: Any) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flurka.attention.base import F32, contract
+from flurka.attention.base import F32, contract, zero_padding
 
 Array = jax.Array
 
@@ -121,21 +121,48 @@ def key_side(k_feat: Array, v: Array) -> tuple[Array, Array]:
     return contract("bmhf,bmhd->bhfd", k_feat, v, v.dtype), jnp.sum(k_feat, axis=1)
 
 
-def query_side(q_feat: Array, kv: Array, k_sum: Array, denominator, dtype) -> Array:
-    """φ(Q)·KV / denominator(φ(Q)·Σφ(K)) on ``dtype`` operands; float32 [b, n, h, d] (the part
-    :mod:`flurka.attention.fused` runs as one kernel)."""
-    # Heads-major output, transposed after: XLA:CPU (jax 0.10) has no bf16×bf16→f32 kernel for
-    # the "bnhf,bhfd->bnhd" layout and fails at run time; this layout it has.
-    num = contract("bnhf,bhfd->bhnd", q_feat, kv, dtype)
+def row_key_side(k: Array, v: Array, key_mask: Array | None, features) -> tuple[Array, Array]:
+    """:func:`key_side` of a feature map that works per row on the last axis (elu+1; not
+    FAVOR+'s keys, whose stabiliser spans positions), masked keys' features and values exact
+    zeros. On a CPU the heads go first before the feature map, as in :func:`query_side`."""
 
-    def heads_major(num):
-        # on a CPU, divide before the transpose: the division's backward then reduces the
-        # denominator's cotangent along contiguous rows (in [b, n, h, d] it strides)
-        den = contract("bnhf,bhf->bhn", q_feat, k_sum, dtype)
+    def heads_major(k, v):
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
+        real = None if key_mask is None else key_mask[:, None, :, None]
+
+        def zero(x):
+            return x if real is None else jnp.where(real, x, jnp.zeros((), x.dtype))
+
+        feat, v = zero(features(zero(k))), zero(v)
+        return contract("bhmf,bhmd->bhfd", feat, v, v.dtype), jnp.sum(feat, axis=2)
+
+    def positions_major(k, v):
+        k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
+        return key_side(mask_rows(features(k), key_mask), v)
+
+    return jax.lax.platform_dependent(k, v, cpu=heads_major, default=positions_major)
+
+
+def query_side(q: Array, features, kv: Array, k_sum: Array, denominator, dtype) -> Array:
+    """φ(Q)·KV / denominator(φ(Q)·Σφ(K)) on ``dtype`` operands, φ = ``features`` (a query
+    feature map: per row, on the last axis, so either layout takes it); float32 [b, n, h, d]
+    (the part :mod:`flurka.attention.fused` runs as one kernel)."""
+
+    def heads_major(q):
+        # on a CPU, heads first before the feature map (it fuses into that copy, where after
+        # it XLA materialises it and copies again), and divide before moving them back: the
+        # division's backward then reduces the denominator's cotangent along contiguous rows
+        q_feat = features(q.transpose(0, 2, 1, 3))
+        num = contract("bhnf,bhfd->bhnd", q_feat, kv, dtype)
+        den = contract("bhnf,bhf->bhn", q_feat, k_sum, dtype)
         return (num / denominator(den)[..., None]).transpose(0, 2, 1, 3)
 
-    def positions_major(num):
+    def positions_major(q):
+        # heads-major output, transposed after: XLA:CPU (jax 0.10) has no bf16×bf16→f32 kernel
+        # for the "bnhf,bhfd->bnhd" layout and fails at run time; this layout it has
+        q_feat = features(q)
+        num = contract("bnhf,bhfd->bhnd", q_feat, kv, dtype)
         den = contract("bnhf,bhf->bnh", q_feat, k_sum, dtype)
         return num.transpose(0, 2, 1, 3) / denominator(den)[..., None]
 
-    return jax.lax.platform_dependent(num, cpu=heads_major, default=positions_major)
+    return jax.lax.platform_dependent(q, cpu=heads_major, default=positions_major)

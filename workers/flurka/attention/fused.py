@@ -184,10 +184,11 @@ def reference_query_side(q, kv, k_sum, omega, *, feature: str, head_dim: int,
                          num_features: int | None):
     """The XLA path's query half (what the kernel computes); float32 [b, n, h, d]."""
     if feature == "favor":
-        feat = favor_features(q, omega, is_query=True, head_dim=head_dim,
-                              num_features=num_features)
-        return query_side(feat, kv, k_sum, favor_denominator, q.dtype)
-    return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, q.dtype)
+        feat = functools.partial(favor_features, omega=omega, is_query=True, head_dim=head_dim,
+                                 num_features=num_features)
+        return query_side(q, feat, kv, k_sum, favor_denominator, q.dtype)
+    return query_side(q, functools.partial(elu_features, head_dim=head_dim), kv, k_sum,
+                      rnn_denominator, q.dtype)
 
 
 def dot(a, b, contracting=((1,), (0,))):

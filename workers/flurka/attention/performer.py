@@ -20,6 +20,8 @@ zeroed and masked out of the key stabilizer, so their features are exact zeros.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 
 from flurka.attention.base import (
@@ -52,8 +54,8 @@ def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=Non
                                 head_dim=head_dim or q.shape[-1],
                                 num_features=num_features or omega.shape[0],
                                 tiling=fused, out_dtype=v.dtype)
-    return query_side(favor_features(q, omega, is_query=True, **sizes), kv, k_sum,
-                      favor_denominator, v.dtype)
+    return query_side(q, functools.partial(favor_features, omega=omega, is_query=True, **sizes),
+                      kv, k_sum, favor_denominator, v.dtype)
 
 
 class RandomFeatureMixin:

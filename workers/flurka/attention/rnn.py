@@ -16,16 +16,17 @@ Padding: masked keys' features and values are exact zeros.
 
 from __future__ import annotations
 
-from flurka.attention.base import AttentionLayer, zero_padding
-from flurka.attention.feature_maps import elu_features, key_side, query_side, rnn_denominator
+import functools
+
+from flurka.attention.base import AttentionLayer
+from flurka.attention.feature_maps import elu_features, query_side, rnn_denominator, row_key_side
 from flurka.attention.fused import Tiling, fused_query_side, layer_tiling
 from flurka.attention.fused_layer import ProjectedQuerySide
 
 
 def elu_key_side(k, v, key_mask, head_dim=None):
     """(φ(K)ᵀV, φ(K)ᵀ1) with masked keys and values exact zeros."""
-    k, v = zero_padding(k, key_mask), zero_padding(v, key_mask)
-    return key_side(elu_features(k, key_mask, head_dim=head_dim), v)
+    return row_key_side(k, v, key_mask, functools.partial(elu_features, head_dim=head_dim))
 
 
 def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
@@ -38,7 +39,8 @@ def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
     if fused:
         return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1],
                                 tiling=fused, out_dtype=v.dtype)
-    return query_side(elu_features(q, head_dim=head_dim), kv, k_sum, rnn_denominator, v.dtype)
+    return query_side(q, functools.partial(elu_features, head_dim=head_dim), kv, k_sum,
+                      rnn_denominator, v.dtype)
 
 
 class RNNAttention(ProjectedQuerySide, AttentionLayer):

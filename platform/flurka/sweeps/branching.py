@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, Iterable
+from typing import Any
 
 from flurka.mechanisms import KERNEL_OF, LOW_RANK, base_mechanism
 from flurka.sweeps.spec import FULL, SweepSpec, benchmark_config, d_k_of
@@ -166,10 +166,6 @@ def describe(plan: Plan) -> str:
     return (f"plan: {len(plan.baselines)} baselines, {len(plan.bases)} base runs, {len(plan.branches)} α branches; "
             f"up-training executes {c['uptrain_steps_executed']} of {c['uptrain_steps_independent']} steps of "
             f"independent runs ({c['uptrain_compute_ratio']:.3f}×)")
-
-
-def runs_by_key(runs: Iterable[PlannedRun]) -> dict[str, PlannedRun]:
-    return {r.key: r for r in runs}
 
 
 __all__ = ["PlannedRun", "Plan", "make_plan", "fork_step", "describe", "independent_equivalent", "KINDS"]

@@ -106,3 +106,29 @@ def test_resume_restores_an_interrupted_sweep(mlflow_runs):
 def _count(run_dir: Path) -> int:
     with sa.create_engine(f"sqlite:///{run_dir / 'results.db'}").connect() as conn:
         return conn.execute(sa.text("SELECT count(*) FROM trials")).scalar()
+
+
+def test_an_interrupted_phase_is_one_line_and_exit_130(monkeypatch, capsys):
+    """Tune stopped early (Ctrl-C) leaves trials that never started, without a config: the sweep
+    says so in one line with the way on (--resume) and exits 130, not with a traceback."""
+    import argparse
+    from types import SimpleNamespace
+
+    from flurka.sweeps import cli, runner
+
+    ran = [SimpleNamespace(config={"cfg": {}}), SimpleNamespace(config=None), SimpleNamespace(config=None)]
+    with pytest.raises(runner.SweepInterrupted, match=r"branches phase: 2 of 3 trials never started; "
+                                                       r"runs/x keeps what finished.*--resume"):
+        runner.check_all_started(ran, "branches", "runs/x")
+    runner.check_all_started(ran[:1], "first", "runs/x")       # every trial started: nothing to say
+
+    def interrupted(spec):
+        runner.check_all_started(ran, "first", spec.run_path)
+
+    monkeypatch.setattr(runner, "run_sweep", interrupted)
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    assert cli.run(parser.parse_args(["--config", "uptrain-small"])) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("flurka sweep: interrupted in the first phase") and err.count("\n") == 1, err
+    assert "Traceback" not in err

@@ -27,12 +27,15 @@ def run(args: argparse.Namespace, prog: str = "flurka sweep") -> int:
     from flurka.cluster import ClusterError
     from flurka.results import DatabaseUnreachable
     from flurka.sweeps import spec
-    from flurka.sweeps.runner import run_sweep, summary
+    from flurka.sweeps.runner import SweepInterrupted, run_sweep, summary
 
     try:
         outcome = run_sweep(spec.from_args(args))
     except (spec.SpecError, ClusterError, DatabaseUnreachable, FileNotFoundError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except SweepInterrupted as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 130
     print(summary(outcome), flush=True)
     return 1 if outcome.failed or outcome.skipped else 0

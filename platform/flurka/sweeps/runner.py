@@ -176,6 +176,22 @@ def _branch_id(run: dict[str, Any]) -> str:
     return f"{run['benchmark']}|{run['attention']}|{run['alpha']:g}|{run['d_k']}|{run['seed']}"
 
 
+class SweepInterrupted(RuntimeError):
+    """Tune stopped before every trial of a phase had run; the run dir keeps what finished."""
+
+
+def check_all_started(results, phase: str, run_dir) -> None:
+    """A phase's Tune results (each with ``.config``): :class:`SweepInterrupted` where some
+    trial never started (Tune stopped early: Ctrl-C, SIGTERM), which has no config to read."""
+    results = list(results)
+    unstarted = sum(res.config is None for res in results)
+    if unstarted:
+        raise SweepInterrupted(
+            f"interrupted in the {phase} phase: {unstarted} of {len(results)} trials never "
+            f"started; {run_dir} keeps what finished: run the same command with --resume to "
+            f"continue")
+
+
 def resolve(trial_config: dict[str, Any]) -> dict[str, Any]:
     """The planned-run config of a trial (grid: given; Optuna: looked up from its sample)."""
     if "cfg" in trial_config:
@@ -536,6 +552,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                           [callback]).fit()  # Tune appends to the list: fresh each time
             # its MLflow writes, between the trials' results (a restored Tuner uses its own pickled one)
             driver["mlflow"] += callback.seconds
+            check_all_started(grid, phase, spec.run_path)
             for res in grid:
                 cfg = resolve(res.config)
                 key = cfg["run"]["key"]

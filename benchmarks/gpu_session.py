@@ -34,7 +34,7 @@ from flax import nnx
 from flurka.attention import (
     ALIGNABLE, FUSABLE, MECHANISMS, PROJECTABLE, make_attention)
 from flurka.attention.fused import Tiling, use_tiling
-from flurka.mechanisms import COMPRESSED
+from flurka.mechanisms import COMPRESSED, FLURKA
 from flurka.attention.fused_compress import CompressTiling, use_compress_tiling
 from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
 from flurka.speed.bench import freeze_survivors
@@ -60,7 +60,8 @@ def load_plans(path: Path = PLANS_FILE) -> tuple[dict[str, list[tuple[str, dict]
     {field: set of values kept}) blocks, as :func:`planned` takes them; each probe (lhs shape,
     rhs shape)."""
     raw = tomllib.loads(path.read_text())
-    groups = {name: set(members) for name, members in raw["groups"].items()}
+    groups = {"flurka": set(FLURKA), "fusable": set(FUSABLE),
+              **{name: set(members) for name, members in raw["groups"].items()}}
 
     def block(entry) -> tuple[str, dict]:
         entry = dict(raw["blocks"][entry] if isinstance(entry, str) else entry)

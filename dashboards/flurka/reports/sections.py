@@ -371,13 +371,14 @@ def speed_vs_section(rows: pd.DataFrame, axis: str) -> Section:
 def floor_section(runs: pd.DataFrame) -> Section:
     """The GPU targets, where each stands per card (``targets``), then every measurement at the
     targets' N against its floor; ``runs``: :func:`speed_runs`' rows."""
+    goals = speed_tables.gpu_targets()
     section = Section("floor", "Step time against the floor (GPU targets)",
                       "Each measurement's median step time over its floor: the larger of the FLOP model's FLOPs "
                       "at the card's measured bf16 matrix rate and the fewest bytes the step must move at its "
                       "measured copy bandwidth (flurka.speed.ceilings, measured in the same run). At the largest "
-                      f"N of the sweeps the targets name: every layer within {speed_tables.gpu_targets().layer:g}× of its floor, "
-                      f"every FLuRKA layer within {speed_tables.gpu_targets().flurka_layer:g}× (flurka tables --table floor).")
-    targets = speed_tables.targets_frame(runs)
+                      f"N of the sweeps the targets name: every layer within {goals.layer:g}× of its floor, "
+                      f"every FLuRKA layer within {goals.flurka_layer:g}× (flurka tables --table floor).")
+    targets = speed_tables.targets_frame(runs, goals)
     if not targets.empty:
         caption = ("Each GPU target where it is set: the N-sweep's layer (floors; FLuRKA against Linformer and "
                    "its kernel) and the flash comparison's 6-layer model (FLuRKA against cuDNN flash) at their "
@@ -395,7 +396,7 @@ def floor_section(runs: pd.DataFrame) -> Section:
         caption = (f"Device: {device}. Config: {describe(first, fixed)}. Speed sweep: {sweep}; one row per "
                    f"execution measured (plain, aligned, padded, fused).")
         title = f"Step time against the floor, {sweep} at N = {int(first['N'])} ({device}, {dtype})"
-        table = speed_tables.floor_frame(part)
+        table = speed_tables.floor_frame(part, goals)
         section.items.append(Table(f"floor-{i}", title, caption, table))
         section.items.append(Plot(f"floor-{i}-fig", title, caption, F.floor_ratios(table)))
     if not section.items:

@@ -278,11 +278,10 @@ def gpu_targets(path: str | Path = TARGETS_FILE) -> Targets:
     return targets
 
 
-def floor_target(mechanism: str, scope: str, targets: Targets | None = None) -> float | None:
+def floor_target(mechanism: str, scope: str, targets: Targets) -> float | None:
     """The × floor a layer is held to (None for a model: its target is the one over flash)."""
     if scope != "layer":
         return None
-    targets = targets or gpu_targets()
     return targets.flurka_layer if mechanism.startswith("flurka") else targets.layer
 
 

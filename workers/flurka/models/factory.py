@@ -26,12 +26,7 @@ TASKS = ("classification", "regression", "mlm", "translation", "image")
 # key -> default: ModelConfig's fields ("attention" required; "pooling" None: for a classifier
 # "cls" if the data has a [CLS] id, else "mean"), and the seed of the parameter init (and of the
 # dropout stream) when rngs is not given.
-MODEL_CONFIG_KEYS: dict[str, Any] = {
-    **{f.name: None if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-       else f.default_factory() if f.default is dataclasses.MISSING else f.default
-       for f in dataclasses.fields(ModelConfig)},
-    "seed": 0,
-}
+MODEL_CONFIG_KEYS: dict[str, Any] = {**dataclasses.asdict(ModelConfig("full")), "attention": None, "seed": 0}
 
 
 def config_dict(model_config: Any) -> dict[str, Any]:

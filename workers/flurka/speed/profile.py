@@ -71,7 +71,11 @@ def op_kinds(hlo_text: str) -> dict[str, str]:
     also under its kernel's spelling (XLA names a fusion's kernel after it, '.' and '-' as '_':
     ``gemm_fusion_dot.16`` runs as ``gemm_fusion_dot_16``), which is all a command buffer's trace
     says (:func:`op_times`)."""
-    comps = hlo.parse(hlo_text).computations
+    return _op_kinds(hlo.parse(hlo_text))
+
+
+def _op_kinds(module: hlo.Module) -> dict[str, str]:
+    comps = module.computations
     kinds = {i.name: classify(i, comps) for body in comps.values() for i in body}
     return {**{re.sub(r"[.\-]", "_", name): kind for name, kind in kinds.items()}, **kinds}
 
@@ -183,7 +187,7 @@ def planned_traffic(hlo_text: str, top: int = 10) -> dict[str, Any]:
     Over the card's bandwidth, the time the plan's traffic alone takes; ``largest``: the ``top``
     kernels by traffic, with the JAX operation each came from."""
     module = hlo.parse(hlo_text)
-    kinds = op_kinds(hlo_text)
+    kinds = _op_kinds(module)
     sizes: dict[str, int] = {}
     by_kind: dict[str, int] = {}
     kernels: list[dict[str, Any]] = []

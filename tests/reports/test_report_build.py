@@ -517,6 +517,8 @@ def test_floor_targets_of_the_recorded_h100_lease(tmp_path):
                        & np.isclose(table["ms"], r["median_s"] * 1e3, rtol=1e-12)].to_dict("records")
         assert got["floor (ms)"] == pytest.approx(floor * 1e3, rel=1e-9)
         assert got["× floor"] == pytest.approx(r["median_s"] / floor, rel=1e-9)
+        assert got["p10 (× floor)"] == pytest.approx(r["p10_s"] / floor, rel=1e-9)
+        assert got["p90 (× floor)"] == pytest.approx(r["p90_s"] / floor, rel=1e-9)
         target = 1.5 if r["mechanism"].startswith("flurka") else 2.0
         assert got["target (× floor)"] == target
         assert got["met"] == ("yes" if r["median_s"] / floor <= target else "no")

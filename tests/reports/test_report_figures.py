@@ -173,6 +173,70 @@ def test_measured_speedups_carry_their_spread():
     assert not legibility_problems(sections.Plot("flops-bars", "t", "c", fig))
 
 
+def _speed_rows(points):
+    """Speed rows as :func:`flurka.reports.sources.combine_runs` gives them: (mechanism, N, median,
+    p10, p90) in seconds, one forward layer panel."""
+    return pd.DataFrame([{"mechanism": m, "N": n, "mode": "forward", "scope": "layer", "status": "ok",
+                          "median_s": t, "p10_s": lo, "p90_s": hi, "spread_s": hi - lo} for m, n, t, lo, hi in points])
+
+
+def _band_vertices(ax, mech):
+    """The y range of ``mech``'s band at each x: rows (x, low, high), x ascending."""
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)
+               and np.allclose(c.get_facecolor()[0][:3], to_rgb(figures.STYLE[mech][0]))]
+    out = {}
+    for x, y in band.get_paths()[0].vertices:
+        lo, hi = out.get(round(x, 6), (np.inf, -np.inf))
+        out[round(x, 6)] = (min(lo, y), max(hi, y))
+    return np.array([(x, *out[x]) for x in sorted(out)])
+
+
+def test_speed_figures_draw_each_points_p10_p90():
+    """Step times in ms inside their p10–p90 band; as speedups over full, each ratio r in
+    r·(1 ± w), w half the two times' p10–p90 widths over their medians (the tables' tie rule); a
+    panel of one N, which a band cannot show, as an error bar from p10 to p90."""
+    rows = _speed_rows([("full", 1024, 0.010, 0.009, 0.012), ("full", 4096, 0.080, 0.078, 0.090),
+                        ("rnn", 1024, 0.004, 0.0038, 0.0041), ("rnn", 4096, 0.010, 0.0095, 0.013)])
+    ax = figures.speed_vs_axis(rows, "N").axes[0]
+    assert _band_vertices(ax, "rnn") == pytest.approx(np.array([[1024, 3.8, 4.1], [4096, 9.5, 13.0]]))
+    assert _band_vertices(ax, "full") == pytest.approx(np.array([[1024, 9.0, 12.0], [4096, 78.0, 90.0]]))
+    ax = figures.speed_vs_axis(rows, "N", speedup_over="full").axes[0]
+    expected = []
+    for n, (full, rnn) in {1024: ((0.010, 0.003), (0.004, 0.0003)), 4096: ((0.080, 0.012), (0.010, 0.0035))}.items():
+        r, w = full[0] / rnn[0], (full[1] / full[0] + rnn[1] / rnn[0]) / 2
+        expected.append([n, r * (1 - w), r * (1 + w)])
+    assert _band_vertices(ax, "rnn") == pytest.approx(np.array(expected))
+    one = figures.speed_vs_axis(_speed_rows([("rnn", 1024, 0.004, 0.0038, 0.0041)]), "N").axes[0]
+    (bar,) = [c for c in one.containers if getattr(c, "has_yerr", False)]
+    assert np.array(bar.lines[2][0].get_segments())[0, :, 1] == pytest.approx([3.8, 4.1])
+
+
+def test_speedup_figure_draws_each_ratio_in_its_spread():
+    """The speedups figure reads each ratio's spread w from the table's ``attrs["spread"]``
+    (:func:`flurka.results.speed_tables.speedup_table`) and shades r·(1 ± w)."""
+    index = pd.MultiIndex.from_tuples([("flurka-rnn", 1024), ("flurka-rnn", 4096)], names=["variant", "N"])
+    table = pd.DataFrame({"vs low-rank": [1.5, 2.0], "vs kernel": [1.1, 1.2]}, index=index)
+    table.attrs["spread"] = pd.DataFrame({"vs low-rank": [0.1, 0.05], "vs kernel": [0.02, float("nan")]}, index=index)
+    ax = figures.speedups({"forward, layer scope": table}).axes[0]
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 1    # vs kernel has one spread only: its one point is an error bar
+    ys = bands[0].get_paths()[0].vertices[:, 1]
+    assert (ys.min(), ys.max()) == pytest.approx((1.5 * 0.9, 2.0 * 1.05))
+    (bar,) = [c for c in ax.containers if getattr(c, "has_yerr", False)]
+    assert np.array(bar.lines[2][0].get_segments())[0, :, 1] == pytest.approx([1.1 * 0.98, 1.1 * 1.02])
+
+
+def test_floor_figure_bars_carry_their_p10_p90():
+    table = pd.DataFrame({"mode": ["forward"] * 2, "mechanism": ["rnn", "flurka-rnn"], "execution": ["plain"] * 2,
+                          "× floor": [1.8, 1.4], "p10 (× floor)": [1.7, 1.35], "p90 (× floor)": [2.1, 1.5],
+                          "target (× floor)": [2.0, 1.5]}).set_index(["mode", "mechanism", "execution"])
+    ax = figures.floor_ratios(table).axes[0]
+    (bar,) = [c for c in ax.containers if getattr(c, "has_xerr", False)]
+    segments = np.array(bar.lines[2][0].get_segments())   # (bar, end, xy)
+    assert segments[:, :, 0] == pytest.approx(np.array([[1.7, 2.1], [1.35, 1.5]]))
+    assert not legibility_problems(sections.Plot("floor-bars", "t", "c", ax.figure))
+
+
 @pytest.fixture(scope="module")
 def main_job_plots(main_job) -> dict[str, sections.Plot]:
     return {p.key: p for p in _plots(main_job)}

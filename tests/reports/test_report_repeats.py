@@ -156,8 +156,12 @@ def test_ratios_are_taken_within_a_run(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps(doc))
         ingest_file(engine, tmp_path / f"{name}.json")
     runs = speed_runs(engine)
-    table = speedup_table(engine, mode="forward").loc["flurka-rnn", "vs kernel"]   # `flurka tables` alike
+    speedups = speedup_table(engine, mode="forward")
+    table = speedups.loc["flurka-rnn", "vs kernel"]   # `flurka tables` alike
     engine.dispose()
+    # every time's p10-p90 is 2 % of its median: each ratio's spread w = (2 % + 2 %) / 2
+    assert speedups.attrs["spread"].loc["flurka-rnn", "vs kernel"].to_dict() == pytest.approx(
+        {7050: 0.02, 20000: 0.02, 55500: 0.02})
     assert table.to_dict() == pytest.approx({7050: 0.0182 / 0.0207, 20000: 0.050 / 0.040,
                                              55500: (0.120 / 0.100 + 0.126 / 0.090) / 2})
     assert sorted(runs["run"].unique()) == [docs["a"]["created"], docs["b"]["created"]]

@@ -147,19 +147,53 @@ def png(fig: Figure, dpi: int = 110) -> bytes:
     return buf.getvalue()
 
 
+# The speed figures' p10–p90 bands (a ratio's: r·(1 ± w), w as the tables' "within spread").
+SPREAD_ALPHA = 0.15
+SPREAD_LABEL = "bands: p10–p90 of the step times"
+RATIO_SPREAD_LABEL = "bands: ratio × (1 ± half the two times' p10–p90 widths)"
+
+
+def _spread_band(ax, x, low, high, mech: str, label: str) -> None:
+    """``mech``'s p10–p90 band over ``x`` (gaps where either end is NaN); one point's, which a
+    band cannot show, as an error bar."""
+    x, low, high = (np.asarray(v, float) for v in (x, low, high))
+    have = np.isfinite(low) & np.isfinite(high)
+    colour = STYLE.get(mech, ("#555555",))[0]
+    if have.sum() >= 2:
+        _band(ax, x, low, high, colour, label=label, alpha=SPREAD_ALPHA)
+    elif have.any():
+        mid = (low + high)[have] / 2
+        ax.errorbar(x[have], mid, yerr=(high - low)[have] / 2, fmt="none", ecolor=colour, elinewidth=0.9,
+                    capsize=3, alpha=0.8)
+
+
 def speed_vs_axis(df: pd.DataFrame, axis: str, *, speedup_over: str | None = None) -> Figure:
-    """One panel per (mode, scope): step time (ms) per mechanism against ``axis``, OOM as ×;
-    with ``speedup_over`` the y axis is that mechanism's time divided by each mechanism's."""
+    """One panel per (mode, scope): step time (ms) per mechanism against ``axis`` in its p10–p90
+    band, OOM as ×; with ``speedup_over`` the y axis is that mechanism's time divided by each
+    mechanism's, in the ratio's band (:func:`flurka.results.speed_tables.with_ratio`'s spread)."""
     groups = list(df.groupby(["mode", "scope"], dropna=False, sort=True))
     fig, axes = _panels(len(groups))
     for ax, ((mode, scope), part) in zip(axes, groups):
         ok = part[part["status"] == "ok"]
-        times = ok.pivot(index=axis, columns="mechanism", values="median_s").sort_index() * 1e3
-        if speedup_over is not None:
-            times = times.rdiv(times[speedup_over], axis=0).drop(columns=speedup_over)
+        nan = pd.Series(float("nan"), index=ok.index)
+
+        def wide(column: str) -> pd.DataFrame:
+            values = pd.to_numeric(ok[column], errors="coerce") if column in ok else nan
+            return ok.assign(_v=values).pivot(index=axis, columns="mechanism", values="_v").sort_index()
+
+        times = wide("median_s") * 1e3
+        if speedup_over is None:
+            low, high, label = wide("p10_s") * 1e3, wide("p90_s") * 1e3, SPREAD_LABEL
+        else:
+            width = wide("spread_s") * 1e3 / times
+            times = times.rdiv(times[speedup_over], axis=0)
+            w = width.add(width[speedup_over], axis=0) / 2
+            low, high, label = times * (1 - w), times * (1 + w), RATIO_SPREAD_LABEL
+            times = times.drop(columns=speedup_over)
         for mech in _ordered(times.columns):
             s = times[mech].dropna()
             ax.plot(s.index, s.values, label=mech, **_style(mech))
+            _spread_band(ax, s.index, low[mech].reindex(s.index), high[mech].reindex(s.index), mech, label)
         oom = part[part["status"] == "oom"]
         if not oom.empty and speedup_over is None and not times.empty:
             top = float(np.nanmax(times.to_numpy())) * 1.3
@@ -181,16 +215,22 @@ def speed_vs_axis(df: pd.DataFrame, axis: str, *, speedup_over: str | None = Non
 def speedups(panels: dict[str, pd.DataFrame], claim_bound: float | None = None) -> Figure:
     """One panel per title: each FLuRKA variant's speedup over its constituents / flash / full vs N
     (``flurka.results.speed_tables.speedup_table`` frames); the line at 1 is break-even, the dotted
-    vertical one the paper's claims 1 and 3 bound N = d_k(H+2) when given and in range."""
+    vertical one the paper's claims 1 and 3 bound N = d_k(H+2) when given and in range; each
+    ratio r in its band r·(1 ± w), w the table's ``attrs["spread"]`` where it has one."""
     fig, axes = _panels(len(panels))
     for ax, (title, table) in zip(axes, panels.items()):
+        spread = table.attrs.get("spread")
         for variant, part in table.groupby(level="variant", sort=False):
             part = part.droplevel("variant").sort_index()
+            widths = (spread.loc[variant].sort_index() if spread is not None and variant in spread.index
+                      else pd.DataFrame(index=part.index))
             for col, ls in BASELINE_LINE.items():
                 s = part[col].dropna() if col in part else pd.Series(dtype=float)
                 if not s.empty:
                     ax.plot(s.index, s.values, linestyle=ls, label=f"{variant} {col}",
                             **{**_style(variant), "markersize": 3})
+                    w = widths[col].reindex(s.index) if col in widths else pd.Series(float("nan"), index=s.index)
+                    _spread_band(ax, s.index, s * (1 - w), s * (1 + w), variant, RATIO_SPREAD_LABEL)
         ax.axhline(1.0, color="#999999", linewidth=0.8)
         ns = table.index.get_level_values("N")
         if claim_bound is not None and ns.min() <= claim_bound <= ns.max():
@@ -509,7 +549,8 @@ def flops_vs_measured(rows: pd.DataFrame, pairs: pd.DataFrame) -> Figure:
 
 def floor_ratios(table: pd.DataFrame) -> Figure:
     """One panel per mode: each mechanism's (and execution's) step time over its floor as a bar
-    (``flurka.results.speed_tables.floor_frame``), the targets its layers are held to as dashed lines."""
+    (``flurka.results.speed_tables.floor_frame``) with its p10–p90 as an error bar, the targets
+    its layers are held to as dashed lines."""
     modes = list(dict.fromkeys(table.index.get_level_values("mode")))
     rows = max(len(table.xs(m, level="mode")) for m in modes)
     fig, axes = _panels(len(modes), height=1.0 + 0.24 * rows)
@@ -518,9 +559,17 @@ def floor_ratios(table: pd.DataFrame) -> Figure:
         y = np.arange(len(part))
         colours = [STYLE.get(m, ("#555555",))[0] for m in part.index.get_level_values("mechanism")]
         ratios = part["× floor"].to_numpy(float)
+        low, high = (part.get(f"{q} (× floor)", pd.Series(float("nan"), index=part.index)).to_numpy(float)
+                     for q in ("p10", "p90"))
+        spread = np.isfinite(low) & np.isfinite(high)
         ax.barh(y, ratios, color=colours, height=0.7)
-        for yi, r in zip(y, ratios):
-            ax.annotate(f"{r:.2f}", xy=(r, yi), xytext=(2, 0), textcoords="offset points", va="center", fontsize=7)
+        if spread.any():
+            ax.errorbar(ratios[spread], y[spread], xerr=[np.maximum(ratios - low, 0)[spread],
+                                                         np.maximum(high - ratios, 0)[spread]],
+                        fmt="none", ecolor="#222222", elinewidth=0.8, capsize=2, label="p10–p90")
+        ends = np.where(spread, np.fmax(high, ratios), ratios)
+        for yi, r, end in zip(y, ratios, ends):
+            ax.annotate(f"{r:.2f}", xy=(end, yi), xytext=(2, 0), textcoords="offset points", va="center", fontsize=7)
         ax.set_yticks(y, [f"{m} ({e})" for m, e in part.index], fontsize=7)
         ax.set_ylim(rows - 0.5, -0.5)  # every panel's bars as thick as the fullest's, top down
         targets = sorted(set(part["target (× floor)"].dropna()))
@@ -529,7 +578,7 @@ def floor_ratios(table: pd.DataFrame) -> Figure:
             ax.annotate(f"{target:g}×", xy=(target, 1.0), xycoords=("data", "axes fraction"), ha="center",
                         va="bottom", fontsize=7)
         ax.axvline(1.0, color="#999999", linewidth=0.8)
-        ax.set_xlim(0, max(float(ratios.max()), *targets, 1.0) * 1.15)
+        ax.set_xlim(0, max(float(np.nanmax(ends)), *targets, 1.0) * 1.15)
         ax.set_xlabel("median step time / floor")
         ax.set_title(mode, fontsize=10, pad=12 if targets else 6)
         ax.grid(True, axis="x", alpha=0.25)

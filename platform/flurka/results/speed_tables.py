@@ -63,7 +63,8 @@ def read_speed(engine: Engine, *where) -> tuple[pd.DataFrame, list[dict]]:
     ``where``: device, configuration columns (``N`` the sequence length), status, median, spread,
     FLOPs and run, the :data:`EXECUTION` columns, and each row's stored ``config`` (a
     ``flurka.speed`` result's other fields); the plain ``jnp`` forms ``flurka.speed.plain`` times
-    beside the layers are left out. The one query behind these tables and the report."""
+    beside the layers are left out; ``p10_s`` and ``p90_s`` from the config (NaN where a
+    document gave none). The one query behind these tables and the report."""
     stmt = (sa.select(Environment.device, SpeedMeasurement.mechanism, SpeedMeasurement.mode, SpeedMeasurement.scope,
                       SpeedMeasurement.dtype, SpeedMeasurement.batch, SpeedMeasurement.seq_len.label("N"),
                       SpeedMeasurement.d_model, SpeedMeasurement.heads, SpeedMeasurement.d_k,
@@ -79,6 +80,9 @@ def read_speed(engine: Engine, *where) -> tuple[pd.DataFrame, list[dict]]:
     df = df.loc[pd.Series(kept, index=df.index, dtype=bool)].reset_index(drop=True)
     configs = [c for c, k in zip(configs, kept) if k]
     add_execution(df, configs)
+    for name in ("p10_s", "p90_s"):  # where the spread (their difference) lies
+        df[name] = pd.to_numeric(pd.Series([c.get(name) for c in configs], index=df.index, dtype=object),
+                                 errors="coerce")
     return df, configs
 
 
@@ -150,8 +154,8 @@ def execution_label(row: pd.Series | dict) -> str:
 
 
 # A run's own measurements of a point, which :func:`combine_repeats` takes the median of: its
-# median step time, p10–p90 spread, and floor (from the ceilings that run measured).
-PER_RUN = ("median_s", "spread_s", "floor_s")
+# median step time, its p10 and p90, p10–p90 spread, and floor (from the ceilings that run measured).
+PER_RUN = ("median_s", "p10_s", "p90_s", "spread_s", "floor_s")
 
 
 def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
@@ -287,8 +291,8 @@ def floor_target(mechanism: str, scope: str, targets: Targets) -> float | None:
 
 def floor_frame(rows: pd.DataFrame, targets: Targets | None = None) -> pd.DataFrame:
     """Per mode, mechanism and execution of ``rows`` (ok measurements with ``floor_s`` and
-    ``bound``): median step time, floor, the binding ceiling, × floor, the layer target and
-    whether it is met. ``targets``: :func:`gpu_targets` by default."""
+    ``bound``): median step time, floor, the binding ceiling, × floor with its p10 and p90, the
+    layer target and whether it is met. ``targets``: :func:`gpu_targets` by default."""
     targets = targets or gpu_targets()
     order = {m: i for i, m in enumerate(mechanism_order(rows["mechanism"].unique()))}
     t = rows.assign(execution=rows.apply(execution_label, axis=1), _order=rows["mechanism"].map(order))
@@ -299,6 +303,7 @@ def floor_frame(rows: pd.DataFrame, targets: Targets | None = None) -> pd.DataFr
     table = pd.DataFrame({
         "mode": t["mode"], "mechanism": t["mechanism"], "execution": t["execution"],
         "ms": t["median_s"] * 1e3, "floor (ms)": t["floor_s"] * 1e3, "bound": t["bound"], "× floor": ratio,
+        **{f"{q} (× floor)": t[f"{q}_s"] / t["floor_s"] if f"{q}_s" in t else float("nan") for q in ("p10", "p90")},
         "target (× floor)": held,
         "met": [None if g != g else ("yes" if r <= g else "no") for g, r in zip(held, ratio)],
     }).set_index(["mode", "mechanism", "execution"])
@@ -431,24 +436,28 @@ def speedup_table(engine: Engine, *, mode: str = "train", best: bool = False,
     """Speedup (baseline time / variant time) of each FLuRKA variant over its low-rank and kernel
     constituents, flash and full attention; rows (variant, N); NaN where either side is missing/OOM.
     ``best``: every mechanism at its fastest measured execution (:func:`fastest_execution`), each
-    cell's executions in the ``executions`` column (the variant's first)."""
+    cell's executions in the ``executions`` column (the variant's first). ``attrs["spread"]``:
+    each ratio's :func:`with_ratio` spread w, same rows and "vs" columns (the figures' bands,
+    r·(1 ± w); NaN where a time has no p10–p90)."""
     runs = speed_measurements(engine, mode=mode, best=best, runs=True, **filters)
     ok = runs[runs["status"] == "ok"]
     if best:
         how = (ok.assign(e=ok.apply(execution_label, axis=1)).drop_duplicates(["N", "mechanism"])
                .pivot(index="N", columns="mechanism", values="e"))
-    ratios = {}
+    ratios, spreads = {}, {}
     for variant in set(ok["mechanism"]) & set(KERNEL_OF):
         for baseline in (LOW_RANK, KERNEL_OF[variant], "flash", "full"):
-            pairs = paired_runs(ok, variant, baseline, ["N"])
-            pairs = run_medians(pairs.assign(ratio=pairs["median_s_b"] / pairs["median_s"]), ["ratio"])
-            ratios.update({(variant, baseline, n): r for n, r in zip(pairs["N"], pairs["ratio"])})
-    rows = []
+            pairs = with_ratio(paired_runs(ok, variant, baseline, ["N"]))
+            pairs = run_medians(pairs, ["measured_speedup", "ratio_spread"])
+            for n, r, w in zip(pairs["N"], pairs["measured_speedup"], pairs["ratio_spread"]):
+                ratios[variant, baseline, n], spreads[variant, baseline, n] = r, w
+    rows, spread_rows = [], []
     for variant in mechanism_order(set(ok["mechanism"]) & set(KERNEL_OF)):
         for n in sorted(ok.loc[ok["mechanism"] == variant, "N"].unique()):
-            base = lambda m: ratios.get((variant, m, n), float("nan"))  # noqa: E731
-            row = {"variant": variant, "N": n, "vs low-rank": base(LOW_RANK), "vs kernel": base(KERNEL_OF[variant]),
-                   "vs flash": base("flash"), "vs full": base("full")}
+            against = {"vs low-rank": LOW_RANK, "vs kernel": KERNEL_OF[variant], "vs flash": "flash", "vs full": "full"}
+            row = {"variant": variant, "N": n, **{c: ratios.get((variant, m, n), float("nan")) for c, m in against.items()}}
+            spread_rows.append({"variant": variant, "N": n,
+                                **{c: spreads.get((variant, m, n), float("nan")) for c, m in against.items()}})
             if best:
                 row["executions"] = "; ".join(
                     f"{m}: {how.at[n, m]}" for m in (variant, LOW_RANK, KERNEL_OF[variant], "flash", "full")
@@ -456,4 +465,6 @@ def speedup_table(engine: Engine, *, mode: str = "train", best: bool = False,
             rows.append(row)
     if not rows:
         raise NoResults(f"no {mode!r} speed measurements of a FLuRKA variant")
-    return pd.DataFrame(rows).set_index(["variant", "N"])
+    table = pd.DataFrame(rows).set_index(["variant", "N"])
+    table.attrs["spread"] = pd.DataFrame(spread_rows).set_index(["variant", "N"]).astype(float)
+    return table

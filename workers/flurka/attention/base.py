@@ -17,9 +17,9 @@ best, half the bf16 rate, and twice the bytes). All shape checks run in Python o
 before any tracing work.
 
 Aligned execution (``align=128``): the layer computes the same function on GEMM shapes padded to
-multiples of ``align``, for GPU speed (on an H200 the paper's N-sweep sizes — d_h 325, d_k 1500,
-N 55 500, d_model 2600 — ran their GEMMs at 2.3–2.7× the time of the same GEMMs padded to
-multiples of 128; benchmarks/results/h200/NOTES.md). Inside the layer only:
+multiples of ``align``, for GPU speed (cuBLAS runs the paper's N-sweep sizes — d_h 325, d_k 1500,
+N 55 500, d_model 2600 — far slower than the same GEMMs padded to multiples of 128;
+benchmarks/results/h200/NOTES.md). Inside the layer only:
   * the input's sequence N and width d_model get zero rows/columns; padded rows are masked as keys
     and sliced off the output;
   * the head dim d_h: zero columns of W_Q/W_K/W_V and zero rows of W_O, per head;

@@ -115,9 +115,9 @@ class AttentionShape:
 # ---------------------------------------------------------------------------------------------
 # Exact model of our layers
 # ---------------------------------------------------------------------------------------------
-def _mm(*dims: int) -> int:
+def matmul_flops(*dims: int) -> int:
     """FLOPs of a batch of matmuls: 2 × (batch dims) × M × N × K."""
-    return 2 * math.prod(dims)
+    return 2 * math.prod(int(d) for d in dims)
 
 
 def _merge(*parts: dict[str, int]) -> dict[str, int]:
@@ -133,14 +133,14 @@ def _projections(s: AttentionShape, kv_len: int) -> dict[str, int]:
     ``nnx.Linear`` with bias (base.AttentionLayer)."""
     b, n, d = s.batch, s.seq_len, s.d_model
     rows = 2 * n + 2 * kv_len
-    return {"projections": _mm(b, d, d) * rows, "bias": b * d * rows}
+    return {"projections": matmul_flops(b, d, d) * rows, "bias": b * d * rows}
 
 
 def _compression(s: AttentionShape) -> dict[str, int]:
     """E·X over the sequence before W_K / W_V (base.compress): [d_k, N]·[N, d_m] once per
     distinct E — two (E1, E2) for ``sharing="headwise"``, one for ``"kv"``, two per head for
     ``"none"`` (per-head E: [H, d_k, N])."""
-    per_e = _mm(s.batch, s.d_k, s.seq_len, s.d_model)
+    per_e = matmul_flops(s.batch, s.d_k, s.seq_len, s.d_model)
     count = {"headwise": 2, "kv": 1, "none": 2 * s.num_heads}[s.sharing]
     return {"compression": count * per_e}
 
@@ -149,10 +149,10 @@ def _softmax_core(s: AttentionShape, kv_len: int) -> dict[str, int]:
     """softmax(Q Kᵀ/√d_h) V per head with ``kv_len`` keys (full.softmax_attention)."""
     rows = s.batch * s.num_heads * s.seq_len
     return {
-        "scores": _mm(rows, kv_len, s.d_head),
+        "scores": matmul_flops(rows, kv_len, s.d_head),
         "scale": rows * kv_len,
         "softmax": 5 * rows * kv_len,
-        "weighted_sum": _mm(rows, kv_len, s.d_head),
+        "weighted_sum": matmul_flops(rows, kv_len, s.d_head),
     }
 
 
@@ -161,7 +161,7 @@ def _favor_features(s: AttentionShape, rows: int) -> dict[str, int]:
     |x|²/2, row max, then exp(dash − diag − max) + eps scaled by m^-1/2."""
     m, bh = s.num_features, s.batch * rows * s.num_heads
     return {
-        "feature_projection": _mm(bh, s.d_head, m),
+        "feature_projection": matmul_flops(bh, s.d_head, m),
         "feature_map": 3 * bh * s.d_head + bh + 6 * bh * m,
     }
 
@@ -176,10 +176,10 @@ def _linear_core(s: AttentionShape, kv_len: int, f: int, denominator: int) -> di
     (feature_maps.key_side/query_side); ``denominator`` FLOPs per query row and head."""
     b, n, h, dh = s.batch, s.seq_len, s.num_heads, s.d_head
     return {
-        "kv_product": _mm(b, h, f, dh, kv_len),
+        "kv_product": matmul_flops(b, h, f, dh, kv_len),
         "key_sum": b * kv_len * h * f,
-        "query_kv_product": _mm(b, n, h, f, dh),
-        "normaliser": _mm(b, n, h, f),
+        "query_kv_product": matmul_flops(b, n, h, f, dh),
+        "normaliser": matmul_flops(b, n, h, f),
         "denominator": denominator * b * n * h,
         "divide": b * n * s.d_model,
     }
@@ -220,11 +220,11 @@ def _control_variates(s: AttentionShape, key_rows: int, chunks: int) -> dict[str
     rows, cv = b * h * key_rows, b * chunks * h
     return {
         "chunk_means": b * key_rows * dm + b * key_rows + cv * dh,
-        "proposal": 2 * _mm(cv, dh, dh),
+        "proposal": 2 * matmul_flops(cv, dh, dh),
         "proposal_norm": 2 * (cv * dh + LAYER_NORM * cv * dh) + 3 * cv * dh,
-        "importance_logits": _mm(rows, dh),
+        "importance_logits": matmul_flops(rows, dh),
         "importance_weights": 2 * b * key_rows * dm + 4 * rows + 5 * rows,
-        "chunk_values": _mm(rows, dh),
+        "chunk_values": matmul_flops(rows, dh),
     }
 
 
@@ -237,10 +237,10 @@ def _eva(s: AttentionShape) -> dict[str, int]:
     return _merge(_control_variates(s, p, chunks), {
         "padding_mask": 3 * b * p * dm,                            # zero_padding of q, k, v
         "chunk_means": b * p * dm + b * p + b * chunks * dm,       # query chunk means
-        "scores": _mm(rows, w, dh) + _mm(rows, chunks, dh),        # local and chunk logits
+        "scores": matmul_flops(rows, w, dh) + matmul_flops(rows, chunks, dh),        # local and chunk logits
         "scale": 2 * rows * (w + chunks),                          # × d_h^-1/2 and masking
         "softmax": 5 * rows * (w + chunks),
-        "weighted_sum": _mm(rows, w, dh) + _mm(rows, chunks, dh),
+        "weighted_sum": matmul_flops(rows, w, dh) + matmul_flops(rows, chunks, dh),
         "combine": b * p * dm,                                     # local + chunk outputs
     })
 
@@ -260,10 +260,10 @@ def _flurka_eva(s: AttentionShape) -> dict[str, int]:
     b, n, h, dh, dm = s.batch, s.seq_len, s.num_heads, s.d_head, s.d_model
     rows, logits = b * h * n, w + chunks
     parts = {
-        "scores": _mm(rows, logits, dh),
+        "scores": matmul_flops(rows, logits, dh),
         "scale": rows * w + 2 * rows * chunks,                     # × d_h^-1/2; chunk masking
         "softmax": 5 * rows * logits,
-        "weighted_sum": _mm(rows, logits, dh),
+        "weighted_sum": matmul_flops(rows, logits, dh),
     }
     if chunks:
         parts = _merge(parts, _control_variates(s, chunks * c, chunks),
@@ -310,7 +310,7 @@ def _unneeded_gradients(mechanism: str, shape: AttentionShape, input_grad: bool)
     unneeded = parts.get("feature_projection", 0)
     if not input_grad:
         reads_x = 1 if "compression" in parts else 3   # x·W_Q, and x·W_K, x·W_V without E
-        unneeded += reads_x * _mm(shape.batch, shape.seq_len, shape.d_model, shape.d_model)
+        unneeded += reads_x * matmul_flops(shape.batch, shape.seq_len, shape.d_model, shape.d_model)
         unneeded += parts.get("compression", 0)
     return unneeded
 

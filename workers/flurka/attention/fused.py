@@ -72,19 +72,16 @@ class Tiling:
     --tune-fused``), none of which changes the result. Rows are powers of two ≥ 16 (Triton's dots);
     warps None: 8 once a [rows, 128] float32 tile is live (Triton flash attention's choice at head
     dim 128), else 4. The forward of wide query sides (head dim or features past 128) has its
-    own launch (``wide_*``): at the N-sweep's 384 wide, 64 rows is the fewest Hopper's warpgroup
-    MMA (wgmma) takes — below, Triton falls back to per-warp mma.sync — and by ptxas for sm_90
-    on 8 warps they spill least: 8 B per thread (elu) and 136–268 B (FAVOR+, all its feature
-    blocks live); 4 warps spill 0.5–1.1 KB, 16 cap a thread at 128 registers (0.2–2.6 KB),
-    128 rows 76 B–1 KB, 16 rows none (mma.sync). Which is fastest is the card's to say.
-    flurka-eva's wide softmax takes the same launch: at 64 rows × 8 warps wgmma without a spill,
-    in one stage (two would need 240 KB of shared memory, past the card's 227 KB)."""
+    own launch (``wide_*``): 64 rows is the fewest Hopper's warpgroup MMA (wgmma) takes — below,
+    Triton falls back to per-warp mma.sync — and on 8 warps they spill least; flurka-eva's wide
+    softmax takes the same launch in one stage (two overflow shared memory). ptxas's registers
+    and spills for each option: ``make aot ARGS="--target h100 --tilings"``, recorded in
+    benchmarks/results/h100/NOTES.md. Which is fastest is the card's to say."""
 
     block_n: int = 128      # query rows per forward program (at widths ≤ 128)
     num_warps: int | None = None
     # Backward step: smaller, its [rows, f] float32 tiles are several (φ, ∂φ, slope) beside the
-    # [f, d] dKV accumulator. At 64 rows ptxas spills 1.4 KB (FAVOR+) at d_h = m = 128 on sm_90;
-    # at 32, none (``python -m flurka.speed.aot --tilings``).
+    # [f, d] dKV accumulator: at 64 rows FAVOR+ spills on sm_90, at 32 nothing does.
     bwd_block_n: int = 32
     bwd_rows: int = 1024    # query rows per backward program: fewer programs, fewer partials
     bwd_num_warps: int | None = None

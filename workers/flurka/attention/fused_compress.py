@@ -36,11 +36,11 @@ recomputed). The ∂x kernel is one input-gradient kernel, its ∂x̂ accumulati
 projected query side's ∂q·W_Qᵀ takes it too (:func:`normalised_input_gradient`). Pallas's
 Triton backend on GPU, its interpreter elsewhere (CPU tests).
 
-Launch: :class:`CompressTiling` and below (ptxas's numbers for the options tried). At the flash
-comparison's size (bf16, keep given, batch 1) XLA plans 522 MB for this step (489 MB with
-split-K off: its LayerNorm as one two-moment reduction, a select writing x̂, two GEMMs each
-reading x̂ and E); these kernels plan 360 MB (statistics 54.3, compression 286.8: x, E1, E2,
-statistics, keep, LayerNorm parameters and 4 splits' float32 partials; their sum 18.9).
+Launch: :class:`CompressTiling` and below. At the flash comparison's size XLA's plan for this
+step (its LayerNorm as a two-moment reduction, a select writing x̂, two GEMMs each reading x̂ and
+E) moves about 1.45× what these kernels do (x, E1, E2, the statistics, keep, the LayerNorm's
+parameters and the splits' float32 partials); the planned bytes and ptxas's registers per
+launch are in benchmarks/results/h100/NOTES.md.
 """
 
 from __future__ import annotations
@@ -60,27 +60,18 @@ from flurka.attention.fused import (
 
 Array = jax.Array
 
-# The compression's launch (none of it changes the result). By ptxas for sm_90 at the flash
-# comparison's size (N = 52 608, d = 512, d_k = 1024, bf16, E1 and E2, keep given), as
-# (rows_k, step, warps, stages): registers / spill / shared memory, all on the warpgroup MMA:
-#   (64, 32, 8, 4): 128 / 0 / 65 KiB (shared E: 96 regs; E float32: 128) — the default: a
-#     card's 64 K registers hold two programs of 256 threads per SM, 16 warps to hide latency;
-#   (64, 64, 4, 3): 252 / 0 / 97.5 KiB (no keep: 255, E float32: 255 — at the limit);
-#   (64, 64, 4, 2): 252 / 0 / 65 KiB;  (64, 32, 4, 3): 222 / 0 / 49 KiB;
-#   (64, 64, 8, 3): 154 / 0 / 97.5 KiB (one program per SM by registers; 4 stages: 130 KiB);
-#   (128, 64, 8, 2): 228 / 0 / 97 KiB;  (128, 64, 8, 3): 219 / 0 / 145.5 KiB;
-#   (128, 32, 8, 3): 200 / 0 / 73 KiB;  (128, 64, 8, 1): 241 / 0 / 64 KiB;
-#   (128, 128, 8, 2): 255 / 16 B / 193.5 KiB;  (64, 128, 4, 2): 255 / 4 B / 129.5 KiB;
-#   (64, 128, 8, 2): 200 / 0 / 129.5 KiB.
-# Which is fastest is the card's to say (none was timed): a GPU session's tuner times
-# flurka.speed.tuning.COMPRESS_GRID at the flash comparison's size first (--tune-fused).
+# The compression's launch (none of it changes the result). The default (64, 32, 8, 4) lets a
+# card's 64 K registers hold two programs of 256 threads per SM, 16 warps to hide latency; the
+# other options ptxas compiled are in benchmarks/results/h100/NOTES.md. Which is fastest is the card's to say
+# (none was timed): a GPU session's tuner times flurka.speed.tuning.COMPRESS_GRID at the flash
+# comparison's size first (--tune-fused).
 
 
 @dataclasses.dataclass(frozen=True)
 class CompressTiling:
     """The compression's launch (none of it changes the result): ``rows_k`` rows of d_k per
     program (× 128 columns of d), ``step`` sequence rows per loop step, ``num_warps``,
-    ``num_stages`` of software pipelining over the steps (ptxas's numbers above)."""
+    ``num_stages`` of software pipelining over the steps (the choice: above)."""
 
     rows_k: int = 64
     step: int = 32
@@ -106,8 +97,7 @@ _SCOPE = TilingScope(CompressTiling())
 use_compress_tiling, current_compress_tiling = _SCOPE.use, _SCOPE.current
 MIN_STEPS = 4         # fewest steps a split takes when the splits are chosen here
 PROGRAMS = 2 * 132    # programs the default splits fill: two resident per SM of a 132-SM card
-# The statistics kernel's launch: rows per program, warps, stages (a reduction, no MMA; ptxas:
-# 48 registers, no spill, 256 B of shared memory).
+# The statistics kernel's launch: rows per program, warps, stages (a reduction, no MMA: small).
 STAT_ROWS = 64
 STAT_WARPS = 4
 STAT_STAGES = 2

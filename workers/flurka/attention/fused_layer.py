@@ -42,9 +42,8 @@ from flurka.attention.fused import (
 from flurka.attention.fused_compress import PreNorm, normalised_input_gradient
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
-# Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — by ptxas for
-# sm_90 at the flash comparison's layer, 104 B (elu) / 172 B (FAVOR+) / 332 B (flurka-eva's
-# softmax) spilled; 4 warps or 128 rows spill 1.5-2 KB. Not the tiling's (whose wide launch the
+# Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — the one
+# that spills least on sm_90 (benchmarks/results/h100/NOTES.md). Not the tiling's (whose wide launch the
 # tuner sets for another kernel).
 ROWS, WARPS = 64, 8
 SOFTMAX = "softmax"   # flurka-eva's query side: a softmax over its short key set
@@ -103,7 +102,7 @@ def _input(x_ref, norm_refs, real, rows=slice(None)):
     Given the LayerNorm's refs (statistics, keep or None, β·W_Q), x̂ = keep ⊙ LN(x) enters as
     its standardised rows keep·(x − mean)·rstd — the LayerNorm's scale is in W_Q's rows, its
     bias in ``shift(hc)`` = keep·(β·W_Q)[hc] (:func:`_norm_operands`): with the affine part
-    applied per block as x is loaded, ptxas spilled 0.6-0.8 KB per thread."""
+    applied per block as x is loaded, the kernel spilled."""
     if not norm_refs:
         return (lambda c: masked_load(x_ref.at[rows, c], real)), (lambda hc: 0.0)
     mean_ref, rstd_ref, keep_ref, shift_ref = norm_refs

@@ -54,12 +54,10 @@ ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] a
 class FfnTiling:
     """How the block runs (none of it changes the result): ``kernels`` 2 or 1 (module
     docstring), ``block_n`` rows per program (two kernels: × 128 columns), ``num_warps``, and
-    ``num_stages`` of software pipelining on the loops over 128-wide blocks. By ptxas for sm_90
-    at the flash comparison's d_model = FFN = 512 (bf16): two kernels at 128 × 8 × 2 take 205 /
-    110 registers (LN + fc1 / fc2), no spill, 160.5 KiB of shared memory (3 stages ask 257 KiB,
-    past the card's 227 KiB; 64 rows × 8 warps × 3 stages: 136 / 64 registers, 177 KiB); one
-    kernel at 64 × 8 × 1 takes 254 registers, no spill, 48 KiB (2 stages spill 104 B, 4 warps
-    2.5 KB, 128 rows 1.7 KB)."""
+    ``num_stages`` of software pipelining on the loops over 128-wide blocks. The defaults compile
+    without a spill on sm_90 at the flash comparison's d_model = FFN = 512 and fit a card's
+    227 KiB of shared memory; ptxas's numbers for these and the neighbouring options are in
+    benchmarks/results/h100/NOTES.md."""
 
     kernels: int = 2
     block_n: int = 128
@@ -81,9 +79,8 @@ class FfnTiling:
     def for_dtype(self, dtype) -> FfnTiling:
         """The launch for operands of ``dtype``: the tiling as given for 2-byte ones (bf16, what
         it is tuned at); 4-byte ones (float32) take half the rows and one stage, since their
-        tiles take twice the shared memory — the default two kernels ask 321 KiB in float32
-        (ptxas, sm_90), past the card's 227 KiB (the H100 refused them, 2026-11-28), and take
-        96 / 64 KiB so."""
+        tiles take twice the shared memory, and at the default the two kernels would ask more
+        than a card's 227 KiB."""
         if jnp.dtype(dtype).itemsize <= 2:
             return self
         return dataclasses.replace(self, block_n=max(16, self.block_n // 2), num_stages=1)

@@ -35,7 +35,8 @@ layer, a few thousand parameters). Each result reports ``params`` (all) and ``pa
 Random-feature tables (performer/EVA ω) are fixed buffers, not parameters (``other_bytes``).
 
 FLOPs: ``flops`` is the FLOP model of ``flurka.attention.flops`` (exact count of our layers);
-model scope adds the FFN matmuls (4·b·N·d_model·ffn per layer; LayerNorm/GELU/residual
+model scope adds the FFN matmuls (4·b·N·d_model·ffn per layer, 3 × that in training, as
+:func:`flurka.training.flops.ffn_flops` counts them; LayerNorm/GELU/residual
 elementwise work is omitted, < 1%); train counts the backward pass product by product
 (``training_flops``): a lone layer's input is data, so x's gradient is not computed (2.3–2.6 ×
 its forward, not 3 ×); inside the model every block's LayerNorm needs it.
@@ -65,6 +66,7 @@ from flurka.speed import ceilings as ceil
 from flurka.speed import profile
 from flurka.speed.configs import Point
 from flurka.speed.timing import check_counts, failure, random_normal, time_fn, time_interleaved
+from flurka.training import flops as training_flops
 
 DATA_KEY = 0  # inputs come from a fixed key: every mechanism sees the same numbers
 
@@ -125,10 +127,10 @@ def model_flops(point: Point, layer: nnx.Module) -> int:
     if point.scope == "layer":
         return (flop_model.forward_flops(point.mechanism, shape) if point.mode == "forward"
                 else flop_model.training_flops(point.mechanism, shape, input_grad=False))
-    ffn = 4 * point.batch * point.seq_len * point.d_model * point.ffn
-    if point.mode == "forward":
-        return point.layers * (flop_model.forward_flops(point.mechanism, shape) + ffn)
-    return point.layers * (flop_model.training_flops(point.mechanism, shape) + 3 * ffn)
+    train = point.mode != "forward"
+    ffn = training_flops.ffn_flops(point.batch, point.seq_len, point.d_model, point.ffn, train=train)
+    attention = flop_model.training_flops if train else flop_model.forward_flops
+    return point.layers * (attention(point.mechanism, shape) + ffn)
 
 
 def rederive(doc: dict[str, Any]) -> dict[str, Any]:

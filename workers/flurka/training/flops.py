@@ -27,20 +27,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from flurka.attention import flops as attention_flops
+from flurka.attention.flops import matmul_flops
 from flurka.mechanisms import COMPRESSED
-
-
-def _mm(*dims: int) -> int:
-    out = 2
-    for d in dims:
-        out *= int(d)
-    return out
 
 
 def _dense(*dims: int, train: bool, data_input: bool = False) -> int:
     """A dense product's FLOPs: forward, or forward + the weight's gradient (+ the input's,
     unless the input is the data)."""
-    return _mm(*dims) * (1 if not train else 2 if data_input else 3)
+    return matmul_flops(*dims) * (1 if not train else 2 if data_input else 3)
 
 
 def attention_layer(mechanism: str, *, batch: int, seq_len: int, d_model: int, num_heads: int,
@@ -71,8 +65,12 @@ def encoder(mechanism: str, *, batch: int, seq_len: int, d_model: int, num_heads
     attn = attention_layer(mechanism, batch=batch, seq_len=seq_len, d_model=d_model,
                            num_heads=num_heads, options=options, dots_only=dots_only,
                            handover_from=handover_from, train=train)
-    ffn = 2 * _dense(batch, seq_len, d_model, d_ff, train=train)
-    return num_layers * (attn + ffn)
+    return num_layers * (attn + ffn_flops(batch, seq_len, d_model, d_ff, train=train))
+
+
+def ffn_flops(batch: int, seq_len: int, d_model: int, d_ff: int, *, train: bool) -> int:
+    """One block's two-matmul FFN (d_model → d_ff → d_model), forward or its training step."""
+    return 2 * _dense(batch, seq_len, d_model, d_ff, train=train)
 
 
 def decoder(*, batch: int, target_len: int, source_len: int, d_model: int, num_heads: int,
@@ -84,7 +82,7 @@ def decoder(*, batch: int, target_len: int, source_len: int, d_model: int, num_h
     self_attn = attention_layer("full", batch=b, seq_len=m, d_model=d, num_heads=h, dots_only=dots_only,
                                 train=train)
     rows = b * h * m
-    cross = _mm(b, d, d) * (2 * m + 2 * n) + 2 * _mm(rows, n, d // h)
+    cross = matmul_flops(b, d, d) * (2 * m + 2 * n) + 2 * matmul_flops(rows, n, d // h)
     if not dots_only:
         cross += b * d * (2 * m + 2 * n) + 6 * rows * n     # biases; scale + 5-op softmax
     cross *= 3 if train else 1                               # every operand needs its gradient

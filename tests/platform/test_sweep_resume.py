@@ -1,5 +1,6 @@
 """``--resume``: a sweep whose driver is SIGKILLed mid-way is restored (``Tuner.restore``);
-finished trials are not re-run, and MLflow and the results DB hold every trial once."""
+finished trials are not re-run, and MLflow and the results DB hold every trial once. Ctrl-C
+stops a sweep in one line, from which ``--resume`` goes on."""
 
 from __future__ import annotations
 
@@ -19,15 +20,15 @@ from testsupport import pids_naming
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _sweep(run_dir: Path, *extra: str, **popen) -> subprocess.Popen:
+def _sweep(run_dir: Path, *extra: str, alphas: str = "0.25,0.5", **popen) -> subprocess.Popen:
     args = [sys.executable, str(ROOT / "experiments" / "uptrain_sweep.py"), "--benchmarks", "lra-listops-small",
-            "--variants", "flurka-rnn", "--alphas", "0.25,0.5", "--steps", "16", "--no-baselines",
+            "--variants", "flurka-rnn", "--alphas", alphas, "--steps", "16", "--no-baselines",
             "--checkpoint-every", "4", "--num-cpus", "1", "--name", "resume", "--run-dir", str(run_dir),
             *[a for k, v in dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1,
                                  d_model=16, d_ff=32, num_layers=1).items() for a in ("--set", f"{k}={v}")],
             *extra]
-    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, **popen)
+    return subprocess.Popen(args, cwd=ROOT, text=True, start_new_session=True,
+                            **{"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen})
 
 
 def _wait_for(predicate, proc: subprocess.Popen, timeout_s: float) -> None:
@@ -97,6 +98,35 @@ def test_resume_restores_an_interrupted_sweep(mlflow_runs):
         base_again = client.get_run(base_run.info.run_id)
         assert base_again.info.end_time == base_run.info.end_time
         assert _count(run_dir) == 2                            # the two branches, once each
+    finally:
+        for pid in pids_naming(str(run_dir)):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_in_one_line_and_resume_finishes():
+    """Ctrl-C (SIGINT to the sweep's process group, as a terminal sends it) while the branches
+    wait on the one CPU: exit 130, the sweep's one line naming the phase and --resume, no
+    traceback; the same command with --resume then trains the branches and prints the table."""
+    tmp = Path(tempfile.mkdtemp(prefix="frk-", dir="/tmp"))   # short: the embedded Ray's sockets live here
+    run_dir = tmp / "run"
+    try:
+        proc = _sweep(run_dir, alphas="0.25,0.5,0.75", stderr=subprocess.PIPE)
+        _wait_for(lambda: any((run_dir / "tune").glob("*-branches/experiment_state*.json")), proc, 420)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130, out + err
+        ours = [line for line in err.splitlines() if line.startswith("uptrain_sweep:")]
+        assert len(ours) == 1 and ours[0].startswith("uptrain_sweep: interrupted in the branches phase: "), err
+        assert "never started" in ours[0] and "--resume" in ours[0], ours
+        assert "Traceback" not in out + err, out + err
+
+        resumed = _sweep(run_dir, "--resume", alphas="0.25,0.5,0.75")
+        out, _ = resumed.communicate(timeout=480)
+        assert resumed.returncode == 0, out
+        assert "restoring branches phase" in out and "Up-training α, lra-listops-small" in out
+        assert _count(run_dir) == 3                            # the three branches, once each
     finally:
         for pid in pids_naming(str(run_dir)):
             os.kill(pid, signal.SIGKILL)

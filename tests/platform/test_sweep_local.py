@@ -24,6 +24,8 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
     assert len(out.results) == 3
     assert out.compute["uptrain_steps_executed"] == 4 + 6 + 4 and out.compute["uptrain_steps_independent"] == 16
     assert all(r["compilation"]["compiles"] > 0 for r in out.results.values())
+    # one-CPU trials pinned to a core each (None only where another sweep on this machine held them)
+    assert all(r["cores"] is None or len(r["cores"]) == 1 for r in out.results.values())
     assert any((out.run_dir / "jax-cache").iterdir())          # the trials' shared compilation cache
     assert not (out.run_dir / "ray-session.json").exists()     # recorded while Ray ran, gone after
 

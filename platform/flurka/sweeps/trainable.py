@@ -13,6 +13,9 @@ by the kernel if the process dies): Optuna draws with replacement, so two trials
 planned run, and two trainings writing one checkpoint directory collide (seen in CI: orbax's
 "Directory not empty" on the shared temporary checkpoint). The repeated trial waits, then resumes
 from the first one's checkpoints — the same deterministic run — and reports its result.
+
+A CPU-only trial first pins its process to as many cores of its own as it was given
+(``flurka.cluster.cores``): Ray counts CPUs but does not assign them.
 """
 
 from __future__ import annotations
@@ -105,11 +108,17 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     flurka.training resumes from the latest one, bit for bit; steps it replays are reported again
     and the driver's MLflow logger skips them.
     """
+    import ray
     from ray import tune
 
     from flurka import training
+    from flurka.cluster import cores
     from flurka.training import compilation
 
+    assigned = ray.get_runtime_context().get_assigned_resources()
+    pinned = None   # before JAX starts its backend: XLA's pool takes these cores
+    if not assigned.get("GPU"):
+        pinned = cores.pin(int(assigned.get("CPU", 0)))
     run, cfg = build_config(trial_config)
     Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
     device = device_name()
@@ -136,7 +145,8 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     tune.report({"step": last["step"], "stream": "final", "device": device,
                  **{f"final_{k}": v for k, v in (result.get("final_metrics") or {}).items()
                     if isinstance(v, (int, float))},
-                 RESULT_KEY: json.dumps({**result, "device": device, "compilation": compiled})})
+                 RESULT_KEY: json.dumps({**result, "device": device, "compilation": compiled,
+                                          "cores": list(pinned) if pinned else None})})
 
 
 def _base_result(run: PlannedRun, cfg, step: int, wall: float,

@@ -39,7 +39,7 @@ aot: $(CUDA_STAMP)
 sweep: $(STAMP)
 	$(VENV)/bin/flurka sweep --config uptrain-small $(ARGS)
 
-# Table 5 whole: 3 variants x 7 alpha x 2 d_k x 3 seeds on nmt-small (about 100 minutes on 2 cores).
+# Table 5 whole: 3 variants x 7 alpha x 2 d_k x 3 seeds on nmt-small (1 h 57 min on 2 cores, README).
 sweep-full: $(STAMP)
 	$(VENV)/bin/flurka sweep --config uptrain-full $(ARGS)
 

@@ -57,6 +57,21 @@ def test_parameter_counts_match_across_mechanisms(layer_doc):
     assert len({fwd[m]["params"] for m in ("linformer", "flurka-performer", "flurka-rnn")}) == 1
 
 
+@pytest.mark.parametrize("scope", ["layer", "model"])
+def test_timed_low_rank_layers_have_a_dense_e(scope):
+    """The layers' default E (pooled block means) is almost all zeros, and a product over zeros
+    can time faster than one over trained weights: the timed E is the paper's dense draw."""
+    import numpy as np
+    from flurka.speed import bench
+
+    for point in configs.points("tiny", scopes=[scope]):
+        if point.mechanism in LOW_RANK and point.mode == "forward":
+            e1, e2 = bench.attention_layer(bench.build(point)).seq_proj.matrices(point.seq_len)
+            for e in (np.asarray(e1), np.asarray(e2)):
+                assert np.count_nonzero(e) == e.size, point.mechanism
+                assert abs(e.std() * np.sqrt(point.d_k) - 1) < 0.2  # N(0, 1/d_k)
+
+
 def test_aligned_points_run_on_padded_shapes_and_count_true_flops():
     """align=12 pads every tiny dimension (d_model 32, d_h 8, d_k 16, N 64, m 8): the point runs,
     records its align, keeps the FLOP model's count of the true shapes, and XLA does more dot work

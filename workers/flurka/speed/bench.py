@@ -20,6 +20,9 @@ weights); train points keep float32 master parameters and AdamW state (mixed pre
 the step takes the masters' ``dtype`` copy as its previous update wrote it, differentiates
 through it, and updates the masters in float32, writing the next copy in the same pass.
 
+E1/E2 are drawn dense (``e_init="gaussian"``), not pooled: a pooled E is almost all zeros, and a
+product over zeros can run faster than one over real weights.
+
 Random features are drawn once at construction and not redrawn (``rng=None``); the cost of a
 redraw is not part of the step.
 
@@ -77,6 +80,7 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
     options = {"dtype": jnp.dtype(point.dtype)}
     if point.mechanism in COMPRESSED:
         options["d_k"] = point.d_k
+        options["e_init"] = "gaussian"  # a dense E: pooled E is mostly zeros, which time faster
     if point.num_features is not None:
         options["num_features"] = point.num_features
     if point.align > 1:

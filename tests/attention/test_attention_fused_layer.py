@@ -410,3 +410,53 @@ def test_the_projected_gradient_kernels_are_spill_free_on_an_h100(tmp_path):
                 + 2 * heads * -(-n // 1024) * 320 * 128 * 4)
     assert key_side in [k["bytes"] for k in rows["softmax"]["traffic"]["largest"]
                         if "dkv" in (k["source"] or "")], rows["softmax"]["traffic"]["largest"]
+
+
+@pytest.mark.parametrize("window_size", [None, 8])
+@pytest.mark.parametrize("handed_over", [False, True])
+def test_projected_flurka_eva_masks_rows_that_see_only_padding(window_size, handed_over):
+    """Pooled E on a padded batch leaves compressed rows that weigh only padding: bias-only keys
+    the XLA layer masks out of its key set, so the projected kernel must too (its logit bias),
+    in the window (default window 2: rows 0, 1 of the second sequence) and in the chunks' summaries
+    (row 7), forward and gradient, the LayerNorm handed over or not."""
+    from flurka.attention.lowrank import pool_matrix
+
+    def pooled(**options):
+        layer = _layer("flurka-eva", 7, window_size=window_size, **options)
+        for e in (layer.seq_proj.e1, layer.seq_proj.e2):
+            e[...] = jnp.asarray(pool_matrix(8, N), jnp.float32)
+        return layer
+
+    projected, xla = pooled(fused=TILING, fused_projections=True), pooled()
+    norm = _norm(8)
+    x, _ = _inputs(21)
+    x = 3.0 + 2.0 * x
+    mask = np.ones((2, N), bool)
+    mask[1, :40] = mask[1, 117:] = False              # positions 0-37 and 131-149: rows 0, 1, 7
+    mask = jnp.asarray(mask)
+    assert np.asarray(xla.real_rows(2, mask, N))[1].tolist() == [False] * 2 + [True] * 5 + [False]
+
+    def run(layer, x, fused):
+        if not handed_over:
+            return layer(x, mask)
+        return layer(x, mask, norm=norm) if fused else layer(norm(x), mask)
+
+    real = np.asarray(mask)
+    got = nnx.jit(run, static_argnums=2)(projected, x, True)
+    want = nnx.jit(run, static_argnums=2)(xla, x, False)
+    assert _rel(np.asarray(got)[real], np.asarray(want)[real]) < 2e-5   # 5e-2 with the rows kept
+
+    weights = jax.random.normal(jax.random.key(22), x.shape) * mask[..., None]
+
+    def grads(layer, fused):
+        loss = lambda x, layer: jnp.sum(run(layer, x, fused) * weights)     # noqa: E731
+        gx, gl = nnx.jit(nnx.grad(loss, argnums=(0, 1)))(x, layer)
+        return [gx, *jax.tree.leaves(gl)]
+
+    # b_K's gradient is 0 in exact arithmetic (a shift of every logit), rounding in both: its
+    # error is read against the largest gradient's norm
+    pairs = [(np.asarray(a, np.float64), np.asarray(b, np.float64))
+             for a, b in zip(grads(projected, True), grads(xla, False))]
+    largest = max(np.linalg.norm(b) for _, b in pairs)
+    for g_fused, g_xla in pairs:
+        assert np.linalg.norm(g_fused - g_xla) <= 1e-4 * np.linalg.norm(g_xla) + 1e-7 * largest

@@ -157,14 +157,19 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
         rows (E·X still runs over the padded N and d_model)."""
         return xc
 
-    def key_set(self, k, v, q_bar, rng):
-        """(keys, values) of the projected kernel, which takes no key mask: its speed paths
-        run unpadded sequences (with a mask, a padding-only row would stay in the set)."""
-        return compressed_key_set(k, v, q_bar, window_size=self.window_size,
-                                  chunk_size=self.chunk_size, mu_q=self.adaptive_mu_q,
-                                  mu_k=self.adaptive_mu_k,
-                                  noise=self.current_noise(k.shape[0], rng),
-                                  head_dim=self.head_dim)[:2]
+    def key_set(self, k, v, q_bar, rng, row_mask=None):
+        """The projected kernel's side: (keys, values), and the keys' logit bias [b, J] where
+        ``row_mask`` (:meth:`real_rows`) leaves compressed rows that see only padding — masked
+        as :func:`compressed_eva_attention` masks them (pooled E on a padded batch has such
+        rows)."""
+        keys, values, key_mask = compressed_key_set(
+            k, v, q_bar, window_size=self.window_size, chunk_size=self.chunk_size,
+            mu_q=self.adaptive_mu_q, mu_k=self.adaptive_mu_k,
+            noise=self.current_noise(k.shape[0], rng), head_dim=self.head_dim,
+            row_mask=row_mask)
+        if key_mask is None:
+            return keys, values
+        return keys, values, jnp.where(key_mask, 0.0, NEG_INF).astype(F32)
 
     def projected_key_side(self, x, mask, rng, norm=None):
         """(keys, values) for the projected kernel. Q never exists there, so q̄ — the mean of
@@ -183,7 +188,8 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
         q_bar = x_bar @ self.query.kernel[...].astype(F32)
         if self.query.bias is not None:
             q_bar = q_bar + self.query.bias[...].astype(F32)
-        return self.key_set(k, v, q_bar.reshape(b, self.num_heads, self.head_dim), rng)
+        return self.key_set(k, v, q_bar.reshape(b, self.num_heads, self.head_dim), rng,
+                            self.real_rows(b, mask, n))
 
     def attend(self, x, mask, rng):
         q, k, v = self.low_rank_qkv(x, mask)

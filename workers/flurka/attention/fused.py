@@ -590,7 +590,7 @@ def _softmax_kernel(q_ref, k_ref, v_ref, *refs, n, keys, scale, biased):
     top, total, acc = online_softmax(q, lambda rows: [k_ref[rows, c] for c in db],
                                      lambda rows: [v_ref[rows, c] for c in db],
                                      k_ref.shape[0] // KEY_BLOCK, keys, scale,
-                                     _bias_rows(bias_ref))
+                                     bias_rows(bias_ref))
     for a, c in zip(acc, db):
         plgpu.store(o_ref.at[:, c], (a / total).astype(o_ref.dtype), mask=real)
     if lse_ref:
@@ -603,7 +603,7 @@ def _leading(refs, present: bool):
     return (refs[0], refs[1:]) if present else (None, refs)
 
 
-def _bias_rows(bias_ref):
+def bias_rows(bias_ref):
     """``key_bias`` for :func:`online_softmax`: the key block's bias as a [1, KEY_BLOCK] row."""
     return None if bias_ref is None else (lambda rows: bias_ref[rows][None, :])
 
@@ -626,7 +626,7 @@ def softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys: int, scale: flo
     compute dtype, lse and δ = Σ_d g·out [rows, 1] — over the key blocks of ``k_ref``/``v_ref``
     ([J padded, d]; ``bias_ref``: the keys' logit bias [J padded] or None): P = exp(logits −
     lse), dS = P ⊙ (g vᵀ − δ), dq = scale · dS k (flash attention's backward, query side)."""
-    key_bias = _bias_rows(bias_ref)
+    key_bias = bias_rows(bias_ref)
 
     def step(i, dq):
         k = k_ref[_key_rows(i), :]

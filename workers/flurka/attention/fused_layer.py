@@ -35,7 +35,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32, pad_to, round_up, split_heads, zero_padding
 from flurka.attention.fused import (
-    BLOCK, KEY_BLOCK, Tiling, block_slice, column_blocks, current_tiling, dot, feature_denominator,
+    BLOCK, KEY_BLOCK, Tiling, bias_rows, block_slice, column_blocks, current_tiling, dot,
+    feature_denominator,
     masked_load, on_gpu_or_interpreted, online_softmax, program_rows, query_side_gradient,
     real_rows, row_columns, row_delta, row_features, row_vector, softmax_key_gradient,
     softmax_query_gradient, tile_size)
@@ -85,13 +86,15 @@ def _kernel_context(side_refs, feature, head_dim, num_features):
 
 def _softmax_context(side_refs, keys, scale):
     """A head's context from its rows' q: softmax over the head's short key set times its
-    values (flurka-eva's window and chunk summaries; flash attention's online softmax)."""
-    k_ref, v_ref = side_refs
+    values (flurka-eva's window and chunk summaries; flash attention's online softmax), plus
+    the keys' logit bias where the side has one (its keys that see only padding)."""
+    k_ref, v_ref, *bias_ref = side_refs
 
     def context(h, q):
         _, total, (acc,) = online_softmax([q], lambda rows: [k_ref[h, rows, :]],
                                           lambda rows: [v_ref[h, rows, :]],
-                                          k_ref.shape[1] // KEY_BLOCK, keys, scale)
+                                          k_ref.shape[1] // KEY_BLOCK, keys, scale,
+                                          bias_rows(bias_ref[0] if bias_ref else None))
         return acc / total
 
     return context
@@ -168,11 +171,13 @@ def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm, residu
 
 def _side_operands(side, feature, dtype):
     """The key side as the kernel reads it, per sequence: ωᵀ [d, f] (FAVOR+), KV [h, f, d] and
-    Σφ(K) [h, 1, f]; or the keys and values [h, J, d], J padded to :data:`KEY_BLOCK` rows."""
+    Σφ(K) [h, 1, f]; or the keys and values [h, J, d], J padded to :data:`KEY_BLOCK` rows, and
+    the keys' logit bias [J padded] float32 where the side has one."""
     if feature == SOFTMAX:
-        k, v = side
+        k, v, *bias = side
         padded = round_up(k.shape[1], KEY_BLOCK)
-        return [pad_to(t.astype(dtype), padded).transpose(0, 2, 1, 3) for t in (k, v)], []
+        return ([pad_to(t.astype(dtype), padded).transpose(0, 2, 1, 3) for t in (k, v)]
+                + [pad_to(b.astype(F32), padded, axis=1) for b in bias]), []
     kv, k_sum, omega = side
     whole = [omega.astype(dtype).T] if feature == "favor" else []
     return [kv.astype(dtype), k_sum.astype(dtype)[:, :, None, :]], whole
@@ -316,7 +321,7 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
     dbo_ref[...] = jax.lax.fori_loop(0, chunk // step, g_step, row)
 
 
-def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm):
+def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm, biased):
     """One program: one head over a block of rows — q_h and ∂c_h recomputed
     (:func:`_recomputed`), the context and each row's lse by the forward's online softmax, then
     flash attention's query-side backward
@@ -326,18 +331,22 @@ def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm):
     (:func:`~flurka.attention.fused.softmax_key_gradient`) takes dK_h, dV_h: their float32
     [J, d_h] accumulators do not fit beside these."""
     x_ref, norm_refs, refs = _split_norm(refs, norm)
-    (wq_ref, bq_ref, k_ref, v_ref, wo_ref, g_ref, dq_ref, ctx_ref, q_ref, dctx_ref, lse_ref,
-     delta_ref, dbq_ref, dbo_ref) = refs
+    wq_ref, bq_ref, k_ref, v_ref, *refs = refs
+    bias_ref, refs = (refs[0], refs[1:]) if biased else (None, refs)
+    (wo_ref, g_ref, dq_ref, ctx_ref, q_ref, dctx_ref, lse_ref, delta_ref, dbq_ref,
+     dbo_ref) = refs
     rows = x_ref.shape[0]
     real = real_rows(pl.program_id(1) * rows, rows, n)
     q, g = _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, slice(None), real,
                        head_dim)
     top, total, (acc,) = online_softmax([q], lambda r: [k_ref[r, :]], lambda r: [v_ref[r, :]],
-                                        k_ref.shape[0] // KEY_BLOCK, keys, scale)
+                                        k_ref.shape[0] // KEY_BLOCK, keys, scale,
+                                        bias_rows(bias_ref))
     ctx = (acc / total).astype(q.dtype)                        # as the forward kernel rounds it
     lse = top + jnp.log(total)
     delta = row_delta(g, ctx)
-    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale).astype(q.dtype)
+    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale,
+                                bias_ref).astype(q.dtype)
     for ref, value in ((dq_ref, dq), (ctx_ref, ctx), (q_ref, q), (dctx_ref, g)):
         plgpu.store(ref, value, mask=real)
     for ref, value in ((lse_ref, lse), (delta_ref, delta)):
@@ -423,25 +432,26 @@ def _pallas_projected_softmax_bwd(x, wq, bq, wo, side, norm, g, head_dim, keys, 
     dtype = x.dtype
     row_block, head_rows, head_columns, (norm_operands, norm_specs, wq) = _bwd_specs(
         rows, d_model, head_dim, norm, wq)
-    (k, v), _ = _side_operands(side, SOFTMAX, dtype)                         # [b, h, J, d_h]
+    (k, v, *bias), _ = _side_operands(side, SOFTMAX, dtype)                  # [b, h, J, d_h]
     head_keys = pl.BlockSpec((pl.squeezed, pl.squeezed, *k.shape[2:]),
                              lambda h, r, s: (s, h, 0, 0))
+    key_bias = [pl.BlockSpec((pl.squeezed, k.shape[2]), lambda h, r, s: (s, 0))] * len(bias)
     blocks = pl.cdiv(n, rows)
     *outs, dbq, dbo = pl.pallas_call(
         functools.partial(_softmax_bwd_kernel, head_dim=head_dim, keys=keys, scale=scale, n=n,
-                          norm=_norm_kind(norm)),
+                          norm=_norm_kind(norm), biased=bool(bias)),
         out_shape=[jax.ShapeDtypeStruct((b, n, d_model), dtype)] * 4
         + [jax.ShapeDtypeStruct((b, heads, n), F32)] * 2 + _shares_shape(b, blocks, d_model),
         grid=(heads, blocks, b),
         in_specs=[row_block, *norm_specs, head_columns(d_model), head_columns(1), head_keys,
-                  head_keys, pl.BlockSpec((head_dim, d_model), lambda h, r, s: (h, 0)),
+                  head_keys, *key_bias, pl.BlockSpec((head_dim, d_model), lambda h, r, s: (h, 0)),
                   row_block],
         out_specs=[head_rows] * 4
         + [pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda h, r, s: (s, h, r))] * 2
         + _shares_specs(head_dim),
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name="flurka_softmax_projected_query_side_bwd",
-    )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), k, v, wo.astype(dtype),
+    )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), k, v, *bias, wo.astype(dtype),
       g.astype(dtype))
     return (*outs, *_summed(dbq, dbo))
 
@@ -459,18 +469,21 @@ def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features
         kv, k_sum, omega = side
         return dq, ctx, (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype),
                          jnp.zeros_like(omega)), dbq, dbo
-    k, v = side
+    k, v, *bias = side
     keys = k.shape[1]
     dq, ctx, q, dctx, lse, delta, dbq, dbo = on_gpu_or_interpreted(functools.partial(
         _pallas_projected_softmax_bwd, x, wq, bq, wo, side, norm, g, head_dim, keys, scale),
         interpret)
     heads, padded = wq.shape[1] // head_dim, round_up(keys, KEY_BLOCK)
-    k_padded, v_padded = (pad_to(t.astype(x.dtype), padded, axis=1) for t in side)
+    k_padded, v_padded = (pad_to(t.astype(x.dtype), padded, axis=1) for t in (k, v))
     dk, dv = on_gpu_or_interpreted(functools.partial(
         softmax_key_gradient, split_heads(q, heads), k_padded, v_padded, lse, delta,
-        split_heads(dctx, heads), keys, scale, tiling),
+        split_heads(dctx, heads), keys, scale, tiling,
+        bias=pad_to(bias[0].astype(F32), padded, axis=1) if bias else None),
         interpret)
-    return dq, ctx, (dk[:, :keys].astype(k.dtype), dv[:, :keys].astype(v.dtype)), dbq, dbo
+    d_bias = [jnp.zeros_like(b) for b in bias]                      # a mask: never trained
+    return (dq, ctx, (dk[:, :keys].astype(k.dtype), dv[:, :keys].astype(v.dtype), *d_bias),
+            dbq, dbo)
 
 
 def _fused_bwd(feature, head_dim, num_features, scale, tiling, residual, interpret, saved, g):
@@ -516,7 +529,8 @@ def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_di
     W_O + b_O. x [b, n, d_model] (padded rows zeroed by the caller); W_Q, W_O [d_model, d_model],
     biases [d_model]. ``side``: for a kernel ``feature`` ("favor", "elu") (KV [b, h, f, d_h],
     Σφ(K) [b, h, f], ω [f, d_h] or None) from the key side; for ``"softmax"`` (keys, values)
-    [b, J, h, d_h], every query attending all J with logits scaled by ``scale``. ``norm``: x is
+    [b, J, h, d_h], every query attending all J with logits scaled by ``scale``, and optionally
+    the keys' logit bias [b, J] float32 (NEG_INF on a key a sequence lacks). ``norm``: x is
     the block's input, its pre-attention LayerNorm applied in the kernel as x is loaded
     (:class:`~flurka.attention.fused_compress.PreNorm`: its statistics carry its eps); without
     it x is x̂. ``tiling``: the launch of the softmax key side's gradient kernel

@@ -1020,7 +1020,7 @@ COVERAGE: list[Cover] = [
           "parse", check_speed_gpu, "GPU via Ray: --list through the script's parser"),
     Cover(SH, r"python experiments/speed_sweep\.py --sweep tiny --cpu --num-cpus 2 --out /tmp/tiny\.json", "covered",
           check_speed_ray_cpu, "tests/speed/test_speed_ray.py [slow] runs it (two mechanisms); --list here"),
-    Cover(IN, r"python benchmarks/gpu_session\.py --out DIR( --[a-z-]+( [\w.,-]+)?)+", "covered", check_gpu_session,
+    Cover(IN, r"python benchmarks/gpu_session\.py --out DIR( --[a-z-]+( [\w.,'-]+)?)+", "covered", check_gpu_session,
           "GPU lease script: its --help knows the flags; tests/speed/test_speed_gpu_session.py runs it (--tiny)"),
     Cover(IN, r"OUT=DIR bash benchmarks/gpu_lease\.sh", "covered", check_gpu_lease,
           "the lease script: tests/speed/test_speed_gpu_session.py starts it (--help) and checks its flags"),

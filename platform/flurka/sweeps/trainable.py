@@ -25,6 +25,7 @@ import fcntl
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,23 @@ class _StopAfterFork(Exception):
     """Raised from the training callback once a base run's last fork checkpoint is written."""
 
 
+def quiet_termination() -> None:
+    """Drop the ``SystemExit`` that Ray's SIGTERM handler raises when Tune ends a finished
+    trial's process while Python runs a finalizer: Python can only report it ("Exception ignored
+    in ... Traceback ... SystemExit: 1" in the sweep's output, a stack trace for a trial that
+    went well). Any other exception a finalizer raises is reported as before."""
+    report = sys.unraisablehook
+    if getattr(report, "quiet_termination", False):
+        return
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, SystemExit):
+            report(unraisable)
+
+    hook.quiet_termination = True
+    sys.unraisablehook = hook
+
+
 def tune_trainable(trial_config: dict[str, Any]) -> None:
     """Function trainable: trains one planned run, reporting every history and eval entry.
 
@@ -115,6 +133,7 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     from flurka.cluster import cores
     from flurka.training import compilation
 
+    quiet_termination()
     assigned = ray.get_runtime_context().get_assigned_resources()
     pinned = None   # before JAX starts its backend: XLA's pool takes these cores
     if not assigned.get("GPU"):

@@ -181,7 +181,7 @@ class FlurkaEVA(LowRankKV, ProjectedQuerySide, EVAAttention):
             k, v, total = self.normalised_kv(x, norm, with_sum=True)
             x_bar = norm.real_mean(x, total)
         else:
-            k, v, _ = self.keys_values(x, mask)
+            k, v = self.low_rank_kv(x)
             count = (jnp.full((b,), n, F32) if mask is None
                      else jnp.sum(mask, axis=1).astype(F32))
             x_bar = jnp.sum(x.astype(F32), axis=1) / jnp.maximum(count, 1.0)[:, None]

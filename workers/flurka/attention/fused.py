@@ -583,7 +583,7 @@ def _softmax_kernel(q_ref, k_ref, v_ref, *refs, n, keys, scale, biased):
     of ``refs`` is the keys' logit bias [J padded]. With an lse output (differentiated steps, or
     a caller that joins this softmax with another) also each row's log Σ exp(logits), which the
     backward recomputes the weights from."""
-    bias_ref, (o_ref, *lse_ref) = _leading(refs, biased)
+    bias_ref, (o_ref, *lse_ref) = leading(refs, biased)
     db = column_blocks(q_ref.shape[1])
     real = program_rows(q_ref.shape[0], n)
     q = [masked_load(q_ref.at[:, c], real) for c in db]
@@ -598,7 +598,7 @@ def _softmax_kernel(q_ref, k_ref, v_ref, *refs, n, keys, scale, biased):
                     mask=None if real is None else real[:, 0])
 
 
-def _leading(refs, present: bool):
+def leading(refs, present: bool):
     """(the first of a kernel's optional refs, or None where absent; the refs after it)."""
     return (refs[0], refs[1:]) if present else (None, refs)
 
@@ -645,8 +645,8 @@ def _softmax_dq_kernel(q_ref, k_ref, v_ref, o_ref, g_ref, lse_ref, *refs, n, key
     side's kernel (which then reads no output). ``refs``: the keys' bias (``biased``), the lse
     output's cotangent (``lse_cotangent``: ∂lse/∂logits = P, so it enters as δ − g_lse), then
     dq and δ."""
-    bias_ref, refs = _leading(refs, biased)
-    g_lse_ref, (dq_ref, delta_ref) = _leading(refs, lse_cotangent)
+    bias_ref, refs = leading(refs, biased)
+    g_lse_ref, (dq_ref, delta_ref) = leading(refs, lse_cotangent)
     block_n = q_ref.shape[0]
     real = program_rows(block_n, n)
     rows = pl.ds(0, block_n)
@@ -669,7 +669,7 @@ def _softmax_dkv_kernel(q_ref, k_ref, v_ref, g_ref, lse_ref, delta_ref, *refs, n
     starts blocks batch, then head, then this axis fastest) that run together and read its q and
     g rows from L2, not each again from memory: key block-major order read them 5 times per
     layer at 304 keys."""
-    bias_ref, (dk_ref, dv_ref) = _leading(refs, biased)
+    bias_ref, (dk_ref, dv_ref) = leading(refs, biased)
     chunk_rows = q_ref.shape[0]
     # program ids read outside the loop: the interpreter cannot lower them inside it
     first = pl.program_id(2) // key_blocks * chunk_rows

@@ -36,10 +36,9 @@ from jax.experimental.pallas import triton as plgpu
 from flurka.attention.base import F32, pad_to, round_up, split_heads, zero_padding
 from flurka.attention.fused import (
     BLOCK, KEY_BLOCK, Tiling, bias_rows, block_slice, column_blocks, current_tiling, dot,
-    feature_denominator,
-    masked_load, on_gpu_or_interpreted, online_softmax, program_rows, query_side_gradient,
-    real_rows, row_columns, row_delta, row_features, row_vector, softmax_key_gradient,
-    softmax_query_gradient, tile_size)
+    feature_denominator, leading, masked_load, on_gpu_or_interpreted, online_softmax,
+    program_rows, query_side_gradient, real_rows, row_columns, row_delta, row_features,
+    row_vector, softmax_key_gradient, softmax_query_gradient, tile_size)
 from flurka.attention.fused_compress import PreNorm, normalised_input_gradient
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
@@ -332,7 +331,7 @@ def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm, biased):
     [J, d_h] accumulators do not fit beside these."""
     x_ref, norm_refs, refs = _split_norm(refs, norm)
     wq_ref, bq_ref, k_ref, v_ref, *refs = refs
-    bias_ref, refs = (refs[0], refs[1:]) if biased else (None, refs)
+    bias_ref, refs = leading(refs, biased)
     (wo_ref, g_ref, dq_ref, ctx_ref, q_ref, dctx_ref, lse_ref, delta_ref, dbq_ref,
      dbo_ref) = refs
     rows = x_ref.shape[0]

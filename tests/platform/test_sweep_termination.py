@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from flurka.sweeps.trainable import WORKER_SETUP_HOOK
+
 SCRIPT = """
 import sys
 from flurka.sweeps.trainable import quiet_termination
@@ -40,3 +42,28 @@ def test_the_trainable_drops_only_the_termination_from_finalizers():
     assert "SystemExit" not in quiet.stderr
     assert quiet.stderr.count("Exception ignored") == 1          # the ValueError, still reported
     assert "ValueError: a real error" in quiet.stderr
+
+
+def test_every_worker_of_the_sweeps_cluster_drops_it_before_any_trial(tmp_path):
+    """Tune also ends trial processes that never reached the trainable (Ctrl-C while the trials
+    wait for a core): the hook must be in place as the worker process starts."""
+    import ray
+
+    from flurka.cluster import connect
+
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def installed(self) -> bool:
+            return bool(getattr(sys.unraisablehook, "quiet_termination", False))
+
+    @ray.remote(num_cpus=0)
+    def installed() -> bool:
+        return bool(getattr(sys.unraisablehook, "quiet_termination", False))
+
+    for setup_hook, expected in ((WORKER_SETUP_HOOK, True), (None, False)):
+        connect(run_dir=tmp_path / str(expected), num_cpus=1, setup_hook=setup_hook)
+        try:
+            assert ray.get(Probe.remote().installed.remote(), timeout=120) is expected
+            assert ray.get(installed.remote(), timeout=120) is expected
+        finally:
+            ray.shutdown()

@@ -156,13 +156,19 @@ def worker_env(gpus_per_trial: float = 0.0, extra: dict[str, str] | None = None)
 
 
 def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus: int | None = None,
-            env_vars: dict[str, str] | None = None) -> ClusterContext:
+            env_vars: dict[str, str] | None = None, setup_hook: str | None = None) -> ClusterContext:
     """Connect (or start) Ray. With no address and no ``RAY_ADDRESS``: a private local instance
-    (``address="local"``, own temp dir, no dashboard) — never whatever cluster /tmp/ray records."""
+    (``address="local"``, own temp dir, no dashboard) — never whatever cluster /tmp/ray records.
+
+    ``setup_hook`` ("module.function") runs in every worker process as it starts, before any
+    task or actor: what must hold for a process's whole life, not only while a trial runs."""
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS") or None
-    runtime_env = {"env_vars": dict(env_vars)} if env_vars else None
+    runtime_env = {"env_vars": dict(env_vars)} if env_vars else {}
+    if setup_hook:
+        runtime_env["worker_process_setup_hook"] = setup_hook
+    runtime_env = runtime_env or None
     if address in (None, "local"):
         run_dir = Path(run_dir).resolve()
         stopped = reap_orphans(run_dir)

@@ -30,7 +30,7 @@ from typing import Any
 from flurka.sweeps.branching import PlannedRun, describe, make_plan
 from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields,
                                 stored_dict, validate)
-from flurka.sweeps.trainable import train_overrides, work_dir
+from flurka.sweeps.trainable import WORKER_SETUP_HOOK, train_overrides, work_dir
 
 PHASES = ("first", "branches")  # baselines + bases, then the α branches
 
@@ -516,7 +516,8 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
     t0, driver = time.perf_counter(), {}
     with _timed(driver, "ray_start"):
         ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,
-                              env_vars=cluster.worker_env(spec.gpus_per_trial))
+                              env_vars=cluster.worker_env(spec.gpus_per_trial),
+                              setup_hook=WORKER_SETUP_HOOK)
     tracker = None
     try:
         cluster.check_resources(ctx.resources, cpus_per_trial=spec.cpus_per_trial,

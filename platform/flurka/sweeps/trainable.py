@@ -102,7 +102,11 @@ def quiet_termination() -> None:
     """Drop the ``SystemExit`` that Ray's SIGTERM handler raises when Tune ends a finished
     trial's process while Python runs a finalizer: Python can only report it ("Exception ignored
     in ... Traceback ... SystemExit: 1" in the sweep's output, a stack trace for a trial that
-    went well). Any other exception a finalizer raises is reported as before."""
+    went well). Any other exception a finalizer raises is reported as before.
+
+    The sweep installs it as every Ray worker's setup hook, since Tune also ends trial processes
+    that never reached the trainable (Ctrl-C while trials wait for a core); the trainable calls it
+    too, which costs nothing where the hook already ran."""
     report = sys.unraisablehook
     if getattr(report, "quiet_termination", False):
         return
@@ -113,6 +117,9 @@ def quiet_termination() -> None:
 
     hook.quiet_termination = True
     sys.unraisablehook = hook
+
+
+WORKER_SETUP_HOOK = f"{quiet_termination.__module__}.{quiet_termination.__qualname__}"   # for Ray's runtime_env
 
 
 def tune_trainable(trial_config: dict[str, Any]) -> None:

@@ -462,6 +462,8 @@ TINY_TUNING = dict(seq_len=64, heads=1, head_dim=16, num_features=16, d_k=16, dt
                    forward_grid=[(16, None), (32, None)], backward_grid=[(16, 32, None)],
                    wide_grid=[(16, 8)], wide_size=dict(seq_len=64, heads=1, head_dim=130,
                                                        num_features=130, d_k=16),
+                   softmax_grid=[(16, 4, 2)], softmax_size=dict(seq_len=64, heads=1, head_dim=130,
+                                                                keys=16),
                    warmup=0, repeats=1, chain=2)
 TINY_FFN_TUNING = dict(rows=64, d_model=128, d_ff=128, dtype=jnp.float32,
                        grid=[(1, 64, 8, 1)], warmup=0, repeats=1, chain=2)

@@ -221,7 +221,7 @@ def test_fused_takes_widths_up_to_512_and_a_kernel_mechanism():
     (40, 37, 16, None),      # one ragged row block, one ragged 64-key step
     (100, 150, 16, Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)),   # many blocks and chunks
     (40, 37, 200, None),     # two 128-wide head-dim blocks: the XLA path's gradient
-    (150, 37, 200, Tiling(wide_block_n=32)),   # wide, five row blocks, the last one ragged
+    (150, 37, 200, Tiling(softmax_block_n=32)),   # wide, five row blocks, the last one ragged
 ])
 def test_fused_softmax_matches_float64_formula_and_finite_differences(n, keys, d, tiling, rng_seed):
     """flurka-eva's query side kernel: softmax(q kᵀ / √d) v over a short key set (not a
@@ -241,7 +241,7 @@ def test_fused_softmax_matches_float64_formula_and_finite_differences(n, keys, d
 @pytest.mark.parametrize("n,keys,d,tiling", [
     (40, 37, 16, None),
     (100, 150, 16, Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)),
-    (150, 37, 200, Tiling(wide_block_n=32)),
+    (150, 37, 200, Tiling(softmax_block_n=32)),
 ])
 def test_fused_softmax_with_key_bias_and_lse_matches_float64_formula(n, keys, d, tiling,
                                                                      rng_seed):
@@ -405,6 +405,19 @@ def test_tiling_is_the_layers_and_shapes_its_launch():
     assert lowered()[0] is None                                                   # the XLA path
 
 
+def test_wide_softmax_has_a_launch_of_its_own():
+    """Past one block of head dim the softmax kernel (EVA's chunk summaries) and the feature-map
+    kernel (flurka-rnn's elu) are different kernels: each takes its own launch, so tuning one
+    leaves the other as it was (d_h 192, forward)."""
+    tiling = Tiling(wide_block_n=32, wide_num_warps=4, softmax_block_n=16, softmax_num_warps=2,
+                    softmax_num_stages=3)
+    (eva,) = _triton_launches(_lowered_for_gpu("eva", grad=False, d_model=768, fused=tiling)[1])
+    (rnn,) = _triton_launches(_lowered_for_gpu("flurka-rnn", grad=False, d_model=768,
+                                               fused=tiling)[1])
+    assert eva[1:] == (2, 3) and rnn[1:] == (4, 1)
+    assert (eva[0], rnn[0]) == (1024 // 16, 1024 // 32)
+
+
 @pytest.mark.parametrize("mechanism", ["flurka-performer", "flurka-rnn"])
 def test_every_tiling_computes_the_same_function(mechanism, rng_seed):
     """Launch shape never changes the result: one program per row block or several, one backward
@@ -430,6 +443,9 @@ def test_tiling_rejects_untileable_launches():
                         ({"num_stages": 0}, "num_stages must be an int >= 1"),
                         ({"wide_block_n": 96}, "wide_block_n must be a power of two >= 16"),
                         ({"wide_num_warps": 6}, "wide_num_warps must be None or 1, 2, 4, 8, 16"),
-                        ({"wide_num_stages": 0}, "wide_num_stages must be an int >= 1")):
+                        ({"wide_num_stages": 0}, "wide_num_stages must be an int >= 1"),
+                        ({"softmax_block_n": 48}, "softmax_block_n must be a power of two >= 16"),
+                        ({"softmax_num_warps": 3}, "softmax_num_warps must be None or 1, 2, 4"),
+                        ({"softmax_num_stages": 0}, "softmax_num_stages must be an int >= 1")):
         with pytest.raises(ValueError, match=message):
             Tiling(**kw)

@@ -37,7 +37,9 @@ def test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill
                     (64, 1024, None), (256, 1024, None)]
         rows = aot.compile_tilings(device, forward_grid=forward, backward_grid=backward,
                                    wide_grid=((16, 8), (64, 8)), wide_size={"seq_len": 4096},
-                                   seq_len=4096, d_k=256)
+                                   softmax_grid=((t.softmax_block_n, t.softmax_num_warps,
+                                                  t.softmax_num_stages), (16, 4, 2), (64, 8, 2)),
+                                   softmax_size={"seq_len": 4096}, seq_len=4096, d_k=256)
         json.dump(rows, open(sys.argv[1], "w"))
     """, tmp_path)
     default = Tiling()
@@ -50,7 +52,7 @@ def test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill
         return found
 
     for r in rows:   # the default and every candidate the tuner would time on the card
-        if r["tiling"] not in (spills, too_big) and r["stage"] != "wide":
+        if r["tiling"] not in (spills, too_big) and r["stage"] not in ("wide", "softmax"):
             assert r["status"] == "ok", r
             for kernel in r["kernels"]:
                 assert kernel["spill_store_bytes"] == 0 and kernel["registers"] <= 255, r
@@ -74,6 +76,17 @@ def test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill
             (kernel,) = row("wide", feature, dataclasses.asdict(Tiling(wide_block_n=rows_)))["kernels"]
             assert kernel["grid"] == [1, 8, 4096 // rows_] and kernel["threads"] == 8 * 32
             assert kernel["mma"] == mma and kernel["spill_store_bytes"] <= spill, kernel
+    # The wide softmax (plain EVA's chunk softmax, d_h 325 → 384): the default 64 rows on wgmma in
+    # one stage and 16 rows on mma.sync in two, both spill-free; 64 rows on two stages overflow
+    # shared memory (a row with the error).
+    for tiling, mma in ((default, "wgmma"), (Tiling(softmax_block_n=16, softmax_num_warps=4,
+                                                    softmax_num_stages=2), "mma.sync")):
+        (kernel,) = row("softmax", "softmax", dataclasses.asdict(tiling))["kernels"]
+        assert kernel["kernel"] == "flurka_softmax_query_side" and kernel["mma"] == mma, kernel
+        assert kernel["spill_store_bytes"] == 0 and kernel["shared_memory_bytes"] <= 232_448, kernel
+        assert kernel["grid"] == [1, 8, 4096 // tiling.softmax_block_n], kernel
+    failed = row("softmax", "softmax", dataclasses.asdict(Tiling(softmax_num_stages=2)))
+    assert failed["status"] == "error" and "hared memory" in failed["error"], failed
 
 
 @pytest.mark.slow

@@ -177,12 +177,17 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
         "compress_tiling"] == compress["best"]
     tuning = json.loads((tmp_path / "fused_tuning.json").read_text())   # --tune-fused
     ran = [r for r in tuning["rows"] if r["status"] == "ok"]
-    assert [r["stage"] for r in ran] == ["forward"] * 3 + ["gradient"] * 2 + ["wide"] * 2
+    assert [r["stage"] for r in ran] == (["forward"] * 3 + ["gradient"] * 2 + ["wide"] * 2
+                                         + ["softmax"] * 2)
     assert tuning["device"] and tuning["wide_size"]["head_dim"] == 130   # past one block: wide
-    best = min((r for r in ran if r["stage"] == "wide"), key=lambda r: r["total_s"])
-    assert tuning["best"] == best["tiling"] == tiny["settings"]["fused_tiling"]
+    assert tuning["softmax_size"]["head_dim"] == 130 and tuning["softmax_size"]["keys"] == 16
+    wide, softmax = (min((r for r in ran if r["stage"] == stage), key=lambda r: r["total_s"])
+                     for stage in ("wide", "softmax"))
+    assert set(wide["median_s"]) == {"favor", "elu"} and set(softmax["median_s"]) == {"softmax"}
+    assert tuning["best"] == softmax["tiling"] == tiny["settings"]["fused_tiling"]
+    assert {k: v for k, v in tuning["best"].items() if not k.startswith("softmax_")} == \
+        {k: v for k, v in wide["tiling"].items() if not k.startswith("softmax_")}  # wide's kept
     assert tiny["results"][-1]["tiling"] == tuning["best"] and "tiling" not in tiny["results"][0]
-    assert set(best["median_s"]) == {"favor", "elu"}
     # the tuning ran when the plan reached its fused point, after the XLA points
     log = capsys.readouterr().out
     tuned = log.index("fused_tiling in")
@@ -292,25 +297,38 @@ def test_lease_script_runs_what_is_owed_on_any_card(tmp_path, card, mib, budget_
     assert "--plan h100-second " in log and f"--memory-budget-gb {budget_gb}\n" in log, log
 
 
-def test_failed_wide_stage_keeps_the_one_block_tuning(monkeypatch):
-    """A wide stage that cannot run (its inputs out of memory, say) is recorded, and the best
-    one-block launch still comes back as the tuning's result."""
+@pytest.mark.parametrize("failing", ["wide", "softmax"])
+def test_a_failed_wide_stage_keeps_the_launches_tuned_before_it(monkeypatch, failing):
+    """A wide stage that cannot run (its inputs out of memory, say) is recorded, and the tuning
+    still comes back with the launches the stages before it chose (and after it, the softmax's)."""
     from flurka.speed import tuning
     g = _driver()
-    build = tuning.kernel_inputs
+    build = {"wide": tuning.kernel_inputs, "softmax": tuning.softmax_inputs}[failing]
 
-    def narrow_only(feature, **size):
+    def narrow_only(*args, **size):
         if size["head_dim"] > 128:
             raise MemoryError("RESOURCE_EXHAUSTED: wide inputs")
-        return build(feature, **size)
+        return build(*args, **size)
 
-    monkeypatch.setattr(tuning, "kernel_inputs", narrow_only)
+    monkeypatch.setattr(tuning, {"wide": "kernel_inputs", "softmax": "softmax_inputs"}[failing],
+                        narrow_only)
     result = tuning.tune_fused(**g.TINY_TUNING)
-    assert "RESOURCE_EXHAUSTED" in result["wide_error"]
-    assert {r["stage"] for r in result["rows"]} == {"forward", "gradient"}
-    gradient = min((r for r in result["rows"] if r["stage"] == "gradient" and r["status"] == "ok"),
-                   key=lambda r: r["total_s"])
-    assert result["best"] == gradient["tiling"]
+    assert "RESOURCE_EXHAUSTED" in result[f"{failing}_error"]
+    stages = {"forward", "gradient", "wide", "softmax"} - {failing}
+    assert {r["stage"] for r in result["rows"]} == stages
+
+    def best(stage):
+        return min((r for r in result["rows"] if r["stage"] == stage and r["status"] == "ok"),
+                   key=lambda r: r["total_s"])["tiling"]
+
+    def launches_but_softmax(tiling):
+        return {k: v for k, v in tiling.items() if not k.startswith("softmax_")}
+
+    if failing == "wide":   # the softmax stage still ran, on the one-block launches
+        assert result["best"] == best("softmax")
+        assert launches_but_softmax(result["best"]) == launches_but_softmax(best("gradient"))
+    else:
+        assert result["best"] == best("wide")
 
 
 def test_tuning_rows_are_per_kernel(monkeypatch):
@@ -326,7 +344,9 @@ def test_tuning_rows_are_per_kernel(monkeypatch):
     fused = tuning.tune_fused(**{**g.TINY_TUNING, "chain": 3})
     assert fused["chain"] == 3 and len(fused["rows"]) >= 4
     for row in fused["rows"]:
-        assert row["median_s"] == pytest.approx({"favor": 0.1, "elu": 0.1}) and row["total_s"] == pytest.approx(0.2)
+        kernels = ("softmax",) if row["stage"] == "softmax" else ("favor", "elu")
+        assert row["median_s"] == pytest.approx(dict.fromkeys(kernels, 0.1))
+        assert row["total_s"] == pytest.approx(0.1 * len(kernels))
     for tune, tiny in ((tuning.tune_ffn, g.TINY_FFN_TUNING), (tuning.tune_compression, g.TINY_COMPRESS_TUNING)):
         result = tune(**{**tiny, "chain": 3})
         assert result["chain"] == 3 and [r["median_s"] for r in result["rows"]] == pytest.approx([0.1, 0.1])

@@ -73,8 +73,9 @@ class Tiling:
     warps None: 8 once a [rows, 128] float32 tile is live (Triton flash attention's choice at head
     dim 128), else 4. The forward of wide query sides (head dim or features past 128) has its
     own launch (``wide_*``): 64 rows is the fewest Hopper's warpgroup MMA (wgmma) takes — below,
-    Triton falls back to per-warp mma.sync — and on 8 warps they spill least; flurka-eva's wide
-    softmax takes the same launch in one stage (two overflow shared memory). ptxas's registers
+    Triton falls back to per-warp mma.sync — and on 8 warps they spill least. The softmax
+    kernel past one block wide (EVA's chunk summaries, flurka-eva's window) is another kernel,
+    so it has a launch of its own (``softmax_*``), tuned on it; ptxas's registers
     and spills for each option: ``make aot ARGS="--target h100 --tilings"``, recorded in
     benchmarks/results/h100/NOTES.md. Which is fastest is the card's to say."""
 
@@ -88,21 +89,24 @@ class Tiling:
     num_stages: int = 2
     wide_block_n: int = 64  # query rows per forward program past one block wide
     wide_num_warps: int = 8
-    wide_num_stages: int = 1  # flurka-eva's softmax at 64 rows x 384: 2 stages overflow smem
+    wide_num_stages: int = 1
+    softmax_block_n: int = 64  # the softmax's, past one block wide
+    softmax_num_warps: int = 8
+    softmax_num_stages: int = 1  # at 64 rows x 384: 2 stages overflow shared memory
 
     def __post_init__(self):
-        for name in ("block_n", "bwd_block_n", "bwd_rows", "wide_block_n"):
+        for name in ("block_n", "bwd_block_n", "bwd_rows", "wide_block_n", "softmax_block_n"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 16 or value & (value - 1):
                 raise ValueError(f"Tiling.{name} must be a power of two >= 16, got {value!r}")
         if self.bwd_rows < self.bwd_block_n:
             raise ValueError(f"Tiling.bwd_rows ({self.bwd_rows}) must be >= bwd_block_n "
                              f"({self.bwd_block_n})")
-        for name in ("num_warps", "bwd_num_warps", "wide_num_warps"):
+        for name in ("num_warps", "bwd_num_warps", "wide_num_warps", "softmax_num_warps"):
             if getattr(self, name) not in (None, 1, 2, 4, 8, 16):
                 raise ValueError(f"Tiling.{name} must be None or 1, 2, 4, 8, 16, "
                                  f"got {getattr(self, name)!r}")
-        for name in ("num_stages", "wide_num_stages"):
+        for name in ("num_stages", "wide_num_stages", "softmax_num_stages"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"Tiling.{name} must be an int >= 1, got {getattr(self, name)!r}")
 
@@ -165,11 +169,13 @@ def column_blocks(size: int) -> list:
     return [pl.ds(i * width, width) for i in range(size // width)]
 
 
-def _launch(tiling: Tiling, width: int) -> tuple[int, int | None, int]:
+def _launch(tiling: Tiling, width: int, softmax: bool = False) -> tuple[int, int | None, int]:
     """(rows per program, warps, stages) of a forward kernel whose query side is ``width``
-    wide: the one-block launch, or past BLOCK the wide one."""
+    wide: the one-block launch, or past BLOCK the wide one (the softmax kernel's own)."""
     if width <= BLOCK:
         return tiling.block_n, tiling.num_warps, tiling.num_stages
+    if softmax:
+        return tiling.softmax_block_n, tiling.softmax_num_warps, tiling.softmax_num_stages
     return tiling.wide_block_n, tiling.wide_num_warps, tiling.wide_num_stages
 
 
@@ -729,7 +735,7 @@ def _optional(*arrays):
 def _pallas_softmax(q, k, v, bias, keys, scale, tiling, out_dtype, with_lse, *, interpret):
     """The forward kernel's output (and with ``with_lse``, each row's lse [b, h, n])."""
     b, n, h, d = q.shape
-    block_n, num_warps, num_stages = _launch(tiling, d)
+    block_n, num_warps, num_stages = _launch(tiling, d, softmax=True)
     out_shape = [jax.ShapeDtypeStruct((b, n, h, d), out_dtype)]
     out_specs = [_row_spec(block_n, d)]
     if with_lse:

@@ -267,36 +267,45 @@ def compile_point(point, device, card_memory: int | None,
 
 
 def compile_tilings(device, *, forward_grid=None, backward_grid=None, wide_grid=None,
-                    wide_size=None, **size) -> list[dict]:
+                    wide_size=None, softmax_grid=None, softmax_size=None, **size) -> list[dict]:
     """The tuner's candidates (:mod:`flurka.speed.tuning`'s grids, at its sizes unless given)
-    compiled for the target: per candidate and feature map, its kernels' launch and resources
-    (forward and wide candidates: the forward kernel; backward ones: the gradient's two)."""
+    compiled for the target: per candidate and feature map (the softmax stage: its one kernel),
+    its kernels' launch and resources (forward, wide and softmax candidates: the forward kernel;
+    backward ones: the gradient's two)."""
     from flurka.attention.fused import FEATURES, Tiling
     from flurka.speed import tuning
-    sizes = {"narrow": {**tuning.SIZE, **size}}
-    sizes["wide"] = {**sizes["narrow"], **tuning.WIDE_SIZE, **(wide_size or {})}
-    forward_grid = tuning.FORWARD_GRID if forward_grid is None else forward_grid
-    backward_grid = tuning.BACKWARD_GRID if backward_grid is None else backward_grid
-    wide_grid = tuning.WIDE_GRID if wide_grid is None else wide_grid
-    candidates = ([("forward", Tiling(block_n=n, num_warps=w)) for n, w in forward_grid]
-                  + [("gradient", Tiling(bwd_block_n=n, bwd_rows=r, bwd_num_warps=w))
-                     for n, r, w in backward_grid]
-                  + [("wide", Tiling(wide_block_n=n, wide_num_warps=w)) for n, w in wide_grid])
-    kind = lambda stage: "wide" if stage == "wide" else "narrow"  # noqa: E731
-    inputs = {k: {f: tuning.kernel_inputs(f, **sizes[k]) for f in FEATURES}   # only those used
-              for k in {kind(stage) for stage, _ in candidates}}
-    rows = []
-    for stage, tiling in candidates:
-        for feature, (args, options) in inputs[kind(stage)].items():
-            row = {"stage": stage, "feature": feature, "tiling": dataclasses.asdict(tiling)}
-            with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
-                try:
-                    compile_for(tuning.stage_step(stage, tiling, options), args, device, dump)
-                    row.update(status="ok", kernels=kernel_report(dump))
-                except Exception as exc:  # noqa: BLE001 - e.g. shared memory: a result
-                    row.update(_failure(exc))
-            rows.append(row)
-            print(brief(row), flush=True)
+    narrow = {**tuning.SIZE, **size}
+    wide = {**narrow, **tuning.WIDE_SIZE, **(wide_size or {})}
+    softmax = {"batch": narrow["batch"], "dtype": narrow["dtype"], **tuning.SOFTMAX_SIZE,
+               **(softmax_size or {})}
+    inputs = {   # per stage, built only for the stages a grid asks for
+        "forward": lambda: {f: tuning.kernel_inputs(f, **narrow) for f in FEATURES},
+        "wide": lambda: {f: tuning.kernel_inputs(f, **wide) for f in FEATURES},
+        "softmax": lambda: {"softmax": tuning.softmax_inputs(**softmax)}}
+    inputs["gradient"] = inputs["forward"]
+    grids = {"forward": tuning.FORWARD_GRID if forward_grid is None else forward_grid,
+             "gradient": tuning.BACKWARD_GRID if backward_grid is None else backward_grid,
+             "wide": tuning.WIDE_GRID if wide_grid is None else wide_grid,
+             "softmax": tuning.SOFTMAX_GRID if softmax_grid is None else softmax_grid}
+    fields = {"forward": ("block_n", "num_warps"), "gradient": ("bwd_block_n", "bwd_rows", "bwd_num_warps"),
+              "wide": ("wide_block_n", "wide_num_warps"),
+              "softmax": ("softmax_block_n", "softmax_num_warps", "softmax_num_stages")}
+    rows, built = [], {}
+    for stage, grid in grids.items():
+        for values in grid:
+            tiling = Tiling(**dict(zip(fields[stage], values)))
+            if stage not in built:
+                built[stage] = inputs[stage]()
+            for feature, (args, options) in built[stage].items():
+                row = {"stage": stage, "feature": feature, "tiling": dataclasses.asdict(tiling)}
+                with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
+                    try:
+                        compile_for(tuning.stage_step(stage, tiling, options), args, device, dump)
+                        row.update(status="ok", kernels=kernel_report(dump))
+                    except Exception as exc:  # noqa: BLE001 - e.g. shared memory: a result
+                        row.update(_failure(exc))
+                rows.append(row)
+                print(brief(row), flush=True)
     return rows
 
 

@@ -8,7 +8,9 @@ N = 52.5k, 4 heads, d_h = m = 128, bf16): forward candidates on the forward kern
 candidates (with the best forward) on a gradient step; the best by total time over both feature
 maps (FAVOR+, elu+1) is what the session's fused layers are built with (``use_tiling``); then
 the wide forward kernel's launch at the N-sweep's query side (d_h = m = 325 in 128-wide blocks),
-on the forward alone (wide query sides train through the XLA path's gradient). A
+on the forward alone (wide query sides train through the XLA path's gradient), and the
+softmax kernel's own wide launch at plain EVA's N-sweep chunk softmax (d_h 325 over N/16 chunk
+summaries, its key bias and lse as EVA calls it). A
 stage's candidates are timed side by side (every candidate once per round), not one after
 another: on the H200 the default, timed first, read 10–15 % slower than the same launch timed
 later. Each timed call runs the kernel ``chain`` times (:func:`flurka.speed.timing.chained`;
@@ -35,7 +37,7 @@ import jax.numpy as jnp
 
 from flurka.attention.feature_maps import (
     elu_features, favor_features, gaussian_orthogonal_matrix, key_side)
-from flurka.attention.fused import FEATURES, Tiling, fused_query_side
+from flurka.attention.fused import FEATURES, Tiling, fused_query_side, fused_softmax_attention
 from flurka.attention.fused_compress import (
     CompressTiling, normalised_compression, row_statistics)
 from flurka.models.fused_ffn import FfnTiling, fused_ffn_block
@@ -57,6 +59,14 @@ SIZE = dict(batch=1, seq_len=52_500, heads=4, head_dim=128, num_features=128, d_
 # MMA from 64, spilling a little: Tiling), at the N-sweep's aligned query side (N = 55.5k padded).
 WIDE_GRID = ((16, 8), (32, 8), (64, 8), (128, 8))
 WIDE_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, num_features=325, d_k=1536)
+# (softmax_block_n, softmax_num_warps, softmax_num_stages): the softmax kernel past one block
+# wide, at plain EVA's aligned N-sweep query side (its 3472 chunk summaries of 16 keys). What
+# ptxas compiles for sm_90 at d_h 325 → 384 (``--tilings``): 16 and 32 rows on per-warp mma.sync,
+# spill-free on 2 stages in 113–127 KB of shared memory, against the default's 64 rows on wgmma
+# in one (two overflow 227 KB) and 128 rows (380 B spilled). Left out: 4 warps on one stage
+# from 32 rows up (244 B – 3.7 KB spilled).
+SOFTMAX_GRID = ((16, 4, 2), (16, 8, 2), (32, 4, 2), (32, 8, 1), (32, 8, 2), (128, 8, 1))
+SOFTMAX_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, keys=3_472)
 # The fused FFN block's (kernels, block_n, num_warps, num_stages): the launches ptxas compiles for
 # sm_90 at FFN_SIZE within the registers (FfnTiling's docstring; one kernel on 2 stages spills
 # 104 B), at the flash comparison's FFN (the padded batch: 52 608 rows).
@@ -88,9 +98,25 @@ def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_di
     return (q, kv, k_sum, omega), options
 
 
+def softmax_inputs(*, batch: int, seq_len: int, heads: int, head_dim: int, keys: int,
+                   dtype: Any) -> tuple[tuple, dict]:
+    """(q, k, v, key bias) as EVA hands its chunk summaries to the softmax kernel (every chunk
+    kept: a zero bias), and the call's static options (its lse too, in the compute dtype)."""
+    kq, kk, kv_ = jax.random.split(jax.random.key(0), 3)
+    q = random_normal(kq, (batch, seq_len, heads, head_dim), dtype)
+    k, v = (random_normal(key, (batch, keys, heads, head_dim), dtype) for key in (kk, kv_))
+    bias = jnp.zeros((batch, keys), jnp.float32)
+    return (q, k, v, bias), dict(scale=head_dim ** -0.5, with_lse=True, out_dtype=dtype)
+
+
 def stage_step(stage: str, tiling: Tiling, options: dict):
-    """What a candidate is timed on, jitted: the forward kernel (``"forward"``, ``"wide"``) or
-    the query side's gradient (``"gradient"``: the forward and backward kernels)."""
+    """What a candidate is timed on, jitted: the forward kernel (``"forward"``, ``"wide"``,
+    ``"softmax"``) or the query side's gradient (``"gradient"``: the forward and backward
+    kernels)."""
+    if stage == "softmax":
+        return jax.jit(lambda q, k, v, bias: fused_softmax_attention(q, k, v, bias=bias,
+                                                                     tiling=tiling, **options))
+
     def query_side(q, kv, k_sum, omega):
         return fused_query_side(q, kv, k_sum, omega, tiling=tiling, **options)
     if stage in ("forward", "wide"):
@@ -148,14 +174,18 @@ def _variants(base: Tiling, grid: Sequence[tuple], fields: Sequence[str]) -> lis
 def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
                backward_grid: Sequence[tuple] = BACKWARD_GRID,
                wide_grid: Sequence[tuple] = WIDE_GRID, wide_size: dict | None = None,
+               softmax_grid: Sequence[tuple] = SOFTMAX_GRID, softmax_size: dict | None = None,
                warmup: int = 2, repeats: int = 10, chain: int = CHAIN, **size) -> dict[str, Any]:
     """Time the grids, one-block launches at one size (:data:`SIZE`, or the keys of it given),
-    the wide forward's at :data:`WIDE_SIZE` (``wide_size``: keys of it to change; batch and
-    dtype: ``size``'s); ``{"rows": [...], "best": Tiling as dict, "default": ...}`` with each row's
-    per-feature median and total (the default tiling is timed too), and ``wide_error`` where
-    the wide stage failed (``best`` is then the one-block stages')."""
+    the wide forward's at :data:`WIDE_SIZE` and the wide softmax's at :data:`SOFTMAX_SIZE`
+    (``wide_size``, ``softmax_size``: keys of them to change; batch and dtype: ``size``'s);
+    ``{"rows": [...], "best": Tiling as dict, "default": ...}`` with each row's per-feature
+    median and total (the default tiling is timed too), and ``wide_error`` or ``softmax_error``
+    where a wide stage failed (``best`` then keeps that launch as the stages before chose it)."""
     size = {**SIZE, **size}
+    common = {"batch": size["batch"], "dtype": size["dtype"]}
     wide_size = {**size, **WIDE_SIZE, **(wide_size or {})}
+    softmax_size = {**common, **SOFTMAX_SIZE, **(softmax_size or {})}
     inputs = {f: kernel_inputs(f, **size) for f in FEATURES}
     timing = dict(warmup=warmup, repeats=repeats, chain=chain)
     default = Tiling()
@@ -165,15 +195,20 @@ def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
     backward = _variants(best_forward, backward_grid, ("bwd_block_n", "bwd_rows", "bwd_num_warps"))
     rows += _time_candidates("gradient", backward, inputs, **timing)
     best = _best([r for r in rows if r["stage"] == "gradient"], "gradient")
-    out = {"size": _named(size), "wide_size": _named(wide_size), "chain": chain, "rows": rows,
+    out = {"size": _named(size), "wide_size": _named(wide_size),
+           "softmax_size": _named(softmax_size), "chain": chain, "rows": rows,
            "default": dataclasses.asdict(default)}
-    try:   # a wide stage that fails (memory, say) keeps the one-block launches tuned above
-        wide_inputs = {f: kernel_inputs(f, **wide_size) for f in FEATURES}
-        wide = _variants(best, wide_grid, ("wide_block_n", "wide_num_warps"))
-        rows += _time_candidates("wide", wide, wide_inputs, **timing)
-        best = _best([r for r in rows if r["stage"] == "wide"], "wide")
-    except Exception as exc:  # noqa: BLE001 - recorded, the tuning stands without it
-        out["wide_error"] = repr(exc)[:2000]
+    wide_stages = (
+        ("wide", lambda: {f: kernel_inputs(f, **wide_size) for f in FEATURES}, wide_grid,
+         ("wide_block_n", "wide_num_warps")),
+        ("softmax", lambda: {"softmax": softmax_inputs(**softmax_size)}, softmax_grid,
+         ("softmax_block_n", "softmax_num_warps", "softmax_num_stages")))
+    for stage, stage_inputs, grid, fields in wide_stages:
+        try:   # a wide stage that fails (memory, say) keeps the launches tuned before it
+            rows += _time_candidates(stage, _variants(best, grid, fields), stage_inputs(), **timing)
+            best = _best([r for r in rows if r["stage"] == stage], stage)
+        except Exception as exc:  # noqa: BLE001 - recorded, the tuning stands without it
+            out[f"{stage}_error"] = repr(exc)[:2000]
     return {**out, "best": dataclasses.asdict(best)}
 
 

@@ -30,21 +30,39 @@ def test_steps_count_each_run_over_its_own_range():
 
 
 def test_the_line_counts_trials_and_estimates_the_rest():
-    out = io.StringIO()
-    reporter = progress.ProgressLine("first", lambda c: c, every_s=3600, out=out)
-    reporter.start -= 120                                   # two minutes in
+    out, now = io.StringIO(), [1000.0]
+    reporter = progress.ProgressLine("first", lambda c: c, every_s=3600, out=out, now=lambda: now[0])
+    now[0] += 120                                           # two minutes in
     trials = [_trial("a", "TERMINATED", BASE, 600), _trial("b", "RUNNING", BASE, 300),
               _trial("c", "ERROR", BRANCH, 460), _trial("d", "PENDING", BRANCH)]
     assert reporter.should_report(trials)
     reporter.report(trials, False)
-    text = out.getvalue().strip()
-    # 600 + 300 + 10 + 0 of 600 + 600 + 150 + 150 steps: 60.7 %; 120 s for it, about 78 s left
-    assert text == ("[flurka] first phase: 1/4 trials done, 1 running, 1 failed; 61% of its "
-                    "steps; 2:00 elapsed, about 1:18 left")
+    # 600 + 300 + 10 + 0 of 600 + 600 + 150 + 150 steps: 60.7 %; no rate yet, so no estimate
+    assert out.getvalue().splitlines()[-1] == (
+        "[flurka] first phase: 1/4 trials done, 1 running, 1 failed; 61% of its steps; "
+        "2:00 elapsed")
     assert not reporter.should_report(trials)               # nothing changed, not due
     assert not reporter.should_report(trials, done=True)    # its last line is already out
+    trials[1] = _trial("b", "RUNNING", BASE, 450)
+    now[0] += 60
+    assert not reporter.should_report(trials)               # steps alone do not print early
+    now[0] += 3600 - 60
+    assert reporter.should_report(trials)
+    reporter.report(trials, False)
+    # 150 steps in the hour since steps were first seen: the 440 left take 2:56:00, whatever the
+    # phase spent before its first step (not 1:02:00 · 0.70 / 0.30 from the phase's start)
+    assert out.getvalue().splitlines()[-1].endswith("71% of its steps; 1:02:00 elapsed, about 2:56:00 left")
     trials[1] = _trial("b", "TERMINATED", BASE, 600)
     assert reporter.should_report(trials)
+
+
+def test_the_estimate_is_the_rate_since_steps_were_first_seen():
+    assert progress.time_left(50, 100, None, 10.0) is None             # no steps seen before
+    assert progress.time_left(50, 100, (10.0, 50), 20.0) is None       # none since
+    assert progress.time_left(100, 100, (10.0, 20), 20.0) is None      # the phase is done
+    assert progress.time_left(60, 100, (10.0, 20), 30.0) == 20.0       # 40 steps in 20 s, 40 left
+    # a resumed phase's restored steps are not a rate: 80 done at once, then 5 in 10 s
+    assert progress.time_left(85, 100, (0.0, 80), 10.0) == 30.0
 
 
 def test_clock():

@@ -272,30 +272,19 @@ def compile_tilings(device, *, forward_grid=None, backward_grid=None, wide_grid=
     compiled for the target: per candidate and feature map (the softmax stage: its one kernel),
     its kernels' launch and resources (forward, wide and softmax candidates: the forward kernel;
     backward ones: the gradient's two)."""
-    from flurka.attention.fused import FEATURES, Tiling
+    from flurka.attention.fused import Tiling
     from flurka.speed import tuning
-    narrow = {**tuning.SIZE, **size}
-    wide = {**narrow, **tuning.WIDE_SIZE, **(wide_size or {})}
-    softmax = {"batch": narrow["batch"], "dtype": narrow["dtype"], **tuning.SOFTMAX_SIZE,
-               **(softmax_size or {})}
-    inputs = {   # per stage, built only for the stages a grid asks for
-        "forward": lambda: {f: tuning.kernel_inputs(f, **narrow) for f in FEATURES},
-        "wide": lambda: {f: tuning.kernel_inputs(f, **wide) for f in FEATURES},
-        "softmax": lambda: {"softmax": tuning.softmax_inputs(**softmax)}}
-    inputs["gradient"] = inputs["forward"]
+    sizes = tuning.stage_sizes(size, wide_size, softmax_size)
     grids = {"forward": tuning.FORWARD_GRID if forward_grid is None else forward_grid,
              "gradient": tuning.BACKWARD_GRID if backward_grid is None else backward_grid,
              "wide": tuning.WIDE_GRID if wide_grid is None else wide_grid,
              "softmax": tuning.SOFTMAX_GRID if softmax_grid is None else softmax_grid}
-    fields = {"forward": ("block_n", "num_warps"), "gradient": ("bwd_block_n", "bwd_rows", "bwd_num_warps"),
-              "wide": ("wide_block_n", "wide_num_warps"),
-              "softmax": ("softmax_block_n", "softmax_num_warps", "softmax_num_stages")}
     rows, built = [], {}
     for stage, grid in grids.items():
         for values in grid:
-            tiling = Tiling(**dict(zip(fields[stage], values)))
-            if stage not in built:
-                built[stage] = inputs[stage]()
+            tiling = Tiling(**dict(zip(tuning.STAGE_FIELDS[stage], values)))
+            if stage not in built:   # only the stages a grid asks for
+                built[stage] = tuning.stage_inputs(stage, sizes)
             for feature, (args, options) in built[stage].items():
                 row = {"stage": stage, "feature": feature, "tiling": dataclasses.asdict(tiling)}
                 with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:

@@ -67,6 +67,11 @@ WIDE_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, num_features=325, d_k=15
 # from 32 rows up (244 B – 3.7 KB spilled).
 SOFTMAX_GRID = ((16, 4, 2), (16, 8, 2), (32, 4, 2), (32, 8, 1), (32, 8, 2), (128, 8, 1))
 SOFTMAX_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, keys=3_472)
+# The Tiling fields each stage's grid entries set, in their order.
+STAGE_FIELDS = {"forward": ("block_n", "num_warps"),
+                "gradient": ("bwd_block_n", "bwd_rows", "bwd_num_warps"),
+                "wide": ("wide_block_n", "wide_num_warps"),
+                "softmax": ("softmax_block_n", "softmax_num_warps", "softmax_num_stages")}
 # The fused FFN block's (kernels, block_n, num_warps, num_stages): the launches ptxas compiles for
 # sm_90 at FFN_SIZE within the registers (FfnTiling's docstring; one kernel on 2 stages spills
 # 104 B), at the flash comparison's FFN (the padded batch: 52 608 rows).
@@ -98,6 +103,17 @@ def kernel_inputs(feature: str, *, batch: int, seq_len: int, heads: int, head_di
     return (q, kv, k_sum, omega), options
 
 
+def stage_sizes(size: dict | None = None, wide_size: dict | None = None,
+                softmax_size: dict | None = None) -> dict[str, dict]:
+    """Where the stages' candidates run: one-block launches at :data:`SIZE` (``"narrow"``), the
+    wide forward's at :data:`WIDE_SIZE`, the wide softmax's at :data:`SOFTMAX_SIZE`, each with the
+    given keys changed; batch and dtype are the narrow size's throughout."""
+    narrow = {**SIZE, **(size or {})}
+    common = {"batch": narrow["batch"], "dtype": narrow["dtype"]}
+    return {"narrow": narrow, "wide": {**narrow, **WIDE_SIZE, **(wide_size or {})},
+            "softmax": {**common, **SOFTMAX_SIZE, **(softmax_size or {})}}
+
+
 def softmax_inputs(*, batch: int, seq_len: int, heads: int, head_dim: int, keys: int,
                    dtype: Any) -> tuple[tuple, dict]:
     """(q, k, v, key bias) as EVA hands its chunk summaries to the softmax kernel (every chunk
@@ -107,6 +123,15 @@ def softmax_inputs(*, batch: int, seq_len: int, heads: int, head_dim: int, keys:
     k, v = (random_normal(key, (batch, keys, heads, head_dim), dtype) for key in (kk, kv_))
     bias = jnp.zeros((batch, keys), jnp.float32)
     return (q, k, v, bias), dict(scale=head_dim ** -0.5, with_lse=True, out_dtype=dtype)
+
+
+def stage_inputs(stage: str, sizes: dict[str, dict]) -> dict[str, tuple[tuple, dict]]:
+    """The kernels a stage times, each as (args, static options), at :func:`stage_sizes`'s
+    ``sizes``: one per feature map, or the softmax stage's one."""
+    if stage == "softmax":
+        return {"softmax": softmax_inputs(**sizes["softmax"])}
+    where = "wide" if stage == "wide" else "narrow"
+    return {f: kernel_inputs(f, **sizes[where]) for f in FEATURES}
 
 
 def stage_step(stage: str, tiling: Tiling, options: dict):
@@ -163,11 +188,12 @@ def _best(rows: list[dict], stage: str) -> Tiling:
     return Tiling(**min(ok, key=lambda r: r["total_s"])["tiling"])
 
 
-def _variants(base: Tiling, grid: Sequence[tuple], fields: Sequence[str]) -> list[Tiling]:
-    """``base`` first (the stage's baseline), then ``base`` with each grid entry's ``fields``."""
+def _variants(base: Tiling, grid: Sequence[tuple], stage: str) -> list[Tiling]:
+    """``base`` first (the stage's baseline), then ``base`` with each grid entry's fields
+    (:data:`STAGE_FIELDS`)."""
     out = [base]
-    out += [t for t in (dataclasses.replace(base, **dict(zip(fields, values))) for values in grid)
-            if t not in out]
+    out += [t for t in (dataclasses.replace(base, **dict(zip(STAGE_FIELDS[stage], values)))
+                        for values in grid) if t not in out]
     return out
 
 
@@ -176,36 +202,28 @@ def tune_fused(*, forward_grid: Sequence[tuple] = FORWARD_GRID,
                wide_grid: Sequence[tuple] = WIDE_GRID, wide_size: dict | None = None,
                softmax_grid: Sequence[tuple] = SOFTMAX_GRID, softmax_size: dict | None = None,
                warmup: int = 2, repeats: int = 10, chain: int = CHAIN, **size) -> dict[str, Any]:
-    """Time the grids, one-block launches at one size (:data:`SIZE`, or the keys of it given),
-    the wide forward's at :data:`WIDE_SIZE` and the wide softmax's at :data:`SOFTMAX_SIZE`
-    (``wide_size``, ``softmax_size``: keys of them to change; batch and dtype: ``size``'s);
+    """Time the grids at :func:`stage_sizes` (``size``: keys of :data:`SIZE` to change;
+    ``wide_size``, ``softmax_size``: of the wide stages' sizes);
     ``{"rows": [...], "best": Tiling as dict, "default": ...}`` with each row's per-feature
     median and total (the default tiling is timed too), and ``wide_error`` or ``softmax_error``
     where a wide stage failed (``best`` then keeps that launch as the stages before chose it)."""
-    size = {**SIZE, **size}
-    common = {"batch": size["batch"], "dtype": size["dtype"]}
-    wide_size = {**size, **WIDE_SIZE, **(wide_size or {})}
-    softmax_size = {**common, **SOFTMAX_SIZE, **(softmax_size or {})}
-    inputs = {f: kernel_inputs(f, **size) for f in FEATURES}
+    sizes = stage_sizes(size, wide_size, softmax_size)
+    inputs = stage_inputs("forward", sizes)
     timing = dict(warmup=warmup, repeats=repeats, chain=chain)
     default = Tiling()
-    forward = _variants(default, forward_grid, ("block_n", "num_warps"))
+    forward = _variants(default, forward_grid, "forward")
     rows = _time_candidates("forward", forward, inputs, **timing)
     best_forward = _best(rows, "forward")
-    backward = _variants(best_forward, backward_grid, ("bwd_block_n", "bwd_rows", "bwd_num_warps"))
+    backward = _variants(best_forward, backward_grid, "gradient")
     rows += _time_candidates("gradient", backward, inputs, **timing)
     best = _best([r for r in rows if r["stage"] == "gradient"], "gradient")
-    out = {"size": _named(size), "wide_size": _named(wide_size),
-           "softmax_size": _named(softmax_size), "chain": chain, "rows": rows,
+    out = {"size": _named(sizes["narrow"]), "wide_size": _named(sizes["wide"]),
+           "softmax_size": _named(sizes["softmax"]), "chain": chain, "rows": rows,
            "default": dataclasses.asdict(default)}
-    wide_stages = (
-        ("wide", lambda: {f: kernel_inputs(f, **wide_size) for f in FEATURES}, wide_grid,
-         ("wide_block_n", "wide_num_warps")),
-        ("softmax", lambda: {"softmax": softmax_inputs(**softmax_size)}, softmax_grid,
-         ("softmax_block_n", "softmax_num_warps", "softmax_num_stages")))
-    for stage, stage_inputs, grid, fields in wide_stages:
+    for stage, grid in (("wide", wide_grid), ("softmax", softmax_grid)):
         try:   # a wide stage that fails (memory, say) keeps the launches tuned before it
-            rows += _time_candidates(stage, _variants(best, grid, fields), stage_inputs(), **timing)
+            rows += _time_candidates(stage, _variants(best, grid, stage),
+                                     stage_inputs(stage, sizes), **timing)
             best = _best([r for r in rows if r["stage"] == stage], stage)
         except Exception as exc:  # noqa: BLE001 - recorded, the tuning stands without it
             out[f"{stage}_error"] = repr(exc)[:2000]

@@ -67,3 +67,24 @@ def test_every_worker_of_the_sweeps_cluster_drops_it_before_any_trial(tmp_path):
             assert ray.get(installed.remote(), timeout=120) is expected
         finally:
             ray.shutdown()
+
+
+def test_a_job_that_names_its_own_setup_hook_keeps_it():
+    """Under ``ray job submit`` with a runtime env naming a hook, Ray would refuse ray.init's
+    (it merges the job's runtime env with the driver's and refuses a field both name): the
+    driver then leaves the sweep's out, and the trainable's own call still quiets the trials."""
+    import json
+
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+
+    from flurka.cluster import driver_runtime_env
+
+    def job(runtime_env):
+        return {RAY_JOB_CONFIG_JSON_ENV_VAR: json.dumps({"runtime_env": runtime_env, "metadata": {}})}
+
+    ours = {"env_vars": {"A": "1"}, "worker_process_setup_hook": WORKER_SETUP_HOOK}
+    assert driver_runtime_env({"A": "1"}, WORKER_SETUP_HOOK, environ={}) == ours
+    assert driver_runtime_env({"A": "1"}, WORKER_SETUP_HOOK, environ=job({"env_vars": {"B": "2"}})) == ours
+    assert driver_runtime_env(None, WORKER_SETUP_HOOK,
+                              environ=job({"worker_process_setup_hook": "theirs.hook"})) is None
+    assert driver_runtime_env(None, None, environ={}) is None

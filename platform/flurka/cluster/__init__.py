@@ -155,6 +155,22 @@ def worker_env(gpus_per_trial: float = 0.0, extra: dict[str, str] | None = None)
     return {k: v for k, v in env.items() if k not in os.environ}
 
 
+def driver_runtime_env(env_vars: dict[str, str] | None, setup_hook: str | None,
+                       environ=os.environ) -> dict | None:
+    """ray.init's runtime_env: the env vars, and the setup hook unless the job this driver runs
+    in names one (``ray job submit --runtime-env-json``): Ray merges the job's runtime env with
+    ray.init's and refuses a field both name, so the job's hook then runs instead."""
+    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+    try:
+        job = json.loads(environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR) or "{}").get("runtime_env") or {}
+    except (ValueError, AttributeError):
+        job = {}
+    runtime_env: dict = {"env_vars": dict(env_vars)} if env_vars else {}
+    if setup_hook and "worker_process_setup_hook" not in job:
+        runtime_env["worker_process_setup_hook"] = setup_hook
+    return runtime_env or None
+
+
 def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus: int | None = None,
             env_vars: dict[str, str] | None = None, setup_hook: str | None = None) -> ClusterContext:
     """Connect (or start) Ray. With no address and no ``RAY_ADDRESS``: a private local instance
@@ -165,10 +181,7 @@ def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus:
     import ray
 
     address = address or os.environ.get("RAY_ADDRESS") or None
-    runtime_env = {"env_vars": dict(env_vars)} if env_vars else {}
-    if setup_hook:
-        runtime_env["worker_process_setup_hook"] = setup_hook
-    runtime_env = runtime_env or None
+    runtime_env = driver_runtime_env(env_vars, setup_hook)
     if address in (None, "local"):
         run_dir = Path(run_dir).resolve()
         stopped = reap_orphans(run_dir)
@@ -202,5 +215,5 @@ def check_resources(resources: dict[str, float], *, cpus_per_trial: float, gpus_
         raise ClusterError(f"--cpus-per-trial {cpus_per_trial:g} exceeds the cluster's {cpus:g} CPUs")
 
 
-__all__ = ["connect", "check_reachable", "check_resources", "worker_env", "ClusterContext", "ClusterError",
+__all__ = ["connect", "driver_runtime_env", "check_reachable", "check_resources", "worker_env", "ClusterContext", "ClusterError",
            "SHARED_GPU_ENV"]

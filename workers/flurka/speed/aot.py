@@ -279,13 +279,14 @@ def compile_tilings(device, *, forward_grid=None, backward_grid=None, wide_grid=
              "gradient": tuning.BACKWARD_GRID if backward_grid is None else backward_grid,
              "wide": tuning.WIDE_GRID if wide_grid is None else wide_grid,
              "softmax": tuning.SOFTMAX_GRID if softmax_grid is None else softmax_grid}
-    rows, built = [], {}
+    rows, built = [], {}   # inputs per size, built for the sizes a grid asks for, once
     for stage, grid in grids.items():
         for values in grid:
             tiling = Tiling(**dict(zip(tuning.STAGE_FIELDS[stage], values)))
-            if stage not in built:   # only the stages a grid asks for
-                built[stage] = tuning.stage_inputs(stage, sizes)
-            for feature, (args, options) in built[stage].items():
+            where = tuning.STAGE_SIZE[stage]
+            if where not in built:
+                built[where] = tuning.stage_inputs(stage, sizes)
+            for feature, (args, options) in built[where].items():
                 row = {"stage": stage, "feature": feature, "tiling": dataclasses.asdict(tiling)}
                 with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
                     try:

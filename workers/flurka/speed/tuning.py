@@ -72,6 +72,8 @@ STAGE_FIELDS = {"forward": ("block_n", "num_warps"),
                 "gradient": ("bwd_block_n", "bwd_rows", "bwd_num_warps"),
                 "wide": ("wide_block_n", "wide_num_warps"),
                 "softmax": ("softmax_block_n", "softmax_num_warps", "softmax_num_stages")}
+# Which of stage_sizes' sizes each stage runs at (forward and gradient share theirs).
+STAGE_SIZE = {"forward": "narrow", "gradient": "narrow", "wide": "wide", "softmax": "softmax"}
 # The fused FFN block's (kernels, block_n, num_warps, num_stages): the launches ptxas compiles for
 # sm_90 at FFN_SIZE within the registers (FfnTiling's docstring; one kernel on 2 stages spills
 # 104 B), at the flash comparison's FFN (the padded batch: 52 608 rows).
@@ -126,12 +128,13 @@ def softmax_inputs(*, batch: int, seq_len: int, heads: int, head_dim: int, keys:
 
 
 def stage_inputs(stage: str, sizes: dict[str, dict]) -> dict[str, tuple[tuple, dict]]:
-    """The kernels a stage times, each as (args, static options), at :func:`stage_sizes`'s
-    ``sizes``: one per feature map, or the softmax stage's one."""
+    """The kernels a stage times, each as (args, static options), at its size of
+    :func:`stage_sizes`'s ``sizes`` (:data:`STAGE_SIZE`): one per feature map, or the softmax
+    stage's one."""
+    size = sizes[STAGE_SIZE[stage]]
     if stage == "softmax":
-        return {"softmax": softmax_inputs(**sizes["softmax"])}
-    where = "wide" if stage == "wide" else "narrow"
-    return {f: kernel_inputs(f, **sizes[where]) for f in FEATURES}
+        return {"softmax": softmax_inputs(**size)}
+    return {f: kernel_inputs(f, **size) for f in FEATURES}
 
 
 def stage_step(stage: str, tiling: Tiling, options: dict):

@@ -135,3 +135,26 @@ def test_best_trials_picks_the_best_finished_run_per_benchmark():
             "e": ("branch", "y"), "f": ("baseline", "y"), "g": ("branch", "y")}
     runs = {k: {"kind": kind, "benchmark": b} for k, (kind, b) in runs.items()}
     assert best_trials(results, runs) == {"x": "b", "y": "f"}
+
+
+def test_phases_put_what_branches_fork_from_first():
+    _, plan = _plan(variants=("flurka-performer",), alphas=(0.375, 0.75), d_k=(8, 16), seeds=(0, 1, 2), full=False)
+    first, second = plan.phases()
+    assert first == plan.baselines + plan.bases and second == plan.branches
+    first, second = plan.phases(baselines_beside_branches=True)
+    # the first experiment trains only the Linformer bases (one per d_k and seed: an even count)
+    assert sorted((r.attention, r.d_k, r.seed) for r in first) == sorted(
+        ("linformer", dk, s) for dk in (8, 16) for s in (0, 1, 2))
+    assert all(r.fork_steps == (300, 600) for r in first)
+    # the second: the Performer baselines first (the longest), then the branches, longest first
+    assert [r.attention for r in second[:3]] == ["performer"] * 3
+    assert [r.executed_steps for r in second] == [800] * 3 + [500] * 6 + [200] * 6
+    assert {r.key for r in first + second} == {r.key for r in plan.baselines + plan.bases + plan.branches}
+    assert len(first + second) == len(plan.baselines + plan.bases + plan.branches)
+
+
+def test_phases_keep_a_kernel_base_first():
+    _, plan = _plan(variants=("flurka-rnn",), alphas=(0.5,), base="kernel", full=False)
+    first, second = plan.phases(baselines_beside_branches=True)
+    # the RNN baseline doubles as the base: it stays first; Linformer forks nothing: beside the branches
+    assert [r.attention for r in first] == ["rnn"] and [r.attention for r in second] == ["linformer", "flurka-rnn"]

@@ -77,10 +77,21 @@ class Plan:
     bases: tuple[PlannedRun, ...]
     branches: tuple[PlannedRun, ...]
 
-    @property
-    def first_phase(self) -> tuple[PlannedRun, ...]:
-        """Runs that depend on nothing: baselines and bases."""
-        return self.baselines + self.bases
+    def phases(self, baselines_beside_branches: bool = False) -> tuple[tuple[PlannedRun, ...], tuple[PlannedRun, ...]]:
+        """The sweep's two Tune experiments: first the runs branches fork from, then the branches.
+
+        A baseline nothing forks from (the kernel constituent, with a low-rank base) depends on
+        nothing and is needed by nothing, so with ``baselines_beside_branches`` it runs in the
+        second experiment, longest runs first: the first then holds only the bases (an even
+        count per seed on two workers packs without an idle half-round) and the long baselines
+        fill the workers beside the short branches. A search over the branches (Optuna) or an
+        early-stopping scheduler (ASHA) sees only branches there, so they keep every baseline first."""
+        if not baselines_beside_branches:
+            return self.baselines + self.bases, self.branches
+        forked = {r.key for r in self.forked_from}
+        beside = tuple(r for r in self.baselines if r.key not in forked)
+        first = tuple(r for r in self.baselines if r.key in forked) + self.bases
+        return first, tuple(sorted(beside + self.branches, key=lambda r: -r.executed_steps))
 
     @property
     def forked_from(self) -> tuple[PlannedRun, ...]:

@@ -32,7 +32,7 @@ from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_c
                                 stored_dict, validate)
 from flurka.sweeps.trainable import WORKER_SETUP_HOOK, train_overrides, work_dir
 
-PHASES = ("first", "branches")  # baselines + bases, then the α branches
+PHASES = ("first", "branches")  # what branches fork from, then the α branches (Plan.phases)
 
 
 @dataclasses.dataclass
@@ -539,10 +539,13 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         stopped: list[str] = []
         skipped: dict[str, str] = {}
         name_of = functools.partial(_run_name, several=len(spec.benchmarks) > 1)
-        for phase, planned in (("first", plan.first_phase), ("branches", plan.branches)):
+        first, second = plan.phases(baselines_beside_branches=spec.search == "grid" and spec.scheduler == "none")
+        for phase, planned in (("first", first), ("branches", second)):
             if phase == "branches":
                 skipped = unforkable(plan, results, failed, stopped)
-                planned = tuple(r for r in planned if r.key not in skipped)
+                # (a resumed sweep whose first phase ran every baseline does not run them twice)
+                done = {*skipped, *results, *failed, *stopped}
+                planned = tuple(r for r in planned if r.key not in done)
                 with _timed(driver, "mlflow"):
                     _log_skipped(tracker, plan, skipped, spec, run_dir, name_of)
             if not planned:

@@ -382,3 +382,25 @@ def test_mean_curve_interpolates_seeds_on_a_common_grid():
     grid, mean, runs = figures.mean_curve(part, "loss")
     assert (grid[0], grid[-1], len(runs)) == (5, 20, 2)
     assert np.interp(10, grid, mean) == pytest.approx((2.0 + 2.5) / 2)
+
+
+def test_alpha_figure_with_one_alpha_draws_its_ci_as_an_error_bar():
+    """A sweep of one α per row (the main job): the point's 95 % CI as an error bar (a band over
+    one α has no width), no "best α" star (one cell compares nothing)."""
+    rows = []
+    for d_k, shift in ((8, 0.0), (16, 1.0)):
+        for column, mech, alpha, mean in (("kernel", "performer", None, 94.0), ("low-rank", "linformer", None, 95.0),
+                                          ("37.5%", "flurka-performer", 0.375, 95.5)):
+            rows.append({"variant": "flurka-performer", "d_k": d_k, "column": column, "mechanism": mech,
+                         "alpha": alpha, "mean": mean + shift, "low": mean + shift - 0.6,
+                         "high": mean + shift + 0.6, "n": 3, "best": alpha is not None})
+    fig = figures.uptraining(pd.DataFrame(rows), label="BLEU")
+    axes = [a for a in fig.axes if a.get_visible()]
+    assert sorted(a.get_title() for a in axes) == ["flurka-performer, d_k=16", "flurka-performer, d_k=8"]
+    for ax, shift in zip(sorted(axes, key=lambda a: a.get_title().endswith("d_k=16")), (0.0, 1.0)):
+        (bar,) = [c for c in ax.containers if c.__class__.__name__ == "ErrorbarContainer"]
+        (segment,) = bar.lines[2][0].get_segments()
+        np.testing.assert_allclose(segment, [[37.5, 94.9 + shift], [37.5, 96.1 + shift]])
+        assert not [line for line in ax.get_lines() if line.get_marker() == "*"]
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert "bar and bands: 95 % CI over seeds" in legend

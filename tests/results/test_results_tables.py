@@ -148,6 +148,27 @@ def test_uptraining_per_d_k_and_the_papers_observations(engine, sweep_dict, make
     assert three.startswith("(3) best α in [25 %, 37.5 %]: yes (2 of 2 rows")
 
 
+def test_one_alpha_per_row_leaves_the_best_alpha_unjudged(engine, sweep_dict, make_trial):
+    from flurka.results import ingest_sweep
+
+    sweep = _uptrain_sweep(sweep_dict, make_trial)
+    # keep α = 25 % on d_k 8 only: d_k 16 has one α cell (50 %), whose "best" compares nothing
+    sweep["trials"] = [t for t in sweep["trials"] if not t["trial_key"].startswith("fr16-25")]
+    ingest_sweep(engine, sweep)
+    obs = quality_tables.uptraining_observations(engine, benchmark="nmt-small", metric="bleu")
+    assert obs["best α in [25 %, 37.5 %]"].tolist() == ["yes", quality_tables.ONE_ALPHA]
+    three = quality_tables.observation_lines(obs)[2]
+    assert three == ("(3) best α in [25 %, 37.5 %]: yes (1 of 1 rows; flurka-rnn d_k=8 25%); "
+                     "1 row of one α, not judged")
+    sweep["trials"] = [t for t in sweep["trials"] if not t["trial_key"].startswith("fr8-50")]
+    sweep["sweep_id"] = "nmt-one-alpha"
+    ingest_sweep(engine, sweep)
+    obs = quality_tables.uptraining_observations(engine, benchmark="nmt-small", metric="bleu", sweep="nmt-one-alpha")
+    assert quality_tables.observation_lines(obs)[2].startswith("(3) best α in [25 %, 37.5 %]: not judged (one α per row")
+    # (1) and (2) still judge the single cells: 83 above both at d_k 8, 80 between at d_k 16
+    assert obs["between"].tolist() == [0, 1] and obs["judged"].tolist() == [1, 1]
+
+
 def test_uptraining_on_eval_loss_is_lower_is_better(engine, sweep_dict, make_trial):
     from flurka.results import ingest_sweep
 

@@ -315,9 +315,13 @@ def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
         x = curve["alpha"].to_numpy(float) * 100
         ax.plot(x, curve["mean"].to_numpy(float), label=f"{variant}: up-trained (n={int(curve['n'].max())})",
                 **{**_style(variant), "linewidth": 1.8, "markersize": 5})
-        _band(ax, x, curve["low"].to_numpy(float), curve["high"].to_numpy(float), colour,
-              label="bands: 95 % CI over seeds")
-        for _, best in curve[curve["best"].astype(bool)].iterrows():
+        mean, low, high = (curve[k].to_numpy(float) for k in ("mean", "low", "high"))
+        if len(x) == 1:     # one α: a band over one point has no width; its CI as an error bar
+            ax.errorbar(x, mean, yerr=[mean - low, high - mean], color=colour, capsize=5, linewidth=1.4,
+                        label="bar and bands: 95 % CI over seeds")
+        else:
+            _band(ax, x, low, high, colour, label="bands: 95 % CI over seeds")
+        for _, best in curve[curve["best"].astype(bool) & (len(x) > 1)].iterrows():
             ax.plot([best["alpha"] * 100], [best["mean"]], linestyle="none", marker="*", markersize=12,
                     color=colour, markeredgecolor="#222222", markeredgewidth=0.6,
                     label=f"best α = {best['alpha'] * 100:g}%")

@@ -34,7 +34,7 @@ cuda-aot: $(CUDA_STAMP)
 aot: $(CUDA_STAMP)
 	PYTHONPATH=$(CUDA_AOT) $(PY) -m flurka.speed.aot $(ARGS)
 
-# The main job: a slice of Table 5 on nmt-small over 3 seeds (embedded local Ray, SQLite MLflow
+# The main job: a slice of Table 5 on nmt-small over 3 seeds and 2 d_k (embedded local Ray, SQLite MLflow
 # and results DB under runs/uptrain-small), then the up-training table with its CIs.
 sweep: $(STAMP)
 	$(VENV)/bin/flurka sweep --config uptrain-small $(ARGS)

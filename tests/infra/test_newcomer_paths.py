@@ -56,16 +56,16 @@ def _trial(key, attention, benchmark, metrics, *, seed=0, alpha=None, d_k=None, 
 
 
 def main_job_trials() -> list[dict]:
-    """What `make sweep` records: nmt-small, Performer, Linformer and the FLuRKA-Performer branches
-    at α 37.5 % and 75 % over 3 seeds (no full attention: ``full: false``)."""
+    """What `make sweep` records: nmt-small, Performer, Linformer at d_k 8 and 16 and the
+    FLuRKA-Performer branches at α 37.5 % over 3 seeds (no full attention: ``full: false``)."""
     out = []
     for seed in (0, 1, 2):
         out.append(_trial(f"baseline/performer/s{seed}", "performer", "nmt-small", {"bleu": 88.0 + seed}, seed=seed))
-        out.append(_trial(f"baseline/linformer/s{seed}/dk16", "linformer", "nmt-small", {"bleu": 96.0 + seed},
-                          seed=seed, d_k=16))
-        for alpha in (0.375, 0.75):
-            out.append(_trial(f"branch/flurka-performer/s{seed}/dk16/a{alpha}", "flurka-performer", "nmt-small",
-                              {"bleu": 93.0 + seed + alpha}, seed=seed, d_k=16, alpha=alpha))
+        for d_k in (8, 16):
+            out.append(_trial(f"baseline/linformer/s{seed}/dk{d_k}", "linformer", "nmt-small",
+                              {"bleu": 96.0 + seed - 8 / d_k}, seed=seed, d_k=d_k))
+            out.append(_trial(f"branch/flurka-performer/s{seed}/dk{d_k}/a0.375", "flurka-performer", "nmt-small",
+                              {"bleu": 93.0 + seed + 4 / d_k}, seed=seed, d_k=d_k, alpha=0.375))
     return out
 
 
@@ -80,8 +80,8 @@ def write_run_dir(run_dir: Path, trials: list[dict], *, sweep_id: str, mtime: fl
                           "git_commit": "abc1234", "environment": ENV, "trials": trials})
     engine.dispose()
     (run_dir / "mlflow.db").write_bytes(b"")
-    spec = validate(SweepSpec(benchmarks=("nmt-small",), variants=("flurka-performer",), alphas=(0.375, 0.75),
-                              d_k=(16,), seeds=(0, 1, 2), steps=600, full=False, name=run_dir.name,
+    spec = validate(SweepSpec(benchmarks=("nmt-small",), variants=("flurka-performer",), alphas=(0.375,),
+                              d_k=(8, 16), seeds=(0, 1, 2), steps=600, full=False, name=run_dir.name,
                               run_dir=str(run_dir)))
     (run_dir / "sweep.json").write_text(json.dumps(
         {"sweep_id": sweep_id, "created_at": "2026-12-01T12:00:00+00:00", "spec": stored_dict(spec), "masked": []},
@@ -224,7 +224,7 @@ def test_a_table_the_database_cannot_fill_names_what_it_holds(workspace, table, 
     assert code == 1 and out == ""
     line = one_line(err)
     assert line.startswith(f"flurka tables: {needle}")
-    assert line.endswith("; the database holds nmt-small (12 ok trials)")
+    assert line.endswith("; the database holds nmt-small (15 ok trials)")
     assert snapshot(workspace) == before
 
 
@@ -245,7 +245,7 @@ def test_isoflops_defaults_to_the_benchmark_with_curves(workspace, tmp_path):
     code, _, err = flurka(["tables", "--db", f"{MAIN}/results.db", "--table", "isoflops", "--metric", "bleu"],
                           workspace)
     assert code == 1 and one_line(err) == ("flurka tables: no ok trials with 'bleu' and 'train_flops' curves; "
-                                           "the database holds nmt-small (12 ok trials)")
+                                           "the database holds nmt-small (15 ok trials)")
 
 
 # -- 5. the run dir's own sweep.json ----------------------------------------------------------

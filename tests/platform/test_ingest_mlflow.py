@@ -41,6 +41,9 @@ def test_ingest_logs_each_document_as_a_run_beside_the_sweeps(tmp_path):
     assert speed.data.params["version.jax"] == json.loads(SPEED.read_text())["versions"]["jax"]
     paths = {a.path for a in client.list_artifacts(speed.info.run_id, "tables")}
     assert paths == {"tables/results.csv", "tables/results.json"}
+    # its artifacts beside the store, as a sweep's, not in ./mlruns of the command's directory
+    assert speed.info.artifact_uri.startswith((run / "mlartifacts").resolve().as_uri() + "/")
+    assert (run / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
     local = client.download_artifacts(speed.info.run_id, "document.json", str(tmp_path / "dl"))
     assert Path(local).read_text() == SPEED.read_text()
     logged = json.loads(speed.data.tags["mlflow.loggedArtifacts"])

@@ -45,14 +45,19 @@ def log_document(tracking_uri: str, path: str | Path, text: str) -> tuple[str, b
     was new), or None for a document that is neither speed nor theory (a sweep's records)."""
     from mlflow import MlflowClient
 
-    from flurka.tracking.mlflow_runs import experiment_id, flatten, log_tables, source_tags
+    from sqlalchemy.engine import make_url
+
+    from flurka.tracking.mlflow_runs import artifact_root_for, experiment_id, flatten, log_tables, source_tags
 
     doc = json.loads(text)
     experiment = experiment_of(doc)
     if experiment is None:
         return None
     client = MlflowClient(tracking_uri=tracking_uri)
-    exp_id = experiment_id(client, experiment)
+    # a SQLite store's artifacts beside it, as a sweep's (MLflow's default is ./mlruns of the cwd)
+    root = (artifact_root_for(tracking_uri, Path(make_url(tracking_uri).database).parent)
+            if tracking_uri.startswith("sqlite:") else None)
+    exp_id = experiment_id(client, experiment, root)
     sha = hashlib.sha256(text.encode()).hexdigest()
     found = client.search_runs([exp_id], filter_string=f"tags.`{SHA_TAG}` = '{sha}'", max_results=1)
     if found:

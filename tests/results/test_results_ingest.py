@@ -128,11 +128,24 @@ def test_trial_from_training_result(engine, sweep_dict):
               "config": {"alpha": 0.25, "base": "kernel", "attention_options": {"d_k": 32, "num_features": 16}}}
     t = trial_from_result("trial_00003", result)
     assert (t.attention, t.benchmark, t.seed, t.status, t.alpha, t.base, t.d_k, t.num_features) == \
-        ("flurka-rnn", "nmt-small", 3, "diverged at step 812", 0.25, "kernel", 32, 16)
+        ("flurka-rnn", "nmt-small", 3, "diverged at step 812", 0.25, "kernel", 32, None)  # elu: no features
     assert t.metrics == {"bleu": 0.4}
     assert t.curve == [{"step": 100, "loss": 4.0, "train_flops": 1e12}, {"step": 200, "train_flops": 2e12}]
     record = SweepRecord.from_dict({**sweep_dict, "trials": [t]})
     assert ingest_sweep(engine, record).added == 1
+
+
+@pytest.mark.parametrize("attention, d_k, num_features", [
+    ("performer", None, 16), ("rnn", None, None), ("eva", None, 16), ("full", None, None),
+    ("linformer", 32, None), ("flurka-performer", 32, 16), ("flurka-eva", 32, 16)])
+def test_trial_records_only_the_knobs_its_mechanism_has(attention, d_k, num_features):
+    """Every benchmark config carries d_k and num_features; a trial records the ones its mechanism
+    uses, so a kernel baseline is no "performer d_k=16" in the tables, figures and SQL."""
+    config = {"alpha": 0.0, "attention_options": {"d_k": 32, "num_features": 16}}
+    t = trial_from_result("t", {"status": "ok", "benchmark": "nmt-small", "attention": attention, "seed": 0,
+                                "steps": 10, "config": config})
+    assert (t.d_k, t.num_features) == (d_k, num_features)
+    assert t.config["attention_options"] == {"d_k": 32, "num_features": 16}   # the config keeps them
 
 
 def test_trial_base_is_spelled_as_the_cli_spells_it(sweep_dict):

@@ -50,7 +50,7 @@ import json
 import math
 from typing import Any
 
-from flurka.mechanisms import BASES, MECHANISMS, base_family   # plain Python: reading a database needs no JAX
+from flurka.mechanisms import BASES, COMPRESSED, MECHANISMS, RANDOM_FEATURES, base_family   # plain Python: no JAX
 BENCHMARKS = (
     "mlm-wikitext103",
     *(f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")),
@@ -227,23 +227,26 @@ def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
     """A trial record from what ``flurka.training.run(config)`` returns inside a Tune trial.
 
     Non-finite final metrics (a diverged run's perplexity) and history points are dropped; the
-    status says why the trial has none.
+    status says why the trial has none. A knob the mechanism does not have (a kernel's d_k,
+    Linformer's or rnn's feature count, which every benchmark config carries) is not recorded, so
+    that no table or figure reads a Performer baseline as "d_k=16"; the trial's config keeps it.
     """
     config = result.get("config") or {}
     options = config.get("attention_options") or {}
+    attention = result.get("attention")
     finite = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
     curve = [{k: v for k, v in p.items() if finite(v)} for p in result.get("history") or []]
     return TrialRecord.from_dict({
         "trial_key": trial_key,
-        "attention": result.get("attention"),
+        "attention": attention,
         "benchmark": result.get("benchmark"),
         "seed": result.get("seed"),
         "status": result.get("status"),
         "steps": result.get("steps"),
         "alpha": config.get("alpha"),
         "base": config.get("base") if (config.get("alpha") or 0) > 0 else None,   # up-trained only
-        "d_k": options.get("d_k"),
-        "num_features": options.get("num_features"),
+        "d_k": options.get("d_k") if attention in COMPRESSED else None,
+        "num_features": options.get("num_features") if attention in RANDOM_FEATURES else None,
         "train_flops": result.get("train_flops"),
         "wall_time_s": result.get("wall_time_s"),
         "metrics": {k: v for k, v in (result.get("final_metrics") or {}).items() if finite(v)},

@@ -47,6 +47,14 @@ def test_format_of_a_cell():
     assert stats.Estimate(97.2333, 95.1111, 99.3555, 3).rounded(1) == stats.Estimate(97.2, 95.1, 99.4, 3)
 
 
+def test_above_a_line_means_the_whole_interval_clears_it():
+    est = stats.mean_ci([13.0, 15.0, 17.0])          # 15 ± 4.3027 * 2 / sqrt(3) = 4.97: from 10.03
+    lo, _ = st.t.interval(0.95, 2, loc=15.0, scale=st.sem([13.0, 15.0, 17.0]))
+    assert est.above(lo - 0.01) and not est.above(lo + 0.01) and not est.above(13.9)
+    assert stats.mean_ci([14.0]).above(13.9) and not stats.mean_ci([13.0]).above(13.9)   # one seed: the mean
+    assert not stats.Estimate(14.0, math.nan, math.nan, 3).above(14.0)                   # no CI: the mean
+
+
 def test_one_seed_has_no_interval():
     est = stats.mean_ci([0.7])
     assert est.mean == 0.7 and est.n == 1 and math.isnan(est.low) and math.isnan(est.high)
@@ -166,6 +174,17 @@ def test_quality_table_summarize(tmp_path, capsys):
     assert lo < 0 and d_loss.mean() + T_975_DF2 * d_loss.std(ddof=1) / math.sqrt(3) > 0   # a tie too
     assert cells[5] == "tie"
 
+    # ListOps with its chance line (13.9 %): rnn 13, 15, 17 reaches it, full 50, 52, 54 clears it
+    chance = [json.dumps({**json.loads(_line("lra-listops-small", m, s, v / 100, 1.5, metric="accuracy")),
+                          "chance": 0.139}) for m, vals in (("full", (50, 52, 54)), ("rnn", (13, 15, 17)))
+              for s, v in enumerate(vals)]
+    path.write_text("\n".join(chance) + "\n")
+    assert Q.main(["--summarize", str(path)]) == 0
+    out = capsys.readouterr().out
+    half = T_975_DF2 * 2 / math.sqrt(3)
+    assert f"| rnn | 15.0 ± {half:.1f} (n=3), at chance |" in out and f"| full | 52.0 ± {half:.1f} (n=3) |" in out
+    assert "| chance | 13.9 |  |" in out and stats.CHANCE_NOTE in out
+
     empty = tmp_path / "empty.jsonl"
     empty.write_text(_line("nmt-small", "rnn", 0, None, None, status="error: x") + "\n")
     assert Q.main(["--summarize", str(empty)]) == 1
@@ -182,7 +201,8 @@ def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
         seen.append((config.attention, config.seed, config.steps))
         if config.attention == "rnn" and config.seed == 1:
             raise RuntimeError("boom")
-        return {"status": "ok", "final_metrics": {"accuracy": 0.5 + config.seed / 100, "loss": 1.5 - config.seed / 10},
+        return {"status": "ok", "final_metrics": {"accuracy": 0.5 + config.seed / 100, "loss": 1.5 - config.seed / 10,
+                                                  "majority_accuracy": 0.139},
                 "seed": config.seed, "steps": config.steps, "wall_time_s": 1.23, "train_flops": 7}
 
     monkeypatch.setattr(training, "run", fake_run)
@@ -193,7 +213,7 @@ def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
     assert len(rows) == 6
     assert rows[1] == {"benchmark": "lra-listops-small", "attention": "rnn", "seed": 1, "status": "error: boom"}
     assert rows[2]["loss"] == pytest.approx(1.3) and rows[2]["value"] == pytest.approx(0.52)
-    assert rows[2]["metric"] == "accuracy" and rows[2]["seed"] == 2
+    assert rows[2]["metric"] == "accuracy" and rows[2]["seed"] == 2 and rows[2]["chance"] == 0.139
     assert {r["attention"] for r in rows} == {"rnn", "flurka-rnn"}
     summary = Q.summarize(Q.read_runs(json.dumps(r) for r in rows))
     assert "| rnn | 51.0 (no CI) |" not in summary and "| rnn | 51.0 ±" in summary   # seeds 0 and 2

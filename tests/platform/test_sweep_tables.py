@@ -126,3 +126,43 @@ def test_summary_ends_with_the_time_split(tmp_path):
     assert tracker.metrics["time/compile/rnn-to-flurka-rnn_s"] == 3.0 and tracker.metrics["time/other_s"] == 5.75
     assert tracker.metrics["time/driver_ray_start_s"] == 6.0 and tracker.dict == (split, "time_split.json")
     assert tracker.metrics["time/train_steps_share"] == 70 / wall
+
+
+def test_a_classification_sweep_prints_its_chance_line(tmp_path):
+    """ListOps up-trained: Table 5 ends with the majority class's column, the quality table with its
+    row, each followed by what it means; a cell whose CI reaches it says "at chance"."""
+    from flurka.results import ingest_sweep
+    from flurka.stats import CHANCE_NOTE
+    from flurka.sweeps.runner import SweepOutcome, summary
+
+    def trials(key, mech, accuracy, alpha=None, d_k=None):
+        return [{"trial_key": f"{key}-s{s}", "attention": mech, "benchmark": "lra-listops-small", "seed": s,
+                 "status": "ok", "steps": 600, "alpha": alpha, "base": "low-rank" if alpha else None, "d_k": d_k,
+                 "num_features": None, "train_flops": 1e15, "wall_time_s": 60.0, "curve": [],
+                 "metrics": {"accuracy": a, "loss": 2.0 - a, "majority_accuracy": 0.139}} for s, a in enumerate(accuracy)]
+
+    spec = validate(SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-rnn",), alphas=(0.5,),
+                              steps=8, run_dir=str(tmp_path / "run")))
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    engine = open_results(url)
+    try:
+        ingest_sweep(engine, {"sweep_id": "lo", "name": "lo", "created_at": "2026-12-05T12:00:00+00:00",
+                              "environment": {"device": "cpu", "host": "h", "versions": {}},
+                              "trials": [*trials("rnn", "rnn", (0.44, 0.46, 0.48)),
+                                         *trials("lin", "linformer", (0.50, 0.52, 0.54), d_k=16),
+                                         *trials("fr", "flurka-rnn", (0.13, 0.15, 0.17), alpha=0.5, d_k=16)]})
+        tables = _tables(engine, spec, "lo")
+    finally:
+        engine.dispose()
+    up = tables["uptraining_lra-listops-small"]
+    assert up.columns[-1] == "chance" and up.at[("flurka-rnn", 16), "chance"] == "13.9"
+    assert up.at[("flurka-rnn", 16), "50%"].endswith("(n=3), at chance *")
+    assert "chance" not in tables["uptraining_lra-listops-small_loss"].columns      # a loss has no chance line
+    assert tables["quality"].index[-1] == "chance"
+    text = summary(SweepOutcome("lo", tmp_path / "run", "sqlite:///mlflow.db", url,
+                                {"uptrain_steps_executed": 10, "uptrain_steps_independent": 16,
+                                 "uptrain_compute_ratio": 10 / 16}, {}, [], tables))
+    assert text.count(CHANCE_NOTE) == 2
+    row = next(line for line in text.splitlines() if line.startswith("| flurka-rnn |") and "at chance" in line)
+    assert row.rstrip(" |").endswith("| 13.9")          # as the table wrote it, not re-read as 13.90
+    assert text.index("| flurka-rnn |") < text.index(CHANCE_NOTE) < text.index("Up-training α, lra-listops-small: eval")

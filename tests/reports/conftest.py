@@ -30,6 +30,10 @@ TRAINED = tuple(m for m in MECHS if m != "flash")
 QUALITY = {"full": 0.0, "linformer": -0.04, "performer": -0.03, "rnn": -0.06, "eva": -0.01,
            "flurka-performer": -0.025, "flurka-rnn": -0.045, "flurka-eva": -0.008}
 ALPHAS = (0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875)
+# The LRA tasks' chance lines (their majority class's share of the eval set; text, retrieval and
+# pathfinder are binary), which every classification trial records beside its accuracy.
+CHANCE = {"lra-listops": 0.17, "lra-text": 0.5, "lra-retrieval": 0.5, "lra-image": 0.1, "lra-pathfinder": 0.5,
+          "lra-listops-small": 0.139, "lra-image-small": 0.117}
 
 
 def _trial(key, attention, benchmark, metrics, *, seed=0, alpha=None, d_k=None, curve=None):
@@ -54,7 +58,8 @@ def sweep_record(rng: np.random.Generator) -> dict:
                     v = base["perplexity"] * (1 - 2 * q)
                 else:
                     v = float(np.clip(0.75 + q + rng.normal(0, 0.01), -1, 1))
-                trials.append(_trial(f"{bench}-{metric}-{mech}-{seed}", mech, bench, {metric: v}, seed=seed, d_k=64))
+                metrics = {metric: v, **({"majority_accuracy": CHANCE[bench]} if bench in CHANCE else {})}
+                trials.append(_trial(f"{bench}-{metric}-{mech}-{seed}", mech, bench, metrics, seed=seed, d_k=64))
     # Merge the metrics of one (benchmark, mechanism, seed) into one trial (GLUE has two per task).
     merged: dict[tuple, dict] = {}
     for t in trials:

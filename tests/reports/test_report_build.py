@@ -56,6 +56,24 @@ def test_every_table_in_markdown_latex_and_csv(built):
     assert md.index("## Up-training") < md.index("## Loss vs training FLOPs") < md.index("## Step time vs sequence")
 
 
+def test_lra_tables_end_with_their_chance_line(built):
+    """Accuracy columns carry the chance line the trials recorded; the caption says what it means."""
+    flagged = cells = 0
+    for key, line in (("lra", [17.0, 50.0, 50.0, 10.0, 50.0, 35.4]), ("lra-small", [13.9, 11.7, 12.8])):
+        table = pd.read_csv(built / "tables" / f"{key}.csv").set_index("mechanism")
+        assert table.index[-1] == quality_tables.CHANCE
+        assert [float(v) for v in table.loc[quality_tables.CHANCE]] == line
+        for column, chance in zip(table.columns[:-1], line):       # two seeds: t's 12.7 makes CIs wide
+            for text in table[column].drop(quality_tables.CHANCE).dropna():
+                mean, half = map(float, re.match(r"(-?\d+\.\d) ± (\d+\.\d) \(n=2\)", text).groups())
+                assert text.endswith(", at chance") == (mean - half <= chance + 0.05), (column, text)
+                flagged, cells = flagged + text.endswith(", at chance"), cells + 1
+        assert "| chance " in (built / "tables" / f"{key}.md").read_text()
+    assert 0 < flagged < cells
+    md = (built / "report.md").read_text()
+    assert "Chance: the accuracy of always answering the eval set's majority class" in md
+
+
 def test_speed_captions_say_how_the_points_were_timed(built, tmp_path):
     """Samples of back-to-back calls (``calls_per_sample``, the synthetic documents': 1 for their
     slow points, more for fast ones), or, for a lease before that protocol (the recorded H200

@@ -57,6 +57,23 @@ def test_markdown_latex_csv(seeded_url, capsys):
     assert back["full"].tolist() == ["10.0", "OOM"] and back["flash"].tolist() == [4.0, 40.0]
 
 
+def test_a_chance_line_is_printed_with_what_it_means(engine, sweep_dict, make_trial, capsys):
+    from flurka.results import ingest_sweep
+
+    ingest_sweep(engine, {**sweep_dict, "trials": [
+        make_trial(f"r{s}", "rnn", "lra-listops-small", {"accuracy": a, "majority_accuracy": 0.139}, seed=s)
+        for s, a in enumerate((0.13, 0.15, 0.17))]})
+    url = engine.url.render_as_string(hide_password=False)
+    code, md, _ = run_cli(["--db", url, "--table", "lra", "--small"], capsys)
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("|")}
+    assert code == 0 and "15.0 ± 5.0 (n=3), at chance" in rows["rnn"] and "| 13.9 " in rows["chance"]
+    assert md.rstrip().endswith("at chance: a cell whose 95 % CI (one seed: whose mean) does not clear it")
+    code, tex, _ = run_cli(["--db", url, "--table", "lra", "--small", "--format", "latex"], capsys)
+    assert "\n% chance: the accuracy of always answering the eval set's majority class" in tex
+    code, csv, _ = run_cli(["--db", url, "--table", "lra", "--small", "--format", "csv"], capsys)
+    assert "majority" not in csv and pd.read_csv(io.StringIO(csv))["mechanism"].tolist() == ["rnn", "chance"]
+
+
 def test_options_reach_the_table(seeded_url, capsys):
     code, out, _ = run_cli(["--db", seeded_url, "--table", "uptraining", "--agg", "best", "--format", "csv"], capsys)
     assert code == 0

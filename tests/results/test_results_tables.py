@@ -65,7 +65,8 @@ def test_uptraining_table_mean_and_best(seeded):
 def test_uptraining_stats_carry_the_cells_numbers(seeded):
     stats = quality_tables.uptraining_stats(seeded)
     assert list(stats.columns) == ["variant", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean", "low",
-                                   "high", "n", "decimals", "best"]
+                                   "high", "n", "decimals", "best", "at_chance"]
+    assert stats["at_chance"].isna().all() and "note" not in stats.attrs     # BLEU has no chance line
     cell = lambda v, c: stats[(stats["variant"] == v) & (stats["column"] == c)].iloc[0]  # noqa: E731
     low = cell("flurka-performer", "low-rank")
     assert (low["mechanism"], low["config"], low["seeds"], low["n"]) == ("linformer", "d_k=64", "0,1", 2)
@@ -225,7 +226,8 @@ def test_collective_table(seeded):
     assert numbers.at["full", "ImageNet top-1 (%) mean"] == 71.7 and numbers.at["full", "ImageNet top-1 (%) n"] == 1
     stats = quality_tables.metric_stats(seeded, quality_tables.COLLECTIVE_COLUMNS)
     assert list(stats.columns) == ["mechanism", "column", "benchmark", "metric", "config", "seeds", "mean", "low",
-                                   "high", "n", "decimals"]
+                                   "high", "n", "decimals", "at_chance"]
+    assert stats["at_chance"].isna().all() and quality_tables.CHANCE not in set(stats["mechanism"])  # none recorded
     full_ppl = stats[(stats["mechanism"] == "full") & (stats["column"] == ppl)].iloc[0]
     assert full_ppl["mean"] == pytest.approx(5.583) and full_ppl["seeds"] == "0,1" and full_ppl["decimals"] == 2
     lin = stats[(stats["mechanism"] == "linformer") & (stats["column"] == ppl)].iloc[0]
@@ -258,6 +260,66 @@ def test_lra_table(seeded):
                  [["55.0 ± 63.5 (n=2)", "55.0 ± 63.5 (n=2)"]])
     assert_frame(quality_tables.lra_table(seeded, small=True, agg="best"), ["flurka-eva"], ["ListOps (acc, %)", "Average (%)"],
                  [["60.0 (1 seed)", "60.0 (1 seed)"]])
+
+
+def test_accuracy_columns_show_their_chance_line_and_the_cells_at_it(engine, sweep_dict, make_trial):
+    """ListOps-small's majority class answers 13.9 % of its eval set, Image-small's 11.7 %: a cell
+    whose 95 % CI (scipy's t interval, written out here) reaches that line is "at chance"."""
+    from flurka.results import ingest_sweep
+
+    accuracy = {("full", "lra-listops-small"): [0.50, 0.52, 0.54], ("rnn", "lra-listops-small"): [0.13, 0.15, 0.17],
+                ("performer", "lra-listops-small"): [0.13], ("full", "lra-image-small"): [0.90, 0.96],
+                ("rnn", "lra-image-small"): [0.40, 0.44, 0.48]}
+    chance = {"lra-listops-small": 0.139, "lra-image-small": 0.117}
+    trials = [make_trial(f"{m}-{b}-{seed}", m, b, {"accuracy": a, "majority_accuracy": chance[b]}, seed=seed)
+              for (m, b), values in accuracy.items() for seed, a in enumerate(values)]
+    ingest_sweep(engine, {**sweep_dict, "trials": trials})
+
+    def ci(values):
+        values = np.array(values) * 100
+        return st.t.interval(0.95, len(values) - 1, loc=values.mean(), scale=st.sem(values))
+
+    assert ci(accuracy[("rnn", "lra-listops-small")])[0] <= 13.9 < ci(accuracy[("full", "lra-listops-small")])[0]
+    half = (ci([0.13, 0.15, 0.17])[1] - ci([0.13, 0.15, 0.17])[0]) / 2
+    cols = ["ListOps (acc, %)", "Image (acc, %)", "Average (%)"]
+    df = quality_tables.lra_table(engine, small=True)
+    assert list(df.index) == ["full", "performer", "rnn", "chance"]
+    assert df.at["rnn", cols[0]] == f"15.0 ± {half:.1f} (n=3), at chance"
+    assert df.at["performer", cols[0]] == "13.0 (1 seed), at chance"          # one seed: its mean decides
+    assert df.at["full", cols[0]] == f"52.0 ± {half:.1f} (n=3)"                # clears the line
+    assert df.at["rnn", cols[1]] == f"44.0 ± {half * 2:.1f} (n=3)"
+    assert [df.at["chance", c] for c in cols] == ["13.9", "11.7", "12.8"]
+    assert "majority class" in df.attrs["note"]
+    numbers = quality_tables.lra_table(engine, small=True, numbers=True)
+    assert (numbers.at["chance", "ListOps (acc, %) mean"], numbers.at["chance", "ListOps (acc, %) n"]) == (13.9, 0)
+    assert math.isnan(numbers.at["chance", "ListOps (acc, %) ci_low"])
+    stats = quality_tables.metric_stats(engine, quality_tables.LRA_SMALL_COLUMNS)
+    flagged = stats[stats["at_chance"] == True]   # noqa: E712 (None elsewhere)
+    assert sorted(zip(flagged["mechanism"], flagged["column"])) == [("performer", cols[0]), ("rnn", cols[0])]
+
+
+def test_uptraining_on_a_classification_task_shows_its_chance_line(engine, sweep_dict, make_trial):
+    """Table 5 on ListOps: a "chance" column per row; the up-trained cell whose CI reaches 13.9 %
+    says so, the constituents above it do not."""
+    from flurka.results import ingest_sweep
+
+    runs = {("performer", None, None): (0.40, 0.42, 0.44), ("linformer", 16, None): (0.50, 0.52, 0.54),
+            ("flurka-performer", 16, 0.5): (0.13, 0.15, 0.17)}
+    trials = [make_trial(f"{m}-{seed}", m, "lra-listops-small",
+                         {"accuracy": a, "majority_accuracy": 0.139, "loss": 2.0 - a},
+                         seed=seed, d_k=d_k, alpha=alpha, base="low-rank" if alpha else None)
+              for (m, d_k, alpha), values in runs.items() for seed, a in enumerate(values)]
+    ingest_sweep(engine, {**sweep_dict, "trials": trials})
+    half = st.t.ppf(0.975, 2) * 2 / math.sqrt(3)
+    table = quality_tables.uptraining_table(engine, benchmark="lra-listops-small", metric="accuracy")
+    assert list(table.columns) == ["kernel constituent", "kernel", "low-rank", "50%", "chance"]
+    assert table.iloc[0].tolist() == ["performer", f"42.0 ± {half:.1f} (n=3)", f"52.0 ± {half:.1f} (n=3)",
+                                      f"15.0 ± {half:.1f} (n=3), at chance *", "13.9"]   # * its best α
+    assert "majority class" in table.attrs["note"]
+    numbers = quality_tables.uptraining_table(engine, benchmark="lra-listops-small", metric="accuracy", numbers=True)
+    assert (numbers["chance mean"].tolist(), numbers["chance n"].tolist()) == ([13.9], [0])
+    assert numbers["best α"].tolist() == ["50%"]
+    assert quality_tables.uptraining_table(engine, benchmark="lra-listops-small", metric="loss").columns[-1] == "50%"
 
 
 def test_average_over_cells_of_different_seeds_has_no_ci(engine, sweep_dict, make_trial):

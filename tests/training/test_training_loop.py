@@ -41,6 +41,13 @@ def test_resume_from_checkpoint_is_bit_for_bit(tmp_path, digits):
     assert _strip(run(ckpt, dataset=digits))["final_metrics"] == straight["final_metrics"]
 
 
+def test_a_classification_run_reports_its_chance_line(digits):
+    """The eval split's most frequent class, as a share of it: the accuracy no model may claim."""
+    result = run(tiny(attention="rnn", steps=2, eval_batches=0), dataset=digits)
+    assert result["final_metrics"]["majority_accuracy"] == pytest.approx(digits.class_distribution("eval").max())
+    assert result["final_metrics"]["majority_accuracy"] < 0.15                # ten digit classes
+
+
 def _sums_to_wall(split, wall):
     assert split and all(v >= 0 for v in split.values()), split
     assert sum(split.values()) == pytest.approx(wall, rel=0.03, abs=0.02), (split, wall)

@@ -24,6 +24,21 @@ def test_accuracy_and_topk_ignore_padding():
         assert M.top_k_accuracy(logits, labels, k, weights) == pytest.approx(np.mean(rank[keep] < k))
 
 
+def test_majority_accuracy_is_the_best_constant_guess_on_the_real_examples():
+    """scikit-learn's most-frequent dummy classifier, fit and scored on the real examples."""
+    from sklearn.dummy import DummyClassifier
+
+    labels = np.array([2, 2, 0, 1, 2, 0, 0, 0, 1, 2])
+    weights = np.array([1, 1, 1, 1, 1, 1, 0, 0, 1, 1], np.float32)   # two 0s are padding: 2 is the majority
+    keep = weights > 0
+    dummy = DummyClassifier(strategy="most_frequent").fit(np.zeros((keep.sum(), 1)), labels[keep])
+    want = dummy.score(np.zeros((keep.sum(), 1)), labels[keep])
+    assert want == pytest.approx(4 / 8)
+    assert M.majority_accuracy(labels, weights) == pytest.approx(want)
+    assert M.majority_accuracy(labels) == pytest.approx(4 / 10)          # unweighted: 0 and 2 tie at 4
+    assert math.isnan(M.majority_accuracy(labels, np.zeros(10)))
+
+
 def test_perplexity():
     nll = rng.random(100) * 3
     assert M.perplexity(nll.sum(), 100) == pytest.approx(math.exp(nll.mean()))

@@ -7,6 +7,10 @@ with n − 1 degrees of freedom (``scipy.stats.t.interval``) below 10 seeds, a B
 A comparison of two mechanisms is *paired* over the seeds both have (same data order, same
 init where shared): the CI of the paired differences and ``scipy.stats.ttest_rel``'s p. A
 difference whose CI holds 0 is a tie, whatever the means say.
+
+A classification cell is judged against its chance line too (the eval set's majority class, which
+every run records as ``majority_accuracy``): one that does not clear it beyond its CI
+(:meth:`Estimate.above`) is "at chance", a number that measured nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from scipy import stats as _st
 CONFIDENCE = 0.95
 BOOTSTRAP_FROM = 10   # seeds from which the CI is a bootstrap, not Student's t
 _BOOTSTRAP_RESAMPLES = 9999
+AT_CHANCE = "at chance"
+CHANCE_NOTE = (f"chance: the accuracy of always answering the eval set's majority class; {AT_CHANCE}: a cell "
+               "whose 95 % CI (one seed: whose mean) does not clear it")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +45,12 @@ class Estimate:
 
     def holds(self, value: float) -> bool:
         return self.n >= 2 and self.low <= value <= self.high
+
+    def above(self, value: float) -> bool:
+        """Whether the estimate clears ``value``: its whole CI lies above it (one seed, or a mean
+        without a CI: the mean does). What a classification cell must do against its chance line."""
+        bound = self.low if self.n >= 2 and not math.isnan(self.low) else self.mean
+        return bool(bound > value)
 
     def format(self, digits: int = 1, *, sign: bool = False) -> str:
         """``97.3 ± 0.6 (n=3)``; one seed: ``97.3 (1 seed)``; a mean of n ≥ 2 without an interval

@@ -83,6 +83,12 @@ def trial_caption(prov: pd.DataFrame, benchmarks) -> str:
     return f"Device: {', '.join(sorted(part['device'].unique()))}. Config: {sweeps}"
 
 
+def _note(table: pd.DataFrame) -> str:
+    """A table's note (what its chance line means) as a caption's last sentence, or nothing."""
+    note = table.attrs.get("note")
+    return f" {note[0].upper()}{note[1:]}." if note else ""
+
+
 def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame], columns, prov: pd.DataFrame,
              run: str | None = None) -> Section:
     section = Section(key, title, about)
@@ -92,7 +98,8 @@ def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame]
         section.missing = run or sweep_on(dict.fromkeys(b for _, b, _ in columns))
         return section
     benches = [b for label, b, _ in columns if label in df.columns]
-    section.items.append(Table(key, title, f"{trial_caption(prov, benches)}. Percent for fractions; {QUALITY_AGG}.", df))
+    section.items.append(Table(key, title, f"{trial_caption(prov, benches)}. Percent for fractions; {QUALITY_AGG}."
+                                           f"{_note(df)}", df))
     return section
 
 
@@ -162,7 +169,7 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
         caption = (f"{trial_caption(prov, [bench])}. {table.attrs['title']}. Cell: the best hyperparameter "
                    f"configuration's mean over seeds ± its 95 % CI (Student's t below 10 seeds, a bootstrap from "
                    f"10; one seed: no CI), status ok trials only; kernel: the variant's kernel constituent, "
-                   f"low-rank: Linformer at the row's d_k, both from scratch.")
+                   f"low-rank: Linformer at the row's d_k, both from scratch.{_note(table)}")
         section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench}: {label}", caption, table))
         section.items.append(Plot(f"uptraining-{bench}-fig", f"{label} vs α, {bench}", caption
                                   + " Bands: 95 % CI over seeds; the star: the row's best α.",

@@ -266,12 +266,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def text(df, fmt: str, observations=None) -> str:
-    """What ``flurka tables`` prints: the table (its title first, where it has one: a line in
-    markdown, a comment in LaTeX, nothing in CSV), then the observations block, if any."""
+    """What ``flurka tables`` prints: the table (its title first and its note after, where it has
+    them: lines in markdown, comments in LaTeX, nothing in CSV), then the observations block, if any."""
     comment = {"markdown": "", "latex": "% ", "csv": None}[fmt]
-    title = df.attrs.get("title")
+    title, note = df.attrs.get("title"), df.attrs.get("note")
     out = f"{comment}{title}\n\n" if title and comment is not None else ""
     out += tables.format_table(df, fmt)
+    if note and comment is not None:
+        out += f"\n{comment}{note}\n"
     if observations is not None:
         out += "\n" + quality_tables.format_observations(observations, fmt)
     return out

@@ -16,6 +16,11 @@ table of strings ("97.2 ± 1.7 (n=3)", units in the headers; ``metric_table``,
 ``mean``, ``ci_low``, ``ci_high``, ``n`` columns, rounded to the digits that mean something:
 0.1 for percent and BLEU, 3 significant digits for perplexity and loss). Columns with no results
 at all are left out; a missing cell is NaN.
+
+A column whose metric has a chance line (accuracy: the eval set's majority class, which every
+classification run records as ``majority_accuracy``) gets it as the table's last row, ``chance``,
+and every cell that does not clear it beyond its 95 % CI says "at chance": the LRA paper's "FAIL",
+a number that measured nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from flurka.results.models import CurvePoint, Metric, Sweep, Trial
 from flurka.mechanisms import KERNEL_OF, LOW_RANK
 from flurka.results.records import FRACTION_METRICS
 from flurka.results.tables import NoResults, format_table, mechanism_order
-from flurka.stats import Estimate, mean_ci, paired, significant_decimals
+from flurka.stats import AT_CHANCE, CHANCE_NOTE, Estimate, mean_ci, paired, significant_decimals
 
 LOWER_IS_BETTER = ("perplexity", "loss")
 CONFIG = ["alpha", "base", "d_k", "num_features"]
@@ -60,6 +65,8 @@ COLLECTIVE_COLUMNS = [("En-De (BLEU, 0–100)", "nmt-wmt14-ende", "bleu"),
                       ("ImageNet top-1 (%)", "imagenet", "accuracy"), ("ImageNet top-5 (%)", "imagenet", "top5"),
                       ("WikiText-103 (perplexity)", "mlm-wikitext103", "perplexity")]
 CELL_STATS = ("mean", "ci_low", "ci_high", "n")   # a cell's columns in the numeric (CSV) table
+CHANCE_OF = {"accuracy": "majority_accuracy"}     # a metric -> the trial metric holding its chance line
+CHANCE = "chance"                                  # the row that shows the chance line of each column
 
 
 def _check_agg(agg: str) -> None:
@@ -196,16 +203,31 @@ def _average(cells: list[Cell | None]) -> Estimate:
     return Estimate(mean, math.nan, math.nan, max(c.estimate.n for c in cells))   # "(no CI)" from 2 seeds
 
 
+def _chance_lines(df: pd.DataFrame, shown) -> dict[str, float]:
+    """Per shown column with a chance line recorded: its value (the median over the trials' records,
+    which agree where they scored the same eval set)."""
+    out = {}
+    for label, bench, metric in shown:
+        values = df.loc[(df["benchmark"] == bench) & (df["metric"] == CHANCE_OF.get(metric)), "value"]
+        if not values.empty:
+            out[label] = float(values.median())
+    return out
+
+
 def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg: str = "mean",
                  sweep: str | None = None, average: bool = False) -> pd.DataFrame:
     """The cells of a metric table, long: one row per (mechanism, column) with a result (and per
     mechanism an "Average …" row with ``average``): mechanism, column, benchmark, metric, config
     (the chosen configuration, "d_k=64, num_features=128"), seeds ("0,1,2"), mean, low, high (the
-    95 % CI; NaN below 2 seeds), n, decimals (how many the tables show). Percent for fractions."""
+    95 % CI; NaN below 2 seeds), n, decimals (how many the tables show), at_chance (None where the
+    column has no chance line). Percent for fractions. Columns with a chance line add a
+    :data:`CHANCE` row (its value as the mean, n = 0: a property of the eval set, not of seeds)."""
     _check_agg(agg)
     benchmarks = sorted({b for _, b, _ in columns})
-    df = final_metrics(engine, benchmarks, sorted({m for _, _, m in columns}), sweep=sweep)
-    if df.empty:
+    wanted = {m for _, _, m in columns}
+    df = final_metrics(engine, benchmarks, sorted(wanted | {CHANCE_OF[m] for m in wanted if m in CHANCE_OF}),
+                       sweep=sweep)
+    if not df["metric"].isin(wanted).any():
         raise NoResults(f"no ok trials with metrics for {', '.join(benchmarks)}")
     df = _scaled(df)
     cells: dict[str, dict[str, Cell]] = {}
@@ -215,10 +237,16 @@ def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg
         if not part.empty:
             shown.append((label, bench, metric))
             cells[label] = {k[0]: c for k, c in _cells(part, ["attention"], metric in LOWER_IS_BETTER, agg).items()}
-    mechanisms = mechanism_order(df["attention"])
-    rows = [_stat_row(cells[label][m], metric_decimals(metric, cells[label][m].estimate.mean),
-                      mechanism=m, column=label, benchmark=bench, metric=metric)
+    chance = _chance_lines(df, shown)
+    mechanisms = mechanism_order(df.loc[df["metric"].isin(wanted), "attention"])
+    rows = [{**_stat_row(cells[label][m], metric_decimals(metric, cells[label][m].estimate.mean),
+                         mechanism=m, column=label, benchmark=bench, metric=metric),
+             "at_chance": not cells[label][m].estimate.above(chance[label]) if label in chance else None}
             for m in mechanisms for label, bench, metric in shown if m in cells[label]]
+    rows += [{"mechanism": CHANCE, "column": label, "benchmark": bench, "metric": metric, "config": "", "seeds": "",
+              "mean": chance[label], "low": math.nan, "high": math.nan, "n": 0,
+              "decimals": metric_decimals(metric, chance[label]), "at_chance": None}
+             for label, bench, metric in shown if label in chance]
     labels = [label for label, _, _ in shown]
     if average:
         units = {metric_unit(metric, bench) for _, bench, metric in shown}
@@ -227,11 +255,18 @@ def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg
             est = _average([cells[label].get(m) for label in labels])
             rows.append({"mechanism": m, "column": name, "benchmark": "", "metric": "", "config": "", "seeds": "",
                          "mean": est.mean, "low": est.low, "high": est.high, "n": est.n,
-                         "decimals": 1 if units == {"%"} or name.endswith("(%)") else significant_decimals(est.mean)})
+                         "decimals": 1 if units == {"%"} or name.endswith("(%)") else significant_decimals(est.mean),
+                         "at_chance": None})
+        if chance and set(chance) == set(labels):   # every column has one: so has their average
+            rows.append({"mechanism": CHANCE, "column": name, "benchmark": "", "metric": "", "config": "",
+                         "seeds": "", "mean": sum(chance.values()) / len(chance), "low": math.nan, "high": math.nan,
+                         "n": 0, "decimals": 1, "at_chance": None})
         labels.append(name)
     stats = pd.DataFrame(rows, columns=["mechanism", "column", "benchmark", "metric", "config", "seeds",
-                                        "mean", "low", "high", "n", "decimals"])
-    stats.attrs.update(index=["mechanism"], columns=labels, rows=mechanisms)
+                                        "mean", "low", "high", "n", "decimals", "at_chance"])
+    stats.attrs.update(index=["mechanism"], columns=labels, rows=mechanisms + ([CHANCE] if chance else []))
+    if chance:
+        stats.attrs["note"] = CHANCE_NOTE
     return stats
 
 
@@ -258,31 +293,46 @@ def _index(keys: list[tuple], names: list[str]) -> pd.Index:
     return pd.MultiIndex.from_tuples(keys, names=names)
 
 
+def _text(row: pd.Series | None) -> str | float:
+    """One cell as text: "97.2 ± 1.7 (n=3)", "97.2 (1 seed)", "14.1 ± 2.0 (n=3), at chance", a
+    chance line's bare "13.9"; NaN where there is none."""
+    if row is None or (row["n"] == 0 and not math.isfinite(row["mean"])):
+        return float("nan")
+    digits = int(row["decimals"])
+    if row["n"] == 0:
+        return f"{row['mean']:.{digits}f}"
+    text = _estimate(row).format(digits)
+    return f"{text}, {AT_CHANCE}" if row.get("at_chance") is True else text
+
+
 def display_table(stats: pd.DataFrame, *, index: Sequence[str] | None = None, columns: Sequence[str] | None = None,
                   rows: Sequence | None = None) -> pd.DataFrame:
     """A stats frame wide, as text: rows ``index`` (default the frame's), one column per
-    ``columns`` label, each cell "97.2 ± 1.7 (n=3)" / "97.2 (1 seed)"; NaN where there is none."""
+    ``columns`` label, each cell "97.2 ± 1.7 (n=3)" / "97.2 (1 seed)" (:func:`_text`); NaN where
+    there is none. The frame's ``attrs["note"]`` (what the chance row means) goes with it."""
     index = list(index or stats.attrs["index"])
     columns = list(columns or stats.attrs["columns"])
     by_row = _rows_of(stats, index)
     keys = _keys(stats, rows, by_row)
-    data = {c: [float("nan") if c not in by_row.get(k, {}) or by_row[k][c]["n"] == 0
-                else _estimate(by_row[k][c]).format(int(by_row[k][c]["decimals"])) for k in keys] for c in columns}
-    return pd.DataFrame(data, index=_index(keys, index), columns=columns, dtype=object)
+    data = {c: [_text(by_row.get(k, {}).get(c)) for k in keys] for c in columns}
+    out = pd.DataFrame(data, index=_index(keys, index), columns=columns, dtype=object)
+    if "note" in stats.attrs:
+        out.attrs["note"] = stats.attrs["note"]
+    return out
 
 
 def numbers_table(stats: pd.DataFrame, *, index: Sequence[str] | None = None, columns: Sequence[str] | None = None,
                   rows: Sequence | None = None) -> pd.DataFrame:
     """A stats frame wide, as numbers (for CSV): per ``columns`` label the columns "<label> mean",
     "<label> ci_low", "<label> ci_high" (rounded to the cell's decimals; NaN below 2 seeds) and
-    "<label> n"."""
+    "<label> n" (the chance row: its value as the mean, n 0)."""
     index = list(index or stats.attrs["index"])
     columns = list(columns or stats.attrs["columns"])
     by_row = _rows_of(stats, index)
     keys = _keys(stats, rows, by_row)
     data: dict[str, list] = {}
     for c in columns:
-        ests = [None if c not in by_row.get(k, {}) or by_row[k][c]["n"] == 0
+        ests = [None if c not in by_row.get(k, {}) or not math.isfinite(by_row[k][c]["mean"])
                 else _estimate(by_row[k][c]).rounded(int(by_row[k][c]["decimals"])) for k in keys]
         nan = float("nan")
         data[f"{c} mean"] = [nan if e is None else e.mean for e in ests]
@@ -387,8 +437,14 @@ def uptraining_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
     """Table 5's cells, long: one row per (variant, d_k, column) with a result, the columns being
     "kernel" (the variant's kernel constituent, any d_k), "low-rank" (Linformer at that d_k) and
     each α ("12.5%", ...): variant, d_k (None where unrecorded), column, mechanism, alpha (NaN for
-    the constituents), config, seeds, mean, low, high, n, decimals, best (the row's best α)."""
+    the constituents), config, seeds, mean, low, high, n, decimals, best (the row's best α),
+    at_chance (None without a chance line). A metric with a chance line adds the column
+    :data:`CHANCE` (its value as the mean, n = 0) to every row."""
     rows, alphas, lower = _uptraining(engine, benchmark, metric, agg, sweep)
+    line = None
+    if metric in CHANCE_OF:
+        recorded = _scaled(final_metrics(engine, [benchmark], [CHANCE_OF[metric]], sweep=sweep))
+        line = _chance_lines(recorded, [(CHANCE, benchmark, metric)]).get(CHANCE)
     out = []
     for r in rows:
         best = r.best_alpha(lower)
@@ -398,13 +454,20 @@ def uptraining_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
             if cell is not None:
                 out.append({**_stat_row(cell, metric_decimals(metric, cell.estimate.mean), variant=r.variant,
                                         d_k=r.d_k, column=column, mechanism=mech, alpha=a),
-                            "best": a == best})
+                            "best": a == best, "at_chance": None if line is None else not cell.estimate.above(line)})
+        if line is not None:
+            out.append({"variant": r.variant, "d_k": r.d_k, "column": CHANCE, "mechanism": "", "alpha": math.nan,
+                        "config": "", "seeds": "", "mean": line, "low": math.nan, "high": math.nan, "n": 0,
+                        "decimals": metric_decimals(metric, line), "best": False, "at_chance": None})
     stats = pd.DataFrame(out, columns=["variant", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean",
-                                       "low", "high", "n", "decimals", "best"])
+                                       "low", "high", "n", "decimals", "best", "at_chance"])
     stats["d_k"] = pd.Series([r["d_k"] for r in out], dtype=object)   # ints and None, not floats and NaN
-    stats.attrs.update(index=["variant", "d_k"], columns=["kernel", "low-rank", *map(alpha_label, alphas)],
+    columns = ["kernel", "low-rank", *map(alpha_label, alphas), *([CHANCE] if line is not None else [])]
+    stats.attrs.update(index=["variant", "d_k"], columns=columns,
                        rows=[(r.variant, r.d_k) for r in rows], metric=metric, benchmark=benchmark,
                        title=_uptraining_title(benchmark, metric))
+    if line is not None:
+        stats.attrs["note"] = CHANCE_NOTE
     return stats
 
 

@@ -58,7 +58,8 @@ BENCHMARKS = (
     "nmt-wmt14-ende", "nmt-wmt14-enfr", "imagenet",
     "lra-listops-small", "lra-image-small", "mlm-small", "nmt-small",
 )
-FRACTION_METRICS = ("accuracy", "accuracy_mismatched", "f1", "matthews", "pearson", "spearman", "top5")
+FRACTION_METRICS = ("accuracy", "accuracy_mismatched", "majority_accuracy", "f1", "matthews", "pearson", "spearman",
+                    "top5")
 SPEED_MODES = ("forward", "train")
 SPEED_STATUSES = ("ok", "oom", "error")
 SPEED_SCOPES = ("layer", "model")

@@ -38,11 +38,14 @@ def format_table(df: pd.DataFrame, fmt: str = "markdown", floatfmt: str | None =
         return flat.to_csv(index=False)
     if fmt == "markdown":
         cells = flat.astype(object).where(flat.notna(), None)
-        for col in flat.select_dtypes(include="object").columns:  # mixed (ms and "OOM"): tabulate
+        text = [i for i, col in enumerate(flat.columns) if not pd.api.types.is_numeric_dtype(flat[col])]
+        for col in flat.columns[text]:  # mixed (ms and "OOM"): tabulate
             cells[col] = cells[col].map(  # would print their floats unformatted
                 lambda v: "--" if v is None or v != v else format(v, floatfmt)
                 if isinstance(v, float) else v)
-        return cells.to_markdown(index=False, floatfmt=floatfmt, missingval="--") + "\n"
+        # Text stays as the table wrote it: tabulate would re-read a column of "13.9" as numbers
+        # and print them with floatfmt ("13.90").
+        return cells.to_markdown(index=False, floatfmt=floatfmt, missingval="--", disable_numparse=text) + "\n"
     shown = flat.map(lambda v: "--" if v is None or (isinstance(v, float) and v != v)
                      else format(v, floatfmt) if isinstance(v, float) else str(v))
     return shown.to_latex(index=False, escape=True, column_format="l" * n_index + "r" * (flat.shape[1] - n_index))

@@ -613,6 +613,9 @@ def summary(outcome: SweepOutcome) -> str:
     from flurka.results.tables import format_table
     from flurka.results.db import redact
 
+    def shown(df) -> str:   # the table, then what its chance line means (where it has one)
+        return format_table(df) + (f"{df.attrs['note']}\n" if df.attrs.get("note") else "")
+
     lines = []
     tables = outcome.tables
     benches = [n.removeprefix("uptraining_") for n in tables
@@ -623,13 +626,13 @@ def summary(outcome: SweepOutcome) -> str:
         for suffix in ("", "_loss"):
             df = tables.get(f"uptraining_{bench}{suffix}")
             if df is not None:
-                lines += ["\n" + df.attrs.get("title", f"Up-training ({bench}{suffix})") + ":", format_table(df)]
+                lines += ["\n" + df.attrs.get("title", f"Up-training ({bench}{suffix})") + ":", shown(df)]
         for suffix in ("", "_loss"):
             obs = tables.get(f"observations_{bench}{suffix}")
             if obs is not None:
                 lines += ["", format_observations(obs)]
     if "quality" in tables:
-        lines += ["\nQuality (mean ± 95 % CI over seeds, n):", format_table(tables["quality"])]
+        lines += ["\nQuality (mean ± 95 % CI over seeds, n):", shown(tables["quality"])]
     c = outcome.compute
     lines += [
         f"\nBranching up-training: {c['uptrain_steps_executed']} train steps instead of "

@@ -23,6 +23,16 @@ def accuracy(preds, labels, weights=None) -> float:
     return float(np.mean(preds[keep] == labels[keep]))
 
 
+def majority_accuracy(labels, weights=None) -> float:
+    """Accuracy of always answering these examples' most frequent label: the chance line of a
+    classification table (the best constant guess on the eval set, which no model that ignores its
+    input passes). A cell that does not clear it beyond its seed spread measured nothing."""
+    labels = np.asarray(labels)[_real(weights, len(labels))]
+    if labels.size == 0:
+        return math.nan
+    return float(np.unique(labels, return_counts=True)[1].max() / labels.size)
+
+
 def top_k_accuracy(logits, labels, k: int = 5, weights=None) -> float:
     """Fraction of examples whose label is among the ``k`` highest logits."""
     logits, labels = np.asarray(logits), np.asarray(labels)

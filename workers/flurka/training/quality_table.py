@@ -7,7 +7,9 @@ steps, wall time) to stdout.
     python -m flurka.training.quality_table --summarize table.jsonl
 
 ``--summarize`` trains nothing: per benchmark it prints the mechanisms' mean ± 95 % CI over seeds
-(n) of the task metric (accuracy in percent, BLEU 0–100, perplexity) and of the eval loss, then
+(n) of the task metric (accuracy in percent, BLEU 0–100, perplexity) and of the eval loss (with
+accuracy, its chance line: the eval set's majority class, each cell that does not clear it beyond
+its CI saying "at chance"), then
 each FLuRKA variant paired against its constituents (Linformer and its kernel: performer, rnn,
 eva) over the seeds both have: the difference, its CI, ttest_rel's p and the verdict, "tie" where
 the CI holds 0 (:mod:`flurka.stats`). A run listed twice (a rerun appended) counts once: the last.
@@ -18,11 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from collections.abc import Iterable
 
 from flurka.mechanisms import FLURKA, MECHANISMS, constituents
-from flurka.stats import mean_ci, paired, significant_decimals
+from flurka.stats import AT_CHANCE, CHANCE_NOTE, mean_ci, paired, significant_decimals
 
 BENCHMARKS = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small")
 LOWER_IS_BETTER = ("perplexity", "loss")
@@ -59,7 +62,8 @@ def train(args: argparse.Namespace) -> int:
                 final = r["final_metrics"]
                 row = {"benchmark": bench, "attention": mech, "status": r["status"],
                        "metric": config.metrics[0], "value": final.get(config.metrics[0]),
-                       "loss": final.get("loss"), "seed": r["seed"], "steps": r["steps"],
+                       "loss": final.get("loss"), "chance": final.get("majority_accuracy"),
+                       "seed": r["seed"], "steps": r["steps"],
                        "wall_time_s": round(r["wall_time_s"], 1), "train_flops": r["train_flops"]}
                 print(json.dumps(row), flush=True)
                 print(row, file=sys.stderr, flush=True)
@@ -135,17 +139,24 @@ def summarize(runs: list[dict]) -> str:
         columns = [(metric_label(metric, bench), metric, _values(part, "value", 100.0 if metric in PERCENT else 1.0)),
                    ("eval loss", "loss", _values(part, "loss", 1.0))]
         mechs = _order({r["attention"] for r in part})
+        lines = [float(r["chance"]) * 100.0 for r in part if _finite(r.get("chance"))]
+        chance = statistics.median(lines) if lines and metric == "accuracy" else None
         rows = []
         for m in mechs:
             cells = []
             for _, name, values in columns:
                 est = mean_ci(list(values.get(m, {}).values()))
-                cells.append(est.format(_decimals(name, est.mean)))
+                at = name == metric and chance is not None and est.n > 0 and not est.above(chance)
+                cells.append(est.format(_decimals(name, est.mean)) + (f", {AT_CHANCE}" if at else ""))
             rows.append([m, *cells])
+        if chance is not None:
+            rows.append(["chance", f"{chance:.1f}", ""])
         better = {name: "lower" if name in LOWER_IS_BETTER else "higher" for _, name, _ in columns}
         out.append(f"{bench}: mean ± 95 % CI over seeds (n); {columns[0][0]}: {better[metric]} is better, "
                    f"eval loss: lower is better\n")
         out.append(_markdown(["mechanism", *(label for label, _, _ in columns)], rows))
+        if chance is not None:
+            out.append(CHANCE_NOTE + "\n")
         pairs = [(v, c) for v in mechs if v in FLURKA for c in constituents(v).values() if c in mechs]
         if pairs:
             prow = []

@@ -75,6 +75,7 @@ class Task:
         for name in self.metrics:
             if name == "accuracy":
                 out[name] = M.accuracy(s["pred"], s["label"], w)
+                out["majority_accuracy"] = M.majority_accuracy(s["label"], w)   # its chance line
             elif name == "top5":
                 keep = w > 0
                 out[name] = float(np.mean(s["top5"][keep]))

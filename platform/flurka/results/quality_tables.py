@@ -185,6 +185,11 @@ def _stat_row(cell: Cell | None, decimals: int, **keys) -> dict:
             "mean": est.mean, "low": est.low, "high": est.high, "n": est.n, "decimals": decimals}
 
 
+def _chance_row(line: float, decimals: int, **keys) -> dict:
+    """A chance line's cell: its value as the mean, no interval, n = 0 (the eval set's, not seeds')."""
+    return {**_stat_row(None, decimals, **keys), "mean": line, "at_chance": None}
+
+
 def _estimate(row) -> Estimate:
     return Estimate(row["mean"], row["low"], row["high"], int(row["n"]))
 
@@ -203,15 +208,11 @@ def _average(cells: list[Cell | None]) -> Estimate:
     return Estimate(mean, math.nan, math.nan, max(c.estimate.n for c in cells))   # "(no CI)" from 2 seeds
 
 
-def _chance_lines(df: pd.DataFrame, shown) -> dict[str, float]:
-    """Per shown column with a chance line recorded: its value (the median over the trials' records,
-    which agree where they scored the same eval set)."""
-    out = {}
-    for label, bench, metric in shown:
-        values = df.loc[(df["benchmark"] == bench) & (df["metric"] == CHANCE_OF.get(metric)), "value"]
-        if not values.empty:
-            out[label] = float(values.median())
-    return out
+def _chance_line(df: pd.DataFrame, benchmark: str, metric: str) -> float | None:
+    """``metric``'s chance line on ``benchmark`` as its trials recorded it (the median of their
+    records, which agree where they scored the same eval set); None where none was recorded."""
+    values = df.loc[(df["benchmark"] == benchmark) & (df["metric"] == CHANCE_OF.get(metric)), "value"]
+    return None if values.empty else float(values.median())
 
 
 def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg: str = "mean",
@@ -237,15 +238,15 @@ def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg
         if not part.empty:
             shown.append((label, bench, metric))
             cells[label] = {k[0]: c for k, c in _cells(part, ["attention"], metric in LOWER_IS_BETTER, agg).items()}
-    chance = _chance_lines(df, shown)
+    chance = {label: line for label, bench, metric in shown
+              if (line := _chance_line(df, bench, metric)) is not None}
     mechanisms = mechanism_order(df.loc[df["metric"].isin(wanted), "attention"])
     rows = [{**_stat_row(cells[label][m], metric_decimals(metric, cells[label][m].estimate.mean),
                          mechanism=m, column=label, benchmark=bench, metric=metric),
              "at_chance": not cells[label][m].estimate.above(chance[label]) if label in chance else None}
             for m in mechanisms for label, bench, metric in shown if m in cells[label]]
-    rows += [{"mechanism": CHANCE, "column": label, "benchmark": bench, "metric": metric, "config": "", "seeds": "",
-              "mean": chance[label], "low": math.nan, "high": math.nan, "n": 0,
-              "decimals": metric_decimals(metric, chance[label]), "at_chance": None}
+    rows += [_chance_row(chance[label], metric_decimals(metric, chance[label]), mechanism=CHANCE, column=label,
+                         benchmark=bench, metric=metric)
              for label, bench, metric in shown if label in chance]
     labels = [label for label, _, _ in shown]
     if average:
@@ -258,9 +259,8 @@ def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg
                          "decimals": 1 if units == {"%"} or name.endswith("(%)") else significant_decimals(est.mean),
                          "at_chance": None})
         if chance and set(chance) == set(labels):   # every column has one: so has their average
-            rows.append({"mechanism": CHANCE, "column": name, "benchmark": "", "metric": "", "config": "",
-                         "seeds": "", "mean": sum(chance.values()) / len(chance), "low": math.nan, "high": math.nan,
-                         "n": 0, "decimals": 1, "at_chance": None})
+            rows.append(_chance_row(sum(chance.values()) / len(chance), 1, mechanism=CHANCE, column=name,
+                                    benchmark="", metric=""))
         labels.append(name)
     stats = pd.DataFrame(rows, columns=["mechanism", "column", "benchmark", "metric", "config", "seeds",
                                         "mean", "low", "high", "n", "decimals", "at_chance"])
@@ -302,7 +302,7 @@ def _text(row: pd.Series | None) -> str | float:
     if row["n"] == 0:
         return f"{row['mean']:.{digits}f}"
     text = _estimate(row).format(digits)
-    return f"{text}, {AT_CHANCE}" if row.get("at_chance") is True else text
+    return f"{text}, {AT_CHANCE}" if row.get("at_chance") == True else text   # noqa: E712 (None, NaN: no line)
 
 
 def display_table(stats: pd.DataFrame, *, index: Sequence[str] | None = None, columns: Sequence[str] | None = None,
@@ -444,7 +444,7 @@ def uptraining_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
     line = None
     if metric in CHANCE_OF:
         recorded = _scaled(final_metrics(engine, [benchmark], [CHANCE_OF[metric]], sweep=sweep))
-        line = _chance_lines(recorded, [(CHANCE, benchmark, metric)]).get(CHANCE)
+        line = _chance_line(recorded, benchmark, metric)
     out = []
     for r in rows:
         best = r.best_alpha(lower)
@@ -456,9 +456,8 @@ def uptraining_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
                                         d_k=r.d_k, column=column, mechanism=mech, alpha=a),
                             "best": a == best, "at_chance": None if line is None else not cell.estimate.above(line)})
         if line is not None:
-            out.append({"variant": r.variant, "d_k": r.d_k, "column": CHANCE, "mechanism": "", "alpha": math.nan,
-                        "config": "", "seeds": "", "mean": line, "low": math.nan, "high": math.nan, "n": 0,
-                        "decimals": metric_decimals(metric, line), "best": False, "at_chance": None})
+            out.append({**_chance_row(line, metric_decimals(metric, line), variant=r.variant, d_k=r.d_k,
+                                      column=CHANCE, mechanism="", alpha=math.nan), "best": False})
     stats = pd.DataFrame(out, columns=["variant", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean",
                                        "low", "high", "n", "decimals", "best", "at_chance"])
     stats["d_k"] = pd.Series([r["d_k"] for r in out], dtype=object)   # ints and None, not floats and NaN

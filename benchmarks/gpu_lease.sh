@@ -33,8 +33,8 @@ fi
 # Points whose compiled step needs more than 92 % of the card's memory are reported OOM unrun.
 # Checks against the CPU before the plan (mostly compiling): by default none of CHECK's, since EVA
 # and flash passed on the H200 of 2026-12-04 (their checks and the probes took 313 s of its 465 s
-# budget); --check-fused still checks the three FLuRKA variants projected with the LayerNorm handed
-# over (gpu_session.HANDED_OVER: flurka-eva's padding fix, fce199d, is owed a card) and the fused
+# budget); --check-fused still checks the projected FLuRKA variants (flurka-performer, flurka-rnn)
+# with the LayerNorm handed over (gpu_session.HANDED_OVER: their gradient kernels) and the fused
 # FFN block. CHECK names mechanisms to check as well (each 1-42 s on the H200).
 MEMORY=()
 if command -v nvidia-smi >/dev/null; then

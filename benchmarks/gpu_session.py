@@ -49,8 +49,9 @@ ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flu
          "full", "flash")
 
 # --check-fused checks these with the LayerNorm handed over whatever --check names: each has
-# gradient kernels of its own (the training step's) that only a card compiles.
-HANDED_OVER = ("flurka-performer", "flurka-rnn", "flurka-eva")
+# gradient kernels of its own (the training step's) that only a card compiles. They are the
+# projected FLuRKA variants (PROJECTABLE): flurka-eva's query side has no projected kernel.
+HANDED_OVER = ("flurka-performer", "flurka-rnn")
 
 PLANS_FILE = Path(__file__).with_name("plans.toml")
 
@@ -60,7 +61,7 @@ def load_plans(path: Path = PLANS_FILE) -> tuple[dict[str, list[tuple[str, dict]
     {field: set of values kept}) blocks, as :func:`planned` takes them; each probe (lhs shape,
     rhs shape)."""
     raw = tomllib.loads(path.read_text())
-    groups = {"flurka": set(FLURKA), "fusable": set(FUSABLE),
+    groups = {"flurka": set(FLURKA), "fusable": set(FUSABLE), "projectable": set(PROJECTABLE),
               **{name: set(members) for name, members in raw["groups"].items()}}
 
     def block(entry) -> tuple[str, dict]:
@@ -68,6 +69,11 @@ def load_plans(path: Path = PLANS_FILE) -> tuple[dict[str, list[tuple[str, dict]
         sweep = entry.pop("sweep")
         where = {k: {tuple(o.items()) for o in v} if k == "xla"
                  else set(groups[v] if isinstance(v, str) else v) for k, v in entry.items()}
+        unprojectable = where.get("mechanism", set()) - set(PROJECTABLE)
+        if True in where.get("fused_projections", ()) and unprojectable:
+            raise ValueError(f"{path.name}: a block asks for fused_projections of "
+                             f"{', '.join(sorted(unprojectable))}, which have no projected "
+                             f"kernel (valid: {', '.join(PROJECTABLE)}): {entry}")
         return sweep, where
 
     plans = {name: [block(e) for e in entries] for name, entries in raw["plans"].items()}
@@ -331,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     mechanisms = [m for m in args.check.split(",") if m]
     with jax.default_matmul_precision("highest"):  # kernels' numerics, not TF32's
         opts = dict(align=args.check_align, fused=args.check_fused,
-                    handed_over=() if not args.check_fused else ("flurka-eva",) if args.tiny
+                    handed_over=() if not args.check_fused else HANDED_OVER[-1:] if args.tiny
                     else HANDED_OVER)
         check = (check_on_card(64, 64, 4, mechanisms, **opts) if args.tiny
                  else check_on_card(mechanisms=mechanisms, **opts))

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from attention_reference import (
-    build, favor_core, forward, inputs, randomize, reference, rnn_core, sin_loss_grads, softmax_core)
+    MAX_LEN, build, favor_core, forward, inputs, randomize, reference, rnn_core, sin_loss_grads,
+    softmax_core)
 from flax import nnx
 
 from flurka.attention import make_attention
@@ -224,7 +225,7 @@ def test_fused_takes_widths_up_to_512_and_a_kernel_mechanism():
     (150, 37, 200, Tiling(softmax_block_n=32)),   # wide, five row blocks, the last one ragged
 ])
 def test_fused_softmax_matches_float64_formula_and_finite_differences(n, keys, d, tiling, rng_seed):
-    """flurka-eva's query side kernel: softmax(q kᵀ / √d) v over a short key set (not a
+    """The EVAs' chunk-half kernel: softmax(q kᵀ / √d) v over a short key set (not a
     multiple of the kernels' 64-key steps, N not of their row blocks) against
     attention_reference's float64 softmax core per batch element and head; its gradient (the
     backward kernels: dq per row block, dK/dV partials per key block and row chunk) against
@@ -245,10 +246,10 @@ def test_fused_softmax_matches_float64_formula_and_finite_differences(n, keys, d
 ])
 def test_fused_softmax_with_key_bias_and_lse_matches_float64_formula(n, keys, d, tiling,
                                                                      rng_seed):
-    """EVA's chunk half: keys a batch element lacks (its empty chunks) masked by a NEG_INF key
-    bias — batch element 1 lacks its last third of keys and one in the middle — and each row's
-    lse returned beside the output, differentiable (EVA joins this softmax with its windows'
-    through it). Output and lse against the float64 softmax over each batch element's kept keys
+    """The EVAs' chunk half: keys a batch element lacks (its empty chunks) masked by a NEG_INF
+    key bias — batch element 1 lacks its last third of keys and one in the middle — and each
+    row's lse returned beside the output, differentiable (the layer joins this softmax with its
+    windows' through it). Output and lse against the float64 softmax over each batch element's kept keys
     (dropped, not masked); the gradient of Σ G·out + Σ g·lse by central differences."""
     rng = np.random.default_rng(rng_seed)
     q = jnp.asarray(0.5 * rng.standard_normal((2, n, 2, d)), jnp.float32)
@@ -274,11 +275,11 @@ def test_fused_softmax_with_key_bias_and_lse_matches_float64_formula(n, keys, d,
 @pytest.mark.parametrize("mechanism,align", [("flurka-eva", None), ("flurka-eva", 16),
                                              ("eva", None), ("eva", 16)])
 def test_fused_eva_layer_matches_float64_reference_and_the_xla_path(mechanism, align, rng_seed):
-    """flurka-eva with its query side fused, and EVA with its chunk half fused (joined with its
-    windows through the lse); aligned, d_h 8 → 16 in the layer, the proposal on the true 8. The
-    layer against the float64 reference (float32), and in bf16 against the XLA path (its output
-    written in bf16), gradients included. The inputs' third sequence (5 of 20 rows) leaves
-    EVA's last chunks empty: the kernel's key bias masks them."""
+    """EVA and flurka-eva with their chunk half fused (joined with their windows through the
+    lse); aligned, d_h 8 → 16 in the layer, the proposal on the true 8. The layer against the
+    float64 reference (float32), and in bf16 against the XLA path (its output written in bf16),
+    gradients included. The inputs' third sequence (5 of 20 rows) leaves EVA's last chunks
+    empty: the kernel's key bias masks them."""
     x, mask = inputs(rng_seed)
     real = np.asarray(mask)
     fused = build(mechanism, 5, fused=True, align=align)
@@ -293,6 +294,39 @@ def test_fused_eva_layer_matches_float64_reference_and_the_xla_path(mechanism, a
 
     g_xla, g_fused = (jax.tree.leaves(sin_loss_grads(build(mechanism, 5, fused=f, align=align), x, mask))
                       for f in (False, True))
+    scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
+    for gx, gf in zip(g_xla, g_fused):
+        np.testing.assert_allclose(gf, gx, atol=1e-5 * scale, rtol=0)
+
+
+def test_fused_flurka_eva_masks_compressed_rows_that_see_only_padding(rng_seed):
+    """Pooled E (the layers' default) on a padded batch leaves compressed rows that weigh only
+    padding — row 7 (positions 21-23, past the 20 given) in every sequence, rows 5-7 of the
+    second, 2-7 of the third: bias-only keys, masked in the windows (w' = 3 rows: row 5 of the
+    second sequence's window 3-5), left out of their chunk's summary (c' = 2: row 5 of chunk
+    4-5) and, a chunk with none left, masked in the kernel by its key bias. The fused layer
+    against the float64 reference, which drops those rows, and its gradients against the XLA
+    layer's."""
+    from flurka.attention.lowrank import pool_matrix
+
+    def pooled(fused):
+        layer = build("flurka-eva", 5, fused=fused)
+        for e in (layer.seq_proj.e1, layer.seq_proj.e2):
+            if e is not None:
+                e[...] = jnp.asarray(pool_matrix(8, MAX_LEN), jnp.float32)
+        return layer
+
+    x, mask = inputs(rng_seed)
+    xla = pooled(False)
+    assert (xla.compressed_window, xla.compressed_chunk) == (3, 2)
+    assert np.asarray(xla.real_rows(3, mask, 20)).tolist() == [
+        [True] * 7 + [False], [True] * 5 + [False] * 3, [True] * 2 + [False] * 6]
+    real = np.asarray(mask)
+    got = np.asarray(forward(pooled(True), x, mask))
+    ref = reference(xla, x, mask)
+    np.testing.assert_allclose(got[real], ref[real], rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+    g_xla, g_fused = (jax.tree.leaves(sin_loss_grads(pooled(f), x, mask)) for f in (False, True))
     scale = max(float(jnp.max(jnp.abs(g))) for g in g_xla)
     for gx, gf in zip(g_xla, g_fused):
         np.testing.assert_allclose(gf, gx, atol=1e-5 * scale, rtol=0)
@@ -367,9 +401,9 @@ def test_wide_fused_layer_lowers_to_triton_blocks_of_128(mechanism):
 
 @pytest.mark.parametrize("mechanism", ["flurka-eva", "eva"])
 def test_wide_fused_softmax_takes_the_wide_launch(mechanism):
-    """flurka-eva's softmax and EVA's chunk half at the N-sweep's head dim (325 → 384) run the
-    wide launch too: 64-row programs on 8 warps in one stage (two overflow the card's shared
-    memory); a differentiated step runs the XLA path there, forward included (no kernel)."""
+    """The EVAs' chunk half at the N-sweep's head dim (325 → 384) runs the wide launch too:
+    64-row programs on 8 warps in one stage (two overflow the card's shared memory); a
+    differentiated step runs the XLA path there, forward included (no kernel)."""
     _, text = _lowered_for_gpu(mechanism, grad=False, d_model=1300,
                                fused=Tiling(block_n=16, num_warps=4))
     assert _triton_launches(text) == [(1024 // 64, 8, 1)]

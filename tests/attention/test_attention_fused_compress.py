@@ -13,7 +13,7 @@ import pytest
 from testsupport import cuda_compiler_script, triton_calls
 
 from flurka.attention.fused_compress import (
-    backward_fits, normalised_compression, normalised_input_gradient, normalised_mean,
+    backward_fits, normalised_compression, normalised_input_gradient,
     reference_normalised_compression, row_statistics, split_rows)
 
 EPS = 1e-6
@@ -198,71 +198,6 @@ def test_the_input_gradient_through_the_layer_norm_matches_float64_autodiff():
         assert _rel(g, w_) < 2e-5
 
 
-def _real_mean_64(x, keep, scale, bias, xp=np):
-    """x̂ = LayerNorm(x)'s mean over the rows keep marks, float64 [b, d]. ``xp``: numpy, or
-    jax.numpy to differentiate it."""
-    mean, var = x.mean(-1), x.var(-1)
-    normed = (x - mean[..., None]) / xp.sqrt(var[..., None] + EPS) * scale + bias
-    return xp.einsum("bnd,bn->bd", normed, keep) / keep.sum(1)[:, None]
-
-
-def test_the_real_rows_mean_comes_from_the_compression():
-    """flurka-eva's q̄ input: the compression's Σ keep·(x − μ)·r, summed as it loads x (three
-    forced splits, the last with 22 real rows; d_k = 80 in two row blocks, of which only the
-    first stores it; the second sequence padded), turned into x̂'s mean over the real rows
-    against the float64 formula, the compressions unchanged by it."""
-    ops = _operands(6)
-    x, keep, scale, bias = ops[:4]
-    xf, kf, sf, bf, e1, e2 = _f32(ops)
-    *compressed, total = normalised_compression(xf, kf > 0, sf, bf, e1, e2, eps=EPS, splits=3,
-                                                with_sum=True)
-    assert total.shape == (2, 256) and total.dtype == jnp.float32
-    for got, want in zip(compressed, normalised_compression(xf, kf > 0, sf, bf, e1, e2, eps=EPS,
-                                                            splits=3)):
-        np.testing.assert_array_equal(got, want)
-    mean, rstd = _moments_64(x)
-    assert _rel(total, np.einsum("bnd,bn->bd", (x - mean[..., None]) * rstd[..., None],
-                                 keep)) < 2e-6
-    assert _rel(normalised_mean(xf, kf, sf, bf, total), _real_mean_64(x, keep, scale, bias)) < 2e-6
-
-
-@pytest.mark.parametrize("d", [256, 640], ids=["kernels", "wide-xla"])
-@pytest.mark.parametrize("compressed", [False, True], ids=["mean-only", "with-compressions"])
-def test_the_real_rows_mean_gradient_reaches_x_through_the_compression_gradient(d, compressed):
-    """The mean's cotangent reaches x through the ∂x kernel's LayerNorm backward, in the pass
-    that takes E's cotangents (d = 256; d = 640 past the kernels: the XLA path's gradient with
-    the sum): ∂x, ∂γ, ∂β, ∂E1, ∂E2 of a random linear functional of x̂'s real-row mean (alone,
-    then with one of both compressions) against float64 autodiff of the formulas — the padded
-    rows of the second sequence get none."""
-    ops = _operands(6, d=d)
-    rng = np.random.default_rng(8)
-    weights = [rng.normal(size=(2, 80, d)) * compressed for _ in range(2)]
-    weights.append(rng.normal(size=(2, d)) * 30)
-    keep = ops[1]
-
-    def loss(x, scale, bias, e1, e2):
-        *out, total = normalised_compression(x, jnp.asarray(keep > 0), scale, bias, e1, e2,
-                                             eps=EPS, splits=3, with_sum=True)
-        out.append(normalised_mean(x, jnp.asarray(keep, jnp.float32), scale, bias, total))
-        return sum(jnp.sum(o * w) for o, w in zip(out, weights))
-
-    got = jax.jit(jax.grad(loss, argnums=tuple(range(5))))(*_f32([ops[0], *ops[2:]]))
-    with jax.enable_x64():
-        def formula(x, scale, bias, e1, e2):
-            out = [*_compression_64(x, keep, scale, bias, e1, e2, xp=jnp),
-                   _real_mean_64(x, keep, scale, bias, xp=jnp)]
-            return sum(jnp.sum(o * w) for o, w in zip(out, weights))
-        want = jax.jit(jax.grad(formula, argnums=tuple(range(5))))(
-            *(jnp.asarray(v, jnp.float64) for v in [ops[0], *ops[2:]]))
-    assert not np.any(np.asarray(got[0])[1, 110:])
-    for name, g, w in zip(("x", "scale", "bias", "e1", "e2"), got, want):
-        assert g.shape == w.shape
-        if compressed or name in ("x", "scale", "bias"):
-            assert _rel(g, w) < 2e-5, name
-        else:
-            assert not np.any(np.asarray(g)), name
-
-
 def test_statistics_and_compression_lower_to_two_triton_kernels_for_the_gpu():
     """Pallas's Triton lowering runs here without a GPU: at d = 512, d_k = 1024, N = 1000 (bf16)
     the statistics (⌈1000 / 64⌉ row blocks, 4 warps) and the compression (4 column × 16 row
@@ -322,10 +257,8 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     reading x, E1, E2, the statistics and the cotangents and writing ∂x and the programs' ∂γ,
     ∂β shares, ∂E's reading x, the statistics and the cotangents and writing ∂E1, ∂E2 — each
     once — and forward plus gradient plan under 70 % of the XLA path's. The projected side's
-    input gradient (∂q·W_Qᵀ through the LayerNorm) spill-free on the warpgroup MMA too, and so
-    is the compression that also sums the standardised rows (flurka-eva's), its traffic the
-    same plus the splits' float32 sums."""
-    fused, xla, fused_grad, xla_grad, input_grad, summing = cuda_compiler_script("""
+    input gradient (∂q·W_Qᵀ through the LayerNorm) spill-free on the warpgroup MMA too."""
+    fused, xla, fused_grad, xla_grad, input_grad = cuda_compiler_script("""
         import functools, json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
         from flurka.attention import fused_compress as fc
@@ -358,11 +291,6 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
                              spec((1, 52_608), f32), spec((1, 52_608, 512), bf),
                              spec((512, 512), bf)), device, dump)
             rows.append({"kernels": aot.kernel_report(dump)})
-        with tempfile.TemporaryDirectory() as dump:           # flurka-eva's: with the sums
-            _, compiled = aot.compile_for(jax.jit(functools.partial(
-                fc.normalised_compression, eps=1e-6, with_sum=True)), args, device, dump)
-            rows.append({"kernels": aot.kernel_report(dump),
-                         "traffic": profile.planned_traffic(compiled.as_text())})
         json.dump(rows, open(sys.argv[1], "w"))
     """, tmp_path)
     n, d, d_k = 52_608, 512, 1024
@@ -409,12 +337,6 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     assert (kernel["kernel"], kernel["grid"], kernel["mma"]) == (
         "flurka_normalised_input_bwd", [-(-n // 64), 1, 1], "wgmma")
     assert kernel["spill_store_bytes"] == 0 and 0 < kernel["shared_memory_bytes"] <= 232_448
-    kernels = {k["kernel"]: k for k in summing["kernels"]}
-    kernel = kernels["flurka_normalised_compression"]
-    assert kernel["mma"] == "wgmma" and kernel["spill_store_bytes"] == 0, kernel
-    assert kernel["registers"] <= 255 and 0 < kernel["shared_memory_bytes"] <= 232_448, kernel
-    pallas = sorted(k["bytes"] for k in summing["traffic"]["largest"] if k["kind"] == "pallas")
-    assert pallas == sorted([statistics, compressing + 4 * d * 4])   # + 4 splits' [1, d] sums
 
 
 def test_a_tuned_launch_reaches_layers_built_under_it_and_bad_launches_are_refused():

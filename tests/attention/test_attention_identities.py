@@ -1,5 +1,5 @@
 """Identities: Linformer with E = I is full attention; FLuRKA with E = I is its kernel;
-flurka-eva with every compressed row exact is Linformer; FAVOR+ error falls like 1/√m."""
+flurka-eva with E = I is EVA; FAVOR+ error falls like 1/√m."""
 
 from __future__ import annotations
 
@@ -47,21 +47,26 @@ def test_identity_projection_recovers_the_constituent(fused, base, rng_seed):
     assert not np.allclose(np.asarray(layer(x)), np.asarray(base_layer(x)), atol=1e-3)
 
 
-def test_flurka_eva_with_all_rows_exact_is_linformer(rng_seed):
-    """The flurka-eva definition: window_size = d_k leaves no chunks, i.e. exact softmax over
-    the compressed keys — Linformer."""
-    lin = shared("linformer", seed=12)
+def test_flurka_eva_with_identity_e_is_eva(rng_seed):
+    """flurka-eva is EVA on the compressed rows: with E = I and d_k = L every query sits at its
+    own row, the windows and chunks are EVA's, and so is the output (the adaptive proposal and
+    the noise ε copied from EVA; padded batch)."""
+    eva = shared("eva", seed=12, window_size=6, chunk_size=4)
     fe = make_attention("flurka-eva", d_model=16, num_heads=2, max_len=MAX_LEN, rngs=nnx.Rngs(1),
-                        d_k=8, window_size=8)
-    copy_shared(lin, fe)
+                        d_k=MAX_LEN, window_size=6, chunk_size=4)
+    copy_shared(eva, fe)
+    with_identity_e(fe)
+    assert (fe.compressed_window, fe.compressed_chunk) == (6, 4)
     x, mask = inputs(rng_seed)
     real = np.asarray(mask)
-    np.testing.assert_allclose(np.asarray(fe(x, mask))[real], np.asarray(lin(x, mask))[real],
+    np.testing.assert_allclose(np.asarray(fe(x, mask))[real], np.asarray(eva(x, mask))[real],
                                rtol=1e-5, atol=1e-5)
-    partly = make_attention("flurka-eva", d_model=16, num_heads=2, max_len=MAX_LEN,
-                            rngs=nnx.Rngs(1), d_k=8, window_size=2, chunk_size=3)
-    copy_shared(lin, partly)
-    assert not np.allclose(np.asarray(partly(x, mask))[real], np.asarray(lin(x, mask))[real],
+    # ...and E matters: compressed to a third, the same options see another function
+    third = make_attention("flurka-eva", d_model=16, num_heads=2, max_len=MAX_LEN,
+                           rngs=nnx.Rngs(1), d_k=MAX_LEN // 3, window_size=6, chunk_size=4)
+    assert (third.compressed_window, third.compressed_chunk) == (2, 1)
+    nnx.update(third, nnx.state(eva, nnx.Param))          # its noise has 8 chunks, not 6
+    assert not np.allclose(np.asarray(third(x, mask))[real], np.asarray(eva(x, mask))[real],
                            atol=1e-3)
 
 

@@ -66,7 +66,11 @@ def test_option_errors():
         make("flash", implementation="cudnn")
     with pytest.raises(ValueError, match="num_features must be a positive int"):
         make("performer", num_features=0)
-    with pytest.raises(ValueError, match=r"window_size .* must be an int in \[0, d_k=8\]"):
-        make("flurka-eva", d_k=8, window_size=9)
+    for window in (0, -3, 2.5, True):   # positions, as EVA's: any positive int, even past d_k
+        with pytest.raises(ValueError, match="window_size must be a positive int"):
+            make("flurka-eva", d_k=8, window_size=window)
+    assert make("flurka-eva", d_k=8, window_size=30).compressed_window == 10   # 30 · 8 / 24
+    with pytest.raises(ValueError, match="flurka-eva: fused_projections is not available"):
+        make("flurka-eva", d_k=8, fused=True, fused_projections=True)
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         make("eva", chunk_size=0)

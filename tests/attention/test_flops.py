@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -27,10 +29,10 @@ def test_shape_validation():
         F.forward_flops("sparse", F.AttentionShape(1, 64, 64, 4))
     with pytest.raises(ValueError, match="not a FLuRKA variant"):
         F.constituents("performer")
-    with pytest.raises(ValueError, match="eva needs window_size >= 1"):
-        F.forward_flops("eva", F.AttentionShape(1, 64, 64, 4, window_size=0))
-    with pytest.raises(ValueError, match="window_size=9 .* must be <= d_k=8"):
-        F.forward_flops("flurka-eva", F.AttentionShape(1, 64, 64, 4, d_k=8, window_size=9))
+    for window in (0, -1):   # the EVAs' window, in positions: any positive int, even past d_k
+        with pytest.raises(ValueError, match="window_size must be a positive integer"):
+            F.AttentionShape(1, 64, 64, 4, d_k=8, window_size=window)
+    assert F.forward_flops("flurka-eva", F.AttentionShape(1, 64, 64, 4, d_k=8, window_size=9)) > 0
     with pytest.raises(ValueError, match="sharing must be one of headwise, kv, none"):
         F.AttentionShape(1, 64, 64, 4, sharing="layer")
 
@@ -49,10 +51,20 @@ def test_full_attention_by_hand():
 
 
 def test_flurka_beats_both_constituents_at_the_papers_long_sequence():
+    """flurka-eva beats Linformer only where its chunks summarise several compressed rows: with
+    EVA's 16-position window and chunks at d_k/N = 1500/55 500 each covers one row (w' = c' =
+    1), so every query attends one row exactly and all 1500 as chunk summaries — Linformer's
+    products plus the summaries'; with chunks of 64 positions (c' = 2) it halves the chunk
+    logits."""
     s = F.AttentionShape(1, 55500, 2600, 8, d_k=1500, num_features=325)
-    for m in F.FLURKA:
+    for m in ("flurka-performer", "flurka-rnn"):
         assert F.fewer_than_constituents(m, s) == {"linformer": True,
                                                    m.removeprefix("flurka-"): True}
+    assert F.flurka_eva_sizes(s) == (1, 1, 1500)
+    assert F.fewer_than_constituents("flurka-eva", s) == {"linformer": False, "eva": True}
+    wider = dataclasses.replace(s, chunk_size=64)
+    assert F.flurka_eva_sizes(wider) == (1, 2, 1500)
+    assert F.fewer_than_constituents("flurka-eva", wider) == {"linformer": True, "eva": True}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,9 +119,45 @@ def test_defaults_match_the_layers():
     assert (default(EVAAttention, "window_size"), default(EVAAttention, "chunk_size")) == (
         F.EVA_WINDOW, F.EVA_CHUNK)
     assert (default(FlurkaEVA, "window_size"), default(FlurkaEVA, "chunk_size")) == (
-        None, F.EVA_CHUNK)
-    assert F.flurka_eva_sizes(F.AttentionShape(1, 64, 32, 4, d_k=40)) == (10, 16, 2)
+        F.EVA_WINDOW, F.EVA_CHUNK)
     assert DEFAULT_NUM_FEATURES == F.PERFORMER_FEATURES
+
+
+@pytest.mark.parametrize("size,sizes", [
+    # w' = max(1, ⌊size·d_k/N + ½⌋) rows, likewise c'; the d_k rows padded to lcm(w', c')
+    (dict(seq_len=64, d_k=40), (10, 10, 40)),                 # the defaults: 16 · 40/64 = 10
+    (dict(seq_len=96, d_k=40, window_size=20, chunk_size=8), (8, 3, 48)),   # 8.33, 3.33; lcm 24
+    (dict(seq_len=64, d_k=20, window_size=8, chunk_size=16), (3, 5, 30)),   # 2.5 rounds up; 15
+    (dict(seq_len=55500, d_k=1500), (1, 1, 1500)),            # 0.43: at least one row
+])
+def test_flurka_eva_sizes_are_the_layers_compressed_rows(size, sizes):
+    from flurka.attention import make_attention
+
+    shape = F.AttentionShape(1, d_model=32, num_heads=4, **size)
+    assert F.flurka_eva_sizes(shape) == sizes
+    if shape.seq_len > 1000:
+        return
+    layer = make_attention("flurka-eva", d_model=32, num_heads=4, max_len=shape.seq_len,
+                           rngs=nnx.Rngs(0), d_k=shape.d_k,
+                           **{k: v for k, v in size.items() if k.endswith("_size")})
+    w, c = layer.compressed_window, layer.compressed_chunk
+    assert (w, c, layer.num_chunks() * c) == sizes
+
+
+@pytest.mark.parametrize("shape", [
+    F.AttentionShape(2, 96, 64, 4, d_k=40, window_size=20, chunk_size=8),   # w' 8, c' 3: 48 rows
+    F.AttentionShape(2, 100, 32, 2, d_k=30, window_size=7, chunk_size=5),   # w' = c' = 2
+    F.AttentionShape(1, 64, 32, 2, d_k=64, window_size=4, chunk_size=8, sharing="none"),
+], ids=["padded", "even", "per-head-e"])
+def test_flurka_eva_model_counts_every_dot_the_layer_runs(shape):
+    """flurka-eva's forward dots to the FLOP (its chunk half's ones column included), and its
+    gradient step's, the backward products that contract nothing left out (XLA multiplies
+    them: the per-query windows' ∂K, ∂V and the chunk rows'). With one row a window or chunk
+    (w' or c' = 1) XLA makes multiplies of the forward products too: CONFIGS' N = 200 shape."""
+    assert _layer_dot_flops("flurka-eva", shape) == F.dot_flops("flurka-eva", shape)
+    for grad, input_grad in ((0, False), ((0, 1), True)):
+        assert _layer_dot_flops("flurka-eva", shape, grad=grad) == F.training_dot_flops(
+            "flurka-eva", shape, input_grad=input_grad)
 
 
 def test_linformer_sharing_counts_each_distinct_projection():

@@ -221,12 +221,12 @@ def test_the_one_kernel_hands_the_next_layer_norm_its_statistics(dtype):
     np.testing.assert_array_equal(jax.grad(loss)(ops[0], 1e-5), jax.grad(loss)(ops[0], None))
 
 
-@pytest.mark.parametrize("attention", ["flurka-rnn", "flurka-eva"])
+@pytest.mark.parametrize("attention", ["flurka-rnn"])
 def test_the_next_layer_takes_the_statistics_instead_of_a_pass_of_its_own(attention):
     """At the flash comparison's widths (d_model = FFN = 512, the LayerNorm in the attention's
     kernels, one-kernel FFN, bf16), lowered for the GPU: a 3-block encoder's forward runs the
     statistics kernel once (the first block's input), not once per block; the training step's
-    gradient too. flurka-eva's x̂ mean comes from its compression kernel."""
+    gradient too."""
     with use_ffn_tiling(ONE_KERNEL):
         config = ModelConfig(attention, attention_options={
             "d_k": 128, "fused": True, "fused_projections": True, "dtype": jnp.bfloat16},

@@ -233,9 +233,11 @@ def test_fused_query_side_reads_q_and_writes_its_output_once(tmp_path):
     exactly q read, the output written in the compute dtype and the key side's small operands —
     the last block's loads and stores are masked, not q padded and the output sliced (two more
     passes over [N, d]) — on a grid of ⌈1000 / 128⌉ row blocks, spill-free on Hopper's
-    warpgroup MMA. flurka-eva's (d_k 128: a window of 32 rows + 6 chunks = 38 keys, padded to
-    one 64-key step) reads those keys and values instead of KV and Σφ(K); its training step adds
-    the two backward kernels (dq; dK and dV), spill-free too."""
+    warpgroup MMA. flurka-eva's chunk half (d_k 128 at N = 1000: chunks of c' = 2 compressed
+    rows, 64 summaries, one 64-key step) reads the summaries k̃ and β and their key bias instead
+    of KV and Σφ(K), and writes each row's lse beside its output (the window half joins it
+    through that); its training step adds the two backward kernels (dq; dK and dV), spill-free
+    too."""
     rows = _script("""
         import json, sys, jax
         jax.config.update("jax_platforms", "cpu")
@@ -252,7 +254,7 @@ def test_fused_query_side_reads_q_and_writes_its_output_once(tmp_path):
     n, heads, d = 1000, 4, 128
     kernel_side = heads * d * d * 2 + heads * d * 2              # KV [h, m, d], Σφ(K) [h, m]
     key_sides = (kernel_side, kernel_side + d * d * 2,            # FAVOR+ reads ωᵀ [d, m] too
-                 2 * 64 * heads * d * 2)                          # eva: keys, values [64, h, d]
+                 2 * 64 * heads * d * 2 + 64 * 4 + heads * n * 4)  # k̃, β [64, h, d]; bias; lse
     *rows, train = rows
     assert train["status"] == "ok", train
     assert {k["kernel"] for k in train["kernels"]} == {

@@ -74,8 +74,11 @@ def test_plans_name_real_points_in_priority_order():
         assert {(p.mechanism, p.mode) for p in ffn} >= {(m, "forward") for m in {"flash", *FLURKA}}
         assert all(p.scope == "model" and p.seq_len == 52500 for p in ffn)
         assert all(p.fused and p.pad_to == 128 for p in ffn if p.mechanism != "flash")
-        # ... and the whole fused layer (W_Q, W_O in the query-side kernel) where it fits
-        assert {p.mechanism for p in ffn if p.fused_projections} == set(FLURKA)
+        # ... and the whole fused layer (W_Q, W_O in the query-side kernel) where it fits: the
+        # projectable variants; flurka-eva (no projected kernel) fused without it
+        assert {p.mechanism for p in ffn if p.fused_projections} == set(FLURKA) & set(g.PROJECTABLE) \
+            == {"flurka-performer", "flurka-rnn"}
+        assert "flurka-eva" in {p.mechanism for p in ffn if p.fused and not p.fused_projections}
     targets = [p for sweep, where in g.PLANS["targets"] for _, p in g.planned(sweep, where)]
     # the issue's targets on a card never measured: every alignable mechanism's N = 55.5k layer
     # aligned first, then flash against FLuRKA at 52.5k, both modes; the quadratic ones last
@@ -100,6 +103,24 @@ def test_plans_name_real_points_in_priority_order():
     # flurka-rnn's aligned training step beside rnn's (a tie within the spread on the first lease)
     assert {"rnn", "flurka-rnn"} <= {p.mechanism for p in second if p.mode == "train" and p.align == 128
                                      and p.seq_len == 55500 and not p.fused}
+
+
+def test_a_plan_cannot_ask_for_projections_a_layer_does_not_have(tmp_path):
+    """A block with fused_projections names projectable mechanisms only ("projectable", or a
+    list of them): flurka-eva's query side has no projected kernel, so a block asking for it
+    (here through the "flurka" group) is refused when the plans are read, not dropped."""
+    g = _driver()
+    plans = g.PLANS_FILE.read_text()
+    assert 'fused_projections = [true], fused_ffn = [true], mechanism = "projectable"' in plans
+    bad = tmp_path / "plans.toml"
+    bad.write_text(plans.replace('fused_projections = [true], fused_ffn = [true], '
+                                 'mechanism = "projectable"',
+                                 'fused_projections = [true], fused_ffn = [true], '
+                                 'mechanism = "flurka"'))
+    with pytest.raises(ValueError, match="fused_projections of flurka-eva, which have no "
+                                         "projected kernel"):
+        g.load_plans(bad)
+    assert "flurka-eva" not in g.HANDED_OVER
 
 
 def test_theory_arguments_are_a_valid_plan():
@@ -148,10 +169,11 @@ def test_dry_run_checks_and_writes_ingestable_documents(tmp_path, capsys):
     assert 0.0 < by[("rnn", "float32", "projections")]["rel_err"] < 1e-5
     assert 0.0 < by[("rnn", "float32", "projections")]["grad_rel_err"] < 1e-5
     assert 1e-4 < by[("rnn", "bfloat16", "projections")]["rel_err"] < 2e-2
-    # flurka-eva, which --check does not name: its projected layer with the LayerNorm handed
-    # over (the softmax's gradient kernels) in float32
-    eva = by[("flurka-eva", "float32", "projections")]
-    assert eva["norm"] and 0.0 < eva["rel_err"] < 1e-5 and 0.0 < eva["grad_rel_err"] < 1e-5, eva
+    # flurka-rnn, which --check does not name: its projected layer with the LayerNorm handed
+    # over (the compression's and the projected query side's gradient kernels) in float32
+    handed = by[("flurka-rnn", "float32", "projections")]
+    assert handed["norm"] and 0.0 < handed["rel_err"] < 1e-5 and 0.0 < handed["grad_rel_err"] < 1e-5, handed
+    assert not any(r["mechanism"] == "flurka-eva" for r in check)
     # the fused FFN block (its two kernels, interpreted here) against the XLA path in float32
     assert 0.0 < by[("fused_ffn", "float32", None)]["rel_err"] < 1e-5
     assert 1e-4 < by[("fused_ffn", "bfloat16", None)]["rel_err"] < 2e-2

@@ -264,3 +264,21 @@ def test_recorded_flops_and_floors_are_the_flop_models(path):
     changed = [(r["mechanism"], r["mode"], r["seq_len"]) for r, s in zip(doc["results"], again["results"]) if r != s]
     assert changed == []
     assert any(r.get("flops") for r in doc["results"])
+
+
+def test_rows_that_timed_an_earlier_layer_keep_their_recorded_flops():
+    """flurka-eva's rows in a document created before its current definition
+    (``bench.DEFINED``) timed another layer under the name: ``rederive`` keeps their FLOP-model
+    fields as recorded, which today's model does not describe; the same rows in a document
+    created since are re-derived, and no other mechanism's rows are dated."""
+    from flurka.speed.bench import DEFINED, current_layer, rederive
+
+    doc = json.loads((RECORDED / "h200" / "2026-12-04" / "run1" / "n-sweep.json").read_text())
+    assert doc["created"] < DEFINED["flurka-eva"]
+    assert any(r["mechanism"] == "flurka-eva" and r["status"] == "ok" for r in doc["results"])
+    assert rederive(doc) == doc
+    newer = {**doc, "created": f"{DEFINED['flurka-eva']}T00:00:00+00:00"}
+    changed = {r["mechanism"] for r, s in zip(newer["results"], rederive(newer)["results"])
+               if r != s}
+    assert changed == {"flurka-eva"}
+    assert not current_layer("flurka-eva", None) and current_layer("eva", None)

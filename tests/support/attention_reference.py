@@ -64,8 +64,8 @@ def build(mechanism, seed=0, **options):
     opts = dict(d_k=8, num_features=64)
     if mechanism == "eva":
         opts.update(window_size=4, chunk_size=3)
-    if mechanism == "flurka-eva":
-        opts.update(window_size=3, chunk_size=2)
+    if mechanism == "flurka-eva":   # positions: 3 and 2 of the 8 compressed rows of 24 positions
+        opts.update(window_size=9, chunk_size=6)
     opts.update(options)
     layer = make_attention(mechanism, d_model=D_MODEL, num_heads=HEADS, max_len=MAX_LEN,
                            rngs=nnx.Rngs(seed), **opts)
@@ -170,29 +170,45 @@ def eva_core(q, k, v, real, layer, noise, head):
     return out
 
 
+def compressed_rows(size, d_k, max_len):
+    """A window or chunk of ``size`` positions in compressed rows: round(size·d_k/L), at least 1."""
+    return max(1, int(math.floor(size * d_k / max_len + 0.5)))
+
+
 def flurka_eva_core(q, k, v, real_q, real_k, layer, noise, head):
-    """flurka-eva per head: exact first window_size compressed rows, chunk CVs for the rest,
-    q̄ = mean of the real queries; compressed rows that are not ``real_k`` dropped (a chunk
-    with none left is dropped too, its noise row unused)."""
-    d = q.shape[1]
+    """flurka-eva per head: EVA on the compressed rows. Query t sits at compressed position
+    r(t) = ⌊t·d_k/L⌋; it attends exactly to the real rows of the window of w' rows holding r(t)
+    and to every chunk of c' rows with a real row, summarised as in EVA with q̄ the mean of the
+    real queries whose r(t) lies in the chunk (w', c': EVA's window and chunk in positions, scaled
+    by d_k/L). Compressed rows that are not ``real_k`` are dropped."""
+    n, d = q.shape
+    m, big = k.shape[0], layer.max_len
     s = d ** -0.5
-    w, c, m = layer.window_size, layer.chunk_size, k.shape[0]
-    q_bar = q[real_q].mean(0)
-    logits_k = [k[j] for j in range(w) if real_k[j]]
-    vals = [v[j] for j in range(w) if real_k[j]]
-    for ci, start in enumerate(range(w, m, c)):
-        keep = [j for j in range(start, min(start + c, m)) if real_k[j]]
+    w = compressed_rows(layer.window_size, m, big)
+    c = compressed_rows(layer.chunk_size, m, big)
+    padded = -(-m // math.lcm(w, c)) * math.lcm(w, c)
+    r = [min(t * m // big, m - 1) for t in range(n)]
+    chunks = []
+    for ci in range(padded // c):
+        keep = [j for j in range(ci * c, min((ci + 1) * c, m)) if real_k[j]]
         if not keep:
             continue
-        kc, vc = k[keep], v[keep]
-        k_tilde = proposal(layer.adaptive_mu_k, kc.mean(0))
+        mine = [t for t in range(n) if real_q[t] and r[t] // c == ci]
+        q_bar = q[mine].mean(0) if mine else np.zeros(d)
+        k_tilde = proposal(layer.adaptive_mu_k, k[keep].mean(0))
         omega = 0.5 * (proposal(layer.adaptive_mu_q, q_bar) + k_tilde)
         if noise is not None:
             omega = omega + noise[ci, head]
-        beta = softmax(s * kc @ omega - 0.5 * s * (kc ** 2).sum(1)) @ vc
-        logits_k.append(k_tilde)
-        vals.append(beta)
-    return softmax(s * q @ np.array(logits_k).T) @ np.array(vals)
+        logw = s * k[keep] @ omega - 0.5 * s * (k[keep] ** 2).sum(1)
+        chunks.append((k_tilde, softmax(logw) @ v[keep]))
+    out = np.zeros((n, d))
+    for t in range(n):
+        g = r[t] // w
+        local = [j for j in range(g * w, min((g + 1) * w, m)) if real_k[j]]
+        logits = [s * q[t] @ k[j] for j in local] + [s * q[t] @ kt for kt, _ in chunks]
+        vals = [v[j] for j in local] + [beta for _, beta in chunks]
+        out[t] = softmax(np.array(logits)) @ np.array(vals)
+    return out
 
 
 # -- whole layer ------------------------------------------------------------------------------

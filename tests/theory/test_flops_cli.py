@@ -20,20 +20,29 @@ def _records(stdout: str) -> dict[str, dict]:
     return {r["mechanism"]: r for r in records}
 
 
-def test_long_sequence_every_flurka_variant_beats_both_constituents(capsys):
+def test_long_sequence_flurka_variants_beat_both_constituents(capsys):
+    """flurka-eva beats Linformer where its chunks summarise several compressed rows: with EVA's
+    16-position chunks at d_k/N = 1500/55 500 each chunk is one row, and it attends every row
+    as a summary (flurka.attention.flops.flurka_eva_sizes); with --chunk-size 64, two."""
     assert main(["flops", "--seq-len", "55500", *PAPER_ARGS]) == 0
     records = _records(capsys.readouterr().out)
     assert list(records) == list(MECHANISMS)
     for name in FLURKA:
         r, kernel = records[name], name.removeprefix("flurka-")
-        assert r["fewer_than_constituents"] == {"linformer": True, kernel: True}
+        fewer = {"linformer": name != "flurka-eva", kernel: True}
+        assert r["fewer_than_constituents"] == fewer
         # the flag agrees with the printed numbers
-        assert r["flops"] < records["linformer"]["flops"] and r["flops"] < records[kernel]["flops"]
+        assert (r["flops"] < records["linformer"]["flops"]) == fewer["linformer"]
+        assert r["flops"] < records[kernel]["flops"]
         assert r["claims"] == {"claim1": True, "claim2": True, "claim3": True}
         assert sum(r["breakdown"].values()) == r["flops"] > r["dot_flops"] > 0
     for name in set(MECHANISMS) - set(FLURKA):
         assert records[name]["claims"] is None and records[name]["fewer_than_constituents"] is None
     assert records["full"]["config"]["seq_len"] == 55500
+    assert main(["flops", "--seq-len", "55500", *PAPER_ARGS, "--chunk-size", "64",
+                 "--mechanism", "flurka-eva"]) == 0
+    (r,) = _records(capsys.readouterr().out).values()
+    assert r["fewer_than_constituents"] == {"linformer": True, "eva": True}
 
 
 def test_installed_script_short_sequence_claim1_fails():

@@ -26,6 +26,7 @@ from flurka.attention.flash import FlashAttention, flash_attention
 from flurka.mechanisms import COMPRESSED, FLURKA, MECHANISMS, RANDOM_FEATURES
 from flurka.attention.flurka import FlurkaEVA, FlurkaPerformer, FlurkaRNN, compressed_eva_attention
 from flurka.attention.full import FullAttention, softmax_attention
+from flurka.attention.fused_layer import ProjectedQuerySide
 from flurka.attention.handover import HandoverBeta, handover_class
 from flurka.attention.linformer import LinformerAttention
 from flurka.attention.lowrank import SeqProjection
@@ -60,9 +61,10 @@ def _accepted_options(cls: type) -> list[str]:
 
 # Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.attention.fused).
 FUSABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if "fused" in _accepted_options(c))
-# ... and ``fused_projections=True`` too (W_Q and W_O in that kernel, flurka.attention.fused_layer).
+# ... and ``fused_projections=True`` too (W_Q and W_O in that kernel, flurka.attention.fused_layer;
+# flurka-eva takes the option only to refuse it).
 PROJECTABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items()
-                                     if "fused_projections" in _accepted_options(c))
+                                     if issubclass(c, ProjectedQuerySide))
 
 
 def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int,

@@ -31,8 +31,8 @@ Changed / simplified, and why:
 
 Speed options: aligned (``align``), d_h is zero-padded like every other dimension, the proposal
 seeing the true columns (:func:`chunk_control_variates`, flurka-eva's too); ``fused``, the
-[N, C] chunk half of the joint softmax runs in flurka-eva's Pallas softmax kernel
-(:func:`_fused_joint_softmax`).
+[N, C] chunk half of the joint softmax runs in the Pallas softmax kernel
+(:func:`_fused_joint_softmax`; flurka-eva's chunk half too).
 
 Product order (per head; w = window_size, c = chunk_size, C = N/c chunks):
   1. Q, K, V = X W_Q, X W_K, X W_V             3 × [N, d_m] · [d_m, d_m]
@@ -62,6 +62,8 @@ from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
 LN_EPS = 1e-5  # torch.nn.LayerNorm default, as in the official code
+WINDOW_SIZE = 16  # the defaults of window_size and chunk_size (positions), EVA's and flurka-eva's
+CHUNK_SIZE = 16
 
 
 def masked_mean(x: Array, mask: Array, axis: int) -> Array:
@@ -129,10 +131,32 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
     k_tilde, beta = chunk_control_variates(kc, vc, mc, masked_mean(qc, mc, axis=2), mu_q, mu_k,
                                            noise, head_dim)
     chunk_bias = jnp.where(jnp.any(mc, axis=-1), 0.0, NEG_INF)   # [b, C]: empty chunks out
-    args = (local.reshape(b, h, n_pad, w), q, k_tilde, beta, chunk_bias, vw, scale)
+    return joint_softmax(local.reshape(b, h, n_pad, w), q, k_tilde, beta, chunk_bias, vw, scale,
+                         fused)[:, :n]
+
+
+def joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, fused=None):
+    """EVA's one softmax over each query's window logits ``local`` [b, h, n, w] (float32, masked)
+    and its chunk logits s·q·k̃ (``chunk_bias`` [b, C]: 0, or NEG_INF on empty chunks), applied
+    to the window's values ``vw`` and the chunk values β [b, C, h, d]. ``vw``: per window
+    [b, n/w, w, h, d] (EVA's windows of the sequence) or per query [b, n, w, h, d] (flurka-eva's,
+    gathered from the compressed rows); :func:`window_sum` tells them apart. float32 (``fused``:
+    the chunk half in the Pallas kernel, the result in vw's dtype)."""
+    args = (local, q, k_tilde, beta, chunk_bias, vw, scale)
     if fused:
-        return _fused_joint_softmax(*args, fused)[:, :n]
-    return _xla_joint_softmax(*args)[:, :n]
+        return _fused_joint_softmax(*args, fused)
+    return _xla_joint_softmax(*args)
+
+
+def window_sum(weights, vw, dtype):
+    """Σ_j weights[b, h, i, j]·v_j over each query's window: ``vw`` per window [b, n/w, w, h, d]
+    or per query [b, n, w, h, d] (at w = 1 the two are one layout and one product). float32
+    [b, n, h, d]."""
+    b, h, n, w = weights.shape
+    if vw.shape[1] == n:
+        return contract("bhnj,bnjhd->bnhd", weights, vw, dtype)
+    return contract("bhgij,bgjhd->bgihd", weights.reshape(b, h, n // w, w, w), vw,
+                    dtype).reshape(b, n, h, vw.shape[-1])
 
 
 def _xla_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale):
@@ -170,7 +194,7 @@ _fused_joint_softmax.defvjp(_fused_joint_softmax_fwd, _fused_joint_softmax_bwd)
 
 def _kernel_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling):
     """The joint softmax of :func:`_joint_softmax` with its chunk half — the [N, C] part, C =
-    N / chunk_size — in the Pallas kernel flurka-eva's query side runs
+    N / chunk_size — in the Pallas softmax kernel
     (:func:`~flurka.attention.fused.fused_softmax_attention`: flash attention's online softmax
     over the chunk summaries k̃, β, empty chunks masked by a key bias), so its logits and
     weights never reach memory (``chunk_bias`` [b, C]: 0, or NEG_INF on empty chunks). The
@@ -178,24 +202,20 @@ def _kernel_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling
     exactly through their log-normalisers: with Z_c = e^lse_c, Z_w = e^lse_w,
     out = (Z_c·out_c + Z_w·out_w) / (Z_c + Z_w) = s·out_c + (1 − s)·out_w, s = σ(lse_c − lse_w).
     Returns [b, n, h, d] in vw's dtype."""
-    b, h, n, w = local.shape
-    d = vw.shape[-1]
     dtype = vw.dtype
     chunked, lse_c = fused_softmax_attention(
         q, k_tilde.astype(q.dtype), beta.astype(dtype), scale=scale, with_lse=True,
         bias=chunk_bias, tiling=tiling, out_dtype=dtype)
     lse_w = jax.nn.logsumexp(local, axis=-1, keepdims=True)                     # [b, h, n, 1]
-    weights = jnp.exp(local - lse_w)
-    windowed = contract("bhgij,bgjhd->bgihd", weights.reshape(b, h, n // w, w, w), vw,
-                        dtype).reshape(b, n, h, d)
+    windowed = window_sum(jnp.exp(local - lse_w), vw, dtype)
     share = jax.nn.sigmoid(lse_c - lse_w[..., 0]).transpose(0, 2, 1)[..., None]   # [b, n, h, 1]
     return (share * chunked.astype(F32) + (1.0 - share) * windowed).astype(dtype)
 
 
 def _joint_softmax(local, chunk, vw, beta, dtype):
     """One softmax over each query's window logits ``local`` [b, h, n, w] and the chunk logits
-    ``chunk`` [b, h, n, C] (float32), applied to its window's values ``vw`` [b, n/w, w, h, d] and
-    the chunk values β [b, C, h, d]; float32 [b, n, h, d].
+    ``chunk`` [b, h, n, C] (float32), applied to its window's values ``vw`` (:func:`window_sum`)
+    and the chunk values β [b, C, h, d]; float32 [b, n, h, d].
 
     [N, C] is EVA's one large array (8 heads × 55.5k × 3.5k in float32 is 6.2 GB in the
     N-sweep), so the passes over it are counted. Its exp is rounded to the product's operand
@@ -205,7 +225,6 @@ def _joint_softmax(local, chunk, vw, beta, dtype):
     the max and by the exp, and the weights written and read once. The two parts share one
     maximum: no concatenated [N, w + C] copy (in the windows' layout it moved ~60 of 75 GB in an
     H200 plan)."""
-    b, h, n, w = local.shape
     d = beta.shape[-1]
     top = jnp.maximum(jnp.max(local, axis=-1, keepdims=True),
                       jnp.max(chunk, axis=-1, keepdims=True))
@@ -213,8 +232,7 @@ def _joint_softmax(local, chunk, vw, beta, dtype):
     weights = jnp.exp(chunk - top).astype(dtype)
     ones = jnp.ones(beta.shape[:-1] + (1,), beta.dtype)
     chunked = contract("bhnc,bchd->bnhd", weights, jnp.concatenate([beta, ones], axis=-1), dtype)
-    windowed = contract("bhgij,bgjhd->bgihd", local.reshape(b, h, n // w, w, w), vw,
-                        dtype).reshape(b, n, h, d)
+    windowed = window_sum(local, vw, dtype)
     total = jnp.sum(local, axis=-1).transpose(0, 2, 1)[..., None] + chunked[..., d:]
     return (windowed + chunked[..., :d]) / total
 
@@ -232,7 +250,7 @@ class EVAAttention(RandomFeatureMixin, AttentionLayer):
 
     mechanism = "eva"
 
-    def __init__(self, *, window_size: int = 16, chunk_size: int = 16, redraw: bool = False,
+    def __init__(self, *, window_size: int = WINDOW_SIZE, chunk_size: int = CHUNK_SIZE, redraw: bool = False,
                  deterministic: bool = False, fused: bool | Tiling = False, **kwargs):
         super().__init__(**kwargs)
         self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)

@@ -3,10 +3,12 @@
 :func:`flop_breakdown`, :func:`forward_flops` and :func:`dot_flops` count the FLOPs of *our*
 layers (``flurka.attention.*``) in the order of matrix products each module's docstring states:
 projections (W_K/W_V on the d_k compressed rows for the low-rank layers), E·X compression per
-``sharing``, feature maps, EVA on its padded length, flurka-eva's exact rows + chunk control
-variates. Its matmul part is tested against the dot products of the compiled layer
-(:func:`flurka.hlo.dot_flops`; on jax 0.10 CPU it agrees to the FLOP for all nine mechanisms);
-``flash`` counts the same maths as ``full`` whichever kernel runs it. The paper's own, looser
+``sharing``, feature maps, EVA on its padded length, flurka-eva's EVA on the compressed rows.
+Its matmul part is tested against the dot products of the compiled layer
+(:func:`flurka.hlo.dot_flops`; on jax 0.10 CPU it agrees to the FLOP but for EVA, whose count
+leaves out the ones column its chunk half's weighted sum carries (2·C FLOPs per query and head),
+and flurka-eva with a window or chunk of one compressed row, whose products over it XLA makes
+multiplies); ``flash`` counts the same maths as ``full`` whichever kernel runs it. The paper's own, looser
 cost model and its claims are :mod:`flurka.theory.cost_model`.
 
 Counting convention:
@@ -64,9 +66,9 @@ class AttentionShape:
     ``d_k`` (Linformer's projected length; paper's "downsampling factor") is needed by
     linformer and flurka-*. The others mirror the layers' options, ``None`` meaning the layer's
     default: ``num_features`` (m, FAVOR+ features per head; performer and flurka-performer),
-    ``window_size`` (eva: local window, default 16; flurka-eva: compressed rows attended
-    exactly, default d_k // 4, may be 0), ``chunk_size`` (EVA's control-variate chunk, default
-    16), ``sharing`` (Linformer's E sharing, lowrank.SHARINGS).
+    ``window_size`` and ``chunk_size`` (EVA's local window and control-variate chunk in
+    positions, default 16 each; flurka-eva covers them with compressed rows, :func:`flurka_eva_sizes`),
+    ``sharing`` (Linformer's E sharing, lowrank.SHARINGS).
     """
 
     batch: int
@@ -82,12 +84,9 @@ class AttentionShape:
     def __post_init__(self):
         for name in ("batch", "seq_len", "d_model", "num_heads"):
             _positive(name, getattr(self, name))
-        for name in ("d_k", "num_features", "chunk_size"):
+        for name in ("d_k", "num_features", "window_size", "chunk_size"):
             if getattr(self, name) is not None:
                 _positive(name, getattr(self, name))
-        w = self.window_size
-        if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w < 0):
-            raise ValueError(f"window_size must be a non-negative integer, got {w!r}")
         if self.sharing not in SHARINGS:
             raise ValueError(f"sharing must be one of {', '.join(SHARINGS)}, got {self.sharing!r}")
         if self.d_model % self.num_heads:
@@ -104,12 +103,6 @@ class AttentionShape:
         """Clear error when the mechanism needs a size the shape lacks."""
         if (mechanism == LOW_RANK or mechanism in FLURKA) and self.d_k is None:
             raise ValueError(f"{mechanism} needs d_k (the low-rank projected length)")
-        if mechanism == "eva" and self.window_size == 0:
-            raise ValueError("eva needs window_size >= 1 (its local window)")
-        w = self.window_size
-        if mechanism == "flurka-eva" and w is not None and w > self.d_k:
-            raise ValueError(f"flurka-eva: window_size={self.window_size} (exact compressed rows) "
-                             f"must be <= d_k={self.d_k}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,29 +239,47 @@ def _eva(s: AttentionShape) -> dict[str, int]:
 
 
 def flurka_eva_sizes(s: AttentionShape) -> tuple[int, int, int]:
-    """(exact compressed rows W, chunk, chunks) of flurka-eva: W defaults to d_k // 4."""
-    w = s.d_k // 4 if s.window_size is None else s.window_size
-    c = s.chunk_size or EVA_CHUNK
-    return w, c, -(-(s.d_k - w) // c)
+    """(window w', chunk c', padded rows) of flurka-eva in compressed rows: EVA's window and chunk
+    (positions) scaled by d_k / N, at least one row each (flurka.compressed_size); the d_k rows
+    padded to a multiple of lcm(w', c')."""
+    w, c = (max(1, (2 * size * s.d_k + s.seq_len) // (2 * s.seq_len))
+            for size in (s.window_size or EVA_WINDOW, s.chunk_size or EVA_CHUNK))
+    unit = math.lcm(w, c)
+    return w, c, -(-s.d_k // unit) * unit
 
 
 def _flurka_eva(s: AttentionShape) -> dict[str, int]:
-    """flurka.compressed_eva_attention on d_k compressed keys: W of them attended exactly, the
-    other d_k − W summarised by chunk control variates; the query proposal uses the mean of all
-    queries, broadcast to every chunk (so Lin_q runs once per chunk)."""
-    w, c, chunks = flurka_eva_sizes(s)
+    """flurka.compressed_eva_attention: EVA on the d_k compressed rows (padded to P rows), each of
+    the N queries attending the w' rows of its window and the C = P/c' chunk summaries, q̄ per
+    chunk from the queries whose compressed position lies in it. The chunk half's weighted sum
+    carries a ones column beside β (eva._joint_softmax: the softmax's denominator, d_h + 1
+    wide)."""
+    w, c, p = flurka_eva_sizes(s)
     b, n, h, dh, dm = s.batch, s.seq_len, s.num_heads, s.d_head, s.d_model
-    rows, logits = b * h * n, w + chunks
-    parts = {
-        "scores": matmul_flops(rows, logits, dh),
-        "scale": rows * w + 2 * rows * chunks,                     # × d_h^-1/2; chunk masking
-        "softmax": 5 * rows * logits,
-        "weighted_sum": matmul_flops(rows, logits, dh),
-    }
-    if chunks:
-        parts = _merge(parts, _control_variates(s, chunks * c, chunks),
-                       {"chunk_means": b * n * dm + b * n + b * dm})  # mean query
-    return parts
+    chunks, rows = p // c, b * h * n
+    return _merge(_control_variates(s, p, chunks), {
+        "padding_mask": 2 * b * p * dm + b * n * dm,               # zero_padding of k, v and q
+        "chunk_means": b * n * dm + b * n + b * chunks * dm,       # query chunk means
+        "scores": matmul_flops(rows, w, dh) + matmul_flops(rows, chunks, dh),
+        "scale": 2 * rows * (w + chunks),
+        "softmax": 5 * rows * (w + chunks),
+        "weighted_sum": matmul_flops(rows, w, dh) + matmul_flops(rows, chunks, dh + 1),
+        "combine": b * n * dm,
+    })
+
+
+def _gradient_multiplies(mechanism: str, s: AttentionShape) -> int:
+    """FLOPs of the backward products with nothing to contract, which XLA computes as
+    multiplies, not dots: flurka-eva's ∂K and ∂V of the w' rows each query gathered (an outer
+    product per query of its window weights' or logits' cotangent and its q or output
+    cotangent), and of its chunk summaries' rows (∂k through the one logit k·ω each row has,
+    ∂v through the one weight). Counted in :func:`training_flops`, left out of
+    :func:`training_dot_flops`."""
+    if mechanism != "flurka-eva":
+        return 0
+    w, _, p = flurka_eva_sizes(s)
+    b, h, dh = s.batch, s.num_heads, s.d_head
+    return 2 * matmul_flops(b * h * s.seq_len, w, dh) + 2 * matmul_flops(b * h * p, dh)
 
 
 def _exact(mechanism: str, s: AttentionShape) -> dict[str, int]:
@@ -324,8 +335,10 @@ def training_flops(mechanism: str, shape: AttentionShape, *, input_grad: bool = 
 
 def training_dot_flops(mechanism: str, shape: AttentionShape, *, input_grad: bool = True) -> int:
     """The matrix-product part of :func:`training_flops` (what :func:`hlo_dot_flops` measures
-    of a compiled gradient step)."""
-    return 3 * dot_flops(mechanism, shape) - _unneeded_gradients(mechanism, shape, input_grad)
+    of a compiled gradient step): its backward products that contract nothing are multiplies
+    (:func:`_gradient_multiplies`)."""
+    return (3 * dot_flops(mechanism, shape) - _unneeded_gradients(mechanism, shape, input_grad)
+            - _gradient_multiplies(mechanism, shape))
 
 
 def fewer_than_constituents(mechanism: str, shape: AttentionShape) -> dict[str, bool]:

@@ -35,13 +35,13 @@ the forward kernel only: the backward kernel keeps a program's dKV [f, d] in flo
 With ``fused_projections`` the layer's W_Q and W_O join this kernel
 (:mod:`flurka.attention.fused_layer`: q and the per-head context never reach memory).
 
-flurka-eva's query side is a softmax, not a kernel feature map: one softmax over the short key
-set every query sees (its exact window and chunk summaries). :func:`fused_softmax_attention`
-runs it as flash attention does (online softmax over 64-key steps, :func:`online_softmax`, which
-the projected kernel shares; backward: dq per row block, dK and dV per key block, from each row's
-saved log-sum-exp), same tiling and masking. EVA's chunk half is the same softmax over its
-chunk summaries — N / chunk_size keys, empty chunks masked by a key bias — returning each row's
-log-sum-exp too, through which EVA joins it with its windows' softmax exactly.
+The EVAs' chunk half is a softmax, not a kernel feature map: one softmax over a short key set
+every query sees, the chunk summaries (EVA's N / chunk_size, flurka-eva's over its compressed
+rows; empty chunks masked by a key bias). :func:`fused_softmax_attention` runs it as flash
+attention does (online softmax over 64-key steps, :func:`online_softmax`; backward: dq per row
+block, dK and dV per key block, from each row's saved log-sum-exp), same tiling and masking,
+returning each row's log-sum-exp too, through which the layer joins it with its windows' softmax
+exactly (:func:`flurka.attention.eva.joint_softmax`).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Tiling:
     dim 128), else 4. The forward of wide query sides (head dim or features past 128) has its
     own launch (``wide_*``): 64 rows is the fewest Hopper's warpgroup MMA (wgmma) takes — below,
     Triton falls back to per-warp mma.sync — and on 8 warps they spill least. The softmax
-    kernel past one block wide (EVA's chunk summaries, flurka-eva's window) is another kernel,
+    kernel past one block wide (the EVAs' chunk summaries) is another kernel,
     so it has a launch of its own (``softmax_*``), tuned on it; ptxas's registers
     and spills for each option: ``make aot ARGS="--target h100 --tilings"``, recorded in
     benchmarks/results/h100/NOTES.md. Which is fastest is the card's to say."""
@@ -536,9 +536,8 @@ def fused_query_side(q: Array, kv: Array, k_sum: Array, omega: Array | None = No
     return out if td == d else out[..., :d]
 
 
-# flurka-eva's query side: exact softmax over a short key set shared by every query (its global
-# window of compressed rows and the chunk summaries, window_size + C rows: 304 in the flash
-# comparison) — flash attention's online softmax over key blocks, per block of query rows.
+# The EVAs' chunk half: exact softmax over a short key set shared by every query (the chunk
+# summaries) — flash attention's online softmax over key blocks, per block of query rows.
 KEY_BLOCK = 64     # keys per step: a [rows, 64] float32 logit tile beside the [rows, d] output
 
 
@@ -850,8 +849,8 @@ _fused_softmax.defvjp(_fused_softmax_fwd, _fused_softmax_bwd)
 def fused_softmax_attention(q: Array, k: Array, v: Array, *, scale: float, bias=None,
                             with_lse: bool = False, interpret: bool = False,
                             tiling: Tiling | bool | None = None, out_dtype=F32):
-    """softmax(q·kᵀ·scale + bias)·v over a short key set every query sees (flurka-eva's exact
-    window and chunk summaries; EVA's chunk summaries) in one kernel that reads q and writes the
+    """softmax(q·kᵀ·scale + bias)·v over a short key set every query sees (the EVAs' chunk
+    summaries) in one kernel that reads q and writes the
     output once: the [N, J] logits never reach memory. q [b, n, h, d], k and v [b, J, h, d], in
     the compute dtype; ``bias`` [b, J] float32 (a mask: NEG_INF on keys a batch element lacks,
     never differentiated) or None. Result [b, n, h, d] in ``out_dtype``; with ``with_lse`` also

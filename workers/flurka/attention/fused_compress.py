@@ -19,10 +19,7 @@ A layer gets there through :class:`PreNorm`: the encoder block hands its LayerNo
 un-applied (``layer(x, mask, norm=...)``), and a low-rank layer with ``fused_projections``
 (``fuses_norm``) takes the statistics once for both of its kernels — this one and the projected
 query side (:mod:`flurka.attention.fused_layer`, on the standardised rows with the LayerNorm's
-scale folded into W_Q) — or takes them from the kernel that wrote x. For flurka-eva's q̄, the
-compression also sums x̂'s standardised rows as it loads them (``with_sum``), from which
-:func:`normalised_mean` gives x̂'s real-row mean; that sum's cotangent comes back through the
-∂x kernel, beside E's.
+scale folded into W_Q) — or takes them from the kernel that wrote x.
 
 Grid (d's 128-wide column blocks, d_k's row blocks, splits, batch): axis 0 varies fastest on a
 GPU, so the programs sharing one N-range of x and E run side by side and re-read its tiles from
@@ -147,11 +144,6 @@ class PreNorm:
         gradient too)."""
         return normalised(x, self.keep, self.scale, self.bias, eps=self.eps)
 
-    def real_mean(self, x: Array, standardised_sum: Array) -> Array:
-        """x̂'s mean over the real rows, float32 [b, d], from the compression's Σ keep·(x − μ)·r
-        (:func:`normalised_compression`'s ``with_sum``, :func:`normalised_mean`)."""
-        return normalised_mean(x, self.keep, self.scale, self.bias, standardised_sum)
-
 
 def layer_norm(x, scale, bias, *, eps):
     """flax LayerNorm's maths: statistics in float32 (E[x²] − E[x]², clamped at 0),
@@ -188,20 +180,17 @@ def moments(total, total_sq, d: int, eps: float):
 
 
 def layer_norm_backward(dnormed, cols, standardised, scale_ref, rstd, dscale_ref, dbias_ref,
-                        emit, standardised_cotangent=None):
+                        emit):
     """In a kernel: the LayerNorm's backward for a block of rows from ∂LN(y) (float32 [rows, 128]
     per column block of ``cols``, a loop's carried accumulators). With ŝ = (y − μ)·r
     (``standardised(c)``, recomputed per block: every block's ŝ and u live beside the
-    accumulators spill at 64 rows) and u = γ·∂LN(y) (+ ∂ŝ where something else read ŝ itself:
-    ``standardised_cotangent(c)``): ∂y = r·(u − mean(u) − ŝ·mean(u·ŝ)), handed to
-    ``emit(c, ∂y_c)`` block by block; this block's shares of ∂γ = Σ ∂LN(y)·ŝ and
+    accumulators spill at 64 rows) and u = γ·∂LN(y): ∂y = r·(u − mean(u) − ŝ·mean(u·ŝ)), handed
+    to ``emit(c, ∂y_c)`` block by block; this block's shares of ∂γ = Σ ∂LN(y)·ŝ and
     ∂β = Σ ∂LN(y) stored in ``dscale_ref``/``dbias_ref`` [1, d]."""
     d = len(cols) * BLOCK
 
     def block(c, g):
-        u = g * scale_ref[:, c].astype(F32)
-        return standardised(c), (u if standardised_cotangent is None
-                                 else u + standardised_cotangent(c))
+        return standardised(c), g * scale_ref[:, c].astype(F32)
 
     sum_u = sum_us = jnp.zeros((dnormed[0].shape[0], 1), F32)
     for g, c in zip(dnormed, cols):
@@ -262,27 +251,6 @@ def row_statistics(x, *, eps, interpret=False):
     return tuple(jax.lax.stop_gradient(s) for s in out)
 
 
-def reference_standardised_sum(x, keep, *, eps):
-    """Σ keep·(x − μ)·r over the rows, float32 [b, d], the XLA way (:func:`layer_norm`'s
-    statistics; keep None: every row): what :func:`normalised_compression` sums with
-    ``with_sum``."""
-    d = x.shape[-1]
-    return jnp.sum(normalised(x.astype(F32), keep, jnp.ones(d, F32), jnp.zeros(d, F32), eps=eps),
-                   axis=1)
-
-
-def normalised_mean(x, keep, scale, bias, standardised_sum):
-    """The mean of x̂ = keep ⊙ LN(x) over the real rows (keep None: all), float32 [b, d], from
-    Σ keep·(x − μ)·r (``standardised_sum``, as :func:`normalised_compression` sums it with
-    ``with_sum``): the LayerNorm is affine per column, so it is γ ⊙ Σ keep·(x − μ)·r + β·Σ keep
-    over Σ keep — no pass over x. Its gradient reaches x through the sum's, which the
-    compression's input-gradient kernel takes in the same pass as E's cotangents."""
-    count = (jnp.full(x.shape[:1], x.shape[1], F32) if keep is None
-             else jnp.sum(keep.astype(F32), axis=1))
-    return ((scale.astype(F32) * standardised_sum + bias.astype(F32) * count[:, None])
-            / jnp.maximum(count, 1.0)[:, None])
-
-
 def normalise(x, mean, rstd, keep, scale, bias):
     """A kernel's block of x̂ = keep ⊙ LN(x) — :func:`layer_norm`'s maths on [rows, cols] with
     the rows' statistics and keep [rows, 1] (keep None: all real) and the columns' float32
@@ -293,12 +261,11 @@ def normalise(x, mean, rstd, keep, scale, bias):
     return normed.astype(x.dtype)
 
 
-def _compression_kernel(*refs, n, d_k, has_keep, pair, step, with_sum):
+def _compression_kernel(*refs, n, d_k, has_keep, pair, step):
     """One program: the [rows_k, 128] tile of E1·x̂ (and E2·x̂) over one split's rows of the
     sequence, in float32. Rows of x past n load as zeros (and, with their statistics and keep
     zero, normalise to the bias); E's columns past n and rows past d_k load as zeros, so those
-    rows add nothing. ``with_sum``: the first row block's programs also store their rows'
-    Σ keep·(x − μ)·r per column (rows past n add (0 − 0)·0)."""
+    rows add nothing."""
     refs = list(refs)
     x_ref, mean_ref, rstd_ref = refs[:3]
     keep_ref = refs[3] if has_keep else None
@@ -307,12 +274,10 @@ def _compression_kernel(*refs, n, d_k, has_keep, pair, step, with_sum):
     rows_k, chunk = e_refs[0].shape
     # program ids read outside the loop: the interpreter cannot lower them inside it
     first = pl.program_id(2) * chunk
-    first_block = pl.program_id(1) == 0
     real_k = real_rows(pl.program_id(1) * rows_k, rows_k, d_k) if d_k % rows_k else None
     scale, bias = scale_ref[...], bias_ref[...]                      # [1, 128] float32
 
-    def accumulate(i, carry):
-        accs, total = carry
+    def accumulate(i, accs):
         rows = block_slice(i, step)
         start = first + i * step
         real = real_rows(start, step, n)                             # [step, 1]
@@ -321,25 +286,14 @@ def _compression_kernel(*refs, n, d_k, has_keep, pair, step, with_sum):
         normed = normalise(x, mean, rstd, keep, scale, bias)
         columns = start + jax.lax.broadcasted_iota(jnp.int32, (1, step), 1) < n
         mask = columns if real_k is None else real_k & columns
-        accs = tuple(acc + dot(plgpu.load(e_ref.at[:, rows], mask=mask, other=0)
+        return tuple(acc + dot(plgpu.load(e_ref.at[:, rows], mask=mask, other=0)
                                .astype(x_ref.dtype), normed)
                      for acc, e_ref in zip(accs, e_refs))
-        if with_sum:
-            standard = (x.astype(F32) - mean) * rstd
-            if keep is not None:
-                standard = jnp.where(keep != 0, standard, 0.0)
-            total = total + jnp.sum(standard, axis=0, keepdims=True)
-        return accs, total
 
-    accs, total = jax.lax.fori_loop(
-        0, chunk // step, accumulate,
-        (tuple(jnp.zeros((rows_k, BLOCK), F32) for _ in e_refs), jnp.zeros((1, BLOCK), F32)))
-    for acc, out_ref in zip(accs, out_refs[:len(accs)]):
+    accs = jax.lax.fori_loop(0, chunk // step, accumulate,
+                             tuple(jnp.zeros((rows_k, BLOCK), F32) for _ in e_refs))
+    for acc, out_ref in zip(accs, out_refs):
         plgpu.store(out_ref, acc, mask=real_k)
-    if with_sum:
-        @pl.when(first_block)
-        def _():
-            out_refs[-1][...] = total
 
 
 def split_rows(n: int, d: int, d_k: int, batch: int, splits: int | None = None,
@@ -354,10 +308,8 @@ def split_rows(n: int, d: int, d_k: int, batch: int, splits: int | None = None,
     return rows, pl.cdiv(n, rows)
 
 
-def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling, with_sum, *,
-                        interpret):
-    """Float32 partials [splits, b, d_k, d] of E1·x̂ (and of E2·x̂); ``with_sum``: and of
-    Σ keep·(x − μ)·r [splits, b, 1, d]."""
+def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling, *, interpret):
+    """Float32 partials [splits, b, d_k, d] of E1·x̂ (and of E2·x̂)."""
     b, n, d = x.shape
     d_k = e1.shape[0]
     rows_k = tiling.rows_k
@@ -371,18 +323,12 @@ def _pallas_compression(x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling
     operands = [x, mean, rstd, *([keep] if keep is not None else []),
                 scale.astype(F32)[None, :], bias.astype(F32)[None, :], *e_refs]
     out = pl.BlockSpec((pl.squeezed, pl.squeezed, rows_k, BLOCK), lambda j, k, s, i: (s, i, k, j))
-    out_shape = [jax.ShapeDtypeStruct((splits, b, d_k, d), F32)] * len(e_refs)
-    out_specs = [out] * len(e_refs)
-    if with_sum:           # the first row block's programs store it
-        out_shape.append(jax.ShapeDtypeStruct((splits, b, 1, d), F32))
-        out_specs.append(pl.BlockSpec((pl.squeezed, pl.squeezed, 1, BLOCK),
-                                      lambda j, k, s, i: (s, i, 0, j)))
     return pl.pallas_call(
         functools.partial(_compression_kernel, n=n, d_k=d_k, has_keep=keep is not None,
-                          pair=e2 is not None, step=tiling.step, with_sum=with_sum),
-        out_shape=out_shape,
+                          pair=e2 is not None, step=tiling.step),
+        out_shape=[jax.ShapeDtypeStruct((splits, b, d_k, d), F32)] * len(e_refs),
         grid=(d // BLOCK, pl.cdiv(d_k, rows_k), splits, b), in_specs=specs,
-        out_specs=out_specs,
+        out_specs=[out] * len(e_refs),
         compiler_params=plgpu.CompilerParams(num_warps=tiling.num_warps,
                                              num_stages=tiling.num_stages),
         interpret=interpret, name="flurka_normalised_compression")(*operands)
@@ -436,11 +382,10 @@ def _e_gradient_kernel(*refs, n, d_k, max_len, batch, has_keep, pair):
         plgpu.store(out_ref, acc.astype(out_ref.dtype), mask=stored)
 
 
-def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate, with_normed, with_sum):
+def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate, with_normed):
     """One program, a block of rows: ∂x̂ from ``accumulate`` (float32 accumulators for every
-    column block, from the ``operands`` refs that follow γ (and β, and ∂Σ)), then the
-    LayerNorm's backward per row — with u = γ·keep·∂x̂ (+ keep·∂Σ, ``with_sum``: the cotangent
-    [1, d] of the sequence's Σ keep·(x − μ)·r) and ŝ = (x − μ)·r,
+    column block, from the ``operands`` refs that follow γ (and β)), then the LayerNorm's
+    backward per row — with u = γ·keep·∂x̂ and ŝ = (x − μ)·r,
     ∂x = r·(u − mean(u) − ŝ·mean(u·ŝ)) — and this block's shares of ∂γ = Σ keep·∂x̂·ŝ and
     ∂β = Σ keep·∂x̂ (:func:`layer_norm_backward`). ``with_normed``: x̂ = keep ⊙ LN(x) written
     too, for a weight gradient downstream."""
@@ -449,7 +394,6 @@ def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate, with_normed
     keep_ref = refs[3] if has_keep else None
     scale_ref, *rest = refs[3 + has_keep:]
     bias_ref, rest = (rest[0], rest[1:]) if with_normed else (None, rest)
-    sum_ref, rest = (rest[0], rest[1:]) if with_sum else (None, rest)
     operand_refs, (dx_ref, dscale_ref, dbias_ref, *normed_ref) = rest[:operands], rest[operands:]
     rows, d = x_ref.shape
     first = pl.program_id(0) * rows      # outside any loop: the interpreter needs it there
@@ -466,12 +410,8 @@ def _input_gradient_kernel(*refs, n, has_keep, operands, accumulate, with_normed
     def store(c, dx):
         plgpu.store(dx_ref.at[:, c], dx.astype(dx_ref.dtype), mask=real)
 
-    def summed(c):
-        g = sum_ref[:, c]
-        return g if keep is None else jnp.where(keep != 0, g, 0.0)
-
     layer_norm_backward(dnormed, cols, standardised, scale_ref, rstd, dscale_ref, dbias_ref,
-                        store, summed if with_sum else None)
+                        store)
     for c in cols if normed_ref else ():   # after the accumulators die: beside them it spilled
         plgpu.store(normed_ref[0].at[:, c],
                     normalise(masked_load(x_ref.at[:, c], real), mean, rstd, keep,
@@ -515,11 +455,10 @@ def _projected_cotangents(refs, cols, rows, first, real, dtype):
 
 
 def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumulate, name,
-                           bias=None, sum_grad=None, *, interpret):
+                           bias=None, *, interpret):
     """(∂x, the programs' float32 shares of ∂γ and ∂β [b, programs, 1, d], and with ``bias``
     x̂) through x̂ = keep ⊙ LN(x), ∂x̂ from ``accumulate`` over ``operands`` (with their block
-    ``specs`` on the (row blocks, batch) grid); ``sum_grad``: the cotangent float32 [b, d] of
-    Σ keep·(x − μ)·r, which reaches x in the same pass."""
+    ``specs`` on the (row blocks, batch) grid)."""
     b, n, d = x.shape
     programs = pl.cdiv(n, BWD_ROWS)
     stats = [mean, rstd, *([] if keep is None else [keep])]
@@ -528,19 +467,15 @@ def _pallas_input_gradient(x, keep, scale, mean, rstd, operands, specs, accumula
     share = pl.BlockSpec((pl.squeezed, pl.squeezed, 1, d), lambda r, i: (i, r, 0, 0))
     column = pl.BlockSpec((1, d), lambda r, i: (0, 0))
     params = [p.astype(F32)[None, :] for p in ([scale] if bias is None else [scale, bias])]
-    param_specs = [column] * len(params)
-    if sum_grad is not None:           # per sequence
-        params.append(sum_grad.astype(F32)[:, None, :])
-        param_specs.append(pl.BlockSpec((pl.squeezed, 1, d), lambda r, i: (i, 0, 0)))
     return pl.pallas_call(
         functools.partial(_input_gradient_kernel, n=n, has_keep=keep is not None,
                           operands=len(operands), accumulate=accumulate,
-                          with_normed=bias is not None, with_sum=sum_grad is not None),
+                          with_normed=bias is not None),
         out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype),
                    *[jax.ShapeDtypeStruct((b, programs, 1, d), F32)] * 2,
                    *([] if bias is None else [jax.ShapeDtypeStruct(x.shape, x.dtype)])],
         grid=(programs, b),
-        in_specs=[block, *[rows] * len(stats), *param_specs, *specs],
+        in_specs=[block, *[rows] * len(stats), *[column] * len(params), *specs],
         out_specs=[block, share, share, *([] if bias is None else [block])],
         compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
         interpret=interpret, name=name,
@@ -565,11 +500,9 @@ def normalised_input_gradient(x, keep, scale, bias, mean, rstd, dy, w, *, interp
     return dx, dscale.sum(axis=(0, 1, 2)), dbias.sum(axis=(0, 1, 2)), normed
 
 
-def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, sum_grad, *,
-                            interpret):
+def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, *, interpret):
     """(∂x, ∂E1, ∂E2 or None, the programs' float32 shares of ∂γ and ∂β [b, programs, 1, d]).
-    ∂E has E's stored shape (zero past n); grads: the cotangents [b, d_k, d], one per E;
-    ``sum_grad``: the standardised sum's, float32 [b, d], or None."""
+    ∂E has E's stored shape (zero past n); grads: the cotangents [b, d_k, d], one per E."""
     b, n, d = x.shape
     d_k, max_len = e1.shape
     pair = e2 is not None
@@ -598,7 +531,7 @@ def _pallas_compression_bwd(x, keep, scale, bias, e1, e2, mean, rstd, grads, sum
         [*[pl.BlockSpec((d_k, BWD_ROWS), lambda r, i: (0, r))] * len(e_refs),
          *[pl.BlockSpec((pl.squeezed, d_k, d), lambda r, i: (i, 0, 0))] * len(e_refs)],
         functools.partial(_compressed_cotangents, n=n, d_k=d_k, step=BWD_STEP),
-        "flurka_compression_x_bwd", sum_grad=sum_grad, interpret=interpret)
+        "flurka_compression_x_bwd", interpret=interpret)
     return dx, de[0], de[1] if pair else None, dscale, dbias
 
 
@@ -607,46 +540,39 @@ def backward_fits(d: int) -> bool:
     return BWD_ROWS * d <= BWD_ACCUMULATOR
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11, 12))
-def _fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, with_sum, interpret):
-    """((E1·x̂[, E2·x̂]) in x's dtype, Σ keep·(x − μ)·r float32 [b, d] or None)."""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(8, 9, 10, 11))
+def _fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret):
+    """(E1·x̂[, E2·x̂]) in x's dtype."""
     partials = on_gpu_or_interpreted(functools.partial(
-        _pallas_compression, x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling,
-        with_sum), interpret)
-    partials = list(partials)
-    total = partials.pop().sum(axis=(0, 2)) if with_sum else None
-    return tuple(p.sum(axis=0).astype(x.dtype) for p in partials), total
+        _pallas_compression, x, keep, scale, bias, e1, e2, mean, rstd, splits, tiling),
+        interpret)
+    return tuple(p.sum(axis=0).astype(x.dtype) for p in partials)
 
 
-def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, with_sum,
-               interpret):
-    return (_fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, with_sum,
-                   interpret),
+def _fused_fwd(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret):
+    return (_fused(x, keep, scale, bias, e1, e2, mean, rstd, eps, splits, tiling, interpret),
             (x, keep, scale, bias, e1, e2, mean, rstd))
 
 
-def _fused_bwd(eps, splits, tiling, with_sum, interpret, saved, cotangents):
+def _fused_bwd(eps, splits, tiling, interpret, saved, g):
     """Two kernels (:func:`_e_gradient_kernel`, :func:`_input_gradient_kernel`) reading x, E and
-    the statistics once each, the standardised sum's cotangent (``with_sum``) taken by the
-    second; too wide a d_model: the XLA path's gradient, recomputed from x. Statistics and keep
-    are constants (their cotangents zero): the kernels differentiate through the statistics
-    themselves."""
-    g, sum_grad = cotangents
+    the statistics once each; too wide a d_model: the XLA path's gradient, recomputed from x.
+    Statistics and keep are constants (their cotangents zero): the kernels differentiate through
+    the statistics themselves."""
     x, keep, scale, bias, e1, e2, mean, rstd = saved
     if backward_fits(x.shape[-1]):
         dx, de1, de2, dscale, dbias = on_gpu_or_interpreted(functools.partial(
-            _pallas_compression_bwd, x, keep, scale, bias, e1, e2, mean, rstd, tuple(g),
-            sum_grad), interpret)
+            _pallas_compression_bwd, x, keep, scale, bias, e1, e2, mean, rstd, tuple(g)),
+            interpret)
         dscale, dbias = (s.sum(axis=(0, 1, 2)).astype(p.dtype)
                          for s, p in ((dscale, scale), (dbias, bias)))
     else:
         def reference(x, scale, bias, e1, e2):
             out = reference_normalised_compression(x, keep, scale, bias, e1, e2, eps=eps)
-            out = out[:1] if e2 is None else out
-            return out, (reference_standardised_sum(x, keep, eps=eps) if with_sum else None)
+            return out[:1] if e2 is None else out
 
         _, vjp = jax.vjp(reference, x, scale, bias, e1, e2)
-        dx, dscale, dbias, de1, de2 = vjp((tuple(g), sum_grad))
+        dx, dscale, dbias, de1, de2 = vjp(tuple(g))
     return (dx, None if keep is None else jnp.zeros_like(keep), dscale, dbias, de1, de2,
             jnp.zeros_like(mean), jnp.zeros_like(rstd))
 
@@ -655,8 +581,7 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
 def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None, splits=None,
-                           tiling: CompressTiling | None = None, with_sum=False,
-                           interpret=False):
+                           tiling: CompressTiling | None = None, interpret=False):
     """(E1·x̂, E2·x̂) with x̂ = keep ⊙ LN(x), as one Pallas kernel (x̂ never reaches memory).
     x [b, n, d] in the compute dtype (d a multiple of 128); ``keep`` [b, n] (bool or float: rows
     where it is 0 are padding) or None (all real); ``scale``/``bias`` [d]; e1, e2 [d_k, ≥ n] as
@@ -665,9 +590,7 @@ def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None
     here; ``splits``: how many ranges of the sequence the programs split (default: enough
     programs for the card); ``tiling``: the launch (default: :func:`current_compress_tiling`,
     when traced). Differentiable in x, scale, bias, e1 and e2 (the gradient kernels). (x1, x2)
-    [b, d_k, d] in x's dtype; ``with_sum``: and Σ keep·(x − μ)·r over the rows, float32 [b, d],
-    summed as the kernel loads them (what :func:`normalised_mean` takes; differentiable in x,
-    its cotangent folded into the ∂x kernel)."""
+    [b, d_k, d] in x's dtype."""
     b, n, d = x.shape
     if d % BLOCK:
         raise ValueError(f"normalised_compression takes a d_model that is a multiple of {BLOCK}, "
@@ -681,6 +604,6 @@ def normalised_compression(x, keep, scale, bias, e1, e2=None, *, eps, stats=None
     mean, rstd = (jax.lax.stop_gradient(s.astype(F32)) for s in stats)
     if keep is not None:
         keep = jax.lax.stop_gradient((keep != 0).astype(F32))
-    out, total = _fused(x, keep, scale, bias, e1, e2, mean, rstd, float(eps), splits,
-                        tiling or current_compress_tiling(), bool(with_sum), interpret)
-    return (out[0], out[-1], total) if with_sum else (out[0], out[-1])
+    out = _fused(x, keep, scale, bias, e1, e2, mean, rstd, float(eps), splits,
+                 tiling or current_compress_tiling(), interpret)
+    return out[0], out[-1]

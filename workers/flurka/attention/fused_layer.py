@@ -1,27 +1,22 @@
 """The fused query side with the layer's own projections: out = concat_h(query side(x W_Q,h +
-b_Q,h)) W_O + b_O as one Pallas kernel (``fused_projections``), for a kernel mechanism's layer and
-for flurka-eva's (whose query side is a softmax over its short joint key set).
+b_Q,h)) W_O + b_O as one Pallas kernel (``fused_projections``), for a kernel mechanism's layer
+(performer, rnn and their FLuRKA variants).
 
 :func:`flurka.attention.fused.fused_query_side` reads q and writes the per-head context once, but
 Q = x W_Q is still a GEMM writing [N, d_model] and W_O another reading it back: four passes over
 [N, d_model] around a kernel that makes two. Per block of rows this kernel loops over the heads —
 q_h = x·W_Q[:, h] + b (a loop over x's 128-wide column blocks), then its context in the compute
-dtype as the unfused layer rounds it: φ(q_h)·KV_h over its denominator, or flurka-eva's online
-softmax over the head's keys (:func:`~flurka.attention.fused.online_softmax`, as
-:func:`~flurka.attention.fused.fused_softmax_attention`) — and multiplies each head's context
-straight into every output block's float32 accumulator (W_O's rows of that head), so q and the
-context never reach memory: x read once, the output written once. The FFN block's one-kernel
-form (:mod:`flurka.models.fused_ffn`) with the query side in place of the GELU.
+dtype as the unfused layer rounds it, φ(q_h)·KV_h over its denominator — and multiplies each
+head's context straight into every output block's float32 accumulator (W_O's rows of that head),
+so q and the context never reach memory: x read once, the output written once. The FFN block's
+one-kernel form (:mod:`flurka.models.fused_ffn`) with the query side in place of the GELU.
 
 Sizes: one block per head (d_h a power of two from 16 to 128), d_model a multiple of 128 up to
-512 (the output accumulators live in registers), m ≤ 128; no aligned execution. The gradient,
-for the kernel features, is one more kernel per head and chunk of rows (:func:`_bwd_kernel`): q_h
-and the context's cotangent recomputed from x and ∂out as the forward computes q, then the query
-side's gradient; it writes ∂q and the context, from which XLA's GEMMs take x̂'s gradient and W_Q's
-and W_O's, and its shares of the biases' gradients. flurka-eva's softmax likewise, per head and block of rows: its context and lse by the
-online softmax again, then flash attention's dq; the key side's dK, dV are the softmax's own
-kernel over the q, ∂c and lse this one writes. Pallas's Triton backend on GPU, its interpreter
-elsewhere.
+512 (the output accumulators live in registers), m ≤ 128; no aligned execution. The gradient is
+one more kernel per head and chunk of rows (:func:`_bwd_kernel`): q_h and the context's
+cotangent recomputed from x and ∂out as the forward computes q, then the query side's gradient;
+it writes ∂q and the context, from which XLA's GEMMs take x̂'s gradient and W_Q's and W_O's, and
+its shares of the biases' gradients. Pallas's Triton backend on GPU, its interpreter elsewhere.
 """
 
 from __future__ import annotations
@@ -33,12 +28,11 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from flurka.attention.base import F32, pad_to, round_up, split_heads, zero_padding
+from flurka.attention.base import F32, round_up, zero_padding
 from flurka.attention.fused import (
-    BLOCK, KEY_BLOCK, Tiling, bias_rows, block_slice, column_blocks, current_tiling, dot,
-    feature_denominator, leading, masked_load, on_gpu_or_interpreted, online_softmax,
-    program_rows, query_side_gradient, real_rows, row_columns, row_delta, row_features,
-    row_vector, softmax_key_gradient, softmax_query_gradient, tile_size)
+    BLOCK, FEATURES, block_slice, column_blocks, dot, feature_denominator, masked_load,
+    on_gpu_or_interpreted, program_rows, query_side_gradient, real_rows, row_columns,
+    row_features, row_vector, tile_size)
 from flurka.attention.fused_compress import PreNorm, normalised_input_gradient
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
@@ -46,7 +40,6 @@ MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's 
 # that spills least on sm_90 (benchmarks/results/h100/NOTES.md). Not the tiling's (whose wide launch the
 # tuner sets for another kernel).
 ROWS, WARPS = 64, 8
-SOFTMAX = "softmax"   # flurka-eva's query side: a softmax over its short key set
 
 
 def check_projectable(mechanism: str, d_model: int, head_dim: int, num_features: int | None,
@@ -79,22 +72,6 @@ def _kernel_context(side_refs, feature, head_dim, num_features):
         den = denominator(jnp.sum(feat.astype(F32) * k_sum_ref[h].astype(F32), axis=1,
                                   keepdims=True))
         return dot(feat, kv_ref[h]) / den
-
-    return context
-
-
-def _softmax_context(side_refs, keys, scale):
-    """A head's context from its rows' q: softmax over the head's short key set times its
-    values (flurka-eva's window and chunk summaries; flash attention's online softmax), plus
-    the keys' logit bias where the side has one (its keys that see only padding)."""
-    k_ref, v_ref, *bias_ref = side_refs
-
-    def context(h, q):
-        _, total, (acc,) = online_softmax([q], lambda rows: [k_ref[h, rows, :]],
-                                          lambda rows: [v_ref[h, rows, :]],
-                                          k_ref.shape[1] // KEY_BLOCK, keys, scale,
-                                          bias_rows(bias_ref[0] if bias_ref else None))
-        return acc / total
 
     return context
 
@@ -133,7 +110,7 @@ def _split_norm(refs, norm):
     return x_ref, stats if has_keep else [*stats[:2], None, stats[2]], refs
 
 
-def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm, residual):
+def _kernel(*refs, feature, head_dim, num_features, n, norm, residual):
     """One program: a block of rows through every head and W_O. ``norm``: None (x is already
     x̂), "keep" or "all" (x's LayerNorm refs follow it, with a keep or every row real);
     ``residual``: x + the output written, summed as the FFN block sums them."""
@@ -144,8 +121,7 @@ def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm, residu
     real = program_rows(rows, n, axis=0)
     load, shift = _input(x_ref, norm_refs, real)
     cols = column_blocks(d_model)
-    context = (_softmax_context(side_refs, keys, scale) if feature == SOFTMAX
-               else _kernel_context(side_refs, feature, head_dim, num_features))
+    context = _kernel_context(side_refs, feature, head_dim, num_features)
 
     def head(h, accs):
         hc = block_slice(h, d)
@@ -169,14 +145,8 @@ def _kernel(*refs, feature, head_dim, num_features, keys, scale, n, norm, residu
 
 
 def _side_operands(side, feature, dtype):
-    """The key side as the kernel reads it, per sequence: ωᵀ [d, f] (FAVOR+), KV [h, f, d] and
-    Σφ(K) [h, 1, f]; or the keys and values [h, J, d], J padded to :data:`KEY_BLOCK` rows, and
-    the keys' logit bias [J padded] float32 where the side has one."""
-    if feature == SOFTMAX:
-        k, v, *bias = side
-        padded = round_up(k.shape[1], KEY_BLOCK)
-        return ([pad_to(t.astype(dtype), padded).transpose(0, 2, 1, 3) for t in (k, v)]
-                + [pad_to(b.astype(F32), padded, axis=1) for b in bias]), []
+    """The key side as the kernel reads it: per sequence KV [h, f, d] and Σφ(K) [h, 1, f], and
+    for all of them ωᵀ [d, f] (FAVOR+)."""
     kv, k_sum, omega = side
     whole = [omega.astype(dtype).T] if feature == "favor" else []
     return [kv.astype(dtype), k_sum.astype(dtype)[:, :, None, :]], whole
@@ -199,8 +169,8 @@ def _norm_operands(norm, wq, row_spec, shift_spec):
             ln_scale.astype(F32)[:, None] * wq.astype(F32))
 
 
-def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, keys,
-                      scale, residual, *, interpret):
+def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, residual,
+                      *, interpret):
     """Grid (row blocks, batch): a sequence's key side is its own."""
     b, n, d_model = x.shape
     block_n = ROWS
@@ -220,8 +190,8 @@ def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_feat
     rows = pl.BlockSpec((pl.squeezed, block_n, d_model), lambda i, s: (s, i, 0))
     return pl.pallas_call(
         functools.partial(_kernel, feature=feature, head_dim=head_dim,
-                          num_features=num_features, keys=keys, scale=scale, n=n,
-                          norm=_norm_kind(norm), residual=residual),
+                          num_features=num_features, n=n, norm=_norm_kind(norm),
+                          residual=residual),
         out_shape=jax.ShapeDtypeStruct((b, n, d_model), dtype), grid=(pl.cdiv(n, block_n), b),
         in_specs=[rows, *specs], out_specs=rows,
         compiler_params=plgpu.CompilerParams(num_warps=WARPS, num_stages=1),
@@ -229,27 +199,23 @@ def _pallas_projected(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_feat
     )(x, *operands)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11, 12, 13))
-def _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
-           residual, interpret):
-    keys = side[0].shape[1] if feature == SOFTMAX else None
+@functools.partial(jax.custom_vjp, nondiff_argnums=(7, 8, 9, 10, 11))
+def _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, residual, interpret):
     return on_gpu_or_interpreted(functools.partial(
-        _pallas_projected, x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, keys,
-        scale, residual), interpret)
+        _pallas_projected, x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features,
+        residual), interpret)
 
 
-def _fused_fwd(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
-               residual, interpret):
-    out = _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, scale, tiling,
-                 residual, interpret)
+def _fused_fwd(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, residual,
+               interpret):
+    out = _fused(x, wq, bq, wo, bo, side, norm, feature, head_dim, num_features, residual,
+                 interpret)
     return out, (x, wq, bq, wo, bo, side, norm)
 
 
-# The gradient kernels' launch. Kernel features: a program per (head, BWD_CHUNK rows, sequence),
-# in steps of BWD_STEP rows, its dKV and dΣφ(K) partials summed over the chunk. flurka-eva's
-# softmax: a program per (head, SOFTMAX_BWD_ROWS rows, sequence) — no partials to amortise.
+# The gradient kernel's launch: a program per (head, BWD_CHUNK rows, sequence), in steps of
+# BWD_STEP rows, its dKV and dΣφ(K) partials summed over the chunk.
 BWD_STEP, BWD_CHUNK, BWD_WARPS = 32, 1024, 8
-SOFTMAX_BWD_ROWS = 64
 
 
 def _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, rows, real, head_dim):
@@ -320,41 +286,6 @@ def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
     dbo_ref[...] = jax.lax.fori_loop(0, chunk // step, g_step, row)
 
 
-def _softmax_bwd_kernel(*refs, head_dim, keys, scale, n, norm, biased):
-    """One program: one head over a block of rows — q_h and ∂c_h recomputed
-    (:func:`_recomputed`), the context and each row's lse by the forward's online softmax, then
-    flash attention's query-side backward
-    (:func:`~flurka.attention.fused.softmax_query_gradient`). Writes ∂q_h and c_h (for W_Q's
-    and W_O's gradients), the block's shares of the biases' gradients (:func:`_column_sum`) and
-    q_h, ∂c_h, lse_h and δ_h, from which the key side's kernel
-    (:func:`~flurka.attention.fused.softmax_key_gradient`) takes dK_h, dV_h: their float32
-    [J, d_h] accumulators do not fit beside these."""
-    x_ref, norm_refs, refs = _split_norm(refs, norm)
-    wq_ref, bq_ref, k_ref, v_ref, *refs = refs
-    bias_ref, refs = leading(refs, biased)
-    (wo_ref, g_ref, dq_ref, ctx_ref, q_ref, dctx_ref, lse_ref, delta_ref, dbq_ref,
-     dbo_ref) = refs
-    rows = x_ref.shape[0]
-    real = real_rows(pl.program_id(1) * rows, rows, n)
-    q, g = _recomputed(x_ref, norm_refs, wq_ref, bq_ref, wo_ref, g_ref, slice(None), real,
-                       head_dim)
-    top, total, (acc,) = online_softmax([q], lambda r: [k_ref[r, :]], lambda r: [v_ref[r, :]],
-                                        k_ref.shape[0] // KEY_BLOCK, keys, scale,
-                                        bias_rows(bias_ref))
-    ctx = (acc / total).astype(q.dtype)                        # as the forward kernel rounds it
-    lse = top + jnp.log(total)
-    delta = row_delta(g, ctx)
-    dq = softmax_query_gradient(q, g, lse, delta, k_ref, v_ref, keys, scale,
-                                bias_ref).astype(q.dtype)
-    for ref, value in ((dq_ref, dq), (ctx_ref, ctx), (q_ref, q), (dctx_ref, g)):
-        plgpu.store(ref, value, mask=real)
-    for ref, value in ((lse_ref, lse), (delta_ref, delta)):
-        plgpu.store(ref, value[:, 0], mask=real[:, 0])
-    dbq_ref[...] = _column_sum(dq)
-    dbo_ref[...] = _column_sum(masked_load(g_ref.at[:, block_slice(pl.program_id(0), head_dim)],
-                                           real))
-
-
 def _pallas_projected_bwd(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features, *,
                           interpret):
     """(∂q, the context c) [b, n, d_model] (heads side by side) in x's dtype, dKV [b, h, f, d_h],
@@ -421,80 +352,27 @@ def _summed(*shares):
     return tuple(t.sum(axis=(0, 1, 2)) for t in shares)
 
 
-def _pallas_projected_softmax_bwd(x, wq, bq, wo, side, norm, g, head_dim, keys, scale, *,
-                                  interpret):
-    """(∂q, c, q, ∂c) [b, n, d_model] (heads side by side) in x's dtype, lse and δ [b, h, n]
-    and the biases' gradients [d_model] (float32). Grid (heads, row blocks, sequences): a block's heads
-    side by side re-read its x and ∂out from L2."""
-    b, n, d_model = x.shape
-    heads, rows = d_model // head_dim, SOFTMAX_BWD_ROWS
-    dtype = x.dtype
-    row_block, head_rows, head_columns, (norm_operands, norm_specs, wq) = _bwd_specs(
-        rows, d_model, head_dim, norm, wq)
-    (k, v, *bias), _ = _side_operands(side, SOFTMAX, dtype)                  # [b, h, J, d_h]
-    head_keys = pl.BlockSpec((pl.squeezed, pl.squeezed, *k.shape[2:]),
-                             lambda h, r, s: (s, h, 0, 0))
-    key_bias = [pl.BlockSpec((pl.squeezed, k.shape[2]), lambda h, r, s: (s, 0))] * len(bias)
-    blocks = pl.cdiv(n, rows)
-    *outs, dbq, dbo = pl.pallas_call(
-        functools.partial(_softmax_bwd_kernel, head_dim=head_dim, keys=keys, scale=scale, n=n,
-                          norm=_norm_kind(norm), biased=bool(bias)),
-        out_shape=[jax.ShapeDtypeStruct((b, n, d_model), dtype)] * 4
-        + [jax.ShapeDtypeStruct((b, heads, n), F32)] * 2 + _shares_shape(b, blocks, d_model),
-        grid=(heads, blocks, b),
-        in_specs=[row_block, *norm_specs, head_columns(d_model), head_columns(1), head_keys,
-                  head_keys, *key_bias, pl.BlockSpec((head_dim, d_model), lambda h, r, s: (h, 0)),
-                  row_block],
-        out_specs=[head_rows] * 4
-        + [pl.BlockSpec((pl.squeezed, pl.squeezed, rows), lambda h, r, s: (s, h, r))] * 2
-        + _shares_specs(head_dim),
-        compiler_params=plgpu.CompilerParams(num_warps=BWD_WARPS, num_stages=1),
-        interpret=interpret, name="flurka_softmax_projected_query_side_bwd",
-    )(x, *norm_operands, wq.astype(dtype), row_vector(bq, dtype), k, v, *bias, wo.astype(dtype),
-      g.astype(dtype))
-    return (*outs, *_summed(dbq, dbo))
-
-
-def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features, scale,
-                   tiling, interpret):
+def _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim, num_features, interpret):
     """(∂q, the context c) [b, n, d_model], the key side's gradient and b_Q's and b_O's
-    (float32), from the gradient kernels: kernel features' (:func:`_bwd_kernel`; ω, a fixed
-    draw, gets none), or flurka-eva's softmax (:func:`_softmax_bwd_kernel`, then the key side's
-    kernel over the q, ∂c, lse and δ it wrote)."""
-    if feature != SOFTMAX:
-        dq, ctx, dkv, dk_sum, dbq, dbo = on_gpu_or_interpreted(functools.partial(
-            _pallas_projected_bwd, x, wq, bq, wo, side, norm, g, feature, head_dim,
-            num_features), interpret)
-        kv, k_sum, omega = side
-        return dq, ctx, (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype),
-                         jnp.zeros_like(omega)), dbq, dbo
-    k, v, *bias = side
-    keys = k.shape[1]
-    dq, ctx, q, dctx, lse, delta, dbq, dbo = on_gpu_or_interpreted(functools.partial(
-        _pallas_projected_softmax_bwd, x, wq, bq, wo, side, norm, g, head_dim, keys, scale),
+    (float32), from the gradient kernel (:func:`_bwd_kernel`; ω, a fixed draw, gets none)."""
+    dq, ctx, dkv, dk_sum, dbq, dbo = on_gpu_or_interpreted(functools.partial(
+        _pallas_projected_bwd, x, wq, bq, wo, side, norm, g, feature, head_dim, num_features),
         interpret)
-    heads, padded = wq.shape[1] // head_dim, round_up(keys, KEY_BLOCK)
-    k_padded, v_padded = (pad_to(t.astype(x.dtype), padded, axis=1) for t in (k, v))
-    dk, dv = on_gpu_or_interpreted(functools.partial(
-        softmax_key_gradient, split_heads(q, heads), k_padded, v_padded, lse, delta,
-        split_heads(dctx, heads), keys, scale, tiling,
-        bias=pad_to(bias[0].astype(F32), padded, axis=1) if bias else None),
-        interpret)
-    d_bias = [jnp.zeros_like(b) for b in bias]                      # a mask: never trained
-    return (dq, ctx, (dk[:, :keys].astype(k.dtype), dv[:, :keys].astype(v.dtype), *d_bias),
-            dbq, dbo)
+    kv, k_sum, omega = side
+    return dq, ctx, (dkv.astype(kv.dtype), dk_sum.astype(k_sum.dtype), jnp.zeros_like(omega)), \
+        dbq, dbo
 
 
-def _fused_bwd(feature, head_dim, num_features, scale, tiling, residual, interpret, saved, g):
-    """The gradient kernels (:func:`_side_gradient`: ∂q, the context, the key side's and the
-    biases' gradients), then x̂'s gradient ∂q·W_Qᵀ — through the LayerNorm's backward in one more kernel
-    where the LayerNorm is fused
+def _fused_bwd(feature, head_dim, num_features, residual, interpret, saved, g):
+    """The gradient kernel (:func:`_side_gradient`: ∂q, the context, the key side's and the
+    biases' gradients), then x̂'s gradient ∂q·W_Qᵀ — through the LayerNorm's backward in one more
+    kernel where the LayerNorm is fused
     (:func:`~flurka.attention.fused_compress.normalised_input_gradient`) — and XLA's GEMMs for
     the weights' (x̂ᵀ·∂q, cᵀ·∂out); with ``residual``, ∂out reaches x as well (XLA adds it
     where it sums x's other cotangents). x's statistics and keep (constants) get none."""
     x, wq, bq, wo, bo, side, norm = saved
     dq, ctx, dside, dbq, dbo = _side_gradient(x, wq, bq, wo, side, norm, g, feature, head_dim,
-                                              num_features, scale, tiling, interpret)
+                                              num_features, interpret)
     dtype = x.dtype
     g = g.astype(dtype)
     if norm is None:
@@ -521,42 +399,37 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
 def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_dim: int,
-                               num_features: int | None = None, scale: float | None = None,
-                               norm: PreNorm | None = None, tiling: Tiling | None = None,
+                               num_features: int | None = None, norm: PreNorm | None = None,
                                residual: bool = False, interpret: bool = False):
     """[b, n, d_model] in x's dtype (the compute dtype): concat_h(query side of x W_Q,h + b_Q,h)
     W_O + b_O. x [b, n, d_model] (padded rows zeroed by the caller); W_Q, W_O [d_model, d_model],
-    biases [d_model]. ``side``: for a kernel ``feature`` ("favor", "elu") (KV [b, h, f, d_h],
-    Σφ(K) [b, h, f], ω [f, d_h] or None) from the key side; for ``"softmax"`` (keys, values)
-    [b, J, h, d_h], every query attending all J with logits scaled by ``scale``, and optionally
-    the keys' logit bias [b, J] float32 (NEG_INF on a key a sequence lacks). ``norm``: x is
-    the block's input, its pre-attention LayerNorm applied in the kernel as x is loaded
+    biases [d_model]. ``side``: the key side of the kernel ``feature`` ("favor", "elu"): KV
+    [b, h, f, d_h], Σφ(K) [b, h, f], ω [f, d_h] or None. ``norm``: x is the block's input, its
+    pre-attention LayerNorm applied in the kernel as x is loaded
     (:class:`~flurka.attention.fused_compress.PreNorm`: its statistics carry its eps); without
-    it x is x̂. ``tiling``: the launch of the softmax key side's gradient kernel
-    (:func:`~flurka.attention.fused.softmax_key_gradient`); this kernel's and the other gradient
-    kernels' are their own (:data:`ROWS`, :data:`WARPS`, :data:`BWD_STEP`, ...).
-    ``residual`` (with ``norm``: x the block's input): x + the output, summed in x's dtype as
-    the fused FFN block would sum them — the block's next kernel then reads one [n, d_model]
-    operand, not two."""
+    it x is x̂. The kernels' launches are their own (:data:`ROWS`, :data:`WARPS`,
+    :data:`BWD_STEP`, ...). ``residual`` (with ``norm``: x the block's input): x + the output,
+    summed in x's dtype as the fused FFN block would sum them — the block's next kernel then
+    reads one [n, d_model] operand, not two."""
+    if feature not in FEATURES:
+        raise ValueError(f"fused_projected_query_side: feature must be one of "
+                         f"{', '.join(FEATURES)}, got {feature!r}")
     if residual and norm is None:
         raise ValueError("fused_projected_query_side: residual adds the block's input, so it "
                          "takes norm (x un-normalised)")
-    tiling = tiling if isinstance(tiling, Tiling) else current_tiling()
-    if feature != SOFTMAX:
-        kv, k_sum, omega = side
-        omega = jnp.zeros((0,), x.dtype) if omega is None else jax.lax.stop_gradient(omega)
-        side = (kv, k_sum, omega)
+    kv, k_sum, omega = side
+    omega = jnp.zeros((0,), x.dtype) if omega is None else jax.lax.stop_gradient(omega)
     ln = None if norm is None else (norm.scale, norm.bias, norm.mean, norm.rstd, norm.keep)
-    return _fused(x, wq, bq, wo, bo, tuple(side), ln, feature, head_dim, num_features, scale,
-                  tiling, bool(residual), interpret)
+    return _fused(x, wq, bq, wo, bo, (kv, k_sum, omega), ln, feature, head_dim, num_features,
+                  bool(residual), interpret)
 
 
 class ProjectedQuerySide:
-    """Mixin for the layers whose query side the kernel takes (performer, rnn, their FLuRKA
-    variants, flurka-eva): their ``fused_projections`` option. The layer gives ``feature``
-    ("favor", "elu" or "softmax"), ``fused`` (its :class:`~flurka.attention.fused.Tiling`) and
-    :meth:`projected_key_side` — by default, for the kernel layers, :meth:`keys_values` through
-    ``kernel_key_side(k, v, key_mask, rng) -> (KV, Σφ(K), ω or None)``."""
+    """Mixin for the layers whose query side the kernel takes (performer, rnn and their FLuRKA
+    variants): their ``fused_projections`` option. The layer gives ``feature`` ("favor" or
+    "elu"), ``fused`` (its :class:`~flurka.attention.fused.Tiling`) and
+    ``kernel_key_side(k, v, key_mask, rng) -> (KV, Σφ(K), ω or None)``, which
+    :meth:`projected_key_side` applies to :meth:`keys_values`."""
 
     def init_projections(self, fused_projections: bool, num_features: int | None = None):
         if fused_projections:
@@ -599,7 +472,7 @@ class ProjectedQuerySide:
             x, self.query.kernel[...], bias(self.query), self.out.kernel[...], bias(self.out),
             self.projected_key_side(x, mask, rng, norm), feature=self.feature,
             head_dim=self.head_dim, num_features=getattr(self, "num_features", None),
-            scale=self.head_dim ** -0.5, norm=norm, tiling=self.fused, residual=in_kernel)
+            norm=norm, residual=in_kernel)
         if in_kernel:
             return out
         out = out.astype(out_dtype)

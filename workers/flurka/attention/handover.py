@@ -32,21 +32,20 @@ The base branch, per base mechanism:
   ``RNNAttention``;
 * ``eva``: EVA on the uncompressed keys/values with its adaptive proposal (carried) and ω = μ
   (EVA's deterministic/eval-time estimate): the base's noise buffer ε has EVA's shape, not
-  flurka-eva's, so it does not survive the switch. Its window is the ``window_size`` option when
-  one is given, else EVA's default.
+  flurka-eva's, so it does not survive the switch. Its window and chunks are the variant's
+  ``window_size`` and ``chunk_size`` (positions for both layers).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from flurka.attention.base import F32
-from flurka.attention.eva import EVAAttention, eva_attention
+from flurka.attention.eva import eva_attention
 from flurka.mechanisms import FLURKA, constituents
 from flurka.attention.full import softmax_attention
 from flurka.attention.performer import favor_attention
@@ -54,7 +53,6 @@ from flurka.attention.rnn import elu_attention
 
 Array = jax.Array
 BETA = "handover_beta"   # the variable's attribute name (flat paths end in "/handover_beta")
-_EVA_WINDOW = inspect.signature(EVAAttention.__init__).parameters["window_size"].default
 
 
 class HandoverBeta(nnx.Variable):
@@ -75,9 +73,6 @@ class HandoverMixin:
                                  f"by hand-over layers")
         super().__init__(**kwargs)
         self.handover_from = handover_from
-        if handover_from == "eva":
-            window = kwargs.get("window_size")
-            self.base_window_size = _EVA_WINDOW if window is None else window
         self.handover_beta = HandoverBeta(jnp.zeros((), F32))
 
     def base_attend(self, x: Array, mask: Array | None, rng: Array | None) -> Array:
@@ -90,7 +85,7 @@ class HandoverMixin:
             return favor_attention(q, k, v, mask, self.omega(rng))
         if self.handover_from == "rnn":
             return elu_attention(q, k, v, mask)
-        return eva_attention(q, k, v, mask, window_size=self.base_window_size,
+        return eva_attention(q, k, v, mask, window_size=self.window_size,
                              chunk_size=self.chunk_size, mu_q=self.adaptive_mu_q,
                              mu_k=self.adaptive_mu_k, noise=None)
 

@@ -157,7 +157,7 @@ class LowRankKV:
         x: the layer's input with its padded rows zeroed (:func:`zero_padding`). With ``norm``,
         x is un-normalised and E·x̂ one kernel that normalises x as it loads it, E as stored."""
         if norm is not None:
-            return self.normalised_kv(x, norm)[:2]
+            return self.normalised_kv(x, norm)
         e1, e2 = (self.aligned_e(e, x.shape[1]) for e in self.seq_proj.matrices(x.shape[1]))
         x1 = self.aligned_rows(compress(e1, x))
         x2 = x1 if self.seq_proj.e2 is None else self.aligned_rows(compress(e2, x))
@@ -167,17 +167,15 @@ class LowRankKV:
                          for p, xc in ((self.key, x1), (self.value, x2)))
         return self.heads(self.key, x1), self.heads(self.value, x2)
 
-    def normalised_kv(self, x: Array, norm, *, with_sum: bool = False):
-        """(K', V', Σ keep·(x − μ)·r float32 [b, d] or None) from the block's input x through
-        one kernel that normalises x as it loads it (``norm`` a
-        :class:`~flurka.attention.fused_compress.PreNorm`); ``with_sum``: the kernel also sums
-        the standardised rows it loads (flurka-eva's x̂ mean, :meth:`PreNorm.real_mean`)."""
+    def normalised_kv(self, x: Array, norm) -> tuple[Array, Array]:
+        """(K', V') from the block's input x through one kernel that normalises x as it loads it
+        (``norm`` a :class:`~flurka.attention.fused_compress.PreNorm`)."""
         e2 = self.seq_proj.e2
-        x1, x2, *total = normalised_compression(
+        x1, x2 = normalised_compression(
             x, norm.keep, norm.scale, norm.bias, self.seq_proj.e1[...],
             None if e2 is None else e2[...], eps=norm.eps, stats=(norm.mean, norm.rstd),
-            tiling=self.compress_tiling, with_sum=with_sum)
-        return self.heads(self.key, x1), self.heads(self.value, x2), *(total or [None])
+            tiling=self.compress_tiling)
+        return self.heads(self.key, x1), self.heads(self.value, x2)
 
     def aligned_rows(self, xc: Array) -> Array:
         """The compressed input [b, (h,) d_k, d] with zero rows up to round_up(d_k) (aligned

@@ -137,16 +137,32 @@ def model_flops(point: Point, layer: nnx.Module) -> int:
     return point.layers * (attention(point.mechanism, shape) + ffn)
 
 
+# The date (UTC) each mechanism's current layer was defined, where its name once timed another
+# layer: flurka-eva is EVA on the compressed rows (flurka.attention.flurka) in documents created
+# from this date; in older ones it had one window of compressed rows that every query shared.
+DEFINED: dict[str, str] = {"flurka-eva": "2026-12-06"}
+
+
+def current_layer(mechanism: str, created: str | None) -> bool:
+    """Whether a row of ``mechanism`` in a document created at ``created`` (ISO 8601, or None
+    where unknown) timed the layer the name means now (:data:`DEFINED`)."""
+    since = DEFINED.get(mechanism)
+    return since is None or (created is not None and created[:10] >= since)
+
+
 def rederive(doc: dict[str, Any]) -> dict[str, Any]:
     """A recorded ``flurka.speed`` document with the FLOP model's fields of each ok row
     recomputed by the current FLOP model: ``flops`` and, where its run measured ceilings, the
     floor (``floor_s``, ``compute_floor_s``, ``memory_floor_s``, ``bound``, ``ratio_to_floor``).
     The times are untouched. For documents written before the model changed (2026-11-29: a lone
-    layer's training step had been counted as 3 × its forward)."""
+    layer's training step had been counted as 3 × its forward). A row that timed another layer
+    than its mechanism's name means now (:func:`current_layer`) keeps its fields as recorded:
+    the current model does not describe it."""
     point_fields = {f.name for f in dataclasses.fields(Point)}
     results = []
     for r in doc["results"]:
-        if r.get("status") != "ok" or r.get("flops") is None:
+        if (r.get("status") != "ok" or r.get("flops") is None
+                or not current_layer(r["mechanism"], doc.get("created"))):
             results.append(r)
             continue
         point = Point(**{k: v for k, v in r.items() if k in point_fields})

@@ -45,10 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: the layer's)")
     parser.add_argument("--batch", type=positive_int, default=1, help="batch size (default 1)")
     parser.add_argument("--window-size", type=positive_int, default=None,
-                        help="eva: local window; flurka-eva: compressed rows attended exactly "
-                             "(default: the layers')")
+                        help="EVA's local window in positions (flurka-eva covers it with "
+                             "compressed rows; default: the layers')")
     parser.add_argument("--chunk-size", type=positive_int, default=None,
-                        help="EVA random-feature chunk (default: the layer's)")
+                        help="EVA's random-feature chunk in positions (flurka-eva: likewise; "
+                             "default: the layers')")
     parser.add_argument("--mechanism", action="append", choices=F.MECHANISMS, default=None,
                         help="only this mechanism (repeatable; default: all)")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -163,9 +163,10 @@ def test_quality_table_summarize(tmp_path, capsys):
     p_lin = st.ttest_rel([73.2, 74.4, 71.0], [97.9, 97.2, 97.5]).pvalue
     half = T_975_DF2 * d_lin.std(ddof=1) / math.sqrt(3)
     row = next(r for r in out.splitlines() if r.startswith("| flurka-rnn | linformer |"))
-    assert f"| {d_lin.mean():+.1f} ± {half:.1f} (n=3), p={p_lin:.2g} | linformer |" in row
+    # two tests per column (vs linformer, vs rnn): Holm doubles the smaller p, linformer's
+    assert f"| {d_lin.mean():+.1f} ± {half:.1f} (n=3), p={p_lin:.2g}, p_holm={2 * p_lin:.2g} | linformer |" in row
     loss_p = st.ttest_rel([0.85, 0.86, 0.87], [0.40, 0.42, 0.41]).pvalue
-    assert row.endswith(f"p={loss_p:.2g} | linformer |")               # higher loss: linformer is better
+    assert row.endswith(f"p={loss_p:.2g}, p_holm={2 * loss_p:.2g} | linformer |")   # higher loss: linformer is better
     row = next(r for r in out.splitlines() if r.startswith("| flurka-rnn | rnn |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3] == "tie"                                            # BLEU: CI holds 0
@@ -211,7 +212,8 @@ def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
     assert seen == [(m, s, 3) for m in ("rnn", "flurka-rnn") for s in (0, 1, 2)]
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 6
-    assert rows[1] == {"benchmark": "lra-listops-small", "attention": "rnn", "seed": 1, "status": "error: boom"}
+    assert rows[1] == {"benchmark": "lra-listops-small", "attention": "rnn", "control": False, "seed": 1,
+                       "status": "error: boom"}
     assert rows[2]["loss"] == pytest.approx(1.3) and rows[2]["value"] == pytest.approx(0.52)
     assert rows[2]["metric"] == "accuracy" and rows[2]["seed"] == 2 and rows[2]["chance"] == 0.139
     assert {r["attention"] for r in rows} == {"rnn", "flurka-rnn"}
@@ -219,3 +221,53 @@ def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
     assert "| rnn | 51.0 (no CI) |" not in summary and "| rnn | 51.0 ±" in summary   # seeds 0 and 2
     with pytest.raises(SystemExit):
         Q.main(["--seeds", "0,x"])
+
+    # --control: the no-attention control per seed, Linformer at d_k 1, its own row (the floor)
+    dks = []
+    monkeypatch.setattr(training, "run", lambda config, progress=False: (
+        dks.append((config.attention, dict(config.attention_options).get("d_k"))),
+        fake_run(config.replace(seed=config.seed + 3)))[1])
+    assert Q.main(["--benchmarks", "lra-listops-small", "--mechanisms", "linformer", "--seeds", "0,1", "--control",
+                   "--steps", "3"]) == 0
+    assert dks == [("linformer", 16)] * 2 + [("linformer", 1)] * 2
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["control"], r["d_k"]) for r in rows] == [(False, 16)] * 2 + [(True, 1)] * 2
+    for r in rows[2:]:                                    # the floor: 1 point below Linformer's seeds
+        r["metrics"] = {"accuracy": r["metrics"]["accuracy"] - 0.01}
+    summary = Q.summarize(Q.read_runs(json.dumps(r) for r in rows))
+    assert f"| {Q.CONTROL_NAME} | 52.5 ± " in summary and "| linformer | 53.5 ± " in summary
+    assert "| linformer | floor |" in summary              # every mechanism paired with the floor
+
+
+def test_holm_matches_the_textbook_and_statsmodels():
+    """Holm's step-down on known p-values: sorted 0.005, 0.01, 0.03, 0.04 are multiplied by 4, 3,
+    2, 1 and made monotone (0.02, 0.03, 0.06, 0.06), returned in the input's order; a NaN (no
+    test) stays NaN and does not enlarge the family."""
+    from statsmodels.stats.multitest import multipletests
+
+    from flurka.stats import holm
+
+    p = [0.01, 0.04, float("nan"), 0.03, 0.005]
+    got = holm(p)
+    np.testing.assert_allclose([got[i] for i in (0, 1, 3, 4)], [0.03, 0.06, 0.06, 0.02])
+    assert math.isnan(got[2])
+    np.testing.assert_allclose([got[i] for i in (0, 1, 3, 4)],
+                               multipletests([0.01, 0.04, 0.03, 0.005], method="holm")[1])
+    assert holm([]) == [] and holm([0.7]) == [0.7]
+
+
+def test_a_family_decides_ties_on_the_adjusted_p():
+    """Alone, a difference whose CI excludes 0 wins; in a family of three tests its Holm-adjusted p
+    (3 × 0.02 here) is above 0.05, and the verdict is a tie — the raw p shown beside it."""
+    from flurka.stats import Estimate, Paired, in_family
+
+    win = Paired("a", "b", Estimate(1.0, 0.2, 1.8, 3), 0.02, (0, 1, 2))
+    assert win.verdict == "a" and "p_holm" not in win.format()
+    others = [Paired("a", "c", Estimate(0.5, -1.0, 2.0, 3), 0.5, (0, 1, 2)),
+              Paired("a", "d", Estimate(0.1, -1.0, 1.2, 3), 0.9, (0, 1, 2))]
+    family = in_family([win, *others])
+    assert family[0].p_adjusted == pytest.approx(0.06)
+    assert family[0].verdict == "tie" and family[0].p == 0.02
+    assert family[0].format() == "+1.0 ± 0.8 (n=3), p=0.02, p_holm=0.06"
+    strong = Paired("a", "b", Estimate(1.0, 0.2, 1.8, 3), 0.001, (0, 1, 2))
+    assert in_family([strong, *others])[0].verdict == "a"       # 3 × 0.001 < 0.05

@@ -13,6 +13,7 @@ SMALL_OPTIONS = {
     "lra-image-small": {},
     "mlm-small": {"max_train_bytes": 60_000, "max_eval_bytes": 10_000},
     "nmt-small": {},
+    "nmt-list-small": {},
 }
 
 
@@ -27,7 +28,7 @@ def test_every_paper_name_is_registered():
         ["mlm-wikitext103", "lra-listops", "lra-text", "lra-retrieval", "lra-image", "lra-pathfinder", "imagenet"]
         + [f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")]
         + ["nmt-wmt14-ende", "nmt-wmt14-enfr"]
-        + ["lra-listops-small", "lra-image-small", "mlm-small", "nmt-small"]
+        + ["lra-listops-small", "lra-image-small", "mlm-small", "nmt-small", "nmt-list-small"]
     )
     assert sorted(DATASETS) == sorted(expected)
 

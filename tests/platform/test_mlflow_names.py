@@ -96,6 +96,7 @@ def test_trial_run_names_start_with_what_differs():
     names = {r.key: trial_run_name(r.to_dict(), benchmark=False) for r in plan.baselines + plan.bases + plan.branches}
     assert sorted(names.values()) == sorted([
         "full s0", "full s1", "rnn s0", "rnn s1", "linformer dk=16 s0", "linformer dk=16 s1",
+        "no attention (linformer dk=1) s0", "no attention (linformer dk=1) s1",
         "flurka-rnn a=0.25 dk=16 s0", "flurka-rnn a=0.5 dk=16 s0",
         "flurka-rnn a=0.25 dk=16 s1", "flurka-rnn a=0.5 dk=16 s1"])
     # without baselines a separate base run (it stops at its last fork) says so

@@ -119,7 +119,7 @@ CASES = [
     Case("flag-unknown", None, ("--benchmarks", "lra-listops-small", "--stepz", "3"),
          "unrecognized arguments: --stepz 3"),
     Case("flag-bad-choice", None, ("--benchmarks", "lra-listops-small", "--base", "sparse"),
-         "argument --base: invalid choice: 'sparse'"),
+         "unknown base 'sparse'; valid: low-rank, kernel"),
     # -- directories the sweep cannot write
     Case("compilation-cache-is-a-file", None,
          ("--benchmarks", "lra-listops-small", "--compilation-cache", "{tmp}/cache.bin"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from flurka.results.quality_tables import PAPER_BEST_ALPHA
 from flurka.sweeps.branching import fork_step, make_plan
 from flurka.sweeps.spec import PAPER_ALPHAS, SweepSpec, validate
 
@@ -50,8 +51,36 @@ def test_base_checkpoints_at_every_fork_and_stops_at_the_last():
 def test_baselines_as_in_table_5():
     _, plan = _plan(d_k=(32, 64))
     got = sorted((r.attention, r.d_k) for r in plan.baselines)
-    assert got == sorted([("full", None), ("linformer", 32), ("linformer", 64),
+    assert got == sorted([("full", None), ("linformer", 32), ("linformer", 64), ("linformer", 1),
                           ("performer", None), ("rnn", None), ("eva", None)])
+    _, plan = _plan(d_k=(32,), control=False)
+    assert ("linformer", 1) not in {(r.attention, r.d_k) for r in plan.baselines}
+
+
+def test_the_control_is_one_linformer_run_at_d_k_1_per_seed():
+    """The no-attention control (each table's floor row): a baseline per (benchmark, seed), nothing
+    forks from it, and it is left out with the other baselines."""
+    _, plan = _plan(variants=("flurka-rnn",), alphas=(0.5,), d_k=(8, 16), seeds=(0, 1, 2))
+    control = [r for r in plan.baselines if (r.attention, r.d_k) == ("linformer", 1)]
+    assert sorted(r.seed for r in control) == [0, 1, 2] and not any(r.fork_steps for r in control)
+    assert all(r.executed_steps == 800 for r in control)
+    _, plan = _plan(variants=("flurka-rnn",), alphas=(0.5,), baselines=False)
+    assert not plan.baselines
+
+
+def test_base_and_alphas_per_variant():
+    """The paper's appendix: Linformer-RNN up-trained from its kernel constituent, the others from
+    Linformer, each at α of its own: each branch forks from its own base at its own α."""
+    _, plan = _plan(base={"flurka-rnn": "kernel"}, alphas={"flurka-rnn": (0.64,), "flurka-performer": (0.8,)},
+                    d_k=(32,), full=False)
+    got = {(b.attention, b.alpha): b for b in plan.branches}
+    assert set(got) == {("flurka-rnn", 0.64), ("flurka-performer", 0.8)} | {("flurka-eva", a) for a in PAPER_ALPHAS}
+    assert got[("flurka-rnn", 0.64)].base == "rnn" and got[("flurka-performer", 0.8)].base == "linformer"
+    bases = {r.key: r for r in plan.forked_from}
+    assert bases[got[("flurka-rnn", 0.64)].base_key].attention == "rnn"
+    assert bases[got[("flurka-rnn", 0.64)].base_key].fork_steps == (512,)
+    assert bases[got[("flurka-performer", 0.8)].base_key].attention == "linformer"
+    assert 640 in bases[got[("flurka-performer", 0.8)].base_key].fork_steps
 
 
 def test_no_branching_is_the_papers_way():
@@ -90,15 +119,18 @@ def test_main_job_trains_one_linformer_base_per_d_k_and_seed(config):
 
     spec = validate(from_args({"config": config}))   # the installed sweep file of that name
     plan = make_plan(spec)
-    assert len(spec.seeds) >= 3 and not plan.bases
-    linformer = {(r.benchmark, r.d_k, r.seed): r for r in plan.baselines if r.attention == "linformer"}
+    assert len(spec.seeds) >= 3 and not plan.bases and spec.control
+    linformer = {(r.benchmark, r.d_k, r.seed): r for r in plan.baselines if r.attention == "linformer" and r.d_k != 1}
     assert len(linformer) == len(spec.benchmarks) * len(spec.d_k) * len(spec.seeds)
-    assert all(r.fork_steps for r in linformer.values())
-    assert "full" not in {r.attention for r in plan.baselines}
+    kernels = {(r.benchmark, r.attention, r.seed): r for r in plan.baselines if r.d_k is None}
     for br in plan.branches:
-        base = linformer[(br.benchmark, br.d_k, br.seed)]
+        if spec.base_of(br.attention) == "low-rank":
+            base = linformer[(br.benchmark, br.d_k, br.seed)]
+        else:   # the paper's Linformer-RNN: from its kernel constituent
+            base = kernels[(br.benchmark, br.attention.removeprefix("flurka-"), br.seed)]
         assert br.base_key == base.key and br.start_step in base.fork_steps
-    assert len(plan.branches) == len(spec.variants) * len(spec.alphas) * len(spec.d_k) * len(spec.seeds)
+    assert len(plan.branches) == sum(len(spec.alphas_of(v)) for v in spec.variants) * len(spec.d_k) * len(spec.seeds)
+    assert any(PAPER_BEST_ALPHA[0] <= a <= PAPER_BEST_ALPHA[1] for a in spec.all_alphas) and len(spec.all_alphas) >= 3
 
 
 def test_a_branch_forks_only_from_a_base_that_reached_its_fork_step():
@@ -138,7 +170,8 @@ def test_best_trials_picks_the_best_finished_run_per_benchmark():
 
 
 def test_phases_put_what_branches_fork_from_first():
-    _, plan = _plan(variants=("flurka-performer",), alphas=(0.375, 0.75), d_k=(8, 16), seeds=(0, 1, 2), full=False)
+    _, plan = _plan(variants=("flurka-performer",), alphas=(0.375, 0.75), d_k=(8, 16), seeds=(0, 1, 2), full=False,
+                    control=False)
     first, second = plan.phases()
     assert first == plan.baselines + plan.bases and second == plan.branches
     first, second = plan.phases(baselines_beside_branches=True)
@@ -154,7 +187,7 @@ def test_phases_put_what_branches_fork_from_first():
 
 
 def test_phases_keep_a_kernel_base_first():
-    _, plan = _plan(variants=("flurka-rnn",), alphas=(0.5,), base="kernel", full=False)
+    _, plan = _plan(variants=("flurka-rnn",), alphas=(0.5,), base="kernel", full=False, control=False)
     first, second = plan.phases(baselines_beside_branches=True)
     # the RNN baseline doubles as the base: it stays first; Linformer forks nothing: beside the branches
     assert [r.attention for r in first] == ["rnn"] and [r.attention for r in second] == ["linformer", "flurka-rnn"]

@@ -19,7 +19,7 @@ def test_a_name_finds_the_installed_file_from_anywhere(tmp_path, monkeypatch):
     path = spec_lib.config_path("uptrain-small")
     assert path == ROOT / "platform/flurka/sweeps/configs/uptrain-small.yaml"
     spec = spec_lib.validate(spec_lib.from_args({"config": "uptrain-small"}))
-    assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-small",) and len(spec.seeds) == 3
+    assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-list-small",) and len(spec.seeds) == 3
     # a file of that name here is the user's, and wins
     (tmp_path / "uptrain-small").write_text("benchmarks: [lra-listops-small]\nname: mine\n")
     assert spec_lib.from_args({"config": "uptrain-small"}).name == "mine"

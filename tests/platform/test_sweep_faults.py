@@ -72,8 +72,8 @@ def test_killed_trial_is_retried_from_its_checkpoint(tmp_path, tiny_overrides, m
     # Bit for bit the uninterrupted branch (same fork from the sweep's own base checkpoint).
     got = out.results[branch_key]
     (planned,) = make_plan(validate(spec)).branches
-    overrides = train_overrides(planned, spec.overrides, run_dir=str(out.run_dir), base=spec.base,
-                                steps=spec.steps, checkpoint_every=spec.checkpoint_every)
+    overrides = train_overrides(planned, spec.overrides, run_dir=str(out.run_dir), steps=spec.steps,
+                                checkpoint_every=spec.checkpoint_every)
     _, cfg = build_config({"run": planned.to_dict(), "train": overrides})
     want = training.run(cfg.replace(workdir=str(tmp_path / "uninterrupted"), checkpoint_every=0))
     assert [h["step"] for h in got["history"]] == [h["step"] for h in want["history"]] == list(range(2, 17, 2))

@@ -20,7 +20,7 @@ def test_forked_branch_equals_independent_run(tmp_path, tiny_overrides):
     assert base.attention == "linformer" and base.fork_steps == (4,) and branch.start_step == 4
 
     def cfg(run):
-        o = train_overrides(run, spec.overrides, run_dir=str(tmp_path), base=spec.base, steps=spec.steps,
+        o = train_overrides(run, spec.overrides, run_dir=str(tmp_path), steps=spec.steps,
                             checkpoint_every=None)
         return build_config({"run": run.to_dict(), "train": o})[1]
 

@@ -92,3 +92,40 @@ def test_compilation_cache_under_the_run_dir_unless_given_or_off(tmp_path, monke
     spec = parse(["--benchmarks", "lra-listops", "--compilation-cache", str(tmp_path / "cache")])
     assert spec.compilation_cache_dir == str((tmp_path / "cache").resolve())
     assert parse(["--benchmarks", "lra-listops", "--compilation-cache", "off"]).compilation_cache_dir is None
+
+
+def test_base_and_alphas_per_variant_from_yaml_and_flags(tmp_path):
+    """The paper's appendix, written down: a base (and optionally α) per variant; a variant not
+    named keeps the defaults (low-rank, the paper's α grid)."""
+    path = tmp_path / "sweep.yaml"
+    path.write_text("benchmarks: [lra-listops]\nbase: {flurka-rnn: kernel}\n"
+                    "alphas: {flurka-rnn: [0.64], flurka-eva: [0.25, 0.8]}\n")
+    spec = validate(parse(["--config", str(path)]))
+    assert [spec.base_of(v) for v in spec.variants] == ["low-rank", "kernel", "low-rank"]
+    assert spec.alphas_of("flurka-rnn") == (0.64,) and spec.alphas_of("flurka-eva") == (0.25, 0.8)
+    assert spec.alphas_of("flurka-performer") == PAPER_ALPHAS
+    assert spec.all_alphas == tuple(sorted({*PAPER_ALPHAS, 0.64, 0.8}))
+    flags = validate(parse(["--benchmarks", "lra-listops", "--base", "flurka-rnn=kernel,flurka-eva=kernel"]))
+    assert flags.base == {"flurka-rnn": "kernel", "flurka-eva": "kernel"} and flags.base_of("flurka-performer") == "low-rank"
+    assert validate(parse(["--benchmarks", "lra-listops", "--base", "kernel"])).base_of("flurka-eva") == "kernel"
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("base", {"flurka-rnn": "sparse"}, "base of flurka-rnn 'sparse'"),
+    ("base", {"performer": "kernel"}, "'performer' is not one of the sweep's variants"),
+    ("alphas", {"flurka-rnn": (1.5,)}, "α=1.5 of flurka-rnn is outside [0, 1]"),
+    ("alphas", {"flurka-rnn": ()}, "--alphas of flurka-rnn is empty"),
+    ("alphas", {"flurka-rnn": (0.5, 0.5)}, "duplicates"),
+])
+def test_bad_values_per_variant(field, value, needle):
+    assert needle in _err(SweepSpec(benchmarks=("lra-listops",), **{field: value}))
+
+
+def test_a_search_over_alpha_needs_one_alpha_list():
+    msg = _err(SweepSpec(benchmarks=("lra-listops",), search="optuna", alphas={"flurka-rnn": (0.5,)}))
+    assert "one α list" in msg
+
+
+def test_a_per_variant_value_of_the_wrong_type_is_one_line():
+    with pytest.raises(SpecError, match="base must be a string, or a mapping"):
+        parse(["--benchmarks", "lra-listops", "--base", "flurka-rnn="])

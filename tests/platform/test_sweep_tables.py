@@ -60,22 +60,22 @@ def test_summary_prints_metric_and_loss_tables_and_the_observations(tmp_path):
         engine.dispose()
     assert set(tables) == {"uptraining_nmt-small", "uptraining_nmt-small_loss", "observations_nmt-small",
                            "observations_nmt-small_loss", "quality"}
-    assert tables["uptraining_nmt-small"].at[("flurka-rnn", 8), "25%"] == "83.0 ± 1.2 (n=3) *"
-    assert tables["uptraining_nmt-small_loss"].at[("flurka-rnn", 8), "50%"] == "0.450 ± 0.174 (n=3) *"
+    assert tables["uptraining_nmt-small"].at[("flurka-rnn", "low-rank", 8), "25%"] == "83.0 ± 1.2 (n=3) *"
+    assert tables["uptraining_nmt-small_loss"].at[("flurka-rnn", "low-rank", 8), "50%"] == "0.450 ± 0.174 (n=3) *"
     assert list(tables["quality"].columns) == ["nmt-small: BLEU (char, 0–100)"]
     assert tables["quality"].at["linformer", "nmt-small: BLEU (char, 0–100)"] == "85.0 ± 2.5 (n=3)"   # d_k 16
     text = summary(SweepOutcome("nmt", tmp_path / "run", "sqlite:///mlflow.db", url,
                                 {"uptrain_steps_executed": 10, "uptrain_steps_independent": 16,
                                  "uptrain_compute_ratio": 10 / 16}, {}, [], tables))
     order = ["Up-training α, nmt-small: BLEU (char, 0–100), higher is better",
-             "| flurka-rnn |     8 | rnn                  | 71.0 ± 2.5 (n=3) | 81.0 ± 2.5 (n=3) | 83.0 ± 1.2 (n=3) * |",
+             "| flurka-rnn | low-rank |     8 | rnn                  | 71.0 ± 2.5 (n=3) | 81.0 ± 2.5 (n=3) | 83.0 ± 1.2 (n=3) * |",
              "Up-training α, nmt-small: eval loss, lower is better",
              "Table 5's observations, nmt-small, BLEU (char, 0–100):",
-             "(1) 2 of 4 α cells lie between their constituents",
+             "(1) most α cells lie between their constituents (kernel, low-rank): no (2 of 4)",
              "(2) best variant beats both: no (flurka-rnn d_k=16 at α=25%",
              "(3) best α in [25 %, 37.5 %]: yes (2 of 2 rows",
              "Table 5's observations, nmt-small, eval loss:",
-             "(1) 3 of 4 α cells lie between their constituents",
+             "(1) most α cells lie between their constituents (kernel, low-rank): yes (3 of 4)",
              "(3) best α in [25 %, 37.5 %]: no (0 of 2 rows",
              "Quality (mean ± 95 % CI over seeds, n):"]
     at = [text.find(line) for line in order]
@@ -155,8 +155,8 @@ def test_a_classification_sweep_prints_its_chance_line(tmp_path):
     finally:
         engine.dispose()
     up = tables["uptraining_lra-listops-small"]
-    assert up.columns[-1] == "chance" and up.at[("flurka-rnn", 16), "chance"] == "13.9"
-    assert up.at[("flurka-rnn", 16), "50%"].endswith("(n=3), at chance *")
+    assert up.columns[-1] == "chance" and up.at[("flurka-rnn", "low-rank", 16), "chance"] == "13.9"
+    assert up.at[("flurka-rnn", "low-rank", 16), "50%"].endswith("(n=3), at chance *")
     assert "chance" not in tables["uptraining_lra-listops-small_loss"].columns      # a loss has no chance line
     assert tables["quality"].index[-1] == "chance"
     text = summary(SweepOutcome("lo", tmp_path / "run", "sqlite:///mlflow.db", url,

@@ -166,17 +166,20 @@ def test_main_job_report_leads_with_uptraining_and_lists_what_it_lacks(main_job,
 
 
 def test_main_job_table_and_observations_against_the_raw_trials(main_job, tmp_path):
-    """The main job's Table 5 per (variant, d_k), and the paper's three observations worked out
-    from the raw rows: cells strictly between the constituents by mean, each row's best α cell
-    and the table's best paired against both constituents over the seeds (the difference's mean
-    and scipy's t interval, scipy's ttest_rel), the best α's range."""
+    """The main job's Table 5 per (variant, base, d_k), and the paper's three observations worked
+    out from the raw rows: cells strictly between the constituents by mean, each row's best α
+    cell and the table's best paired against both constituents over the seeds (the difference's
+    mean and scipy's t interval, scipy's ttest_rel, statsmodels' Holm over the table's eight
+    tests), the best α's range."""
+    from statsmodels.stats.multitest import multipletests
+
     build_report(main_job, tmp_path / "out")
     tables_dir = tmp_path / "out" / "tables"
-    table = pd.read_csv(tables_dir / "uptraining-nmt-small.csv").set_index(["variant", "d_k"])
-    assert list(table.index) == [("flurka-performer", 16), ("flurka-performer", 32), ("flurka-rnn", 16),
-                                 ("flurka-rnn", 32)]
+    table = pd.read_csv(tables_dir / "uptraining-nmt-small.csv").set_index(["variant", "base", "d_k"])
+    assert list(table.index) == [("flurka-performer", "low-rank", 16), ("flurka-performer", "low-rank", 32),
+                                 ("flurka-rnn", "low-rank", 16), ("flurka-rnn", "low-rank", 32)]
     assert list(table.columns) == ["kernel constituent", "kernel", "low-rank", "25%", "37.5%", "50%", "75%"]
-    rows = pd.read_csv(tables_dir / "uptraining-nmt-small-observations-rows.csv").set_index(["variant", "d_k"])
+    rows = pd.read_csv(tables_dir / "uptraining-nmt-small-observations-rows.csv").set_index(["variant", "base", "d_k"])
     assert list(rows.index) == list(table.index)
     engine = connect(main_job)
     raw = pd.read_sql("SELECT t.attention, t.alpha, t.d_k, t.seed, m.value FROM trials t JOIN metrics m "
@@ -184,13 +187,8 @@ def test_main_job_table_and_observations_against_the_raw_trials(main_job, tmp_pa
     engine.dispose()
     seeds = lambda q: raw.query(q).set_index("seed")["value"].sort_index()  # noqa: E731
 
-    def paired_text(a: pd.Series, b: pd.Series) -> str:
-        d = (a - b).to_numpy()
-        low, high = st.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=st.sem(d))
-        return f"{d.mean():+.1f} ± {(high - low) / 2:.1f} (n={len(d)}), p={st.ttest_rel(a, b).pvalue:.2g}"
-
-    between, top, best_alphas = 0, None, []
-    for (variant, d_k), row in table.iterrows():
+    between, top, best_alphas, tests = 0, None, [], []
+    for (variant, _, d_k), row in table.iterrows():
         kernel, low = seeds(f"attention == '{row['kernel constituent']}'"), seeds(f"attention == 'linformer' and d_k == {d_k}")
         assert _cell(row["kernel"]) == _t_cell(kernel) and _cell(row["low-rank"]) == _t_cell(low)
         best = None
@@ -203,21 +201,32 @@ def test_main_job_table_and_observations_against_the_raw_trials(main_job, tmp_pa
         cell, a = best
         assert _starred(row) == [quality_tables.alpha_label(a)]
         best_alphas.append(a)
-        got = rows.loc[(variant, d_k)]
-        assert (got["best α"], got["best mean"]) == (quality_tables.alpha_label(a), round(cell.mean(), 1))
-        assert got["best − kernel"] == paired_text(cell, kernel) and got["vs kernel"] == variant
-        assert got["best − low-rank"] == paired_text(cell, low) and got["vs low-rank"] == "linformer"
-        assert got["beats both"] == "no"  # Linformer is better beyond noise in every row
+        tests += [(variant, d_k, "kernel", cell, kernel), (variant, d_k, "low-rank", cell, low)]
         if top is None or cell.mean() > top[0].mean():
             top = (cell, kernel, low, variant, d_k, a)
+    holm = dict(zip([t[:3] for t in tests],
+                    multipletests([st.ttest_rel(t[3], t[4]).pvalue for t in tests], method="holm")[1]))
+
+    def paired_text(variant, d_k, name, a: pd.Series, b: pd.Series) -> str:
+        d = (a - b).to_numpy()
+        low, high = st.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=st.sem(d))
+        return (f"{d.mean():+.1f} ± {(high - low) / 2:.1f} (n={len(d)}), p={st.ttest_rel(a, b).pvalue:.2g}, "
+                f"p_holm={holm[(variant, d_k, name)]:.2g}")
+
+    for variant, d_k, name, cell, other in tests:
+        got = rows.loc[(variant, "low-rank", d_k)]
+        assert got[f"best − {name}"] == paired_text(variant, d_k, name, cell, other)
+        assert got[f"vs {name}"] == (variant if name == "kernel" else "linformer")
+        assert got["beats both"] == "no"  # Linformer is better beyond noise in every row
     lines = pd.read_csv(tables_dir / "uptraining-nmt-small-observations.csv").set_index("observation")["on this data"]
     assert list(lines.index) == ["(1)", "(2)", "(3)"]
-    assert lines["(1)"] == f"{between} of 16 α cells lie between their constituents (kernel, low-rank)"
+    assert lines["(1)"] == (f"most α cells lie between their constituents (kernel, low-rank): "
+                            f"{'yes' if 2 * between > 16 else 'no'} ({between} of 16)")
     cell, kernel, low, variant, d_k, a = top
     assert lines["(2)"] == (
         f"best variant beats both: no ({variant} d_k={d_k} at α={quality_tables.alpha_label(a)}, {round(cell.mean(), 1):g}; "
-        f"paired differences vs {KERNEL_OF[variant]}: {paired_text(cell, kernel)} -> {variant}; "
-        f"vs linformer: {paired_text(cell, low)} -> linformer)")
+        f"paired differences vs {KERNEL_OF[variant]}: {paired_text(variant, d_k, 'kernel', cell, kernel)} -> {variant}; "
+        f"vs linformer: {paired_text(variant, d_k, 'low-rank', cell, low)} -> linformer)")
     in_range = sum(0.25 <= a <= 0.375 for a in best_alphas)
     assert lines["(3)"].startswith(f"best α in [25 %, 37.5 %]: {'yes' if in_range == 4 else 'no'} ({in_range} of 4 rows; ")
 

@@ -42,9 +42,9 @@ def test_uptraining_table_mean_and_best(seeded):
     # (27.98, 27.0) -> 27.49 ± T1 * 0.49 = 6.23 | 27.98; its diverged 25% trial (99.0) and from-scratch trial
     # (50.0) are not in the alpha columns. The best α per row is marked.
     cols = ["kernel constituent", "kernel", "low-rank", "12.5%", "25%", "37.5%"]
-    index = [("flurka-performer", 64), ("flurka-rnn", 64), ("flurka-eva", 64)]
+    index = [("flurka-performer", "low-rank", 64), ("flurka-rnn", "low-rank", 64), ("flurka-eva", "low-rank", 64)]
     table = quality_tables.uptraining_table(seeded)
-    assert table.index.names == ["variant", "d_k"]
+    assert table.index.names == ["variant", "base", "d_k"]
     assert_frame(table, index, cols, [
         ["performer", "27.9 (1 seed)", "27.5 ± 6.4 (n=2)", "27.5 ± 6.2 (n=2)", nan, "28.0 (1 seed) *"],
         ["rnn", "23.4 (1 seed)", "27.5 ± 6.4 (n=2)", nan, "24.6 (1 seed) *", nan],
@@ -64,9 +64,10 @@ def test_uptraining_table_mean_and_best(seeded):
 
 def test_uptraining_stats_carry_the_cells_numbers(seeded):
     stats = quality_tables.uptraining_stats(seeded)
-    assert list(stats.columns) == ["variant", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean", "low",
-                                   "high", "n", "decimals", "best", "at_chance"]
+    assert list(stats.columns) == ["variant", "base", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean",
+                                   "low", "high", "n", "decimals", "best", "at_chance", "at_floor"]
     assert stats["at_chance"].isna().all() and "note" not in stats.attrs     # BLEU has no chance line
+    assert stats["at_floor"].isna().all() and set(stats["base"]) == {"low-rank"}   # nor a control
     cell = lambda v, c: stats[(stats["variant"] == v) & (stats["column"] == c)].iloc[0]  # noqa: E731
     low = cell("flurka-performer", "low-rank")
     assert (low["mechanism"], low["config"], low["seeds"], low["n"]) == ("linformer", "d_k=64", "0,1", 2)
@@ -83,7 +84,7 @@ def test_uptraining_stats_carry_the_cells_numbers(seeded):
     numbers = quality_tables.uptraining_table(seeded, numbers=True)
     assert list(numbers.columns[:5]) == ["kernel constituent", "kernel mean", "kernel ci_low", "kernel ci_high",
                                          "kernel n"]
-    row = numbers.loc[("flurka-performer", 64)]
+    row = numbers.loc[("flurka-performer", "low-rank", 64)]
     assert (row["low-rank mean"], row["low-rank ci_low"], row["low-rank ci_high"], row["low-rank n"]) == \
         (27.5, 21.1, 33.9, 2)                                                # rounded to 0.1
     assert row["12.5% ci_low"] == 21.3 and row["12.5% mean"] == 27.5 and row["best α"] == "37.5%"
@@ -110,10 +111,19 @@ def _uptrain_sweep(sweep_dict, make_trial) -> dict:
     return {**sweep_dict, "sweep_id": "nmt-uptrain", "name": "nmt up-training", "trials": t}
 
 
-def _paired_text(a, b, digits):
+def _paired_text(a, b, digits, family=()):
+    """A paired difference as the tables print it; with ``family`` (the (a, b) pairs of every test in
+    the table, this one among them) also its Holm-adjusted p over them."""
     d = np.array(a) - np.array(b)
     half = T2 * d.std(ddof=1) / math.sqrt(len(d))
-    return f"{d.mean():+.{digits}f} ± {half:.{digits}f} (n={len(d)}), p={st.ttest_rel(a, b).pvalue:.2g}"
+    text = f"{d.mean():+.{digits}f} ± {half:.{digits}f} (n={len(d)}), p={st.ttest_rel(a, b).pvalue:.2g}"
+    if family:
+        from statsmodels.stats.multitest import multipletests
+
+        ps = [st.ttest_rel(x, y).pvalue for x, y in family]
+        adjusted = multipletests(ps, method="holm")[1]
+        text += f", p_holm={adjusted[[tuple(map(tuple, f)) for f in family].index((tuple(a), tuple(b)))]:.2g}"
+    return text
 
 
 def test_uptraining_per_d_k_and_the_papers_observations(engine, sweep_dict, make_trial):
@@ -122,7 +132,7 @@ def test_uptraining_per_d_k_and_the_papers_observations(engine, sweep_dict, make
     ingest_sweep(engine, _uptrain_sweep(sweep_dict, make_trial))
     table = quality_tables.uptraining_table(engine, benchmark="nmt-small", metric="bleu")
     # rnn 71 ± T2/sqrt(3) = 2.48; each row's low-rank is Linformer at its d_k: 81 and 85 (± 2.48)
-    assert_frame(table, [("flurka-rnn", 8), ("flurka-rnn", 16)],
+    assert_frame(table, [("flurka-rnn", "low-rank", 8), ("flurka-rnn", "low-rank", 16)],
                  ["kernel constituent", "kernel", "low-rank", "25%", "50%"], [
         ["rnn", "71.0 ± 2.5 (n=3)", "81.0 ± 2.5 (n=3)", "83.0 ± 1.2 (n=3) *", "77.0 ± 2.5 (n=3)"],
         ["rnn", "71.0 ± 2.5 (n=3)", "85.0 ± 2.5 (n=3)", "85.3 ± 1.9 (n=3) *", "80.0 ± 2.5 (n=3)"],
@@ -130,22 +140,28 @@ def test_uptraining_per_d_k_and_the_papers_observations(engine, sweep_dict, make
     assert "BLEU (char, 0–100)" in table.attrs["title"]
 
     obs = quality_tables.uptraining_observations(engine, benchmark="nmt-small", metric="bleu")
-    assert list(obs.index) == [("flurka-rnn", 8), ("flurka-rnn", 16)]
+    d8, d16 = ("flurka-rnn", "low-rank", 8), ("flurka-rnn", "low-rank", 16)
+    assert list(obs.index) == [d8, d16]
     # d_k 8: 83 is above both constituents (71, 81), 77 between; d_k 16: 80 between, 85.33 above 85
     assert obs["between"].tolist() == [1, 1] and obs["judged"].tolist() == [2, 2]
     assert obs["best α"].tolist() == ["25%", "25%"] and obs["best α in [25 %, 37.5 %]"].tolist() == ["yes", "yes"]
-    # d_k 8, best (25 %) − linformer: 2.5, 1.5, 2.0 -> CI (0.76, 3.24) above 0: FLuRKA; − rnn: 12.5, 12.5, 11
-    assert obs.at[("flurka-rnn", 8), "best − low-rank"] == _paired_text([82.5, 83.5, 83.0], [80.0, 82.0, 81.0], 1)
-    assert obs.at[("flurka-rnn", 8), "best − kernel"] == _paired_text([82.5, 83.5, 83.0], [70.0, 71.0, 72.0], 1)
-    assert obs.at[("flurka-rnn", 8), "vs low-rank"] == "flurka-rnn" == obs.at[("flurka-rnn", 8), "vs kernel"]
+    # the table's four tests (each row's best α against each constituent) are one family
+    best8, best16, rnn = [82.5, 83.5, 83.0], [85.5, 84.5, 86.0], [70.0, 71.0, 72.0]
+    lin8, lin16 = [80.0, 82.0, 81.0], [84.0, 86.0, 85.0]
+    family = [(best8, rnn), (best8, lin8), (best16, rnn), (best16, lin16)]
+    # d_k 8, best (25 %) − linformer: 2.5, 1.5, 2.0 (p = 0.02; Holm's 0.04 over the four, still below
+    # 0.05): FLuRKA; − rnn: 12.5, 12.5, 11
+    assert obs.at[d8, "best − low-rank"] == _paired_text(best8, lin8, 1, family)
+    assert obs.at[d8, "best − kernel"] == _paired_text(best8, rnn, 1, family)
+    assert obs.at[d8, "vs low-rank"] == "flurka-rnn" == obs.at[d8, "vs kernel"]
     assert obs["beats both"].tolist() == ["yes", "no"]
     # d_k 16: 1.5, -1.5, 1.0 against Linformer: the CI holds 0, a tie, though the mean is higher
-    assert obs.at[("flurka-rnn", 16), "vs low-rank"] == "tie"
+    assert obs.at[d16, "vs low-rank"] == "tie"
     assert obs["overall best"].tolist() == [False, True]                  # 85.33 > 83
     one, two, three = quality_tables.observation_lines(obs)
-    assert one.startswith("(1) 2 of 4 α cells lie between their constituents")
+    assert one == "(1) most α cells lie between their constituents (kernel, low-rank): no (2 of 4)"
     assert two.startswith("(2) best variant beats both: no (flurka-rnn d_k=16 at α=25%")
-    assert "vs linformer: " + _paired_text([85.5, 84.5, 86.0], [84.0, 86.0, 85.0], 1) + " -> tie" in two
+    assert "vs linformer: " + _paired_text(best16, lin16, 1, family) + " -> tie" in two
     assert three.startswith("(3) best α in [25 %, 37.5 %]: yes (2 of 2 rows")
 
 
@@ -176,7 +192,7 @@ def test_uptraining_on_eval_loss_is_lower_is_better(engine, sweep_dict, make_tri
     ingest_sweep(engine, _uptrain_sweep(sweep_dict, make_trial))
     table = quality_tables.uptraining_table(engine, benchmark="nmt-small", metric="loss")
     # 3 significant digits; the lower α = 50 % loss is the best on both rows (0.45 < 0.55, 0.33 < 0.35)
-    assert_frame(table.drop(columns="kernel constituent"), [("flurka-rnn", 8), ("flurka-rnn", 16)],
+    assert_frame(table.drop(columns="kernel constituent"), [("flurka-rnn", "low-rank", 8), ("flurka-rnn", "low-rank", 16)],
                  ["kernel", "low-rank", "25%", "50%"], [
         ["1.00 ± 0.25 (n=3)", "0.500 ± 0.248 (n=3)", "0.550 ± 0.248 (n=3)", "0.450 ± 0.174 (n=3) *"],
         ["1.00 ± 0.25 (n=3)", "0.300 ± 0.248 (n=3)", "0.350 ± 0.248 (n=3)", "0.330 ± 0.188 (n=3) *"],
@@ -187,16 +203,18 @@ def test_uptraining_on_eval_loss_is_lower_is_better(engine, sweep_dict, make_tri
     # d_k 8: 0.55 between 0.5 and 1.0, 0.45 below both; d_k 16: 0.35 and 0.33 between 0.3 and 1.0
     assert obs["between"].tolist() == [1, 2]
     # lower loss than rnn beyond noise: FLuRKA wins though its difference is negative
-    assert obs.at[("flurka-rnn", 8), "vs kernel"] == "flurka-rnn"
-    assert obs.at[("flurka-rnn", 8), "best − kernel"] == _paired_text([0.45, 0.52, 0.38], [1.0, 1.1, 0.9], 3)
+    d8 = ("flurka-rnn", "low-rank", 8)
+    assert obs.at[d8, "vs kernel"] == "flurka-rnn"
+    family = [([0.45, 0.52, 0.38], [1.0, 1.1, 0.9]), ([0.45, 0.52, 0.38], [0.5, 0.6, 0.4]),
+              ([0.33, 0.41, 0.26], [1.0, 1.1, 0.9]), ([0.33, 0.41, 0.26], [0.3, 0.4, 0.2])]
+    assert obs.at[d8, "best − kernel"] == _paired_text([0.45, 0.52, 0.38], [1.0, 1.1, 0.9], 3, family)
     assert obs["vs low-rank"].tolist() == ["tie", "tie"] and obs["beats both"].tolist() == ["no", "no"]
     assert obs["overall best"].tolist() == [False, True]                  # 0.33 < 0.45
     lines = quality_tables.observation_lines(obs)
-    assert lines[0].startswith("(1) 3 of 4") and lines[2].startswith("(3) best α in [25 %, 37.5 %]: no (0 of 2")
+    assert lines[0].endswith("yes (3 of 4)") and lines[2].startswith("(3) best α in [25 %, 37.5 %]: no (0 of 2")
     numbers = quality_tables.uptraining_table(engine, benchmark="nmt-small", metric="loss", numbers=True)
-    assert numbers.at[("flurka-rnn", 8), "50% ci_low"] == round(0.45 - T2 * np.std([0.45, 0.52, 0.38], ddof=1)
-                                                                 / math.sqrt(3), 3)
-    assert numbers.at[("flurka-rnn", 8), "best α"] == "50%"
+    assert numbers.at[d8, "50% ci_low"] == round(0.45 - T2 * np.std([0.45, 0.52, 0.38], ddof=1) / math.sqrt(3), 3)
+    assert numbers.at[d8, "best α"] == "50%"
 
 
 def test_collective_table(seeded):
@@ -226,7 +244,7 @@ def test_collective_table(seeded):
     assert numbers.at["full", "ImageNet top-1 (%) mean"] == 71.7 and numbers.at["full", "ImageNet top-1 (%) n"] == 1
     stats = quality_tables.metric_stats(seeded, quality_tables.COLLECTIVE_COLUMNS)
     assert list(stats.columns) == ["mechanism", "column", "benchmark", "metric", "config", "seeds", "mean", "low",
-                                   "high", "n", "decimals", "at_chance"]
+                                   "high", "n", "decimals", "at_chance", "at_floor"]
     assert stats["at_chance"].isna().all() and quality_tables.CHANCE not in set(stats["mechanism"])  # none recorded
     full_ppl = stats[(stats["mechanism"] == "full") & (stats["column"] == ppl)].iloc[0]
     assert full_ppl["mean"] == pytest.approx(5.583) and full_ppl["seeds"] == "0,1" and full_ppl["decimals"] == 2

@@ -20,6 +20,16 @@ COMPRESSED: tuple[str, ...] = (LOW_RANK, *FLURKA)        # the ones with E1, E2 
 RANDOM_FEATURES: tuple[str, ...] = ("performer", "eva", "flurka-performer", "flurka-eva")
 # Up-training bases (``--base``), by family: the variant's low-rank constituent or its kernel one.
 BASES: tuple[str, ...] = ("low-rank", "kernel")
+# The no-attention control, a task's floor: Linformer at d_k = 1, where every query sees one
+# compressed row (with pooled E the mean of the sequence), so no position attends to another.
+# A mechanism that does not clear it beyond noise used no attention worth the name.
+CONTROL: tuple[str, int] = (LOW_RANK, 1)
+CONTROL_NAME = "no attention (linformer d_k=1)"
+
+
+def is_control(mechanism: str, d_k: int | None) -> bool:
+    """Whether a run of ``mechanism`` at ``d_k`` is the no-attention control (:data:`CONTROL`)."""
+    return (mechanism, d_k) == CONTROL
 
 
 def check_mechanism(mechanism: str) -> None:

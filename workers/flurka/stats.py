@@ -8,6 +8,11 @@ A comparison of two mechanisms is *paired* over the seeds both have (same data o
 init where shared): the CI of the paired differences and ``scipy.stats.ttest_rel``'s p. A
 difference whose CI holds 0 is a tie, whatever the means say.
 
+A table that tests many pairs at once corrects for it: Holm's step-down adjustment
+(``statsmodels``' ``multipletests``, :func:`holm`) gives each test its adjusted p beside the raw one,
+and the verdict of a test in such a family is a tie unless its adjusted p is below 0.05
+(:meth:`Paired.in_family`). A lone comparison keeps the CI rule, which is the same test.
+
 A classification cell is judged against its chance line too (the eval set's majority class, which
 every run records as ``majority_accuracy``): one that does not clear it beyond its CI
 (:meth:`Estimate.above`) is "at chance", a number that measured nothing.
@@ -21,11 +26,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy import stats as _st
+from statsmodels.stats.multitest import multipletests
 
 CONFIDENCE = 0.95
 BOOTSTRAP_FROM = 10   # seeds from which the CI is a bootstrap, not Student's t
 _BOOTSTRAP_RESAMPLES = 9999
 AT_CHANCE = "at chance"
+AT_FLOOR = "at floor"
 CHANCE_NOTE = (f"chance: the accuracy of always answering the eval set's majority class; {AT_CHANCE}: a cell "
                "whose 95 % CI (one seed: whose mean) does not clear it")
 
@@ -51,6 +58,13 @@ class Estimate:
         without a CI: the mean does). What a classification cell must do against its chance line."""
         bound = self.low if self.n >= 2 and not math.isnan(self.low) else self.mean
         return bool(bound > value)
+
+    def clears(self, value: float, lower_is_better: bool = False) -> bool:
+        """:meth:`above`, or for a lower-is-better metric its mirror: the whole CI lies below."""
+        if not lower_is_better:
+            return self.above(value)
+        bound = self.high if self.n >= 2 and not math.isnan(self.high) else self.mean
+        return bool(bound < value)
 
     def format(self, digits: int = 1, *, sign: bool = False) -> str:
         """``97.3 ± 0.6 (n=3)``; one seed: ``97.3 (1 seed)``; a mean of n ≥ 2 without an interval
@@ -113,16 +127,25 @@ class Paired:
     diff: Estimate
     p: float
     seeds: tuple
+    p_adjusted: float | None = None   # Holm's, where the test is one of a family (in_family)
 
     @property
     def verdict(self) -> str:
-        """``a``, ``b`` (the better one, for higher-is-better metrics), ``tie`` (CI holds 0) or
-        ``n<2`` (no interval)."""
+        """``a``, ``b`` (the better one, for higher-is-better metrics), ``tie`` or ``n<2`` (no
+        interval). Alone: a tie where the CI holds 0; in a family: where the Holm-adjusted p is
+        not below 1 − CONFIDENCE."""
         if self.diff.n < 2:
             return "n<2"
-        if self.diff.holds(0.0):
+        if self.p_adjusted is not None:
+            if not self.p_adjusted < 1.0 - CONFIDENCE:
+                return "tie"
+        elif self.diff.holds(0.0):
             return "tie"
         return self.a if self.diff.mean > 0 else self.b
+
+    def in_family(self, p_adjusted: float) -> "Paired":
+        """This test with its family's Holm-adjusted p (:func:`holm`), which its verdict then uses."""
+        return dataclasses.replace(self, p_adjusted=float(p_adjusted))
 
     def winner(self, lower_is_better: bool = False) -> str:
         v = self.verdict
@@ -131,9 +154,12 @@ class Paired:
         return self.b if v == self.a else self.a
 
     def format(self, digits: int = 1) -> str:
+        """``+1.3 ± 1.3 (n=3), p=0.045``; in a family also Holm's: ``…, p=0.045, p_holm=0.18``."""
         if self.diff.n == 0:
             return "—"
         p = "" if math.isnan(self.p) else f", p={self.p:.2g}"
+        if self.p_adjusted is not None and not math.isnan(self.p_adjusted):
+            p += f", p_holm={self.p_adjusted:.2g}"
         return f"{self.diff.format(digits, sign=True)}{p}"
 
 
@@ -153,4 +179,23 @@ def paired(a: Mapping, b: Mapping, *, names: tuple[str, str] = ("A", "B"),
     return Paired(names[0], names[1], est, p, seeds)
 
 
-__all__ = ["CONFIDENCE", "BOOTSTRAP_FROM", "Estimate", "Paired", "mean_ci", "paired", "significant_decimals"]
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values of a family of tests, in their order (statsmodels'
+    ``multipletests(method="holm")``); a NaN p (no test: fewer than two seeds) stays NaN and
+    does not count towards the family's size."""
+    p = np.asarray(list(pvalues), dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    tested = np.isfinite(p)
+    if tested.any():
+        out[tested] = multipletests(p[tested], alpha=1.0 - CONFIDENCE, method="holm")[1]
+    return [float(v) for v in out]
+
+
+def in_family(tests: Sequence[Paired]) -> list[Paired]:
+    """``tests`` as one family: each with its Holm-adjusted p (:func:`holm`), which its verdict
+    then uses."""
+    return [t.in_family(a) for t, a in zip(tests, holm([t.p for t in tests]))]
+
+
+__all__ = ["CONFIDENCE", "BOOTSTRAP_FROM", "Estimate", "Paired", "mean_ci", "paired", "significant_decimals",
+           "holm", "in_family"]

@@ -275,10 +275,12 @@ def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
     ``alpha``, ``mean``, ``low``, ``high``, ``n`` and ``best``); ``label``: the y axis's (default
     the frame's ``attrs["metric"]``)."""
     no_dk = stats["d_k"].map(_no_dk).astype(bool)
-    variants = _ordered(stats["variant"])
+    bases = stats["base"] if "base" in stats else pd.Series("low-rank", index=stats.index)
+    variants = [(v, b) for v in _ordered(stats["variant"])
+                for b in sorted(set(bases[stats["variant"] == v]), key=lambda b: b != "low-rank")]
     dks = sorted({int(d) for d in stats.loc[~no_dk, "d_k"]})
     dks = [*dks, None] if no_dk.any() or not dks else dks
-    panels = [(v, d) for v in variants for d in dks]
+    panels = [(v, b, d) for v, b in variants for d in dks]
     cols = len(dks) if len(dks) > 1 else min(2, len(variants))
     rows = math.ceil(len(panels) / cols)
     fig = Figure(figsize=(4.3 * cols + 1.2, 3.9 * rows + 0.2), layout="constrained")
@@ -289,10 +291,10 @@ def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
     xs_all = np.sort(ups["alpha"].unique()) * 100
     pad = max(4.0, 0.06 * (xs_all.max() - xs_all.min())) if len(xs_all) else 5.0
     span = np.array([xs_all.min() - pad, xs_all.max() + pad]) if len(xs_all) else np.array([0.0, 100.0])
-    for i, (variant, d_k) in enumerate(panels):
+    for i, (variant, base, d_k) in enumerate(panels):
         ax, c = grid[i], i % cols
         at_dk = stats["d_k"].map(lambda d, want=d_k: _no_dk(d) if want is None else not _no_dk(d) and int(d) == want)
-        here = stats[(stats["variant"] == variant) & at_dk.astype(bool)]
+        here = stats[(stats["variant"] == variant) & (bases == base) & at_dk.astype(bool)]
         curve = here[here["alpha"].notna()].sort_values("alpha")
         if curve.empty:
             ax.set_visible(False)
@@ -327,7 +329,7 @@ def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
                     label=f"best α = {best['alpha'] * 100:g}%")
         ax.set_xlim(*span)
         ax.set_xticks(x, [f"{v:g}" for v in x])
-        ax.set_title(f"{variant}, {_dk_label(d_k)}", fontsize=10)
+        ax.set_title(f"{variant}{'' if base == 'low-rank' else f' ({base} base)'}, {_dk_label(d_k)}", fontsize=10)
         ax.set_xlabel("α: % of steps trained as the base model")
         if c == 0:
             ax.set_ylabel(f"{label or stats.attrs.get('metric', 'value')}, mean ± 95 % CI")

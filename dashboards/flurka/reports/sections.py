@@ -153,7 +153,8 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
     ``uptraining_stats``) and the paper's three observations on it (``uptraining_observations``
     and ``observation_lines``) per benchmark with up-trained FLuRKA: what ``flurka tables`` says."""
     section = Section("uptraining", "Up-training α (Table 5): the main job's result",
-                      "Each FLuRKA variant up-trained from its base model (Linformer) for a fraction α of the steps, "
+                      "Each FLuRKA variant up-trained from its base model (the row's base: Linformer, or its kernel "
+                      "constituent) for a fraction α of the steps, "
                       "beside its kernel and low-rank constituents trained from scratch: every cell the mean "
                       "over seeds ± its 95 % CI (n seeds), the row's best α starred.")
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:

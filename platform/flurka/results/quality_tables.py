@@ -20,7 +20,10 @@ at all are left out; a missing cell is NaN.
 A column whose metric has a chance line (accuracy: the eval set's majority class, which every
 classification run records as ``majority_accuracy``) gets it as the table's last row, ``chance``,
 and every cell that does not clear it beyond its 95 % CI says "at chance": the LRA paper's "FAIL",
-a number that measured nothing.
+a number that measured nothing. Likewise the no-attention control (Linformer at d_k = 1,
+:data:`flurka.mechanisms.CONTROL`), where trained: its trials are no Linformer cell but the row
+``floor`` (mean ± CI over its seeds), and a cell whose CI does not clear the floor's mean says
+"at floor": whatever its attention did, the task did not need it.
 """
 
 from __future__ import annotations
@@ -34,15 +37,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from flurka.results.models import CurvePoint, Metric, Sweep, Trial
-from flurka.mechanisms import KERNEL_OF, LOW_RANK
+from flurka.mechanisms import BASES, CONTROL, CONTROL_NAME, KERNEL_OF, LOW_RANK
 from flurka.results.records import FRACTION_METRICS
 from flurka.results.tables import NoResults, format_table, mechanism_order
-from flurka.stats import AT_CHANCE, CHANCE_NOTE, Estimate, mean_ci, paired, significant_decimals
+from flurka.stats import (AT_CHANCE, AT_FLOOR, CHANCE_NOTE, Estimate, in_family, mean_ci, paired,
+                          significant_decimals)
 
 LOWER_IS_BETTER = ("perplexity", "loss")
 CONFIG = ["alpha", "base", "d_k", "num_features"]
 AGGS = ("mean", "best")
-CHAR_BLEU = ("nmt-small",)        # benchmarks whose BLEU is over characters (bleu_tokenize="char")
+CHAR_BLEU = ("nmt-small", "nmt-list-small")   # benchmarks whose BLEU is over characters (bleu_tokenize="char")
 PAPER_BEST_ALPHA = (0.25, 0.375)  # Table 5's observation: the best α lies in [25 %, 37.5 %]
 ONE_ALPHA = "one α"  # a row with a single α cell: which α is best is not asked
 
@@ -67,6 +71,10 @@ COLLECTIVE_COLUMNS = [("En-De (BLEU, 0–100)", "nmt-wmt14-ende", "bleu"),
 CELL_STATS = ("mean", "ci_low", "ci_high", "n")   # a cell's columns in the numeric (CSV) table
 CHANCE_OF = {"accuracy": "majority_accuracy"}     # a metric -> the trial metric holding its chance line
 CHANCE = "chance"                                  # the row that shows the chance line of each column
+FLOOR = "floor"                                    # the row of the no-attention control (mechanisms.CONTROL)
+FLOOR_NOTE = (f"{FLOOR}: the task's no-attention control, {CONTROL_NAME}, trained like the rest (every query sees "
+              f"one compressed row, the sequence's mean); {AT_FLOOR}: a cell whose 95 % CI (one seed: whose mean) "
+              "does not clear the floor's mean")
 
 
 def _check_agg(agg: str) -> None:
@@ -86,7 +94,7 @@ def metric_unit(metric: str, benchmark: str | None = None) -> str:
 
 def metric_label(metric: str, benchmark: str | None = None) -> str:
     """A header for ``metric``: "accuracy (%)", "BLEU (char, 0–100)", "perplexity", "eval loss"."""
-    name = {"bleu": "BLEU", "loss": "eval loss"}.get(metric, metric)
+    name = {"bleu": "BLEU", "loss": "eval loss", "exact_match": "exact match"}.get(metric, metric)
     unit = metric_unit(metric, benchmark)
     return f"{name} ({unit})" if unit else name
 
@@ -187,7 +195,24 @@ def _stat_row(cell: Cell | None, decimals: int, **keys) -> dict:
 
 def _chance_row(line: float, decimals: int, **keys) -> dict:
     """A chance line's cell: its value as the mean, no interval, n = 0 (the eval set's, not seeds')."""
-    return {**_stat_row(None, decimals, **keys), "mean": line, "at_chance": None}
+    return {**_stat_row(None, decimals, **keys), "mean": line, "at_chance": None, "at_floor": None}
+
+
+def _is_control(df: pd.DataFrame) -> pd.Series:
+    """The trials of the no-attention control (:data:`flurka.mechanisms.CONTROL`)."""
+    mechanism, d_k = CONTROL
+    return (df["attention"] == mechanism) & (df["d_k"] == d_k)
+
+
+def _marks(est: Estimate, chance: float | None, floor: Cell | None, lower: bool) -> dict:
+    """A cell's "at chance" / "at floor" flags (None where the column has no such line)."""
+    return {"at_chance": None if chance is None else not est.above(chance),
+            "at_floor": None if floor is None else not est.clears(floor.estimate.mean, lower)}
+
+
+def _note(chance: bool, floor: bool) -> str | None:
+    """What a table's floor row and chance line mean, where it has them."""
+    return ". ".join(n for n, on in ((FLOOR_NOTE, floor), (CHANCE_NOTE, chance)) if on) or None
 
 
 def _estimate(row) -> Estimate:
@@ -231,20 +256,30 @@ def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg
     if not df["metric"].isin(wanted).any():
         raise NoResults(f"no ok trials with metrics for {', '.join(benchmarks)}")
     df = _scaled(df)
+    control, df = df[_is_control(df)], df[~_is_control(df)]
     cells: dict[str, dict[str, Cell]] = {}
+    floors: dict[str, Cell] = {}
     shown = []
     for label, bench, metric in columns:
         part = df[(df["benchmark"] == bench) & (df["metric"] == metric)]
-        if not part.empty:
+        lower = metric in LOWER_IS_BETTER
+        floor = control[(control["benchmark"] == bench) & (control["metric"] == metric)]
+        if not floor.empty:
+            floors[label] = next(iter(_cells(floor, ["attention"], lower, agg).values()))
+        if not part.empty or not floor.empty:
             shown.append((label, bench, metric))
-            cells[label] = {k[0]: c for k, c in _cells(part, ["attention"], metric in LOWER_IS_BETTER, agg).items()}
+            cells[label] = {k[0]: c for k, c in _cells(part, ["attention"], lower, agg).items()} if not part.empty else {}
     chance = {label: line for label, bench, metric in shown
               if (line := _chance_line(df, bench, metric)) is not None}
     mechanisms = mechanism_order(df.loc[df["metric"].isin(wanted), "attention"])
     rows = [{**_stat_row(cells[label][m], metric_decimals(metric, cells[label][m].estimate.mean),
                          mechanism=m, column=label, benchmark=bench, metric=metric),
-             "at_chance": not cells[label][m].estimate.above(chance[label]) if label in chance else None}
+             **_marks(cells[label][m].estimate, chance.get(label), floors.get(label), metric in LOWER_IS_BETTER)}
             for m in mechanisms for label, bench, metric in shown if m in cells[label]]
+    rows += [{**_stat_row(floors[label], metric_decimals(metric, floors[label].estimate.mean), mechanism=FLOOR,
+                          column=label, benchmark=bench, metric=metric),
+              **_marks(floors[label].estimate, chance.get(label), None, metric in LOWER_IS_BETTER)}
+             for label, bench, metric in shown if label in floors]
     rows += [_chance_row(chance[label], metric_decimals(metric, chance[label]), mechanism=CHANCE, column=label,
                          benchmark=bench, metric=metric)
              for label, bench, metric in shown if label in chance]
@@ -252,21 +287,24 @@ def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg
     if average:
         units = {metric_unit(metric, bench) for _, bench, metric in shown}
         name = f"Average ({units.pop()})" if len(units) == 1 and "" not in units else "Average"
-        for m in mechanisms:
-            est = _average([cells[label].get(m) for label in labels])
+        decimals = lambda est: 1 if units == {"%"} or name.endswith("(%)") else significant_decimals(est.mean)  # noqa: E731
+        every_floor = bool(floors) and set(floors) == set(labels)
+        for m in mechanisms + ([FLOOR] if every_floor else []):
+            est = _average([floors[label] if m == FLOOR else cells[label].get(m) for label in labels])
             rows.append({"mechanism": m, "column": name, "benchmark": "", "metric": "", "config": "", "seeds": "",
                          "mean": est.mean, "low": est.low, "high": est.high, "n": est.n,
-                         "decimals": 1 if units == {"%"} or name.endswith("(%)") else significant_decimals(est.mean),
-                         "at_chance": None})
+                         "decimals": decimals(est), "at_chance": None, "at_floor": None})
         if chance and set(chance) == set(labels):   # every column has one: so has their average
             rows.append(_chance_row(sum(chance.values()) / len(chance), 1, mechanism=CHANCE, column=name,
                                     benchmark="", metric=""))
         labels.append(name)
     stats = pd.DataFrame(rows, columns=["mechanism", "column", "benchmark", "metric", "config", "seeds",
-                                        "mean", "low", "high", "n", "decimals", "at_chance"])
-    stats.attrs.update(index=["mechanism"], columns=labels, rows=mechanisms + ([CHANCE] if chance else []))
-    if chance:
-        stats.attrs["note"] = CHANCE_NOTE
+                                        "mean", "low", "high", "n", "decimals", "at_chance", "at_floor"])
+    stats.attrs.update(index=["mechanism"], columns=labels,
+                       rows=mechanisms + ([FLOOR] if floors else []) + ([CHANCE] if chance else []))
+    note = _note(bool(chance), bool(floors))
+    if note:
+        stats.attrs["note"] = note
     return stats
 
 
@@ -302,7 +340,9 @@ def _text(row: pd.Series | None) -> str | float:
     if row["n"] == 0:
         return f"{row['mean']:.{digits}f}"
     text = _estimate(row).format(digits)
-    return f"{text}, {AT_CHANCE}" if row.get("at_chance") == True else text   # noqa: E712 (None, NaN: no line)
+    marks = [word for word, key in ((AT_CHANCE, "at_chance"), (AT_FLOOR, "at_floor"))
+             if row.get(key) == True]   # noqa: E712 (None, NaN: no line)
+    return ", ".join([text, *marks])
 
 
 def display_table(stats: pd.DataFrame, *, index: Sequence[str] | None = None, columns: Sequence[str] | None = None,
@@ -391,6 +431,7 @@ def uptrained_benchmark(engine: Engine, *, sweep: str | None = None) -> str:
 @dataclasses.dataclass
 class _UpRow:
     variant: str
+    base: str                      # the up-training base: "low-rank" or "kernel" (records.BASES)
     d_k: int | None
     kernel: Cell | None
     low_rank: Cell | None
@@ -406,8 +447,9 @@ _NO_DK = -1   # group key of trials without a recorded d_k
 
 
 def _uptraining(engine: Engine, benchmark: str, metric: str, agg: str, sweep: str | None):
-    """Table 5's cells per (variant, d_k): the kernel constituent (no d_k: its best configuration),
-    Linformer at that d_k, and the variant up-trained at each α; the α values, lower-is-better."""
+    """Table 5's cells per (variant, base, d_k): the kernel constituent (no d_k: its best
+    configuration), Linformer at that d_k, and the variant up-trained from that base at each α;
+    the α values, lower-is-better."""
     _check_agg(agg)
     df = final_metrics(engine, [benchmark], [metric], sweep=sweep)
     if not set(df["attention"]) & set(KERNEL_OF):
@@ -419,54 +461,67 @@ def _uptraining(engine: Engine, benchmark: str, metric: str, agg: str, sweep: st
     if up.empty:
         raise NoResults(f"no ok up-training trials (0 < alpha < 1) of a FLuRKA variant with {metric!r} on {benchmark}")
     up["a"] = up["alpha"].round(6)
-    by_alpha = _cells(up, ["attention", "dk", "a"], lower, agg)
+    by_alpha = _cells(up, ["attention", "base", "dk", "a"], lower, agg)
     kernels = {k[0]: c for k, c in _cells(df[df["attention"].isin(set(KERNEL_OF.values()))], ["attention"],
                                           lower, agg).items()}
     low = {k[0]: c for k, c in _cells(df[df["attention"] == LOW_RANK], ["dk"], lower, agg).items()}
     rows = []
     for variant in mechanism_order(up["attention"]):
-        for dk in sorted(up.loc[up["attention"] == variant, "dk"].unique()):
-            alphas = {a: c for (v, d, a), c in sorted(by_alpha.items()) if v == variant and d == dk}
-            rows.append(_UpRow(variant, None if dk == _NO_DK else int(dk), kernels.get(KERNEL_OF[variant]),
+        mine = up[up["attention"] == variant]
+        for base, dk in sorted(set(zip(mine["base"], mine["dk"])), key=lambda k: (BASES.index(k[0]), k[1])):
+            alphas = {a: c for (v, b, d, a), c in sorted(by_alpha.items()) if (v, b, d) == (variant, base, dk)}
+            rows.append(_UpRow(variant, base, None if dk == _NO_DK else int(dk), kernels.get(KERNEL_OF[variant]),
                                low.get(dk), alphas))
     return rows, sorted(up["a"].unique()), lower
 
 
 def uptraining_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metric: str = "bleu",
                      agg: str = "mean", sweep: str | None = None) -> pd.DataFrame:
-    """Table 5's cells, long: one row per (variant, d_k, column) with a result, the columns being
-    "kernel" (the variant's kernel constituent, any d_k), "low-rank" (Linformer at that d_k) and
-    each α ("12.5%", ...): variant, d_k (None where unrecorded), column, mechanism, alpha (NaN for
+    """Table 5's cells, long: one row per (variant, base, d_k, column) with a result, the columns
+    being "kernel" (the variant's kernel constituent, any d_k), "low-rank" (Linformer at that d_k)
+    and each α ("12.5%", ...): variant, base (the up-training base, "low-rank" or "kernel"), d_k
+    (None where unrecorded), column, mechanism, alpha (NaN for
     the constituents), config, seeds, mean, low, high, n, decimals, best (the row's best α),
-    at_chance (None without a chance line). A metric with a chance line adds the column
-    :data:`CHANCE` (its value as the mean, n = 0) to every row."""
+    at_chance, at_floor (None without a chance line, a floor). A benchmark whose no-attention
+    control was trained adds the column :data:`FLOOR` (its mean ± CI) to every row, a metric with a
+    chance line the column :data:`CHANCE` (its value as the mean, n = 0)."""
     rows, alphas, lower = _uptraining(engine, benchmark, metric, agg, sweep)
     line = None
     if metric in CHANCE_OF:
         recorded = _scaled(final_metrics(engine, [benchmark], [CHANCE_OF[metric]], sweep=sweep))
         line = _chance_line(recorded, benchmark, metric)
+    trials = _scaled(final_metrics(engine, [benchmark], [metric], sweep=sweep))
+    control = trials[_is_control(trials)]
+    floor = next(iter(_cells(control, ["attention"], lower, agg).values())) if not control.empty else None
     out = []
     for r in rows:
         best = r.best_alpha(lower)
         parts = [("kernel", KERNEL_OF[r.variant], math.nan, r.kernel), ("low-rank", LOW_RANK, math.nan, r.low_rank),
                  *[(alpha_label(a), r.variant, a, c) for a, c in r.alphas.items()]]
+        keys = dict(variant=r.variant, base=r.base, d_k=r.d_k)
         for column, mech, a, cell in parts:
             if cell is not None:
-                out.append({**_stat_row(cell, metric_decimals(metric, cell.estimate.mean), variant=r.variant,
-                                        d_k=r.d_k, column=column, mechanism=mech, alpha=a),
-                            "best": a == best, "at_chance": None if line is None else not cell.estimate.above(line)})
+                out.append({**_stat_row(cell, metric_decimals(metric, cell.estimate.mean), **keys, column=column,
+                                        mechanism=mech, alpha=a),
+                            "best": a == best, **_marks(cell.estimate, line, floor, lower)})
+        if floor is not None:
+            out.append({**_stat_row(floor, metric_decimals(metric, floor.estimate.mean), **keys, column=FLOOR,
+                                    mechanism=CONTROL[0], alpha=math.nan),
+                        "best": False, **_marks(floor.estimate, line, None, lower)})
         if line is not None:
-            out.append({**_chance_row(line, metric_decimals(metric, line), variant=r.variant, d_k=r.d_k,
-                                      column=CHANCE, mechanism="", alpha=math.nan), "best": False})
-    stats = pd.DataFrame(out, columns=["variant", "d_k", "column", "mechanism", "alpha", "config", "seeds", "mean",
-                                       "low", "high", "n", "decimals", "best", "at_chance"])
+            out.append({**_chance_row(line, metric_decimals(metric, line), **keys, column=CHANCE, mechanism="",
+                                      alpha=math.nan), "best": False})
+    stats = pd.DataFrame(out, columns=["variant", "base", "d_k", "column", "mechanism", "alpha", "config", "seeds",
+                                       "mean", "low", "high", "n", "decimals", "best", "at_chance", "at_floor"])
     stats["d_k"] = pd.Series([r["d_k"] for r in out], dtype=object)   # ints and None, not floats and NaN
-    columns = ["kernel", "low-rank", *map(alpha_label, alphas), *([CHANCE] if line is not None else [])]
-    stats.attrs.update(index=["variant", "d_k"], columns=columns,
-                       rows=[(r.variant, r.d_k) for r in rows], metric=metric, benchmark=benchmark,
+    columns = ["kernel", "low-rank", *map(alpha_label, alphas), *([FLOOR] if floor is not None else []),
+               *([CHANCE] if line is not None else [])]
+    stats.attrs.update(index=["variant", "base", "d_k"], columns=columns,
+                       rows=[(r.variant, r.base, r.d_k) for r in rows], metric=metric, benchmark=benchmark,
                        title=_uptraining_title(benchmark, metric))
-    if line is not None:
-        stats.attrs["note"] = CHANCE_NOTE
+    note = _note(line is not None, floor is not None)
+    if note:
+        stats.attrs["note"] = note
     return stats
 
 
@@ -480,7 +535,8 @@ def uptraining_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
                      agg: str = "mean", sweep: str | None = None, numbers: bool = False) -> pd.DataFrame:
     """Table 5: each FLuRKA variant up-trained at each α, beside its kernel and low-rank constituents.
 
-    Rows: (variant, d_k), one per d_k the variant was up-trained at; columns "kernel constituent"
+    Rows: (variant, base, d_k), one per base and d_k the variant was up-trained from and at (base:
+    "low-rank", Linformer, or "kernel", its kernel constituent); columns "kernel constituent"
     (its name), "kernel", "low-rank" (Linformer at that d_k), then one per up-training fraction α in
     (0, 1) found in the database ("12.5%", ...), each "mean ± CI (n=…)", the row's best α marked
     "*". ``numbers``: the same as rounded numbers (:func:`numbers_table`) and a "best α" column.
@@ -488,8 +544,8 @@ def uptraining_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
     """
     stats = uptraining_stats(engine, benchmark=benchmark, metric=metric, agg=agg, sweep=sweep)
     rows = stats.attrs["rows"]
-    kernel = [KERNEL_OF[v] for v, _ in rows]
-    best = {(r["variant"], r["d_k"]): r["column"] for _, r in stats[stats["best"]].iterrows()}
+    kernel = [KERNEL_OF[v] for v, _, _ in rows]
+    best = {(r["variant"], r["base"], r["d_k"]): r["column"] for _, r in stats[stats["best"]].iterrows()}
     if numbers:
         table = numbers_table(stats)
         table.insert(0, "kernel constituent", kernel)
@@ -507,21 +563,22 @@ def uptraining_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
 
 def uptraining_observations(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metric: str = "bleu",
                             agg: str = "mean", sweep: str | None = None) -> pd.DataFrame:
-    """The paper's three Table 5 observations, evaluated per (variant, d_k) row of our data.
+    """The paper's three Table 5 observations, evaluated per (variant, base, d_k) row of our data.
 
     Columns: "kernel constituent"; "between" / "judged": how many of the row's α cells have a mean
     strictly between the kernel's and the low-rank's (judged: cells whose row has both);
     "best α" and "best mean" (the row's best α cell); "best α in [25 %, 37.5 %]" (yes/no; ONE_ALPHA
     in a row of one α cell, where "best" compares nothing);
     "best − kernel" and "best − low-rank": the best α cell paired against each constituent over
-    the seeds both have (difference, 95 % CI, ttest_rel's p); "vs kernel" and "vs low-rank": the
-    better one beyond noise, "tie" where the CI holds 0, "n<2" below two common seeds, NaN
-    without the constituent; "beats both": yes only if the variant is better than both beyond
+    the seeds both have (difference, 95 % CI, ttest_rel's p and its Holm-adjusted p over every test
+    of the table: one family); "vs kernel" and "vs low-rank": the better one beyond noise, "tie"
+    where the adjusted p is not below 0.05, "n<2" below two common seeds, NaN without the
+    constituent; "beats both": yes only if the variant is better than both beyond
     noise; "overall best": the row holding the best α cell of the table. Lower-is-better metrics
     (loss, perplexity) are compared that way. :func:`observation_lines` says it in three lines.
     """
     rows, _, lower = _uptraining(engine, benchmark, metric, agg, sweep)
-    out = []
+    out, tests = [], []
     for r in rows:
         a = r.best_alpha(lower)
         cell = r.alphas[a]
@@ -531,55 +588,61 @@ def uptraining_observations(engine: Engine, *, benchmark: str = "nmt-wmt14-ende"
             lo, hi = sorted((r.kernel.estimate.mean, r.low_rank.estimate.mean))
             judged = len(r.alphas)
             between = sum(lo < c.estimate.mean < hi for c in r.alphas.values())
-        row = {"variant": r.variant, "d_k": NO_VALUE if r.d_k is None else r.d_k,
+        row = {"variant": r.variant, "base": r.base, "d_k": NO_VALUE if r.d_k is None else r.d_k,
                "kernel constituent": KERNEL_OF[r.variant],
                "between": between, "judged": judged, "cells": len(r.alphas), "best α": alpha_label(a),
                "best mean": round(cell.estimate.mean, dec) + 0.0,
                "best α in [25 %, 37.5 %]": (ONE_ALPHA if len(r.alphas) < 2 else
                                             "yes" if PAPER_BEST_ALPHA[0] <= a <= PAPER_BEST_ALPHA[1] else "no")}
-        wins = []
         for name, other, mech in (("kernel", r.kernel, KERNEL_OF[r.variant]), ("low-rank", r.low_rank, LOW_RANK)):
-            if other is None:
-                row[f"best − {name}"], row[f"vs {name}"] = float("nan"), float("nan")
-                wins.append(False)
-                continue
-            p = paired(cell.values, other.values, names=(r.variant, mech))
-            row[f"best − {name}"] = p.format(dec)
-            row[f"vs {name}"] = p.winner(lower)
-            wins.append(row[f"vs {name}"] == r.variant)
-        row["beats both"] = "yes" if all(wins) else "no"
+            if other is not None:
+                tests.append((len(out), name, dec, paired(cell.values, other.values, names=(r.variant, mech))))
         row["_mean"] = cell.estimate.mean
         out.append(row)
+    # the table's paired tests are one family: Holm-adjusted p beside each raw p, verdicts on it
+    family = in_family([t for *_, t in tests])
+    for row in out:
+        for name in ("kernel", "low-rank"):
+            row[f"best − {name}"], row[f"vs {name}"] = float("nan"), float("nan")
+    for (i, name, dec, _), p in zip(tests, family):
+        out[i][f"best − {name}"] = p.format(dec)
+        out[i][f"vs {name}"] = p.winner(lower)
+    for row in out:
+        wins = [row[f"vs {name}"] == row["variant"] for name in ("kernel", "low-rank")]
+        row["beats both"] = "yes" if all(wins) else "no"
     obs = pd.DataFrame(out)
     best = obs["_mean"].idxmin() if lower else obs["_mean"].idxmax()
     obs["overall best"] = obs.index == best
-    obs = obs.drop(columns="_mean").set_index(["variant", "d_k"])
+    obs = obs.drop(columns="_mean").set_index(["variant", "base", "d_k"])
     obs.attrs.update(title=f"Table 5's observations, {benchmark}, {metric_label(metric, benchmark)}", floatfmt="g")
     return obs
 
 
-def _row_name(variant: str, d_k) -> str:
-    return variant if d_k in (None, NO_VALUE) or d_k != d_k else f"{variant} d_k={int(d_k)}"
+def _row_name(variant: str, base: str, d_k) -> str:
+    """"flurka-rnn (kernel base) d_k=8"; the base is named where it is not Linformer."""
+    name = variant if base == "low-rank" else f"{variant} ({base} base)"
+    return name if d_k in (None, NO_VALUE) or d_k != d_k else f"{name} d_k={int(d_k)}"
 
 
 def observation_lines(obs: pd.DataFrame) -> list[str]:
     """The three observations in a line each, from an :func:`uptraining_observations` frame."""
     judged, between = int(obs["judged"].sum()), int(obs["between"].sum())
     unjudged = int(obs["cells"].sum()) - judged
-    one = f"(1) {between} of {judged} α cells lie between their constituents (kernel, low-rank)"
+    one = (f"(1) most α cells lie between their constituents (kernel, low-rank): "
+           f"{'yes' if judged and 2 * between > judged else 'no'} ({between} of {judged})")
     if unjudged:
         one += f"; {unjudged} more in rows without both constituents, not judged"
-    (variant, d_k), best = next((k, r) for k, r in obs.iterrows() if r["overall best"])
+    (variant, base, d_k), best = next((k, r) for k, r in obs.iterrows() if r["overall best"])
     verdicts = "; ".join(f"vs {best[f'{c} constituent'] if c == 'kernel' else LOW_RANK}: "
                          + ("no result" if not isinstance(best[f"best − {c}"], str)
                             else f"{best[f'best − {c}']} -> {best[f'vs {c}']}")
                          for c in ("kernel", "low-rank"))
-    two = (f"(2) best variant beats both: {best['beats both']} ({_row_name(variant, d_k)} at α={best['best α']}, "
+    two = (f"(2) best variant beats both: {best['beats both']} ({_row_name(variant, base, d_k)} at α={best['best α']}, "
            f"{best['best mean']:g}; paired differences {verdicts})")
     verdict = obs["best α in [25 %, 37.5 %]"]
     rows = obs[verdict != ONE_ALPHA]
     in_range = verdict[rows.index] == "yes"
-    per_row = ", ".join(f"{_row_name(v, d)} {r['best α']}" for (v, d), r in rows.iterrows())
+    per_row = ", ".join(f"{_row_name(v, b, d)} {r['best α']}" for (v, b, d), r in rows.iterrows())
     if rows.empty:
         three = "(3) best α in [25 %, 37.5 %]: not judged (one α per row: a sweep of two or more α judges it)"
     else:

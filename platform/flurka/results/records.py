@@ -51,15 +51,11 @@ import math
 from typing import Any
 
 from flurka.mechanisms import BASES, COMPRESSED, MECHANISMS, RANDOM_FEATURES, base_family   # plain Python: no JAX
-BENCHMARKS = (
-    "mlm-wikitext103",
-    *(f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")),
-    *(f"lra-{t}" for t in ("listops", "text", "retrieval", "image", "pathfinder")),
-    "nmt-wmt14-ende", "nmt-wmt14-enfr", "imagenet",
-    "lra-listops-small", "lra-image-small", "mlm-small", "nmt-small",
-)
+from flurka.configs import BENCHMARKS as _REGISTERED   # plain Python too: the benchmark configs
+
+BENCHMARKS: tuple[str, ...] = tuple(_REGISTERED)      # every registered benchmark can be stored
 FRACTION_METRICS = ("accuracy", "accuracy_mismatched", "majority_accuracy", "f1", "matthews", "pearson", "spearman",
-                    "top5")
+                    "top5", "exact_match")
 SPEED_MODES = ("forward", "train")
 SPEED_STATUSES = ("ok", "oom", "error")
 SPEED_SCOPES = ("layer", "model")

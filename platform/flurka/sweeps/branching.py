@@ -16,7 +16,7 @@ import dataclasses
 import itertools
 from typing import Any
 
-from flurka.mechanisms import KERNEL_OF, LOW_RANK, base_mechanism
+from flurka.mechanisms import CONTROL, KERNEL_OF, LOW_RANK, base_mechanism
 from flurka.sweeps.spec import FULL, SweepSpec, benchmark_config, d_k_of
 
 KINDS = ("baseline", "base", "branch")
@@ -121,7 +121,8 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
               d_ks: dict[str, tuple[int, ...]] | None = None) -> Plan:
     """The runs of a validated spec. ``steps``/``d_ks`` per benchmark default to the configs'.
 
-    With baselines on, the base of the up-training *is* the base mechanism's baseline run (a
+    With baselines on, they are the constituents (and full attention, and the no-attention control
+    where the spec asks), and the base of the up-training *is* the base mechanism's baseline run (a
     plain run of the same seed and schedule), checkpointed at the fork steps: it costs nothing
     extra. Without them a separate base run stops after the last fork step. α with no step
     strictly inside the run (α·T rounds to 0 or T) has nothing to fork and trains independently.
@@ -140,6 +141,10 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
 
     for bench, seed in itertools.product(spec.benchmarks, spec.seeds):
         T = steps[bench]
+        if spec.baselines and spec.control:
+            mech, dk = CONTROL
+            run = PlannedRun("baseline", bench, mech, seed, T, d_k=dk)
+            baselines.setdefault(run.key, run)
         for d_k in d_ks[bench]:
             if spec.baselines:
                 reference = [(FULL, None)] if spec.full else []
@@ -147,9 +152,10 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
                     run = PlannedRun("baseline", bench, mech, seed, T, d_k=dk)
                     baselines.setdefault(run.key, run)
             for variant in spec.variants:
-                base = base_mechanism(variant, spec.base)
+                base = base_mechanism(variant, spec.base_of(variant))
                 base_dk = d_k if base == LOW_RANK else None
-                forks = sorted({fork_step(a, T) for a in spec.alphas} & set(range(1, T)))
+                alphas = spec.alphas_of(variant)
+                forks = sorted({fork_step(a, T) for a in alphas} & set(range(1, T)))
                 base_key = None
                 if spec.branching and forks:
                     if spec.baselines:
@@ -158,7 +164,7 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
                     else:
                         base_key = add_forks(bases, PlannedRun("base", bench, base, seed, T, d_k=base_dk),
                                              forks, stop=True)
-                for alpha in spec.alphas:
+                for alpha in alphas:
                     start = fork_step(alpha, T)
                     forked = base_key is not None and 0 < start < T
                     branches.append(PlannedRun("branch", bench, variant, seed, T, d_k=d_k, alpha=alpha, base=base,

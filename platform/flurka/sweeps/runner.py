@@ -33,6 +33,7 @@ from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_c
 from flurka.sweeps.trainable import WORKER_SETUP_HOOK, train_overrides, work_dir
 
 PHASES = ("first", "branches")  # what branches fork from, then the α branches (Plan.phases)
+RECORD = "sweep-record.json"    # the sweep's results as `flurka ingest` reads them, in its run dir
 
 
 @dataclasses.dataclass
@@ -142,7 +143,7 @@ def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
 
 def _trial_configs(runs: tuple[PlannedRun, ...], spec: SweepSpec, run_dir: Path) -> list[dict[str, Any]]:
     return [{"run": r.to_dict(),
-             "train": train_overrides(r, spec.config_overrides, run_dir=str(run_dir), base=spec.base, steps=spec.steps,
+             "train": train_overrides(r, spec.config_overrides, run_dir=str(run_dir), steps=spec.steps,
                                       checkpoint_every=spec.checkpoint_every),
              "compilation_cache": spec.compilation_cache_dir}
             for r in runs]
@@ -164,7 +165,7 @@ def _search(spec: SweepSpec, configs: list[dict[str, Any]], phase: str):
     from flurka.sweeps.search import FinalMetricOptuna
 
     table = {_branch_id(c["run"]): c for c in configs}
-    space = {"variant": tune.choice(list(spec.variants)), "alpha": tune.choice(list(spec.alphas)),
+    space = {"variant": tune.choice(list(spec.variants)), "alpha": tune.choice(list(spec.all_alphas)),
              "d_k": tune.choice(sorted({c["run"]["d_k"] for c in configs})),
              "seed": tune.choice(list(spec.seeds)), "benchmark": tune.choice(list(spec.benchmarks)),
              "table": table}
@@ -352,11 +353,21 @@ def _log_skipped(tracker, plan, skipped: dict[str, str], spec: SweepSpec, run_di
         tracker.finish_trial(run_id, None, status="KILLED")
 
 
+def _suffix(reported: tuple[str, ...], metric: str) -> str:
+    """A table's name after ``uptraining_<bench>``: "" for the benchmark's first reported metric,
+    "_<metric>" for the others and the eval loss (``_loss``)."""
+    return "" if metric == reported[0] else f"_{metric}"
+
+
+TABLE_SUFFIXES = ("", "_exact_match", "_loss")   # the order summary prints a benchmark's tables in
+
+
 def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
-    """Per benchmark, up-training (Table 5 shape: per variant and d_k, mean ± CI over seeds) on
-    the task metric (``uptraining_<bench>``) and on the eval loss (``uptraining_<bench>_loss``),
-    with Table 5's observations on each (``observations_<bench>``, ``observations_<bench>_loss``);
-    a quality table over the sweep's benchmarks; and the speed table if the database holds speed
+    """Per benchmark, up-training (Table 5 shape: per variant, base and d_k, mean ± CI over seeds)
+    on each reported metric (``uptraining_<bench>`` for the first, ``uptraining_<bench>_<metric>``
+    for the others: exact match beside BLEU) and on the eval loss (``uptraining_<bench>_loss``),
+    with Table 5's observations on each (``observations_<bench>...``); a quality table over the
+    sweep's benchmarks and their reported metrics; and the speed table if the database holds speed
     measurements (a sweep's own database holds none: then no table and no line about it)."""
     from sqlalchemy import select
 
@@ -366,9 +377,10 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     columns = []
     for bench in spec.benchmarks:
-        metric, _ = _metric_of(spec, bench)
-        columns.append((f"{bench}: {quality_tables.metric_label(metric, bench)}", bench, metric))
-        for m, suffix in ((metric, ""), ("loss", "_loss")):
+        reported = benchmark_config(bench, spec).reported_metrics
+        columns += [(f"{bench}: {quality_tables.metric_label(m, bench)}", bench, m) for m in reported]
+        for m in (*reported, "loss"):
+            suffix = _suffix(reported, m)
             try:
                 out[f"uptraining_{bench}{suffix}"] = quality_tables.uptraining_table(engine, benchmark=bench, metric=m,
                                                                         sweep=sweep_id)
@@ -569,6 +581,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                 else:
                     stopped.append(key)  # early-stopped by ASHA
         from flurka.results import ingest_sweep, trial_from_result
+        from flurka.results.records import SweepRecord
 
         trials = [trial_from_result(k, r) for k, r in results.items() if runs[k]["kind"] != "base"]
         trials += [_unfinished_record(r, "failed" if r.key in failed else "stopped early")
@@ -576,9 +589,11 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         trials += [_unfinished_record(r, f"skipped: {skipped[r.key]}")
                    for r in plan.branches if r.key in skipped]
         with _timed(driver, "results_db"):
-            report = ingest_sweep(engine, {
+            record = SweepRecord.from_dict({
                 "sweep_id": sweep_id, "name": spec.name, "created_at": state["created_at"],
                 "git_commit": _commit(), "environment": _environment(results), "trials": trials})
+            report = ingest_sweep(engine, record)
+            write_record(record, run_dir / RECORD)
             print(f"[flurka] results DB: {report.added} trials added, {report.skipped} already there", flush=True)
             tables = _tables(engine, spec, sweep_id)
         with _timed(driver, "mlflow"):
@@ -597,6 +612,15 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         raise
     finally:
         ctx.close()
+
+
+def write_record(record, path: Path) -> None:
+    """The sweep's results as a file: what it ingested into its results database, which ``flurka
+    ingest`` loads into another (a results DB elsewhere, or evidence committed beside the code).
+    Written whole or not at all."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(record.to_dict(), indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
 
 
 def _commit() -> str | None:
@@ -618,16 +642,17 @@ def summary(outcome: SweepOutcome) -> str:
 
     lines = []
     tables = outcome.tables
-    benches = [n.removeprefix("uptraining_") for n in tables
-               if n.startswith("uptraining_") and not n.endswith("_loss")]
-    benches += [n.removeprefix("uptraining_").removesuffix("_loss") for n in tables   # loss without metric
-                if n.startswith("uptraining_") and n.endswith("_loss") and n.removesuffix("_loss") not in tables]
+    def bench_of(name: str) -> str:
+        name = name.removeprefix("uptraining_")
+        return next((name.removesuffix(s) for s in TABLE_SUFFIXES if s and name.endswith(s)), name)
+
+    benches = list(dict.fromkeys(bench_of(n) for n in tables if n.startswith("uptraining_")))
     for bench in benches:
-        for suffix in ("", "_loss"):
+        for suffix in TABLE_SUFFIXES:
             df = tables.get(f"uptraining_{bench}{suffix}")
             if df is not None:
                 lines += ["\n" + df.attrs.get("title", f"Up-training ({bench}{suffix})") + ":", shown(df)]
-        for suffix in ("", "_loss"):
+        for suffix in TABLE_SUFFIXES:
             obs = tables.get(f"observations_{bench}{suffix}")
             if obs is not None:
                 lines += ["", format_observations(obs)]

@@ -25,6 +25,7 @@ from flurka.mechanisms import BASES
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
+DEFAULT_BASE = "low-rank"   # a variant's up-training base where the spec names none for it
 FULL = "full"
 SEARCHES = ("grid", "optuna")
 SCHEDULERS = ("none", "asha")
@@ -38,9 +39,11 @@ class SpecError(ValueError):
 class SweepSpec:
     benchmarks: tuple[str, ...]
     variants: tuple[str, ...] = ()          # () = every FLuRKA variant
-    alphas: tuple[float, ...] = PAPER_ALPHAS
+    # α per variant: one list for all, or {variant: list} (a variant not named: PAPER_ALPHAS)
+    alphas: tuple[float, ...] | dict[str, tuple[float, ...]] = PAPER_ALPHAS
     d_k: tuple[int, ...] = ()               # () = each benchmark config's own d_k
-    base: str = "low-rank"
+    # the up-training base per variant: one for all, or {variant: base} (not named: "low-rank")
+    base: str | dict[str, str] = "low-rank"
     search: str = "grid"
     scheduler: str = "none"
     num_samples: int = 1                    # optuna: samples per (variant, benchmark); grid: repeats
@@ -49,6 +52,7 @@ class SweepSpec:
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # passed to get_config
     baselines: bool = True                  # the constituents (and full) in the same sweep
     full: bool = True                       # full attention among the baselines, as a reference
+    control: bool = True                    # the no-attention control among them: the task's floor
     e_init: str | None = None               # E1/E2's init (None: the configs' default, pooled)
     branching: bool = True                  # fork α branches from one base run
     cpus_per_trial: float = 1.0
@@ -100,6 +104,19 @@ class SweepSpec:
                                               "e_init": self.e_init}
         return overrides
 
+    def base_of(self, variant: str) -> str:
+        """``variant``'s up-training base ("low-rank" or "kernel", :data:`BASES`)."""
+        return self.base.get(variant, DEFAULT_BASE) if isinstance(self.base, dict) else self.base
+
+    def alphas_of(self, variant: str) -> tuple[float, ...]:
+        """``variant``'s α values."""
+        return tuple(self.alphas.get(variant, PAPER_ALPHAS) if isinstance(self.alphas, dict) else self.alphas)
+
+    @property
+    def all_alphas(self) -> tuple[float, ...]:
+        """Every α of the sweep, sorted (what a search over branches chooses from)."""
+        return tuple(sorted({a for v in self.variants for a in self.alphas_of(v)}))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -144,16 +161,25 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
     variants = spec.variants or cat["variants"]
     for v in variants:
         _one_of("variant", v, cat["variants"])
-    _one_of("--base", spec.base, BASES)
+    for key, per in (("base", spec.base), ("alphas", spec.alphas)):
+        for v in per if isinstance(per, dict) else ():
+            if v not in variants:
+                raise SpecError(f"{key}: {v!r} is not one of the sweep's variants ({', '.join(variants)})")
+    for v, b in (spec.base.items() if isinstance(spec.base, dict) else [("", spec.base)]):
+        _one_of(f"base{' of ' + v if v else ''}", b, BASES)
     _one_of("--search", spec.search, SEARCHES)
     _one_of("--scheduler", spec.scheduler, SCHEDULERS)
-    if not spec.alphas:
-        raise SpecError("--alphas is empty; give at least one α in [0, 1]")
-    for a in spec.alphas:
-        if not 0.0 <= float(a) <= 1.0:
-            raise SpecError(f"α={a:g} is outside [0, 1] (α is the fraction of steps on the base model)")
-    if len(set(spec.alphas)) != len(spec.alphas):
-        raise SpecError(f"--alphas has duplicates: {list(spec.alphas)}")
+    for v, alphas in (spec.alphas.items() if isinstance(spec.alphas, dict) else [("", spec.alphas)]):
+        of = f" of {v}" if v else ""
+        if not alphas:
+            raise SpecError(f"--alphas{of} is empty; give at least one α in [0, 1]")
+        for a in alphas:
+            if not 0.0 <= float(a) <= 1.0:
+                raise SpecError(f"α={a:g}{of} is outside [0, 1] (α is the fraction of steps on the base model)")
+        if len(set(alphas)) != len(alphas):
+            raise SpecError(f"--alphas{of} has duplicates: {list(alphas)}")
+    if spec.search == "optuna" and isinstance(spec.alphas, dict):
+        raise SpecError("--search optuna samples α for every variant alike: give one α list, not one per variant")
     if not spec.seeds:
         raise SpecError("--seeds is empty")
     if spec.num_samples < 1:
@@ -190,7 +216,9 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
             if int(d) > seq_len:
                 raise SpecError(f"d_k={d} is larger than {b}'s sequence length {seq_len}")
     check_paths(spec)
-    return dataclasses.replace(spec, variants=tuple(variants), alphas=tuple(float(a) for a in spec.alphas))
+    alphas = ({v: tuple(float(a) for a in spec.alphas_of(v)) for v in variants} if isinstance(spec.alphas, dict)
+              else tuple(float(a) for a in spec.alphas))
+    return dataclasses.replace(spec, variants=tuple(variants), alphas=alphas)
 
 
 def _writable_dir(path: Path, what: str) -> None:
@@ -272,14 +300,16 @@ def d_k_of(cfg: Any) -> int | None:
 # naming the key; ``validate`` runs the same check on a SweepSpec built in Python.
 
 _KINDS: dict[str, str] = {
-    "benchmarks": "strs", "variants": "strs", "alphas": "floats", "d_k": "ints", "seeds": "ints",
-    "base": "str", "search": "str", "scheduler": "str", "num_samples": "int", "steps": "int?",
-    "overrides": "overrides", "baselines": "bool", "full": "bool", "e_init": "str?", "branching": "bool",
+    "benchmarks": "strs", "variants": "strs", "alphas": "floats per variant", "d_k": "ints", "seeds": "ints",
+    "base": "str per variant", "search": "str", "scheduler": "str", "num_samples": "int", "steps": "int?",
+    "overrides": "overrides", "baselines": "bool", "full": "bool", "control": "bool", "e_init": "str?", "branching": "bool",
     "cpus_per_trial": "float", "gpus_per_trial": "float", "max_failures": "int", "name": "str",
     "run_dir": "str", "address": "str?", "mlflow_uri": "str?", "results_db": "str?", "num_cpus": "int?",
     "resume": "bool", "new": "bool", "checkpoint_every": "int?", "compilation_cache": "str?", "verbose": "bool",
 }
 _WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
+          "str per variant": "a string, or a mapping of variants to strings (flurka-rnn=kernel,flurka-eva=low-rank)",
+          "floats per variant": "numbers (a list, or comma-separated), or a mapping of variants to such lists",
           "strs": "names (a list, or comma-separated)", "floats": "numbers (a list, or comma-separated)",
           "ints": "integers (a list, or comma-separated)",
           "overrides": "a mapping of config fields to values (or a list of FIELD=VALUE)"}
@@ -360,7 +390,23 @@ def _overrides(v: Any) -> dict[str, Any]:
     return dict(v)
 
 
+def _per_variant(one):
+    """A value for every variant (``one`` of it), or a mapping variant -> value; on the command
+    line ``variant=value`` pairs, comma-separated (values without commas: a base, not α lists)."""
+    def convert(v: Any):
+        if isinstance(v, str) and "=" in v:
+            pairs = [p.split("=", 1) for p in v.replace(" ", "").split(",") if p]
+            return {k: one(x) for k, x in pairs}
+        if isinstance(v, dict):
+            if not all(isinstance(k, str) for k in v):
+                raise _Bad
+            return {k: one(x) for k, x in v.items()}
+        return one(v)
+    return convert
+
+
 _CONVERT = {"str": _str, "int": _int, "float": _float, "bool": _bool, "overrides": _overrides,
+            "str per variant": _per_variant(_str), "floats per variant": _per_variant(lambda v: _items(v, _float)),
             "strs": lambda v: _items(v, _str), "floats": lambda v: _items(v, _float),
             "ints": lambda v: _items(v, _int)}
 assert set(_KINDS) == {f.name for f in dataclasses.fields(SweepSpec)}, "every SweepSpec field needs a _KINDS row"
@@ -393,11 +439,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"installed with flurka ({', '.join(installed_configs())})")
     p.add_argument("--benchmarks", default=S, help="comma-separated benchmark names")
     p.add_argument("--variants", default=S, help="FLuRKA variants (default: all)")
-    p.add_argument("--alphas", default=S, help="up-training fractions (default 0.125..0.875)")
+    p.add_argument("--alphas", default=S, help="up-training fractions (default 0.125..0.875); per variant in a "
+                                                "sweep file: alphas: {flurka-rnn: [0.64]}")
     p.add_argument("--d-k", dest="d_k", default=S,
                    help="d_k values to search, comma-separated: the lengths E1, E2 compress the sequence to "
                         "(default: each benchmark config's own)")
-    p.add_argument("--base", choices=BASES, default=S, help="base model of the up-training")
+    p.add_argument("--base", default=S, metavar="BASE|VARIANT=BASE,...",
+                   help=f"base model of the up-training ({' or '.join(BASES)}), one for every variant or per "
+                        "variant (flurka-rnn=kernel; a variant not named: low-rank)")
     p.add_argument("--search", choices=SEARCHES, default=S)
     p.add_argument("--scheduler", choices=SCHEDULERS, default=S)
     p.add_argument("--num-samples", default=S, help="optuna samples (grid: repeats)")
@@ -409,6 +458,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-baselines", dest="baselines", action="store_false", default=S)
     p.add_argument("--no-full", dest="full", action="store_false", default=S,
                    help="leave full attention out of the baselines")
+    p.add_argument("--no-control", dest="control", action="store_false", default=S,
+                   help="leave the no-attention control (linformer at d_k 1, each table's floor row) out of the "
+                        "baselines")
     p.add_argument("--e-init", choices=("pool", "gaussian"), default=S,
                    help="E1/E2's initialisation (default pool; gaussian: the paper's)")
     p.add_argument("--no-branching", dest="branching", action="store_false", default=S,

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from flurka.mechanisms import base_family
 from flurka.sweeps.branching import PlannedRun
 
 RESULT_KEY = "result_json"   # = flurka.tracking.callback.RESULT_KEY (kept Ray-free here)
@@ -42,7 +43,7 @@ def work_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
     return Path(run_dir) / "work" / run_key.replace("/", "__")
 
 
-def train_overrides(run: PlannedRun, spec_overrides: dict[str, Any], *, run_dir: str, base: str,
+def train_overrides(run: PlannedRun, spec_overrides: dict[str, Any], *, run_dir: str,
                     steps: int | None, checkpoint_every: int | None) -> dict[str, Any]:
     """The ``get_config`` overrides that make a benchmark config into this planned run.
 
@@ -58,7 +59,7 @@ def train_overrides(run: PlannedRun, spec_overrides: dict[str, Any], *, run_dir:
     every = checkpoint_every or max(1, run.steps // 8)
     o["checkpoint_every"] = math.gcd(every, *run.fork_steps) if run.fork_steps else every
     if run.kind == "branch":
-        o.update(alpha=run.alpha, base=base)
+        o.update(alpha=run.alpha, base=base_family(run.base))
         if run.base_key is not None:
             o["base_checkpoint"] = str(checkpoint_dir(run_dir, run.base_key))
     return o

@@ -43,6 +43,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_LOGGED_ARTIFACTS, MLFLOW_SOURCE_NAME,
                                       MLFLOW_SOURCE_TYPE, MLFLOW_USER)
 
+from flurka.mechanisms import is_control
+
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # the UI's model-training view
 
 
@@ -139,7 +141,11 @@ def metric_name(stream: str, key: str) -> str | None:
 
 def trial_run_name(run: Mapping[str, Any], *, benchmark: bool = True) -> str:
     """A planned run's MLflow run name: mechanism, α, d_k, seed (what differs between trials),
-    "base" for a separate base run, and the benchmark when ``benchmark`` (sweeps of several)."""
+    "base" for a separate base run, and the benchmark when ``benchmark`` (sweeps of several); the
+    no-attention control says it is: "no attention (linformer dk=1) s0"."""
+    if is_control(run["attention"], run.get("d_k")):
+        return " ".join([f"no attention ({run['attention']} dk={run['d_k']})", f"s{run['seed']}",
+                         *([str(run["benchmark"])] if benchmark else [])])
     parts = [str(run["attention"])]
     if run.get("alpha") is not None:
         parts.append(f"a={float(run['alpha']):g}")

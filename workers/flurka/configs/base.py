@@ -19,7 +19,8 @@ MODELS = ("classifier", "mlm", "seq2seq", "vit")
 SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 BLEU_TOKENIZERS = ("13a", "intl", "char", "none", "zh")  # sacrebleu's, without extra dependencies
-METRICS = ("accuracy", "top5", "perplexity", "bleu", "matthews", "f1", "pearson", "spearman")
+METRICS = ("accuracy", "top5", "perplexity", "bleu", "exact_match", "matthews", "f1", "pearson", "spearman")
+SEQUENCE_METRICS = ("bleu", "exact_match")   # translation: scored on whole decoded sentences
 HANDOVER_SHAPES = ("linear", "ease-out")
 POOLINGS = ("cls", "mean")
 
@@ -93,6 +94,14 @@ class TrainConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def reported_metrics(self) -> tuple[str, ...]:
+        """What a table reports of this benchmark: its first metric, and for translation every
+        sequence-level one (BLEU, exact match), not the per-token accuracy and perplexity."""
+        if self.task == "translation":
+            return tuple(m for m in self.metrics if m in SEQUENCE_METRICS) or self.metrics[:1]
+        return self.metrics[:1]
 
     @property
     def switch_step(self) -> int:

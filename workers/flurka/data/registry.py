@@ -27,10 +27,11 @@ _BUILDERS: dict[str, tuple[str, str, dict]] = {
     "lra-image-small": ("flurka.data.digits", "build", {}),
     "mlm-small": ("flurka.data.stdlib_text", "build", {}),
     "nmt-small": ("flurka.data.nmt_small", "build", {}),
+    "nmt-list-small": ("flurka.data.nmt_list", "build", {}),
 }
 
 DATASETS: tuple[str, ...] = tuple(_BUILDERS)
-SMALL_DATASETS: tuple[str, ...] = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small")
+SMALL_DATASETS: tuple[str, ...] = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small", "nmt-list-small")
 
 
 def get_dataset(name: str, *, seed: int = 0, data_dir: str | None = None, **options) -> Dataset:

@@ -255,8 +255,9 @@ def evaluate(config: TrainConfig, dataset, task: Task, phase: Phase) -> dict[str
         raise ValueError(f"dataset {config.dataset!r} has an empty eval split")
     metrics = task.summarize({k: np.concatenate(v) for k, v in stats.items()})
     if hyps:
-        from flurka.training.metrics import bleu
+        from flurka.training.metrics import bleu, exact_match
         metrics["bleu"] = bleu(hyps, refs, tokenize=config.bleu_tokenize)
+        metrics["exact_match"] = exact_match(hyps, refs)
     return metrics
 
 

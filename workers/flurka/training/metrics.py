@@ -88,3 +88,13 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize=tokenize).score)
+
+
+def exact_match(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """Sequence accuracy: the fraction of hypotheses equal to their reference, character for
+    character (BLEU's partial credit for a translation that is almost right, here none)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    if not references:
+        return float("nan")
+    return float(np.mean([h == r for h, r in zip(hypotheses, references)]))

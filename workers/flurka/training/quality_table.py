@@ -1,18 +1,22 @@
 """Quality table on the small benchmarks: every mechanism × {lra-listops-small, lra-image-small,
-mlm-small, nmt-small}, over seeds; one JSON line per run (final task metric, eval loss, seed,
-steps, wall time) to stdout.
+mlm-small, nmt-small, nmt-list-small}, over seeds; one JSON line per run (its config's metrics,
+eval loss, seed, steps, wall time) to stdout.
 
     python -m flurka.training.quality_table [--benchmarks ...] [--mechanisms ...] [--steps N] \\
-        [--seeds 0,1,2] > table.jsonl
+        [--seeds 0,1,2] [--control] [--set KEY=VALUE ...] > table.jsonl
     python -m flurka.training.quality_table --summarize table.jsonl
 
-``--summarize`` trains nothing: per benchmark it prints the mechanisms' mean ± 95 % CI over seeds
-(n) of the task metric (accuracy in percent, BLEU 0–100, perplexity) and of the eval loss (with
-accuracy, its chance line: the eval set's majority class, each cell that does not clear it beyond
-its CI saying "at chance"), then
-each FLuRKA variant paired against its constituents (Linformer and its kernel: performer, rnn,
-eva) over the seeds both have: the difference, its CI, ttest_rel's p and the verdict, "tie" where
-the CI holds 0 (:mod:`flurka.stats`). A run listed twice (a rerun appended) counts once: the last.
+``--control`` also trains the no-attention control (Linformer at d_k = 1,
+:data:`flurka.mechanisms.CONTROL`) per seed: the task's floor. ``--summarize`` trains nothing: per
+benchmark it prints the mechanisms' mean ± 95 % CI over seeds (n) of each task metric (accuracy
+and exact match in percent, BLEU 0–100, perplexity) and of the eval loss, the floor row where the
+control ran (each cell that does not clear its mean beyond the cell's CI saying "at floor") and,
+with accuracy, its chance line (the eval set's majority class, "at chance" likewise); then each
+FLuRKA variant paired against its constituents (Linformer and its kernel: performer, rnn, eva),
+the constituents against each other, and every mechanism against the floor, over the seeds both
+have (each table one family of tests): the difference, its CI, ttest_rel's p and Holm's adjusted p over the table's tests,
+and the verdict, "tie" where that is not below 0.05 (:mod:`flurka.stats`). A run listed twice (a
+rerun appended) counts once: the last.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ import statistics
 import sys
 from collections.abc import Iterable
 
-from flurka.mechanisms import FLURKA, MECHANISMS, constituents
-from flurka.stats import AT_CHANCE, CHANCE_NOTE, mean_ci, paired, significant_decimals
+from flurka.mechanisms import COMPRESSED, CONTROL, CONTROL_NAME, FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents
+from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, in_family, mean_ci, paired, significant_decimals
 
-BENCHMARKS = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small")
+BENCHMARKS = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small", "nmt-list-small")
 LOWER_IS_BETTER = ("perplexity", "loss")
-PERCENT = ("accuracy", "f1", "matthews", "pearson", "spearman", "top5")   # fractions, shown ×100
+PERCENT = ("accuracy", "f1", "matthews", "pearson", "spearman", "top5", "exact_match")   # fractions, shown ×100
+FLOOR = "floor"   # the control's runs, in the tables' value dicts
 
 
 def _seeds(text: str) -> list[int]:
@@ -44,27 +49,35 @@ def _seeds(text: str) -> list[int]:
 
 def train(args: argparse.Namespace) -> int:
     from flurka.configs import get_config
+    from flurka.configs.overrides import parse_assignments
     from flurka.training import run
 
+    extra = parse_assignments(args.overrides or [])
+    runs = [(mech, False) for mech in args.mechanisms] + ([(CONTROL[0], True)] if args.control else [])
     for bench in args.benchmarks:
-        for mech in args.mechanisms:
+        for mech, control in runs:
             for seed in args.seeds:
-                over = {"attention": mech, "seed": seed}
+                over = {**extra, "attention": mech, "seed": seed}
+                if control:
+                    over["attention_options"] = {**over.get("attention_options", {}), "d_k": CONTROL[1]}
                 if args.steps:
                     over["steps"] = args.steps
                 config = get_config(bench, **over)
+                head = {"benchmark": bench, "attention": mech, "control": control, "seed": seed}
                 try:
                     r = run(config, progress=False)
                 except Exception as exc:  # one broken mechanism must not lose the rest of the table
-                    print(json.dumps({"benchmark": bench, "attention": mech, "seed": seed,
-                                      "status": f"error: {exc}"[:300]}), flush=True)
+                    print(json.dumps({**head, "status": f"error: {exc}"[:300]}), flush=True)
                     continue
                 final = r["final_metrics"]
-                row = {"benchmark": bench, "attention": mech, "status": r["status"],
+                d_k = dict(config.attention_options).get("d_k") if mech in COMPRESSED else None
+                row = {**head, "status": r["status"], "d_k": d_k,
                        "metric": config.metrics[0], "value": final.get(config.metrics[0]),
+                       "metrics": {m: final.get(m) for m in config.metrics if m in final},
                        "loss": final.get("loss"), "chance": final.get("majority_accuracy"),
                        "seed": r["seed"], "steps": r["steps"],
-                       "wall_time_s": round(r["wall_time_s"], 1), "train_flops": r["train_flops"]}
+                       "wall_time_s": round(r["wall_time_s"], 1), "train_flops": r["train_flops"],
+                       "overrides": {k: v for k, v in extra.items()}}
                 print(json.dumps(row), flush=True)
                 print(row, file=sys.stderr, flush=True)
     return 0
@@ -73,7 +86,7 @@ def train(args: argparse.Namespace) -> int:
 # -- --summarize --------------------------------------------------------------------------------
 
 def read_runs(lines: Iterable[str]) -> list[dict]:
-    """The ok runs of a JSONL file, one per (benchmark, attention, seed): the last listed."""
+    """The ok runs of a JSONL file, one per (benchmark, attention, control, seed): the last listed."""
     runs: dict[tuple, dict] = {}
     for line in lines:
         line = line.strip()
@@ -82,7 +95,7 @@ def read_runs(lines: Iterable[str]) -> list[dict]:
         row = json.loads(line)
         if row.get("status") != "ok" or "seed" not in row:
             continue
-        runs[(row["benchmark"], row["attention"], row["seed"])] = row
+        runs[(row["benchmark"], row["attention"], bool(row.get("control")), row["seed"])] = row
     return list(runs.values())
 
 
@@ -92,7 +105,7 @@ def _finite(v) -> bool:
 
 def metric_label(metric: str, benchmark: str) -> str:
     if metric in PERCENT:
-        return f"{metric} (%)"
+        return f"{metric.replace('_', ' ')} (%)"
     if metric == "bleu":
         return "BLEU (char, 0–100)" if _char_bleu(benchmark) else "BLEU (0–100)"
     return "eval loss" if metric == "loss" else metric
@@ -111,12 +124,25 @@ def _decimals(metric: str, value: float) -> int:
     return 1 if metric in PERCENT or metric == "bleu" else significant_decimals(value)
 
 
-def _values(runs: list[dict], key: str, scale: float) -> dict[str, dict[int, float]]:
-    """{attention: {seed: value}} of the runs' ``key`` (``value`` or ``loss``), finite ones only."""
+def _value(run: dict, metric: str) -> float | None:
+    """A run's ``metric``: from its ``metrics`` (older files: ``value``, their first metric), or the
+    eval ``loss``."""
+    if metric == "loss":
+        return run.get("loss")
+    if metric in (run.get("metrics") or {}):
+        return run["metrics"][metric]
+    return run.get("value") if run.get("metric") == metric else None
+
+
+def _values(runs: list[dict], metric: str) -> dict[str, dict[int, float]]:
+    """{attention: {seed: value}} of the runs' ``metric`` (fractions in percent), finite ones only;
+    the control's under :data:`FLOOR`."""
+    scale = 100.0 if metric in PERCENT else 1.0
     out: dict[str, dict[int, float]] = {}
     for r in runs:
-        if _finite(r.get(key)):
-            out.setdefault(r["attention"], {})[r["seed"]] = float(r[key]) * scale
+        v = _value(r, metric)
+        if _finite(v):
+            out.setdefault(FLOOR if r.get("control") else r["attention"], {})[r["seed"]] = float(v) * scale
     return out
 
 
@@ -129,50 +155,75 @@ def _order(mechanisms) -> list[str]:
     return [m for m in MECHANISMS if m in set(mechanisms)] + sorted(set(mechanisms) - set(MECHANISMS))
 
 
+def _paired_table(pairs, columns, title: str) -> str:
+    """One family of paired tests per column: rows (a, b), per column the difference ± CI (n), p,
+    Holm's p over the column's tests and the verdict."""
+    family = {name: in_family([paired(values.get(a, {}), values.get(b, {}), names=(a, b)) for a, b in pairs])
+              for _, name, values in columns}
+    rows = []
+    for i, (a, b) in enumerate(pairs):
+        cells = []
+        for _, name, values in columns:
+            p = family[name][i]
+            scale = mean_ci(list(values.get(a, {}).values())).mean   # the metric's digits, not the gap's
+            cells += [p.format(_decimals(name, scale)), p.winner(name in LOWER_IS_BETTER)]
+        rows.append([a, b, *cells])
+    header = ["", "vs"]
+    for label, _, _ in columns:
+        header += [f"{label} difference", "verdict"]
+    return (f"\n{title} (difference ± 95 % CI (n), ttest_rel p, Holm-adjusted p over the column's tests; "
+            "verdict: the better one, tie where the adjusted p is not below 0.05)\n" + _markdown(header, rows))
+
+
 def summarize(runs: list[dict]) -> str:
-    """Per benchmark: the mechanisms' task metric and eval loss as mean ± CI (n), then each
-    FLuRKA variant paired against Linformer and its kernel, on both."""
+    """Per benchmark: the mechanisms' task metrics and eval loss as mean ± CI (n), the floor and
+    chance rows, then the paired comparisons (module docstring)."""
     out = []
     for bench in sorted({r["benchmark"] for r in runs}):
         part = [r for r in runs if r["benchmark"] == bench]
-        metric = next((r["metric"] for r in part if r.get("metric")), "value")
-        columns = [(metric_label(metric, bench), metric, _values(part, "value", 100.0 if metric in PERCENT else 1.0)),
-                   ("eval loss", "loss", _values(part, "loss", 1.0))]
-        mechs = _order({r["attention"] for r in part})
+        metrics = list(dict.fromkeys(m for r in part for m in (r.get("metrics") or {r.get("metric", "value"): None})))
+        columns = [(metric_label(m, bench), m, _values(part, m)) for m in metrics]
+        columns.append(("eval loss", "loss", _values(part, "loss")))
+        mechs = _order({r["attention"] for r in part if not r.get("control")})
         lines = [float(r["chance"]) * 100.0 for r in part if _finite(r.get("chance"))]
-        chance = statistics.median(lines) if lines and metric == "accuracy" else None
+        chance = statistics.median(lines) if lines and "accuracy" in metrics else None
+        floors = {name: mean_ci(list(values[FLOOR].values())) for _, name, values in columns if FLOOR in values}
         rows = []
-        for m in mechs:
+        for m in [*mechs, *([FLOOR] if floors else [])]:
             cells = []
             for _, name, values in columns:
                 est = mean_ci(list(values.get(m, {}).values()))
-                at = name == metric and chance is not None and est.n > 0 and not est.above(chance)
-                cells.append(est.format(_decimals(name, est.mean)) + (f", {AT_CHANCE}" if at else ""))
-            rows.append([m, *cells])
+                marks = []
+                if name == "accuracy" and chance is not None and est.n > 0 and not est.above(chance):
+                    marks.append(AT_CHANCE)
+                if m != FLOOR and name in floors and est.n > 0 and not est.clears(floors[name].mean,
+                                                                                   name in LOWER_IS_BETTER):
+                    marks.append(AT_FLOOR)
+                cells.append(", ".join([est.format(_decimals(name, est.mean)), *marks]))
+            rows.append([CONTROL_NAME if m == FLOOR else m, *cells])
         if chance is not None:
-            rows.append(["chance", f"{chance:.1f}", ""])
-        better = {name: "lower" if name in LOWER_IS_BETTER else "higher" for _, name, _ in columns}
-        out.append(f"{bench}: mean ± 95 % CI over seeds (n); {columns[0][0]}: {better[metric]} is better, "
-                   f"eval loss: lower is better\n")
+            rows.append(["chance", *[f"{chance:.1f}" if name == "accuracy" else "" for _, name, _ in columns]])
+        better = "; ".join(f"{label}: {'lower' if name in LOWER_IS_BETTER else 'higher'} is better"
+                           for label, name, _ in columns)
+        out.append(f"{bench}: mean ± 95 % CI over seeds (n); {better}\n")
         out.append(_markdown(["mechanism", *(label for label, _, _ in columns)], rows))
+        if floors:
+            out.append(f"{CONTROL_NAME}: the task's floor, trained like the rest; {AT_FLOOR}: a cell whose 95 % CI "
+                       "does not clear its mean\n")
         if chance is not None:
             out.append(CHANCE_NOTE + "\n")
         pairs = [(v, c) for v in mechs if v in FLURKA for c in constituents(v).values() if c in mechs]
         if pairs:
-            prow = []
-            for v, c in pairs:
-                cells = []
-                for _, name, values in columns:
-                    p = paired(values.get(v, {}), values.get(c, {}), names=(v, c))
-                    scale = mean_ci(list(values.get(v, {}).values())).mean   # the metric's digits, not the gap's
-                    cells += [p.format(_decimals(name, scale)), p.winner(name in LOWER_IS_BETTER)]
-                prow.append([v, c, *cells])
-            out.append("\nPaired over common seeds (variant − constituent: difference ± 95 % CI (n), ttest_rel p; "
-                       "verdict: the better one, tie where the CI holds 0)\n")
-            header = ["variant", "vs"]
-            for label, _, _ in columns:
-                header += [f"{label} difference", "verdict"]
-            out.append(_markdown(header, prow))
+            out.append(_paired_table(pairs, columns, "FLuRKA variants paired with their constituents over common "
+                                                     "seeds, variant − constituent"))
+        plain = [m for m in (LOW_RANK, *KERNELS) if m in mechs]
+        pairs = [(a, b) for i, a in enumerate(plain) for b in plain[i + 1:]]
+        if pairs:
+            out.append(_paired_table(pairs, columns[:-1], "The constituents against each other over common seeds, "
+                                                          "A − B"))
+        if floors:
+            out.append(_paired_table([(m, FLOOR) for m in mechs], columns[:-1],
+                                     "Every mechanism against the no-attention floor over common seeds, A − floor"))
         out.append("\n")
     return "".join(out)
 
@@ -186,6 +237,10 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=_seeds, help="comma-separated seeds, each mechanism run once per seed "
                                                 "(default: --seed)")
     p.add_argument("--seed", type=int, default=0, help="one seed (default %(default)s)")
+    p.add_argument("--control", action="store_true",
+                   help=f"also train the no-attention control ({CONTROL_NAME}) per seed: the table's floor row")
+    p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
+                   help="a config override for every run, as flurka train --set reads it (repeatable)")
     p.add_argument("--summarize", metavar="FILE.jsonl",
                    help="train nothing: print the per-benchmark table of a JSONL file this module wrote")
     args = p.parse_args(argv)

@@ -593,3 +593,32 @@ def test_the_gpu_targets_are_data_read_from_benchmarks(tmp_path):
     other.write_text("[floor]\nlayer = 2\n")
     with pytest.raises(ValueError, match="not a GPU targets file"):
         speed_tables.gpu_targets(other)
+
+
+def test_the_no_attention_control_is_each_tables_floor(engine, sweep_dict, make_trial):
+    """Linformer at d_k 1 (mechanisms.CONTROL) is no Linformer cell but the row "no attention": its
+    mean ± CI over seeds (BLEU 56, 58, 54 -> 56.0 ± T2 * 2 / sqrt(3)); a cell whose CI does not clear
+    its mean says "at floor" (rnn 55, 58, 61: its CI reaches 56); Table 5 gets it as a column."""
+    from flurka.results import ingest_sweep
+
+    runs = {("linformer", 16, None): (84.0, 86.0, 85.0), ("linformer", 1, None): (56.0, 58.0, 54.0),
+            ("rnn", None, None): (55.0, 58.0, 61.0), ("flurka-rnn", 16, 0.5): (80.0, 81.0, 82.0)}
+    trials = [make_trial(f"{m}-{d_k}-{seed}", m, "nmt-list-small", {"bleu": v, "loss": 1.0 - v / 100}, seed=seed,
+                         d_k=d_k, alpha=alpha, base="low-rank" if alpha else None)
+              for (m, d_k, alpha), values in runs.items() for seed, v in enumerate(values)]
+    ingest_sweep(engine, {**sweep_dict, "trials": trials})
+    half = T2 * 2 / math.sqrt(3)
+    col = "BLEU (char, 0–100)"
+    table = quality_tables.metric_table(engine, [(col, "nmt-list-small", "bleu")])
+    assert list(table.index) == ["linformer", "rnn", "flurka-rnn", "no attention"]
+    assert table.at["linformer", col] == "85.0 ± 2.5 (n=3)"                      # d_k 16 only
+    assert table.at["no attention", col] == f"56.0 ± {half:.1f} (n=3)"
+    assert table.at["rnn", col] == f"58.0 ± {T2 * 3 / math.sqrt(3):.1f} (n=3), at floor"
+    assert "Linformer at d_k = 1" in table.attrs["note"]
+    up = quality_tables.uptraining_table(engine, benchmark="nmt-list-small", metric="bleu")
+    assert list(up.columns) == ["kernel constituent", "kernel", "low-rank", "50%", "no attention"]
+    assert up.iloc[0].tolist() == ["rnn", f"58.0 ± {T2 * 3 / math.sqrt(3):.1f} (n=3), at floor", "85.0 ± 2.5 (n=3)",
+                                   "81.0 ± 2.5 (n=3) *", f"56.0 ± {half:.1f} (n=3)"]
+    loss = quality_tables.uptraining_table(engine, benchmark="nmt-list-small", metric="loss")
+    assert loss.iloc[0]["kernel"].endswith("at floor")            # lower is better: 0.42 reaches 0.44
+    assert not loss.iloc[0]["low-rank"].endswith("at floor")

@@ -24,7 +24,8 @@ BASES: tuple[str, ...] = ("low-rank", "kernel")
 # compressed row (with pooled E the mean of the sequence), so no position attends to another.
 # A mechanism that does not clear it beyond noise used no attention worth the name.
 CONTROL: tuple[str, int] = (LOW_RANK, 1)
-CONTROL_NAME = "no attention (linformer d_k=1)"
+CONTROL_LABEL = "no attention"                        # its row (column) in a quality table
+CONTROL_NAME = "no attention (linformer d_k=1)"       # and in words
 
 
 def is_control(mechanism: str, d_k: int | None) -> bool:

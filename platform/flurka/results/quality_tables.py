@@ -22,7 +22,7 @@ classification run records as ``majority_accuracy``) gets it as the table's last
 and every cell that does not clear it beyond its 95 % CI says "at chance": the LRA paper's "FAIL",
 a number that measured nothing. Likewise the no-attention control (Linformer at d_k = 1,
 :data:`flurka.mechanisms.CONTROL`), where trained: its trials are no Linformer cell but the row
-``floor`` (mean ± CI over its seeds), and a cell whose CI does not clear the floor's mean says
+``no attention``, the task's floor (mean ± CI over its seeds), and a cell whose CI does not clear the floor's mean says
 "at floor": whatever its attention did, the task did not need it.
 """
 
@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from flurka.results.models import CurvePoint, Metric, Sweep, Trial
-from flurka.mechanisms import BASES, CONTROL, CONTROL_NAME, KERNEL_OF, LOW_RANK
+from flurka.mechanisms import BASES, CONTROL, CONTROL_LABEL, KERNEL_OF, LOW_RANK
 from flurka.results.records import FRACTION_METRICS
 from flurka.results.tables import NoResults, format_table, mechanism_order
 from flurka.stats import (AT_CHANCE, AT_FLOOR, CHANCE_NOTE, Estimate, in_family, mean_ci, paired,
@@ -71,10 +71,10 @@ COLLECTIVE_COLUMNS = [("En-De (BLEU, 0–100)", "nmt-wmt14-ende", "bleu"),
 CELL_STATS = ("mean", "ci_low", "ci_high", "n")   # a cell's columns in the numeric (CSV) table
 CHANCE_OF = {"accuracy": "majority_accuracy"}     # a metric -> the trial metric holding its chance line
 CHANCE = "chance"                                  # the row that shows the chance line of each column
-FLOOR = "floor"                                    # the row of the no-attention control (mechanisms.CONTROL)
-FLOOR_NOTE = (f"{FLOOR}: the task's no-attention control, {CONTROL_NAME}, trained like the rest (every query sees "
-              f"one compressed row, the sequence's mean); {AT_FLOOR}: a cell whose 95 % CI (one seed: whose mean) "
-              "does not clear the floor's mean")
+FLOOR = CONTROL_LABEL                              # the row of the no-attention control (mechanisms.CONTROL)
+FLOOR_NOTE = (f"{FLOOR}: the task's floor, Linformer at d_k = 1 trained like the rest (every query sees one "
+              f"compressed row, the sequence's mean); {AT_FLOOR}: a cell whose 95 % CI (one seed: whose mean) does "
+              "not clear the floor's mean")
 
 
 def _check_agg(agg: str) -> None:

@@ -28,13 +28,13 @@ import statistics
 import sys
 from collections.abc import Iterable
 
-from flurka.mechanisms import COMPRESSED, CONTROL, CONTROL_NAME, FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents
+from flurka.mechanisms import COMPRESSED, CONTROL, CONTROL_LABEL, CONTROL_NAME, FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents
 from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, in_family, mean_ci, paired, significant_decimals
 
 BENCHMARKS = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small", "nmt-list-small")
 LOWER_IS_BETTER = ("perplexity", "loss")
 PERCENT = ("accuracy", "f1", "matthews", "pearson", "spearman", "top5", "exact_match")   # fractions, shown ×100
-FLOOR = "floor"   # the control's runs, in the tables' value dicts
+FLOOR = CONTROL_LABEL   # the control's runs, in the tables' value dicts and pairs
 
 
 def _seeds(text: str) -> list[int]:
@@ -223,7 +223,7 @@ def summarize(runs: list[dict]) -> str:
                                                           "A − B"))
         if floors:
             out.append(_paired_table([(m, FLOOR) for m in mechs], columns[:-1],
-                                     "Every mechanism against the no-attention floor over common seeds, A − floor"))
+                                     "Every mechanism against the floor (no attention) over common seeds, A − no attention"))
         out.append("\n")
     return "".join(out)
 

@@ -34,12 +34,13 @@ cuda-aot: $(CUDA_STAMP)
 aot: $(CUDA_STAMP)
 	PYTHONPATH=$(CUDA_AOT) $(PY) -m flurka.speed.aot $(ARGS)
 
-# The main job: a slice of Table 5 on nmt-small over 3 seeds and 2 d_k (embedded local Ray, SQLite MLflow
-# and results DB under runs/uptrain-small), then the up-training table with its CIs.
+# The main job: Table 5's observations on nmt-list-small, one variant at three α over 3 seeds
+# (embedded local Ray, SQLite MLflow and results DB under runs/uptrain-small), then the
+# up-training tables with their CIs and the three observations.
 sweep: $(STAMP)
 	$(VENV)/bin/flurka sweep --config uptrain-small $(ARGS)
 
-# Table 5 whole: 3 variants x 7 alpha x 2 d_k x 3 seeds on nmt-small (1 h 57 min on 2 cores, README).
+# Table 5 whole: 3 variants x 7 alpha x 2 d_k x 3 seeds on nmt-list-small (its time: README).
 sweep-full: $(STAMP)
 	$(VENV)/bin/flurka sweep --config uptrain-full $(ARGS)
 

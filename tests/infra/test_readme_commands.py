@@ -243,12 +243,12 @@ def wait_gone(marker: str, timeout_s: float) -> list[int]:
 # A workspace shaped like what `make sweep` leaves (runs/uptrain-small/...), on SQLite and PostgreSQL
 # ---------------------------------------------------------------------------------------------
 def make_sweep_record() -> dict:
-    """A sweep record shaped like ``make sweep``'s (Table 5 whole, as ``make sweep-full``): nmt-small
+    """A sweep record shaped like ``make sweep``'s (Table 5 whole, as ``make sweep-full``): nmt-list-small
     BLEU (0-100), every FLuRKA variant at the paper's seven α on a Linformer base, the baselines,
     two seeds."""
     from flurka.sweeps.spec import PAPER_ALPHAS
 
-    def trial(key, attention, bleu, *, bench="nmt-small", seed=0, alpha=None, d_k=None, nf=None):
+    def trial(key, attention, bleu, *, bench="nmt-list-small", seed=0, alpha=None, d_k=None, nf=None):
         return {"trial_key": key, "attention": attention, "benchmark": bench, "seed": seed, "status": "ok",
                 "steps": 600, "alpha": 0.0 if alpha is None else alpha,
                 "base": "linformer" if alpha is not None else None, "d_k": d_k,
@@ -437,8 +437,9 @@ def check_sweep_script(cmd: Command, ctx: Ctx) -> None:
         argv = argv[1:] if argv[0] == "python" else argv
         assert argv[0] == "experiments/uptrain_sweep.py"
     spec = check_sweep_args(argv[1:])
-    assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-small",)
-    assert len(spec.seeds) >= 3 and spec.steps == 600 and not spec.full
+    assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-list-small",)
+    assert len(spec.seeds) >= 3 and spec.steps == 600 and not spec.full and spec.control
+    assert len(spec.all_alphas) >= 3 and any(0.25 <= a <= 0.375 for a in spec.all_alphas)
 
 
 def check_speed_sweep_mlflow(cmd: Command, ctx: Ctx) -> None:
@@ -614,7 +615,7 @@ def check_report(cmd: Command, ctx: Ctx) -> None:
     index = (out_dir / "index.html").read_text()
     assert "Up-training" in index
     tables = {p.stem for p in (out_dir / "tables").glob("*.csv")}
-    assert "uptraining-nmt-small" in tables
+    assert "uptraining-nmt-list-small" in tables
     if "--theory" in argv:
         assert {"error-0-table", "rank-0-table"} <= tables
     covered_by("tests/reports/test_report_browser.py::test_every_table_has_rows_and_every_figure_renders")
@@ -638,10 +639,11 @@ def check_main_job_output(cmd: Command, ctx: Ctx) -> None:
     """The README quotes the main job's summary: its title, Table 5's header and the three
     observation lines must be what runner.summary prints."""
     lines = cmd.text.splitlines()
-    assert lines[0].startswith("Up-training α, nmt-small: BLEU (char, 0–100), higher is better")
-    assert lines[1].split("|")[1:6] == [" variant          ", "   d_k ", " kernel constituent   ",
-                                        " kernel           ", " low-rank         "]
-    assert "Table 5's observations, nmt-small, BLEU (char, 0–100):" in lines
+    assert lines[0].startswith("Up-training α, nmt-list-small: BLEU (char, 0–100), higher is better")
+    assert [c.strip() for c in lines[1].split("|")[1:7]] == ["variant", "base", "d_k", "kernel constituent",
+                                                            "kernel", "low-rank"]
+    assert lines[1].rstrip(" |").endswith("no attention")          # the floor, a column of the table
+    assert "Table 5's observations, nmt-list-small, BLEU (char, 0–100):" in lines
     for i in (1, 2, 3):
         assert any(line.startswith(f"({i}) ") for line in lines)
     covered_by("tests/platform/test_sweep_tables.py::test_summary_prints_metric_and_loss_tables_and_the_observations",
@@ -1006,7 +1008,7 @@ COVERAGE: list[Cover] = [
           check_cpu_benchmark, "the module's test runs main() at tiny size and reads its JSON"),
     Cover(IN, r"python -m flurka\.(speed|theory|training\.quality_table)( --seeds [0-9,]+)?", "run",
           check_subcommand, "the module exists"),
-    Cover(("block:text",), r"Up-training α, nmt-small: .*", "covered", check_main_job_output,
+    Cover(("block:text",), r"Up-training α, nmt-list-small: .*", "covered", check_main_job_output,
           "what make sweep printed: the summary's headings and observation lines, in its order "
           "(tests/platform/test_sweep_tables.py prints it from a database)"),
     # -- data ---------------------------------------------------------------------------------

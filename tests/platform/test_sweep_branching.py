@@ -191,3 +191,20 @@ def test_phases_keep_a_kernel_base_first():
     first, second = plan.phases(baselines_beside_branches=True)
     # the RNN baseline doubles as the base: it stays first; Linformer forks nothing: beside the branches
     assert [r.attention for r in first] == ["rnn"] and [r.attention for r in second] == ["linformer", "flurka-rnn"]
+
+
+def test_phases_fill_the_first_experiments_idle_workers():
+    """Three bases on two workers leave one idle for a run's length: a baseline nothing forks from
+    (the control, here) moves into the first experiment when it makes it no longer; with three
+    workers the bases fill it, and nothing moves."""
+    _, plan = _plan(variants=("flurka-performer",), alphas=(0.375, 0.75), d_k=(16,), seeds=(0, 1, 2), full=False)
+    first, second = plan.phases(baselines_beside_branches=True, workers=2)
+    assert sorted((r.attention, r.d_k) for r in first) == [("linformer", 1)] + [("linformer", 16)] * 3
+    assert [r.attention for r in second[:5]] == ["performer", "linformer", "performer", "linformer", "performer"]
+    assert {r.key for r in first + second} == {r.key for r in plan.baselines + plan.branches}
+    first, _ = plan.phases(baselines_beside_branches=True, workers=3)
+    assert sorted((r.attention, r.d_k) for r in first) == [("linformer", 16)] * 3
+    from flurka.cluster import concurrent_trials
+
+    assert concurrent_trials({"CPU": 2.0}, 1, 0) == 2 and concurrent_trials({"CPU": 16.0, "GPU": 1.0}, 1, 0.5) == 2
+    assert concurrent_trials({"CPU": 1.0}, 2, 0) == 1

@@ -93,7 +93,7 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
     assert split["trials"] == 3 and 0 < split["train_steps_share"] < 1
     assert split["driver"]["ray_start"] > 0 and 0 < split["driver"]["mlflow"] < split["driver"]["wall"]
     assert parents[0].data.metrics["time/train_steps_share"] == pytest.approx(split["train_steps_share"])
-    assert "Time split" in summary(out) and "driver: ray_start" in summary(out)
+    assert "Time split" in summary(out, verbose=True) and "driver: ray_start" in summary(out, verbose=True)
 
 
 @pytest.mark.slow

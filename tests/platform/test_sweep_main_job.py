@@ -1,7 +1,8 @@
 """The main job's sweep file (``make sweep``: ``--config uptrain-small``) end to end at tiny size
 on an embedded local Ray: one Linformer base per (benchmark, d_k, seed) in the first experiment,
-which every branch forks from; the Performer baselines beside the branches in the second; the
-up-training table and the observations block printed."""
+which every branch forks from, with the no-attention control that fits beside them on two
+workers; the Performer baselines and the rest of the control beside the branches in the second;
+the up-training tables, their floor and the three observations judged, then the next commands."""
 
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ from flurka.sweeps.spec import from_args, validate
 
 @pytest.mark.slow
 def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides):
-    tiny = {**tiny_overrides, "num_decoder_layers": 1, "bleu_batches": 1, "max_len": 16,
-            "dataset_options": {"max_len": 16}, "attention_options": {"num_features": 8}}
+    tiny = {**tiny_overrides, "bleu_batches": 1, "attention_options": {"num_features": 8}}
     spec = validate(from_args({"config": "uptrain-small", "steps": 8, "overrides": tiny, "num_cpus": 2,
                                "run_dir": str(tmp_path / "run")}))
-    assert len(spec.seeds) == 3 and len(spec.d_k) == 2          # what make sweep trains, at 8 steps
+    assert len(spec.seeds) == 3 and len(spec.d_k) == 1 and len(spec.all_alphas) == 3   # make sweep's, at 8 steps
     plan = make_plan(spec)
     out = run_sweep(spec)
     assert not out.failed and not out.stopped and not out.skipped
@@ -33,10 +33,12 @@ def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides):
             keys.append(last["config"]["cfg"]["run"]["key"])
         return sorted(keys)
 
-    linformer = sorted(r.key for r in plan.baselines if r.attention == "linformer")
-    assert len(linformer) == len(spec.d_k) * len(spec.seeds) and trials("first") == linformer
+    linformer = sorted(r.key for r in plan.baselines if r.attention == "linformer" and r.d_k != 1)
+    control = sorted(r.key for r in plan.baselines if r.d_k == 1)
+    assert len(linformer) == len(spec.d_k) * len(spec.seeds) and len(control) == len(spec.seeds)
+    assert trials("first") == sorted(linformer + control[:1])    # three bases, two workers: one control fits
     beside = sorted(r.key for r in plan.baselines if r.attention == "performer")
-    assert trials("branches") == sorted(beside + [r.key for r in plan.branches])
+    assert trials("branches") == sorted(beside + control[1:] + [r.key for r in plan.branches])
     for branch in plan.branches:                                 # each forked from its own base
         base = out.results[branch.base_key]
         assert branch.base_key in linformer and base["config"]["attention_options"]["d_k"] == branch.d_k
@@ -44,7 +46,11 @@ def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides):
 
     text = summary(out)
     for d_k in spec.d_k:
-        assert f"| flurka-performer | {d_k:5d} | performer " in text
-    assert "Table 5's observations, nmt-small, BLEU (char, 0–100):" in text
-    assert "(1) " in text and "(2) best variant beats both: " in text
-    assert "(3) best α in [25 %, 37.5 %]: not judged (one α per row" in text
+        assert f"| flurka-performer | low-rank |    {d_k:2d} | performer " in text
+    for metric in ("BLEU (char, 0–100)", "exact match (%)"):
+        assert f"Table 5's observations, nmt-list-small, {metric}:" in text
+    assert "(1) most α cells lie between their constituents (kernel, low-rank): " in text
+    assert "(2) best variant beats both: " in text
+    assert "(3) best α in [25 %, 37.5 %]: yes" in text or "(3) best α in [25 %, 37.5 %]: no" in text
+    assert "| no attention " in text                            # the floor: a column and a row
+    assert text.splitlines()[-4].startswith("  MLflow runs:    flurka ui --run-dir ")

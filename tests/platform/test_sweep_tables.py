@@ -3,6 +3,8 @@ measurements, and then without a line of complaint about the others."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from flurka.results import ingest_file, open_results
 from flurka.sweeps.runner import _tables
 from flurka.sweeps.spec import SweepSpec, validate
@@ -100,11 +102,23 @@ def test_summary_ends_with_the_time_split(tmp_path):
     assert list(split["parts"]) == ["data", "setup", "compile/flurka-rnn", "compile/rnn",
                                     "compile/rnn-to-flurka-rnn", "train_steps", "eval", "checkpoints", "report",
                                     "other"]
-    text = summary(SweepOutcome("s", tmp_path / "run", "sqlite:///mlflow.db", "sqlite:///r.db",
-                                {"uptrain_steps_executed": 10, "uptrain_steps_independent": 16,
-                                 "uptrain_compute_ratio": 10 / 16}, results, [], {}, time_split=split))
-    block = text[text.index("Time split"):]
-    assert text.index("Sweep id:") < text.index("Time split")                      # last
+    outcome = SweepOutcome("s", tmp_path / "run", "sqlite:///mlflow.db", "sqlite:///r.db",
+                           {"uptrain_steps_executed": 10, "uptrain_steps_independent": 16,
+                            "uptrain_compute_ratio": 10 / 16}, results, [], {}, time_split=split)
+    assert "Time split" not in summary(outcome)                                    # --verbose only
+    text = summary(outcome, verbose=True)
+    block = text[text.index("Time split"):text.index("Sweep s, run dir")].rstrip("\n")
+    # the last lines: where the results are and the commands that show them
+    assert text.splitlines()[-5:] == [
+        f"Sweep s, run dir {tmp_path / 'run'}:",
+        "  MLflow runs:    flurka ui --backend-store-uri sqlite:///mlflow.db",
+        "  paper tables:   flurka tables --db sqlite:///r.db --table uptraining",
+        f"  HTML report:    flurka report --db sqlite:///r.db --out {tmp_path / 'run' / 'report'}",
+        f"  results record: {tmp_path / 'run' / 'sweep-record.json'} (flurka ingest --db URL FILE)"]
+    own = dataclasses.replace(outcome, mlflow_uri=f"sqlite:///{tmp_path / 'run' / 'mlflow.db'}")
+    assert f"  MLflow runs:    flurka ui --run-dir {tmp_path / 'run'}" in summary(own).splitlines()
+    served = dataclasses.replace(outcome, mlflow_uri="http://127.0.0.1:5000")
+    assert "  MLflow runs:    http://127.0.0.1:5000 (a tracking server: open it in a browser)" in summary(served)
     assert f"3 trials, % of their {wall:.1f} s wall time" in block and "driver's 120.0 s" in block
     rows = {line[:36].strip(): line[36:] for line in block.splitlines()[1:-1]}
     assert list(rows) == [*split["parts"], "driver: ray_start", "driver: mlflow", "driver: results_db"]

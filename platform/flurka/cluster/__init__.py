@@ -215,5 +215,13 @@ def check_resources(resources: dict[str, float], *, cpus_per_trial: float, gpus_
         raise ClusterError(f"--cpus-per-trial {cpus_per_trial:g} exceeds the cluster's {cpus:g} CPUs")
 
 
-__all__ = ["connect", "driver_runtime_env", "check_reachable", "check_resources", "worker_env", "ClusterContext", "ClusterError",
-           "SHARED_GPU_ENV"]
+def concurrent_trials(resources: dict[str, float], cpus_per_trial: float, gpus_per_trial: float) -> int:
+    """How many trials of this size the cluster runs at once (at least one)."""
+    fits = [float(resources.get("CPU", 0.0)) / cpus_per_trial]
+    if gpus_per_trial > 0:
+        fits.append(float(resources.get("GPU", 0.0)) / gpus_per_trial)
+    return max(1, int(min(fits) + 1e-9))
+
+
+__all__ = ["connect", "driver_runtime_env", "check_reachable", "check_resources", "concurrent_trials", "worker_env",
+           "ClusterContext", "ClusterError", "SHARED_GPU_ENV"]

@@ -77,21 +77,29 @@ class Plan:
     bases: tuple[PlannedRun, ...]
     branches: tuple[PlannedRun, ...]
 
-    def phases(self, baselines_beside_branches: bool = False) -> tuple[tuple[PlannedRun, ...], tuple[PlannedRun, ...]]:
+    def phases(self, baselines_beside_branches: bool = False,
+               workers: int | None = None) -> tuple[tuple[PlannedRun, ...], tuple[PlannedRun, ...]]:
         """The sweep's two Tune experiments: first the runs branches fork from, then the branches.
 
-        A baseline nothing forks from (the kernel constituent, with a low-rank base) depends on
-        nothing and is needed by nothing, so with ``baselines_beside_branches`` it runs in the
-        second experiment, longest runs first: the first then holds only the bases (an even
-        count per seed on two workers packs without an idle half-round) and the long baselines
-        fill the workers beside the short branches. A search over the branches (Optuna) or an
-        early-stopping scheduler (ASHA) sees only branches there, so they keep every baseline first."""
+        A baseline nothing forks from (the kernel constituent, with a low-rank base; the
+        no-attention control) depends on nothing and is needed by nothing, so with
+        ``baselines_beside_branches`` it runs in the second experiment, longest runs first, beside
+        the short branches. Given the cluster's ``workers`` (trials at a time), those baselines
+        that fit the first experiment's idle workers move there instead: each, longest first,
+        while it leaves the first experiment's length unchanged (three bases on two workers
+        leave one idle for a whole run). A search over the branches (Optuna) or an early-stopping
+        scheduler (ASHA) sees only branches there, so they keep every baseline first."""
         if not baselines_beside_branches:
             return self.baselines + self.bases, self.branches
         forked = {r.key for r in self.forked_from}
-        beside = tuple(r for r in self.baselines if r.key not in forked)
-        first = tuple(r for r in self.baselines if r.key in forked) + self.bases
-        return first, tuple(sorted(beside + self.branches, key=lambda r: -r.executed_steps))
+        beside = sorted((r for r in self.baselines if r.key not in forked), key=lambda r: -r.executed_steps)
+        first = [r for r in self.baselines if r.key in forked] + list(self.bases)
+        if workers:
+            for run in list(beside):
+                if _makespan([*first, run], workers) <= _makespan(first, workers):
+                    first.append(run)
+                    beside.remove(run)
+        return tuple(first), tuple(sorted(beside + list(self.branches), key=lambda r: -r.executed_steps))
 
     @property
     def forked_from(self) -> tuple[PlannedRun, ...]:
@@ -107,6 +115,15 @@ class Plan:
                 "uptrain_compute_ratio": executed / independent if independent else 1.0,
                 "baseline_steps": sum(r.executed_steps for r in self.baselines),
                 "total_steps": sum(r.executed_steps for r in self.baselines + self.bases + self.branches)}
+
+
+def _makespan(runs, workers: int) -> int:
+    """The steps the longest of ``workers`` queues holds when ``runs`` are dealt longest first to
+    the least loaded one (how Tune's queue fills free workers): an experiment's length, in steps."""
+    queues = [0] * max(1, int(workers))
+    for run in sorted(runs, key=lambda r: -r.executed_steps):
+        queues[queues.index(min(queues))] += run.executed_steps
+    return max(queues)
 
 
 def _steps_of(spec: SweepSpec, benchmark: str) -> int:

@@ -30,12 +30,13 @@ def run(args: argparse.Namespace, prog: str = "flurka sweep") -> int:
     from flurka.sweeps.runner import SweepInterrupted, run_sweep, summary
 
     try:
-        outcome = run_sweep(spec.from_args(args))
+        sweep = spec.from_args(args)
+        outcome = run_sweep(sweep)
     except (spec.SpecError, ClusterError, DatabaseUnreachable, FileNotFoundError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except SweepInterrupted as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 130
-    print(summary(outcome), flush=True)
+    print(summary(outcome, verbose=sweep.verbose), flush=True)
     return 1 if outcome.failed or outcome.skipped else 0

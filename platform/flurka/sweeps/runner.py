@@ -551,7 +551,9 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         stopped: list[str] = []
         skipped: dict[str, str] = {}
         name_of = functools.partial(_run_name, several=len(spec.benchmarks) > 1)
-        first, second = plan.phases(baselines_beside_branches=spec.search == "grid" and spec.scheduler == "none")
+        first, second = plan.phases(baselines_beside_branches=spec.search == "grid" and spec.scheduler == "none",
+                                    workers=cluster.concurrent_trials(ctx.resources, spec.cpus_per_trial,
+                                                                      spec.gpus_per_trial))
         for phase, planned in (("first", first), ("branches", second)):
             if phase == "branches":
                 skipped = unforkable(plan, results, failed, stopped)
@@ -630,12 +632,13 @@ def _commit() -> str | None:
     return None if c == "unknown" else c
 
 
-def summary(outcome: SweepOutcome) -> str:
-    """What a sweep prints at its end: per up-training benchmark the task-metric table, the eval
-    loss table and Table 5's observations on each, then the quality table and where things are."""
+def summary(outcome: SweepOutcome, verbose: bool = False) -> str:
+    """What a sweep prints at its end: per up-training benchmark the task-metric tables, the eval
+    loss table and Table 5's observations on each, then the quality table, and last where the
+    results are and the commands that show them (``verbose``: the time split before them; it is
+    on the parent MLflow run either way)."""
     from flurka.results.quality_tables import format_observations
     from flurka.results.tables import format_table
-    from flurka.results.db import redact
 
     def shown(df) -> str:   # the table, then what its chance line means (where it has one)
         return format_table(df) + (f"{df.attrs['note']}\n" if df.attrs.get("note") else "")
@@ -660,20 +663,36 @@ def summary(outcome: SweepOutcome) -> str:
         lines += ["\nQuality (mean ± 95 % CI over seeds, n):", shown(tables["quality"])]
     c = outcome.compute
     lines += [
-        f"\nBranching up-training: {c['uptrain_steps_executed']} train steps instead of "
-        f"{c['uptrain_steps_independent']} for independent runs ({c['uptrain_compute_ratio']:.3f}×).",
-        f"Trials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, "
+        f"\nTrials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, "
         f"{len(outcome.failed)} failed{': ' + ', '.join(outcome.failed) if outcome.failed else ''}"
         + (f", {len(outcome.skipped)} skipped (their base cannot be forked: "
-           f"{'; '.join(sorted(set(outcome.skipped.values())))})" if outcome.skipped else ""),
-        f"Run dir:    {outcome.run_dir}",
-        f"MLflow:     {mask_url(outcome.mlflow_uri)}  (flurka ui --backend-store-uri {mask_url(outcome.mlflow_uri)})",
-        f"Results DB: {redact(outcome.results_url)}",
-        f"Sweep id:   {outcome.sweep_id}",
+           f"{'; '.join(sorted(set(outcome.skipped.values())))})" if outcome.skipped else "")
+        + f"; the α branches forked from their bases trained {c['uptrain_steps_executed']} steps, "
+          f"{c['uptrain_steps_independent']} trained each from scratch.",
     ]
-    if outcome.time_split:
+    if verbose and outcome.time_split:
         lines += ["", format_time_split(outcome.time_split)]
+    lines += ["", *next_commands(outcome)]
     return "\n".join(lines)
+
+
+def next_commands(outcome: SweepOutcome) -> list[str]:
+    """Where a sweep's results are and the commands that show them, a line each."""
+    from flurka.results.db import redact
+
+    db = redact(outcome.results_url)
+    default_ui = outcome.mlflow_uri == f"sqlite:///{Path(outcome.run_dir) / 'mlflow.db'}"
+    if default_ui:
+        ui = f"flurka ui --run-dir {outcome.run_dir}"
+    elif outcome.mlflow_uri.startswith(("http://", "https://")):
+        ui = f"{mask_url(outcome.mlflow_uri)} (a tracking server: open it in a browser)"
+    else:
+        ui = f"flurka ui --backend-store-uri {mask_url(outcome.mlflow_uri)}"
+    return [f"Sweep {outcome.sweep_id}, run dir {outcome.run_dir}:",
+            f"  MLflow runs:    {ui}",
+            f"  paper tables:   flurka tables --db {db} --table uptraining",
+            f"  HTML report:    flurka report --db {db} --out {Path(outcome.run_dir) / 'report'}",
+            f"  results record: {Path(outcome.run_dir) / RECORD} (flurka ingest --db URL FILE)"]
 
 
 __all__ = ["run_sweep", "preflight", "check_stores", "open_tracking", "summary", "resolve", "SweepOutcome", "PHASES",

@@ -68,11 +68,12 @@ def nmt_small() -> TrainConfig:
 def nmt_list_small() -> TrainConfig:
     """Translate the item in capitals out of an English list of numbers and names (96–126
     characters, flurka.data.nmt_list), encoder-decoder, greedy decoding; character BLEU and exact
-    match (sequence accuracy) over the whole eval split of 1024 examples, the standard error of
-    an exact-match rate there at most 1.6 points. The main job's task: ``make sweep``.
+    match (sequence accuracy) over the whole eval split of 1024 examples, an exact-match rate's
+    standard error there at most 1.6 points. The main job's task: ``make sweep``.
 
-    No dropout and a learning rate of 2e-3 (batch 32, 600 steps): what the 600 steps need to
-    separate the mechanisms; about 80 s a Linformer run on one core.
+    No dropout, learning rate 2e-3, batch 32, 600 steps: what the mechanisms need to separate
+    beyond their seeds' spread in 600 steps (with one decoder layer instead of two, the seeds tied
+    every pair of constituents: benchmarks/results/cpu/NOTES.md); about 80 s a Linformer run on one core.
     """
     small = {**_SMALL, "dropout_rate": 0.0, "learning_rate": 2e-3}
     return TrainConfig(

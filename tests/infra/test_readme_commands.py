@@ -650,6 +650,37 @@ def check_main_job_output(cmd: Command, ctx: Ctx) -> None:
                "Table 5's observations")
 
 
+def check_nmt_list_example(cmd: Command, ctx: Ctx) -> None:
+    """The README's nmt-list-small example is one the task trains on, as written."""
+    from flurka.data import nmt_list
+
+    source, target = cmd.text.strip().split("   ->   ")
+    train, _ = nmt_list.examples()
+    assert (source, target) in train
+
+
+def check_quality_table_nmt_list(cmd: Command, ctx: Ctx) -> None:
+    """The command's flags parse, and the README's nmt-list-small table is what ``--summarize``
+    prints from the recorded runs (each README row's cells in that row)."""
+    from flurka.training import quality_table
+
+    recorded = ROOT / "benchmarks/results/cpu/2026-12-06-nmt-list/quality.jsonl"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert quality_table.main(tokens(cmd)[3:] + ["--summarize", str(recorded)]) == 0
+    printed: dict[str, str] = {}                  # the mechanism table comes first; paired rows later
+    for r in out.getvalue().splitlines():
+        if r.startswith("| "):
+            printed.setdefault(r.split(" | ")[0], r)
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| mechanism | char. BLEU | exact match (%) | eval loss |"):].split("\n\n")[0]
+    rows = table.splitlines()[2:]
+    assert len(rows) == 10
+    for row in rows:
+        name, *cells = [c.strip() for c in row.strip("|").split("|")]
+        assert all(f"| {c} |" in printed[f"| {name}"] for c in cells), row
+
+
 def check_subcommand(cmd: Command, ctx: Ctx) -> None:
     """``flurka X [--flag [value]]...`` / ``python -m M`` named in prose: the subcommand (module)
     exists, answers --help, and knows each flag (and value, where it has choices)."""
@@ -1006,6 +1037,9 @@ COVERAGE: list[Cover] = [
           "the README speed command's file, SQLite and PostgreSQL, twice (idempotent)"),
     Cover(SH, r"python -m flurka\.speed\.(plain|bare_loop)( --[a-z]+ \S+)*", "covered",
           check_cpu_benchmark, "the module's test runs main() at tiny size and reads its JSON"),
+    Cover(IN, r"python -m flurka\.training\.quality_table --benchmarks nmt-list-small --seeds 0,1,2 --control",
+          "run", check_quality_table_nmt_list, "flags parsed; the README table is --summarize of the recorded runs"),
+    Cover(("block:text",), r"NORWAY; .*", "run", check_nmt_list_example, "a training example, as written"),
     Cover(IN, r"python -m flurka\.(speed|theory|training\.quality_table)( --seeds [0-9,]+)?", "run",
           check_subcommand, "the module exists"),
     Cover(("block:text",), r"Up-training α, nmt-list-small: .*", "covered", check_main_job_output,

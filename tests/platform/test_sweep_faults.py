@@ -109,7 +109,7 @@ def test_a_base_that_cannot_be_forked_skips_its_branches(tmp_path, tiny_override
 
     spec = SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-rnn",), alphas=(0.5,),
                      steps=8, overrides={**tiny_overrides, "learning_rate": 1e9}, full=False,
-                     run_dir=str(tmp_path / "run"), num_cpus=2, name="unforkable")
+                     control=False, run_dir=str(tmp_path / "run"), num_cpus=2, name="unforkable")
     out = run_sweep(spec)
 
     (branch,) = out.skipped

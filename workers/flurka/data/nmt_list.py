@@ -4,7 +4,8 @@ A source is a list of English numbers (0–999, spelled by ``num2words``) and CL
 (territories, months, weekdays, from babel), 96–126 characters, items separated by "; ", every
 item in lower case but one, written in capitals; its target is that item in German:
 
-    "tonga; two hundred and six; MARCH; nine hundred and twelve; peru"  ->  "März"
+    "NORWAY; three hundred and ninety-one; four hundred and eighty-six; ninety-two; laos;
+     malawi; north macedonia; nauru"  ->  "Norwegen"          (the fourth training example)
 
 So a model must find the marked item in a sequence about five times its length and translate
 it: word identity is local (the characters of one item), and the rest of the list is context

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import os
 import sys
 
@@ -32,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="flurka", description="FLuRKA attention and experiment platform.")
+    parser.add_argument("--version", action="version", version=f"flurka {importlib.metadata.version('flurka')}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     chosen = argv[0] if argv else None
     for name, (module, help_text) in SUBCOMMANDS.items():

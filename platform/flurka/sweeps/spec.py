@@ -25,6 +25,8 @@ from flurka.mechanisms import BASES
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
+MAX_STEPS = 2**31 - 1      # steps are counted in int32 on the device, and planned step by step
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")   # one path component: Tune's folder, MLflow's experiment
 DEFAULT_BASE = "low-rank"   # a variant's up-training base where the spec names none for it
 FULL = "full"
 SEARCHES = ("grid", "optuna")
@@ -184,8 +186,11 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
         raise SpecError("--seeds is empty")
     if spec.num_samples < 1:
         raise SpecError(f"--num-samples must be >= 1, got {spec.num_samples}")
-    if spec.steps is not None and spec.steps < 1:
-        raise SpecError(f"--steps must be >= 1, got {spec.steps}")
+    if spec.steps is not None and not 1 <= spec.steps <= MAX_STEPS:
+        raise SpecError(f"--steps must be in [1, {MAX_STEPS}], got {spec.steps}")
+    if not NAME.fullmatch(spec.name):
+        raise SpecError(f"--name must be 1-100 letters, digits, '.', '_' or '-' (one folder name), "
+                        f"got {spec.name[:80]!r}")
     if spec.cpus_per_trial <= 0:
         raise SpecError(f"--cpus-per-trial must be > 0, got {spec.cpus_per_trial:g}")
     if spec.gpus_per_trial < 0 or (spec.gpus_per_trial > 1 and spec.gpus_per_trial != int(spec.gpus_per_trial)):
@@ -436,7 +441,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     S = argparse.SUPPRESS  # absent flags stay absent, so YAML/defaults fill them
     p.add_argument("--config", metavar="NAME|YAML",
                    help="sweep spec with the same keys as the flags: a YAML file, or the name of one "
-                        f"installed with flurka ({', '.join(installed_configs())})")
+                        f"installed with flurka ({', '.join(installed_configs())}; default: none, the "
+                        "flags and SweepSpec's defaults)")
     p.add_argument("--benchmarks", default=S, help="comma-separated benchmark names")
     p.add_argument("--variants", default=S, help="FLuRKA variants (default: all)")
     p.add_argument("--alphas", default=S, help="up-training fractions (default 0.125..0.875); per variant in a "
@@ -447,15 +453,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--base", default=S, metavar="BASE|VARIANT=BASE,...",
                    help=f"base model of the up-training ({' or '.join(BASES)}), one for every variant or per "
                         "variant (flurka-rnn=kernel; a variant not named: low-rank)")
-    p.add_argument("--search", choices=SEARCHES, default=S)
-    p.add_argument("--scheduler", choices=SCHEDULERS, default=S)
+    p.add_argument("--search", choices=SEARCHES, default=S,
+                   help="grid: every planned α branch; optuna: --num-samples branches chosen by Optuna's "
+                        "TPE on the benchmark's metric (default grid)")
+    p.add_argument("--scheduler", choices=SCHEDULERS, default=S,
+                   help="asha stops α branches whose training loss trails the others' (default none: every "
+                        "trial runs its T steps)")
     p.add_argument("--num-samples", default=S, help="optuna samples (grid: repeats)")
-    p.add_argument("--seeds", default=S, help="comma-separated seeds")
-    p.add_argument("--steps", default=S, help="training steps T per run")
+    p.add_argument("--seeds", default=S, help="comma-separated seeds (default 0)")
+    p.add_argument("--steps", default=S, help="training steps T per run (default: each benchmark config's own)")
     p.add_argument("--set", dest="overrides", action="append", default=S, metavar="KEY=VALUE",
                    help="benchmark config override, repeatable; VALUE as `flurka train --set` reads it "
                         "(a Python literal: 1e6, 16, [1, 2], {'d_k': 16}; else the text)")
-    p.add_argument("--no-baselines", dest="baselines", action="store_false", default=S)
+    p.add_argument("--no-baselines", dest="baselines", action="store_false", default=S,
+                   help="train only the FLuRKA variants and their bases, not the constituents, full attention "
+                        "and the control they are judged against")
     p.add_argument("--no-full", dest="full", action="store_false", default=S,
                    help="leave full attention out of the baselines")
     p.add_argument("--no-control", dest="control", action="store_false", default=S,
@@ -465,18 +477,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="E1/E2's initialisation (default pool; gaussian: the paper's)")
     p.add_argument("--no-branching", dest="branching", action="store_false", default=S,
                    help="train every α independently (the paper's way)")
-    p.add_argument("--cpus-per-trial", default=S)
+    p.add_argument("--cpus-per-trial", default=S, help="CPU cores reserved per trial (default 1)")
     p.add_argument("--gpus-per-trial", default=S, help="fractions share one GPU")
-    p.add_argument("--max-failures", default=S, help="retries of a failed trial")
-    p.add_argument("--name", default=S)
+    p.add_argument("--max-failures", default=S, help="retries of a failed trial (default 2)")
+    p.add_argument("--name", default=S, help="the sweep's name: its MLflow experiment and results-DB label "
+                                             "(default uptrain)")
     p.add_argument("--run-dir", default=S, help="where Tune, MLflow and the results DB write")
     p.add_argument("--address", default=S, help="Ray cluster (default: RAY_ADDRESS, else embedded)")
-    p.add_argument("--mlflow-uri", default=S)
+    p.add_argument("--mlflow-uri", default=S,
+                   help="MLflow tracking URI (default sqlite:///<run-dir>/mlflow.db); a password in it is "
+                        "never stored, as --results-db's")
     p.add_argument("--results-db", default=S,
                    help="SQLAlchemy URL of the results database; a password in it is never stored "
                         "(sweep.json and MLflow keep it masked): give the flag again with --resume")
     p.add_argument("--num-cpus", default=S, help="CPUs of the embedded Ray")
-    p.add_argument("--checkpoint-every", default=S)
+    p.add_argument("--checkpoint-every", default=S,
+                   help="extra checkpoints every this many steps, for recovery (default: the fork points only)")
     p.add_argument("--compilation-cache", metavar="DIR|off", default=S,
                    help="JAX's persistent compilation cache the trials share (default: "
                         "$JAX_COMPILATION_CACHE_DIR if set, else <run-dir>/jax-cache)")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 
+import pytest
 from testsupport import flurka
+
+from flurka.cli import SUBCOMMANDS
 
 
 def test_version_is_the_installed_package(tmp_path):
@@ -21,3 +24,24 @@ def test_every_sweep_flag_says_what_it_does():
     add_arguments(parser)
     bare = [a.option_strings[0] for a in parser._actions if a.option_strings and not a.help]
     assert not bare, f"sweep flags without help: {bare}"
+
+
+@pytest.mark.parametrize("command", sorted(SUBCOMMANDS))
+def test_a_flag_argparse_refuses_is_one_line_in_every_subcommand(command, tmp_path):
+    """Issue 60: argparse's 6-16 line usage block was the answer to a typo in five subcommands."""
+    code, out, err = flurka([command, "--no-such-flag", "x" * 1000], tmp_path)
+    assert code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"flurka {command}: error: ")
+    assert "x" * 81 not in line                       # the 1000-character value, where named, cut to 80
+
+
+def test_an_unknown_flag_is_named_by_the_subcommand_with_its_value_cut(tmp_path):
+    code, _, err = flurka(["ui", "--no-such-flag", "x" * 1000], tmp_path)
+    assert code == 2
+    assert err == f"flurka ui: error: unrecognized arguments: --no-such-flag {'x' * 80}…\n"
+
+
+def test_a_missing_subcommand_is_one_line(tmp_path):
+    code, _, err = flurka([], tmp_path)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("flurka: error: ")

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import importlib.metadata
 import os
+import re
 import sys
 
 # name -> (module, one-line help). Later subcommands register here.
@@ -30,17 +31,29 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line (``PROG: error: …``, exit 2), no usage block, and a
+    quoted value cut to 80 characters (a 100 KB ``--set`` is not echoed whole)."""
+
+    def error(self, message: str):  # noqa: D102 (argparse's hook)
+        message = re.sub(r"'([^']{80})[^']+'", r"'\1…'", " ".join(message.split()))
+        message = re.sub(r"(\S{80})\S+", r"\1…", message)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="flurka", description="FLuRKA attention and experiment platform.")
+    parser = OneLineParser(prog="flurka", description="FLuRKA attention and experiment platform.")
     parser.add_argument("--version", action="version", version=f"flurka {importlib.metadata.version('flurka')}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    chosen = argv[0] if argv else None
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
+    chosen, parsers = argv[0] if argv else None, {}
     for name, (module, help_text) in SUBCOMMANDS.items():
-        sp = sub.add_parser(name, help=help_text, description=help_text)
+        parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:  # import only the subcommand in use
-            importlib.import_module(module).add_arguments(sp)
-    args = parser.parse_args(argv)
+            importlib.import_module(module).add_arguments(parsers[name])
+    args, extra = parser.parse_known_args(argv)
+    if extra:   # argparse would name the top program; the subcommand's is the one the user typed
+        parsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     return run_reporting_errors(f"flurka {args.command}", SUBCOMMANDS[args.command][0], args)
 
 
@@ -60,8 +73,7 @@ def module_main(prog: str, module: str, argv: list[str] | None = None) -> int:
     """The ``python -m`` entry of a subcommand module: the parser and error handling of
     ``flurka <subcommand>`` under another program name."""
     mod = importlib.import_module(module)
-    parser = argparse.ArgumentParser(prog=prog, description=mod.__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=prog, description=mod.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mod.add_arguments(parser)
     return run_reporting_errors(prog, module, parser.parse_args(argv))
 

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from flurka.cli import OneLineParser as ArgumentParser   # the sweep's parser: errors in one line
 from flurka.mechanisms import BASES
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
@@ -501,13 +502,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the run dir holds a sweep: move it aside to <run-dir>.<its sweep id> and start afresh")
     p.add_argument("--verbose", action="store_true", default=S,
                    help="Tune's table of every trial as it runs (default: one progress line)")
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with its errors as one line (``PROG: error: …``, exit 2), no usage block."""
-
-    def error(self, message: str):  # noqa: D102 (argparse's hook)
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
 _FIELDS = set(_KINDS)

@@ -22,11 +22,11 @@ from typing import Any, Sequence
 import yaml
 
 from flurka.cli import OneLineParser as ArgumentParser   # the sweep's parser: errors in one line
+from flurka.configs.base import MAX_INT as MAX_STEPS
 from flurka.mechanisms import BASES
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
-MAX_STEPS = 2**31 - 1      # steps are counted in int32 on the device, and planned step by step
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")   # one path component: Tune's folder, MLflow's experiment
 DEFAULT_BASE = "low-rank"   # a variant's up-training base where the spec names none for it
 FULL = "full"

@@ -170,10 +170,14 @@ def _choice(name: str, value: Any, valid: tuple) -> None:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, valid))}")
 
 
+MAX_INT = 2**31 - 1    # sizes and step counts reach the device as int32
+
+
 def _positive(name: str, value: Any, *, zero_ok: bool = False) -> None:
     ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if zero_ok else value > 0)
-    if not ok:
-        raise ValueError(f"{name} must be a {'non-negative' if zero_ok else 'positive'} int, got {value!r}")
+    if not ok or value > MAX_INT:
+        raise ValueError(f"{name} must be a {'non-negative' if zero_ok else 'positive'} int of at most "
+                         f"{MAX_INT}, got {repr(value)[:80]}")
 
 
 def validate(config: TrainConfig) -> TrainConfig:

@@ -79,6 +79,9 @@ CASES = [
     # -- wrong types in the YAML file
     Case("yaml-seeds-float", BENCH + "seeds: 0.5\n", (), "seeds must be integers"),
     Case("yaml-steps-word", BENCH + "steps: twenty\n", (), "steps must be an integer, got 'twenty'"),
+    Case("yaml-key-twice", BENCH + "steps: 20\nsteps: 30\n", (), "the key 'steps' is given twice (line 3, column 1)"),
+    Case("yaml-nested-key-twice", BENCH + "base: {flurka-rnn: kernel, flurka-rnn: low-rank}\n", (),
+         "the key 'flurka-rnn' is given twice"),
     Case("yaml-alphas-word", BENCH + "alphas: half\n", (), "alphas must be numbers"),
     Case("yaml-cpus-word", BENCH + "cpus_per_trial: one\n", (), "cpus_per_trial must be a number"),
     Case("yaml-overrides-list", BENCH + "overrides: [1, 2]\n", (), "overrides must be a mapping"),

@@ -78,6 +78,8 @@ def test_overrides_merge_options_and_scale_warmup():
     (dict(base="sparse"), r"unknown up-training base 'sparse'; valid: low-rank, kernel"),
     (dict(schedule="step"), r"unknown schedule 'step'; valid: linear"),
     (dict(steps=0), r"steps must be a positive int"),
+    (dict(attention_options="foo"), r"attention_options must be a mapping such as \{'d_k': 16\}, got 'foo'$"),
+    (dict(dataset_options=[1]), r"dataset_options must be a mapping"),
     (dict(steps=10**20), r"steps must be a positive int of at most 2147483647, got 100000000000000000000$"),
     (dict(batch_size=2**31), r"batch_size must be a positive int of at most 2147483647"),
     (dict(eval_every=-1), r"eval_every must be a non-negative int"),

@@ -150,6 +150,8 @@ def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
             overrides["warmup_steps"] = round(config.warmup_steps * steps / config.steps)
     for key in ("attention_options", "dataset_options"):
         if key in overrides and overrides[key] is not None:
+            if not isinstance(overrides[key], Mapping):
+                raise ValueError(f"{key} must be a mapping such as {{'d_k': 16}}, got {repr(overrides[key])[:80]}")
             merged = {**getattr(config, key), **overrides[key]}
             overrides[key] = {k: v for k, v in merged.items() if v is not None}
     config = dataclasses.replace(config, **overrides)

@@ -67,6 +67,13 @@ def test_ffn_kernels_choose_the_fused_ffn_form(tmp_path, capsys):
     assert "--ffn-kernels needs --fused-ffn" in capsys.readouterr().err
 
 
+def test_fused_projections_without_fused_is_refused(tmp_path, capsys):
+    """Issue 60: it ran, exit 0, every row fused_projections false: an option dropped silently."""
+    out = tmp_path / "p.json"
+    assert main(["--sweep", "tiny", "--fused-projections", "--out", str(out)]) == 2
+    assert "--fused-projections needs --fused" in capsys.readouterr().err and not out.exists()
+
+
 def test_paper_sweeps_as_specified():
     n = configs.points("n-sweep", mechanisms=["full"], modes=["forward"], scopes=["layer"])
     assert [p.seq_len for p in n] == list(range(7050, 55051, 3000)) + [55500]

@@ -142,6 +142,8 @@ def selected(args: argparse.Namespace):
                          "--profile-steps >= 0")
     if args.ffn_kernels is not None and not args.fused_ffn:
         raise ValueError("--ffn-kernels needs --fused-ffn")
+    if args.fused_projections and not args.fused:
+        raise ValueError("--fused-projections needs --fused (the projections run inside the fused kernel)")
     pts = points(args.sweep, mechanisms=args.mechanisms, modes=args.modes,
                  scopes=None if args.scope is None else [args.scope], dtype=args.dtype,
                  align=args.align, fused=args.fused, pad_to=args.pad_to, xla=args.xla,

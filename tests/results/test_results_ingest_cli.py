@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from flurka.cli import main
 
 
@@ -41,12 +43,18 @@ def test_ingest_unreachable_db_is_one_line(tmp_path, capsys):
     assert code == 2 and "cannot reach" in err and "secret" not in err and "\n" not in err
 
 
-def test_ingest_bad_file_is_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("content,why", [
+    ("{not json", "Expecting property name"),
+    ("[" * 100_000 + "]" * 100_000, "nested deeper than Python's JSON reader follows"),   # was a RecursionError
+    (b"\xb8\x00binary", "not UTF-8 text"),                                                # named no file
+])
+def test_ingest_bad_file_is_one_line(tmp_path, capsys, content, why):
     bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
     code = main(["ingest", "--db", f"sqlite:///{tmp_path / 'r.db'}", str(bad)])
     err = capsys.readouterr().err.strip()
-    assert code == 2 and "cannot read results JSON" in err and "\n" not in err
+    assert code == 2 and f"cannot read results JSON {bad}: " in err and why in err and "\n" not in err
+    assert not (tmp_path / "r.db").exists()
 
 
 def test_ingest_validates_every_file_before_writing_any(tmp_path, capsys):

@@ -155,6 +155,11 @@ def load_json(path: str | Path) -> Any:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read results JSON {path}: {e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"cannot read results JSON {path}: not UTF-8 text") from None
+    except RecursionError:
+        raise ValueError(f"cannot read results JSON {path}: nested deeper than Python's JSON reader "
+                         "follows; no results file is") from None
 
 
 Parsed = SweepRecord | TheoryRecord | list[SpeedRecord]

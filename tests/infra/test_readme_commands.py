@@ -1143,7 +1143,9 @@ def test_readme_command(cmd, request, tmp_path):
 @pytest.mark.slow
 def test_flurka_ui_serves_the_runs(tmp_path):
     """The README's ``flurka ui --run-dir runs/uptrain-small`` (``--port`` a free one instead of 5000)
-    serves a sweep's MLflow store on 127.0.0.1: its experiment and runs over MLflow's REST API."""
+    serves a sweep's MLflow store on 127.0.0.1: its experiment and runs over MLflow's REST API; a
+    SIGTERM to flurka ui (not its group) stops every server process it started (issue 59: they kept
+    the port)."""
     from mlflow.tracking import MlflowClient
 
     store = tmp_path / RUN_DIR / "mlflow.db"
@@ -1169,6 +1171,10 @@ def test_flurka_ui_serves_the_runs(tmp_path):
         assert got["info"]["run_name"] == "lra-listops-small:flurka-rnn:a0.5"
         metrics = {m["key"]: m["value"] for m in got["data"]["metrics"]}
         assert metrics == {"accuracy": 0.31}
+        os.kill(ui.pid, signal.SIGTERM)           # flurka ui alone: it stops the server it started
+        assert ui.wait(60) == 143
+        assert not wait_gone(str(store), 5), "MLflow UI processes outlived flurka ui's SIGTERM"
+        assert "flurka ui: stopped the MLflow server" in ui.stdout.read()
     finally:
         stop_group(ui)
         assert not wait_gone(str(store), 60), "MLflow UI processes outlived the stop"

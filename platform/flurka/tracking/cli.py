@@ -13,11 +13,15 @@ writes them) are pointed at the run dir's own ``mlartifacts`` (:func:`flurka.tra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from flurka.results import rundirs
@@ -107,7 +111,52 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
     print(f"MLflow UI on http://{HOST}:{args.port} (Ctrl-C to stop)", flush=True)
+    return serve(cmd)
+
+
+class _Terminated(Exception):
+    """SIGTERM reached ``flurka ui``."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
+def serve(cmd: list[str], grace_s: float = 10.0) -> int:
+    """Run the MLflow server in a process group of its own and, on Ctrl-C or SIGTERM, stop the
+    whole group (MLflow's uvicorn and huey workers outlive their parent otherwise, holding the
+    port): SIGTERM, ``grace_s`` to exit, then SIGKILL. Exit 130 / 143 as a shell reports them."""
+    server = subprocess.Popen(cmd, env=os.environ.copy(), start_new_session=True)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     try:
-        return subprocess.call(cmd, env=os.environ.copy())
-    except KeyboardInterrupt:
-        return 0
+        return server.wait()
+    except (KeyboardInterrupt, _Terminated) as stop:
+        _stop_group(server, grace_s)
+        print("flurka ui: stopped the MLflow server", file=sys.stderr, flush=True)
+        return 130 if isinstance(stop, KeyboardInterrupt) else 143
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_group(server: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM to the group, up to ``grace_s`` for every member to exit, then SIGKILL to what is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.wait(grace_s)
+    while time.monotonic() < deadline and _group_alive(server.pid):
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -45,3 +45,10 @@ def test_an_unknown_flag_is_named_by_the_subcommand_with_its_value_cut(tmp_path)
 def test_a_missing_subcommand_is_one_line(tmp_path):
     code, _, err = flurka([], tmp_path)
     assert code == 2 and err.count("\n") == 1 and err.startswith("flurka: error: ")
+
+
+def test_ui_on_a_tracking_server_says_open_it_and_starts_nothing(tmp_path):
+    """Issue 58: flurka ui --backend-store-uri http://… was two tracebacks from MLflow's UI."""
+    code, out, err = flurka(["ui", "--backend-store-uri", "http://ml:secret@127.0.0.1:1/"], tmp_path)
+    assert (code, err) == (0, "")
+    assert out == "flurka ui: http://ml@127.0.0.1:1/ is already a tracking server: open it in a browser\n"

@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,10 +89,19 @@ def test_rayjob_entrypoint_runs_the_sweep_script():
 
     spec = parse(argv[2:])  # the sweep's own parser accepts the job's arguments
     assert spec.gpus_per_trial == 0.5 and spec.run_dir == "/mnt/shared/flurka"
+    assert spec.results_db and sa.make_url(spec.results_db).password is None   # Ray keeps the entrypoint
     validate(spec)  # and the sweep it describes is valid (benchmarks, variants, α grid)
 
 
 # --- compose -----------------------------------------------------------------------------------
+
+def test_compose_submits_the_sweep_without_a_password():
+    """Issue 58: the example job's --results-db held the password, which Ray's job records keep."""
+    text = (INFRA / "compose/compose.yaml").read_text()
+    (submitted,) = re.findall(r"--results-db (\S+://\S+)", text)
+    assert sa.make_url(submitted).password is None
+    assert _load("compose/compose.yaml")["services"]["ray-head"]["environment"]["PGPASSWORD"].startswith("${")
+
 
 def test_compose_services_bind_loopback_and_take_credentials_from_env():
     compose = _load("compose/compose.yaml")

@@ -512,6 +512,18 @@ def check_ingest(cmd: Command, ctx: Ctx) -> None:
         assert code == 0 and "added 0," in out
 
 
+def check_ingest_record(cmd: Command, ctx: Ctx) -> None:
+    """A sweep's record file (what the run dir's sweep-record.json holds) into a fresh database,
+    the command's URL and FILE filled in; twice: idempotent (check_ingest covers PostgreSQL)."""
+    record = ctx.tmp / "sweep-record.json"
+    record.write_text(json.dumps(make_sweep_record()))
+    args = [{"URL": f"sqlite:///{ctx.tmp / 'other.db'}", "FILE": str(record)}.get(a, a) for a in tokens(cmd)[1:]]
+    code, out, err = flurka(args, ctx.tmp)
+    assert code == 0 and re.search(r"sweep-record\.json: added [1-9]\d*, already present 0", out), err
+    code, out, _ = flurka(args, ctx.tmp)
+    assert code == 0 and "added 0," in out
+
+
 def check_cpu_benchmark(cmd: Command, ctx: Ctx) -> None:
     tests = {"flurka.speed.plain":
              "tests/speed/test_speed_plain.py::test_the_benchmark_writes_a_ratio_per_mechanism_and_mode",
@@ -1033,6 +1045,8 @@ COVERAGE: list[Cover] = [
     Cover(SH, r"python -m flurka\.theory --from-run \S+ --out \S+\.json", "run", check_theory_from_run,
           "subprocess in the workspace on that run, a small grid appended; per-layer rows read by the "
           "report's loader", slow=True),
+    Cover(IN, r"flurka ingest --db URL FILE", "run", check_ingest_record,
+          "a sweep record into a fresh SQLite database, twice"),
     Cover(SH, r"flurka ingest --db sqlite:///runs/uptrain-small/results\.db speed\.json", "run", check_ingest,
           "the README speed command's file, SQLite and PostgreSQL, twice (idempotent)"),
     Cover(SH, r"python -m flurka\.speed\.(plain|bare_loop)( --[a-z]+ \S+)*", "covered",

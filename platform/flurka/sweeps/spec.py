@@ -16,6 +16,7 @@ import dataclasses
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -598,6 +599,12 @@ def from_args(args: argparse.Namespace | dict[str, Any]) -> SweepSpec:
     if path:
         values.update(_normalize(load_yaml(path), str(path)))
     cli = _normalize({k: v for k, v in given.items() if k in _FIELDS}, "command line")
+    for field in SECRET_FIELDS:
+        if cli.get(field) and mask_url(cli[field]) != cli[field]:
+            print(f"flurka sweep: warning: the password in --{field.replace('_', '-')} is on a command line, where "
+                  "ps, shell history and Ray's job records keep it; give the URL without it and the password "
+                  "in the environment (PGPASSWORD, a 0600 PGPASSFILE; MLFLOW_TRACKING_PASSWORD)",
+                  file=sys.stderr, flush=True)
     if "overrides" in cli and "overrides" in values:
         cli["overrides"] = {**values["overrides"], **cli["overrides"]}
     values.update(cli)

@@ -52,6 +52,8 @@ def test_the_line_counts_trials_and_estimates_the_rest():
     # 150 steps in the hour since steps were first seen: the 440 left take 2:56:00, whatever the
     # phase spent before its first step (not 1:02:00 · 0.70 / 0.30 from the phase's start)
     assert out.getvalue().splitlines()[-1].endswith("71% of its steps; 1:02:00 elapsed, about 2:56:00 left")
+    trials[3] = _trial("d", "RUNNING", BRANCH, 460)
+    assert not reporter.should_report(trials)               # a trial starting is no line of its own
     trials[1] = _trial("b", "TERMINATED", BASE, 600)
     assert reporter.should_report(trials)
 

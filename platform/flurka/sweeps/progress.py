@@ -1,6 +1,6 @@
 """One progress line per sweep phase instead of Tune's trial table (``--verbose`` keeps the
 table): trials done / running / failed, the share of the phase's planned steps done, elapsed
-time and an estimate of the rest, printed when a trial changes state and at most every
+time and an estimate of the rest, printed when a trial finishes or fails and at most every
 ``every_s`` seconds otherwise.
 
     [flurka] first phase: 4/6 trials done, 2 running, 0 failed; 71 % of its steps; 3:12 elapsed, about 1:18 left
@@ -77,7 +77,9 @@ class ProgressLine(ProgressReporter):
         self.start, self.since = self.now(), None
 
     def _state(self, trials) -> tuple:
-        return tuple(sorted((t.trial_id, t.status) for t in trials))
+        """What a line is printed for at once: trials finishing or failing. A trial starting is not
+        (they start in twos and threes, one line each, within a second)."""
+        return tuple(sorted((t.trial_id, t.status) for t in trials if t.status in _DONE + _FAILED))
 
     def should_report(self, trials, done: bool = False) -> bool:
         if self._state(trials) != self.last_state:

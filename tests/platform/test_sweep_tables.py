@@ -4,6 +4,7 @@ measurements, and then without a line of complaint about the others."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from flurka.results import ingest_file, open_results
 from flurka.sweeps.runner import _tables
@@ -83,6 +84,7 @@ def test_summary_prints_metric_and_loss_tables_and_the_observations(tmp_path):
     at = [text.find(line) for line in order]
     assert -1 not in at, [line for line, i in zip(order, at) if i < 0]
     assert at == sorted(at)
+    assert not re.search(r"\|\s*between\s*\|", text)    # the observations' per-row table: flurka tables
 
 
 def test_summary_ends_with_the_time_split(tmp_path):

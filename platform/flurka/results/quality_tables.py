@@ -654,12 +654,13 @@ def observation_lines(obs: pd.DataFrame) -> list[str]:
     return [one, two, three]
 
 
-def format_observations(obs: pd.DataFrame, fmt: str = "markdown") -> str:
-    """The observations block: a title, the three lines (LaTeX: as comments) and the per-row table."""
+def format_observations(obs: pd.DataFrame, fmt: str = "markdown", *, table: bool = True) -> str:
+    """The observations block: a title, the three lines (LaTeX: as comments) and, with ``table``,
+    the per-row table behind them (the lines alone carry the evidence of one best row)."""
     comment = "% " if fmt == "latex" else ""
     lines = [obs.attrs.get("title", "Table 5's observations") + ":", *observation_lines(obs)]
-    return "\n".join(comment + line for line in lines) + "\n\n" + format_table(
-        obs.drop(columns=["overall best", "cells"]), fmt)
+    text = "\n".join(comment + line for line in lines)
+    return text + "\n\n" + format_table(obs.drop(columns=["overall best", "cells"]), fmt) if table else text
 
 
 def curves(engine: Engine, benchmark: str, names: Sequence[str], *, sweep: str | None = None) -> pd.DataFrame:

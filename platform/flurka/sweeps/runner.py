@@ -634,7 +634,8 @@ def _commit() -> str | None:
 
 def summary(outcome: SweepOutcome, verbose: bool = False) -> str:
     """What a sweep prints at its end: per up-training benchmark the task-metric tables, the eval
-    loss table and Table 5's observations on each, then the quality table, and last where the
+    loss table and Table 5's observations on each (their lines; ``flurka tables`` adds the per-row
+    table behind them), then the quality table, and last where the
     results are and the commands that show them (``verbose``: the time split before them; it is
     on the parent MLflow run either way)."""
     from flurka.results.quality_tables import format_observations
@@ -658,7 +659,7 @@ def summary(outcome: SweepOutcome, verbose: bool = False) -> str:
         for suffix in TABLE_SUFFIXES:
             obs = tables.get(f"observations_{bench}{suffix}")
             if obs is not None:
-                lines += ["", format_observations(obs)]
+                lines += ["", format_observations(obs, table=False)]   # the per-row table: flurka tables
     if "quality" in tables:
         lines += ["\nQuality (mean ± 95 % CI over seeds, n):", shown(tables["quality"])]
     c = outcome.compute

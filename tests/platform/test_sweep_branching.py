@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flurka.results.quality_tables import PAPER_BEST_ALPHA
-from flurka.sweeps.branching import fork_step, make_plan
+from flurka.sweeps.branching import describe, fork_step, make_plan
 from flurka.sweeps.spec import PAPER_ALPHAS, SweepSpec, validate
 
 
@@ -21,6 +21,11 @@ def test_seven_point_grid_needs_at_most_065_of_the_steps():
     # one base run to 0.875 T, then Σ (1 - α) T over the branches: 0.875 + 3.5 = 4.375 of 7
     assert c["uptrain_steps_executed"] == 700 + sum(800 - round(a * 800) for a in PAPER_ALPHAS)
     assert c["uptrain_compute_ratio"] == pytest.approx(4.375 / 7) and c["uptrain_compute_ratio"] <= 0.65
+    # the plan's line says what trains from scratch, what forks, and the saving (issue 59: "3600 of
+    # 3600 steps of independent runs (1.000×)" said none of it)
+    assert describe(plan) == ("plan: 0 baselines and 1 separate base run from scratch, 7 α branches (7 forked "
+                              "from their base's checkpoint at step α·T); up-training trains 3500 steps, 62% of "
+                              "the 5600 of every α from scratch")
 
 
 def test_low_rank_base_is_shared_by_variants():

@@ -196,10 +196,17 @@ def independent_equivalent(run: PlannedRun) -> PlannedRun:
 
 
 def describe(plan: Plan) -> str:
+    """The plan in one line: what is trained from scratch, what forks, and what forking saves."""
     c = plan.compute()
-    return (f"plan: {len(plan.baselines)} baselines, {len(plan.bases)} base runs, {len(plan.branches)} α branches; "
-            f"up-training executes {c['uptrain_steps_executed']} of {c['uptrain_steps_independent']} steps of "
-            f"independent runs ({c['uptrain_compute_ratio']:.3f}×)")
+    forked = sum(r.base_key is not None for r in plan.branches)
+
+    def n(count: int, noun: str, plural: str = "s") -> str:
+        return f"{count} {noun}{'' if count == 1 else plural}"
+
+    return (f"plan: {n(len(plan.baselines), 'baseline')} and {n(len(plan.bases), 'separate base run')} from "
+            f"scratch, {n(len(plan.branches), 'α branch', 'es')} ({forked} forked from their base's checkpoint "
+            f"at step α·T); up-training trains {c['uptrain_steps_executed']} steps, "
+            f"{c['uptrain_compute_ratio']:.0%} of the {c['uptrain_steps_independent']} of every α from scratch")
 
 
 __all__ = ["PlannedRun", "Plan", "make_plan", "fork_step", "describe", "independent_equivalent", "KINDS"]

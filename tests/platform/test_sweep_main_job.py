@@ -16,7 +16,7 @@ from flurka.sweeps.spec import from_args, validate
 
 
 @pytest.mark.slow
-def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides):
+def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides, capfd):
     tiny = {**tiny_overrides, "bleu_batches": 1, "attention_options": {"num_features": 8}}
     spec = validate(from_args({"config": "uptrain-small", "steps": 8, "overrides": tiny, "num_cpus": 2,
                                "run_dir": str(tmp_path / "run")}))
@@ -24,6 +24,8 @@ def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides):
     plan = make_plan(spec)
     out = run_sweep(spec)
     assert not out.failed and not out.stopped and not out.skipped
+    printed = capfd.readouterr()
+    assert "mlflow.store.db.utils" not in printed.out + printed.err    # issue 59: a new store's INFO lines
     assert set(out.results) == {r.key for r in plan.baselines + plan.branches}
 
     def trials(phase):   # the planned runs each Tune experiment trained, from its trials' results

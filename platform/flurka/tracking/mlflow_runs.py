@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import platform as _stdlib_platform
 import re
@@ -46,6 +47,9 @@ from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT,
 from flurka.mechanisms import is_control
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # the UI's model-training view
+
+# A new SQLite store announces its tables at INFO (two lines in every sweep's output): not news.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
 
 
 def experiment_id(client, name: str, artifact_location: str | None = None) -> str:

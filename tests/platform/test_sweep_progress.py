@@ -39,7 +39,7 @@ def test_the_line_counts_trials_and_estimates_the_rest():
     reporter.report(trials, False)
     # 600 + 300 + 10 + 0 of 600 + 600 + 150 + 150 steps: 60.7 %; no rate yet, so no estimate
     assert out.getvalue().splitlines()[-1] == (
-        "[flurka] first phase: 1/4 trials done, 1 running, 1 failed; 61% of its steps; "
+        "[flurka] first phase (bases and baselines): 1/4 trials done, 1 running, 1 failed; 61% of its steps; "
         "2:00 elapsed")
     assert not reporter.should_report(trials)               # nothing changed, not due
     assert not reporter.should_report(trials, done=True)    # its last line is already out

@@ -3,7 +3,7 @@ table): trials done / running / failed, the share of the phase's planned steps d
 time and an estimate of the rest, printed when a trial finishes or fails and at most every
 ``every_s`` seconds otherwise.
 
-    [flurka] first phase: 4/6 trials done, 2 running, 0 failed; 71 % of its steps; 3:12 elapsed, about 1:18 left
+    [flurka] first phase (bases and baselines): 4/6 trials done, 2 running, 0 failed; 71 % of its steps; 3:12 elapsed, about 1:18 left
 """
 
 from __future__ import annotations
@@ -51,11 +51,17 @@ def time_left(done: int, planned: int, since: tuple[float, int] | None, now: flo
     return (planned - done) * (now - since[0]) / (done - since[1])
 
 
+# What each phase trains, as the progress line names it (Plan.phases: the bases, with baselines
+# filling idle workers; then the α branches, with the rest of the baselines beside them).
+TRAINS = {"first": "bases", "branches": "α branches"}
+
+
 def line(phase: str, counts: dict[str, int], done: int, planned: int, elapsed: float,
          left: float | None = None) -> str:
     share = done / planned if planned else 0.0
     rest = f", about {clock(left)} left" if left is not None else ""
-    return (f"[flurka] {phase} phase: {counts['done']}/{counts['total']} trials done, "
+    trains = f" ({TRAINS[phase]} and baselines)" if phase in TRAINS else ""
+    return (f"[flurka] {phase} phase{trains}: {counts['done']}/{counts['total']} trials done, "
             f"{counts['running']} running, {counts['failed']} failed; {share:.0%} of its steps; "
             f"{clock(elapsed)} elapsed{rest}")
 

@@ -48,6 +48,7 @@ def test_markdown_latex_csv(seeded_url, capsys):
     code, md, _ = run_cli(["--db", seeded_url, "--table", "uptraining"], capsys)
     assert code == 0 and md.startswith("Up-training α, nmt-wmt14-ende: BLEU (0–100), higher is better")
     assert "| 28.0 (1 seed) * |" in md and "\n(1) most α cells lie between their constituents (kernel, low-rank): no (1 of 3)" in md
+    assert "\n\n(2) best variant beats both: " in md and "\n\n(3) best α in " in md   # each its own paragraph
 
     code, csv, _ = run_cli(["--db", seeded_url, "--table", "speed", "--device", "H100", "--format", "csv"], capsys)
     assert code == 0

@@ -659,7 +659,8 @@ def format_observations(obs: pd.DataFrame, fmt: str = "markdown", *, table: bool
     the per-row table behind them (the lines alone carry the evidence of one best row)."""
     comment = "% " if fmt == "latex" else ""
     lines = [obs.attrs.get("title", "Table 5's observations") + ":", *observation_lines(obs)]
-    text = "\n".join(comment + line for line in lines)
+    # Markdown joins adjacent lines into one paragraph: a blank line keeps each observation its own
+    text = ("\n" if fmt == "latex" else "\n\n").join(comment + line for line in lines)
     return text + "\n\n" + format_table(obs.drop(columns=["overall best", "cells"]), fmt) if table else text
 
 

@@ -189,9 +189,6 @@ def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus:
             print(f"[flurka] stopped {stopped} Ray processes that a killed sweep in {run_dir} left running",
                   flush=True)
         temp_dir = _short_temp_dir(run_dir)
-        # Token auth, Ray's default for a new local cluster, chosen explicitly: Ray then skips its
-        # line telling every sweep so (it sets this variable itself when it picks the default).
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
         ray.init(address="local", _temp_dir=temp_dir, include_dashboard=False, num_cpus=num_cpus,
                  runtime_env=runtime_env, log_to_driver=True, configure_logging=False)
         return ClusterContext("local", True, temp_dir, dict(ray.cluster_resources()),

@@ -41,6 +41,17 @@ def test_resume_from_checkpoint_is_bit_for_bit(tmp_path, digits):
     assert _strip(run(ckpt, dataset=digits))["final_metrics"] == straight["final_metrics"]
 
 
+def test_checkpoints_at_the_interval_and_at_the_named_steps(tmp_path, digits):
+    """checkpoint_steps (where branches fork) are saved besides every checkpoint_every-th step: a
+    500-step base forking at 62, 188 and 438 had saved every 2nd step (their gcd with T/8)."""
+    from flurka.training.checkpoints import Checkpointer
+
+    config = tiny(attention="rnn", steps=10, workdir=str(tmp_path / "run"), checkpoint_every=4,
+                  checkpoint_steps=(3, 7))
+    assert run(config, dataset=digits)["status"] == "ok"
+    assert sorted(Checkpointer(str(tmp_path / "run" / "checkpoints")).steps()) == [3, 4, 7, 8, 10]
+
+
 def test_a_classification_run_reports_its_chance_line(digits):
     """The eval split's most frequent class, as a share of it: the accuracy no model may claim."""
     result = run(tiny(attention="rnn", steps=2, eval_batches=0), dataset=digits)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import sys
 import time
@@ -48,7 +47,8 @@ def train_overrides(run: PlannedRun, spec_overrides: dict[str, Any], *, run_dir:
     """The ``get_config`` overrides that make a benchmark config into this planned run.
 
     Checkpoints (for retries) every ``checkpoint_every`` steps, default T/8; a run branches fork
-    from also checkpoints at every fork step (the gcd of them all)."""
+    from also at each fork step (``checkpoint_steps``; the gcd of the two had made a 500-step base
+    save every 2nd step)."""
     o = dict(spec_overrides)
     if steps is not None:
         o["steps"] = steps
@@ -57,7 +57,9 @@ def train_overrides(run: PlannedRun, spec_overrides: dict[str, Any], *, run_dir:
     if run.d_k is not None:
         o["attention_options"] = {**o.get("attention_options", {}), "d_k": run.d_k}
     every = checkpoint_every or max(1, run.steps // 8)
-    o["checkpoint_every"] = math.gcd(every, *run.fork_steps) if run.fork_steps else every
+    o["checkpoint_every"] = every
+    if run.fork_steps:
+        o["checkpoint_steps"] = tuple(run.fork_steps)
     if run.kind == "branch":
         o.update(alpha=run.alpha, base=base_family(run.base))
         if run.base_key is not None:

@@ -71,6 +71,7 @@ class TrainConfig:
     beam_size: int = 1                 # translation: 1 = greedy decoding
     log_every: int = 50
     checkpoint_every: int = 0          # 0 = none; checkpoints (and resume) only with a workdir
+    checkpoint_steps: tuple[int, ...] = ()   # also these steps (where up-training branches fork)
     keep_checkpoints: int | None = None
     seed: int = 0
     workdir: str | None = None
@@ -202,6 +203,10 @@ def validate(config: TrainConfig) -> TrainConfig:
     for name in ("warmup_steps", "eval_every", "eval_batches", "checkpoint_every", "num_decoder_layers",
                  "handover_steps"):
         _positive(name, getattr(c, name), zero_ok=True)
+    for step in c.checkpoint_steps:
+        _positive("checkpoint_steps", step)
+    if c.checkpoint_steps and not c.checkpoint_every:
+        raise ValueError("checkpoint_steps needs checkpoint_every > 0 (a run saves only with a checkpointer)")
     if c.d_model % c.num_heads:
         raise ValueError(f"num_heads={c.num_heads} must divide d_model={c.d_model}")
     if not (isinstance(c.learning_rate, (int, float)) and c.learning_rate > 0):

@@ -562,7 +562,7 @@ def _at_intervals(loop: _Loop, stage: uptrain.Stage) -> None:
         _log(loop)
     if config.eval_every and step % config.eval_every == 0 and not last:
         _between_steps(loop, _evaluate, "eval")
-    if loop.ckpt is not None and step % config.checkpoint_every == 0 and not last:
+    if loop.ckpt is not None and (step % config.checkpoint_every == 0 or step in config.checkpoint_steps) and not last:
         _between_steps(loop, _save, "checkpoints")
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from flurka.sweeps.branching import PlannedRun, describe, make_plan
-from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields,
+from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields, password_warnings,
                                 stored_dict, validate)
 from flurka.sweeps.trainable import WORKER_SETUP_HOOK, train_overrides, work_dir
 
@@ -525,6 +525,8 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
     from flurka.tracking.callback import MLflowTrialCallback, trial_result
 
     spec, plan, engine = preflight(spec)
+    for line in password_warnings(spec):      # after the checks: bad input stays one line
+        print(f"flurka sweep: {line}", file=sys.stderr, flush=True)
     t0, driver = time.perf_counter(), {}
     with _timed(driver, "ray_start"):
         ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,

@@ -16,7 +16,6 @@ import dataclasses
 import math
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -279,6 +278,14 @@ def mask_url(url: str) -> str:
 def masked_fields(spec: SweepSpec) -> list[str]:
     """The spec's URL fields that carry a password (stored masked)."""
     return [f for f in SECRET_FIELDS if getattr(spec, f) and mask_url(getattr(spec, f)) != getattr(spec, f)]
+
+
+def password_warnings(spec: SweepSpec) -> list[str]:
+    """One line per URL that carries a password: it is on a command line or in a script, where ps,
+    shell history and Ray's job records keep it (the sweep prints these once its checks pass)."""
+    return [f"warning: the password in --{f.replace('_', '-')} is on a command line or in a script, where ps, "
+            "shell history and Ray's job records keep it; give the URL without it and the password in the "
+            "environment (PGPASSWORD, a 0600 PGPASSFILE; MLFLOW_TRACKING_PASSWORD)" for f in masked_fields(spec)]
 
 
 def stored_dict(spec: SweepSpec) -> dict[str, Any]:
@@ -599,12 +606,6 @@ def from_args(args: argparse.Namespace | dict[str, Any]) -> SweepSpec:
     if path:
         values.update(_normalize(load_yaml(path), str(path)))
     cli = _normalize({k: v for k, v in given.items() if k in _FIELDS}, "command line")
-    for field in SECRET_FIELDS:
-        if cli.get(field) and mask_url(cli[field]) != cli[field]:
-            print(f"flurka sweep: warning: the password in --{field.replace('_', '-')} is on a command line, where "
-                  "ps, shell history and Ray's job records keep it; give the URL without it and the password "
-                  "in the environment (PGPASSWORD, a 0600 PGPASSFILE; MLFLOW_TRACKING_PASSWORD)",
-                  file=sys.stderr, flush=True)
     if "overrides" in cli and "overrides" in values:
         cli["overrides"] = {**values["overrides"], **cli["overrides"]}
     values.update(cli)
@@ -621,5 +622,5 @@ def parse(argv: Sequence[str] | None = None) -> SweepSpec:
 
 __all__ = ["SweepSpec", "SpecError", "PAPER_ALPHAS", "validate", "from_args", "parse", "add_arguments",
            "ArgumentParser", "load_yaml", "config_path", "installed_configs", "check_paths", "stored_dict",
-           "masked_fields", "mask_url", "SECRET_FIELDS",
+           "masked_fields", "mask_url", "password_warnings", "SECRET_FIELDS",
            "catalogue", "benchmark_config"]

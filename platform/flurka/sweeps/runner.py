@@ -637,9 +637,9 @@ def _commit() -> str | None:
 def summary(outcome: SweepOutcome, verbose: bool = False) -> str:
     """What a sweep prints at its end: per up-training benchmark the task-metric tables, the eval
     loss table and Table 5's observations on each (their lines; ``flurka tables`` adds the per-row
-    table behind them), then the quality table, and last where the
-    results are and the commands that show them (``verbose``: the time split before them; it is
-    on the parent MLflow run either way)."""
+    table behind them), then the quality table, and last where the results are and the commands
+    that show them (``verbose``: the time split before them; it is on the parent MLflow run
+    either way)."""
     from flurka.results.quality_tables import format_observations
     from flurka.results.tables import format_table
 

@@ -94,9 +94,9 @@ def command(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     if (args.backend_store_uri or "").startswith(("http://", "https://")):   # MLflow's UI would crash on it
-        from flurka.results.db import redact
+        from flurka.results.db import mask_url
 
-        print(f"flurka ui: {redact(args.backend_store_uri)} is already a tracking server: open it in a browser")
+        print(f"flurka ui: {mask_url(args.backend_store_uri)} is already a tracking server: open it in a browser")
         return 0
     try:
         cmd = command(args)

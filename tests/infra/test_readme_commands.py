@@ -438,7 +438,7 @@ def check_sweep_script(cmd: Command, ctx: Ctx) -> None:
         assert argv[0] == "experiments/uptrain_sweep.py"
     spec = check_sweep_args(argv[1:])
     assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-list-small",)
-    assert len(spec.seeds) >= 3 and spec.steps == 500 and not spec.full and spec.control
+    assert len(spec.seeds) >= 3 and spec.steps == 350 and not spec.full and spec.control
     # observation 3 judged, not given: an α inside the paper's [25 %, 37.5 %], one below it, one above
     assert len(spec.all_alphas) >= 3 and any(0.25 <= a <= 0.375 for a in spec.all_alphas)
     assert min(spec.all_alphas) < 0.25 and max(spec.all_alphas) > 0.375

@@ -65,7 +65,9 @@ def test_batches_decode_to_the_examples():
     batch = next(ds.eval_batches(8))
     for i, (src, tgt) in enumerate(zip(batch["inputs"], batch["targets"])):
         assert (ds.decode(src), ds.decode(tgt[1:])) == eval[i]
-    assert ds.info.max_len == 128 and ds.info.target_max_len == 48
+    assert ds.info.max_len == 128 and ds.info.target_max_len == 32
+    # the longest target (29 characters) fits with BOS and EOS: no target is cut
+    assert max(len(t) for _, t in train + eval) + 2 <= ds.info.target_max_len
     assert (ds.info.num_train, ds.info.num_eval) == (L.NUM_TRAIN, L.NUM_EVAL)
 
 

@@ -44,6 +44,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import browser
 import pytest
 from testsupport import flurka, free_ports, pids_naming, ray_node_ports, scratch_postgres_database
 
@@ -438,7 +439,7 @@ def check_sweep_script(cmd: Command, ctx: Ctx) -> None:
         assert argv[0] == "experiments/uptrain_sweep.py"
     spec = check_sweep_args(argv[1:])
     assert spec.name == "uptrain-small" and spec.benchmarks == ("nmt-list-small",)
-    assert len(spec.seeds) >= 3 and spec.steps == 350 and not spec.full and spec.control
+    assert len(spec.seeds) >= 3 and spec.steps == 400 and not spec.full and spec.control
     # observation 3 judged, not given: an α inside the paper's [25 %, 37.5 %], one below it, one above
     assert len(spec.all_alphas) >= 3 and any(0.25 <= a <= 0.375 for a in spec.all_alphas)
     assert min(spec.all_alphas) < 0.25 and max(spec.all_alphas) > 0.375
@@ -1157,17 +1158,20 @@ def test_readme_command(cmd, request, tmp_path):
 # The README's paths end to end (slow)
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_flurka_ui_serves_the_runs(tmp_path):
+def test_flurka_ui_serves_the_runs(tmp_path, chromium_binary):
     """The README's ``flurka ui --run-dir runs/uptrain-small`` (``--port`` a free one instead of 5000)
-    serves a sweep's MLflow store on 127.0.0.1: its experiment and runs over MLflow's REST API; a
-    SIGTERM to flurka ui (not its group) stops every server process it started (issue 59: they kept
-    the port)."""
+    serves a sweep's MLflow store on 127.0.0.1: its experiment and runs over MLflow's REST API; the
+    page it names opens, in a new user's Chromium, on the sweep's runs in the model-training view
+    (issue 59: MLflow 3 lands on GenAI traces); a SIGTERM to flurka ui (not its group) stops every
+    server process it started (issue 59: they kept the port)."""
     from mlflow.tracking import MlflowClient
+
+    from flurka.tracking.mlflow_runs import experiment_id
 
     store = tmp_path / RUN_DIR / "mlflow.db"
     store.parent.mkdir(parents=True)
     client = MlflowClient(tracking_uri=f"sqlite:///{store}")
-    experiment = client.create_experiment("uptrain-small", artifact_location=(tmp_path / "artifacts").as_uri())
+    experiment = experiment_id(client, "uptrain-small", (tmp_path / "artifacts").as_uri())
     run = client.create_run(experiment, run_name="lra-listops-small:flurka-rnn:a0.5")
     client.log_param(run.info.run_id, "config.alpha", "0.5")
     client.log_metric(run.info.run_id, "accuracy", 0.31)
@@ -1187,6 +1191,13 @@ def test_flurka_ui_serves_the_runs(tmp_path):
         assert got["info"]["run_name"] == "lra-listops-small:flurka-rnn:a0.5"
         metrics = {m["key"]: m["value"] for m in got["data"]["metrics"]}
         assert metrics == {"accuracy": 0.31}
+        lines = iter(ui.stdout.readline, "")
+        url = next(line for line in lines if line.startswith("MLflow UI on ")).split()[3]
+        assert url == f"{base}/#/experiments/{experiment}?workflowType=machine_learning"
+        dom = browser.chromium(chromium_binary, tmp_path, "--virtual-time-budget=30000", "--window-size=1400,1000",
+                               "--dump-dom", url, timeout=120).stdout
+        assert "lra-listops-small:flurka-rnn:a0.5" in dom          # the runs table, not the traces
+        assert "Traces" not in dom and "Detect Issues" not in dom, dom[-3000:]
         os.kill(ui.pid, signal.SIGTERM)           # flurka ui alone: it stops the server it started
         assert ui.wait(60) == 143
         assert not wait_gone(str(store), 5), "MLflow UI processes outlived flurka ui's SIGTERM"

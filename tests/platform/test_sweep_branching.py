@@ -215,10 +215,10 @@ def test_phases_fill_the_first_experiments_idle_workers():
     assert concurrent_trials({"CPU": 1.0}, 2, 0) == 1
 
 
-def test_the_main_jobs_base_saves_at_its_forks_and_every_175th_step(tmp_path):
+def test_the_main_jobs_base_saves_at_its_forks_and_every_200th_step(tmp_path):
     """Not at their gcd: with 500 steps and forks at 62, 188 and 438, that was every 2nd step (250
     Orbax saves per base; the main job's checkpoints took longer than its training). Its sweep file
-    sets the retry checkpoints' interval (175 of 350 steps: 8 saves a trial took 3 s of ~50)."""
+    sets the retry checkpoints' interval (200 of 400 steps: 8 saves a trial took 3 s of ~55)."""
     from flurka.sweeps.spec import from_args
     from flurka.sweeps.trainable import train_overrides
 
@@ -226,7 +226,7 @@ def test_the_main_jobs_base_saves_at_its_forks_and_every_175th_step(tmp_path):
     base = next(r for r in make_plan(spec).baselines if r.fork_steps)
     o = train_overrides(base, spec.overrides, run_dir=str(tmp_path), steps=spec.steps,
                         checkpoint_every=spec.checkpoint_every)
-    assert base.fork_steps == tuple(fork_step(a, 350) for a in (0.125, 0.375, 0.875)) == (44, 131, 306)
-    assert o["checkpoint_every"] == 175 and o["checkpoint_steps"] == (44, 131, 306)
+    assert base.fork_steps == tuple(fork_step(a, 400) for a in (0.125, 0.375, 0.875)) == (50, 150, 350)
+    assert o["checkpoint_every"] == 200 and o["checkpoint_steps"] == (50, 150, 350)
     o = train_overrides(base, spec.overrides, run_dir=str(tmp_path), steps=spec.steps, checkpoint_every=None)
-    assert o["checkpoint_every"] == 350 // 8     # the default where a sweep file names none
+    assert o["checkpoint_every"] == 400 // 8     # the default where a sweep file names none

@@ -36,7 +36,7 @@ NAME_SHARE = 0.5                        # an item is a CLDR name with this proba
 MAX_NAME = 20                           # longest name kept (characters, either language)
 TERRITORIES = 60                        # territories in the pool (a fixed draw): each is a target ~70 times
 SEPARATOR = "; "
-SOURCE_LEN, TARGET_LEN = 128, 48
+SOURCE_LEN, TARGET_LEN = 128, 32      # the longest target is 29 characters: 32 holds it with BOS and EOS
 
 
 @functools.lru_cache(maxsize=1)

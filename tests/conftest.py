@@ -43,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 
+import pytest
+
 _FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 
 
@@ -80,3 +82,11 @@ def pytest_unconfigure(config):
     """The process that made the session's cache (xdist's controller, or a plain run) removes it."""
     if _OWN_CACHE:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def chromium_binary() -> str:
+    """Headless Chromium for the pages a user opens (the report, the MLflow UI): support/browser.py."""
+    import browser
+
+    return browser.chromium_binary()

@@ -15,8 +15,6 @@ trial with its loss / train_flops curve), so most sections have nothing to show.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 
 import numpy as np
 import pytest
@@ -258,12 +256,4 @@ def device_name() -> str:
     return DEVICE
 
 
-@pytest.fixture(scope="session")
-def chromium_binary() -> str:
-    """Debian's chromium; missing: the test fails in CI (``.ci/run`` installs it) and skips elsewhere."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found:
-        return found
-    if os.environ.get("CI"):
-        pytest.fail("chromium is not installed in CI: .ci/run must apt-get install chromium")
-    pytest.skip("chromium not installed (apt-get install chromium; .ci/run does)")
+

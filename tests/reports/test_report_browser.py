@@ -15,13 +15,14 @@ import functools
 import http.server
 import json
 import re
-import subprocess
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+
+from browser import chromium
 
 from flurka.reports import build_report
 
@@ -121,13 +122,6 @@ def main_job_served(main_job, tmp_path_factory):
     yield from _serve(out)
 
 
-def chromium(binary: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=True)
-
-
 def page_check(binary: str, tmp_path: Path, url: str) -> dict:
     """The check script's findings on the page at ``url``, loaded in headless Chromium."""
     dom = chromium(binary, tmp_path, "--virtual-time-budget=15000", "--run-all-compositor-stages-before-draw",
@@ -174,12 +168,31 @@ def test_screenshot_shows_the_report(served, tmp_path, chromium_binary):
 
 
 def test_captions_name_device_and_config(report_dir, device_name):
+    """Every figure's device and configuration are named: in its caption, or in the caption of an
+    item before it from the same sweeps (which the page does not repeat)."""
     html = (report_dir / "index.html").read_text()
-    captions = re.findall(r'<figure class="plot" id="([^"]+)">.*?<figcaption>(.*?)</figcaption>', html, re.S)
-    assert len(captions) == len(list((report_dir / "figures").glob("*.png")))
-    for key, caption in captions:
-        assert f"Device: {device_name}" in caption or "Device: cpu" in caption, (key, caption)
-        assert "Config:" in caption or "Sweep '" in caption, (key, caption)
+    captions = re.findall(r'<figure class="([^"]+)" id="([^"]+)">.*?<figcaption>(.*?)</figcaption>', html, re.S)
+    plots = [key for kind, key, _ in captions if kind == "plot"]
+    assert len(plots) == len(list((report_dir / "figures").glob("*.png")))
+    named = None
+    for kind, key, caption in captions:
+        if caption.startswith("Device: "):
+            named = caption
+        if kind == "plot":
+            assert named and (f"Device: {device_name}" in named or "Device: cpu" in named), (key, named)
+            assert "Config:" in named or "Sweep '" in named, (key, named)
+
+
+def test_main_job_report_names_its_sweep_once(main_job, tmp_path):
+    """Issue 59: one ~70-word caption ("Device: cpu x1. Config: sweep 'uptrain-small'…") stood under
+    the up-training table, its figure and both observation tables. The main job's report names
+    its one sweep once, in its first caption, and no caption repeats another (HTML and Markdown)."""
+    index = build_report(main_job, tmp_path / "report")
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", index.read_text(), re.S)
+    assert len(captions) >= 5
+    assert captions[0].startswith("Device: ") and sum("Device: " in c for c in captions) == 1, captions
+    assert len(set(captions)) == len(captions), captions
+    assert (tmp_path / "report" / "report.md").read_text().count("Device: ") == 1
 
 
 def test_main_job_report_leads_with_uptraining(main_job_served, tmp_path, chromium_binary):

@@ -56,20 +56,32 @@ def _tex_escape(text: str) -> str:
     return re.sub(r"([&%$#_{}])", r"\\\1", text).replace("~", r"\textasciitilde{}").replace("^", r"\^{}")
 
 
-def _table_html(t: Table) -> str:
+def captions(sections: Sequence[Section]) -> dict[str, str]:
+    """Each item's caption as the page shows it: its provenance (device, sweep, commit) before it
+    where that differs from the item before, so a report of one sweep names it once, at its first
+    item, not in every caption."""
+    shown, last = {}, None
+    for item in (i for s in sections for i in s.items):
+        new = item.provenance and item.provenance != last
+        shown[item.key] = f"{item.provenance}. {item.caption}" if new else item.caption
+        last = item.provenance or last
+    return shown
+
+
+def _table_html(t: Table, caption: str) -> str:
     body = cells(t.df).to_html(index=False, border=0, escape=True)
     links = " · ".join(f'<a href="tables/{t.key}.{ext}">{name}</a>'
                        for ext, name in (("md", "Markdown"), ("tex", "LaTeX"), ("csv", "CSV")))
     kind = " ".join(["table", *t.df.attrs.get("html_class", "").split()])
     return (f'<figure class="{kind}" id="{t.key}"><h3>{html.escape(t.title)}</h3>'
-            f"<figcaption>{html.escape(t.caption)}</figcaption>{body}"
+            f"<figcaption>{html.escape(caption)}</figcaption>{body}"
             f'<div class="links">{links}</div></figure>')
 
 
-def _plot_html(p: Plot) -> str:
+def _plot_html(p: Plot, caption: str) -> str:
     return (f'<figure class="plot" id="{p.key}"><h3>{html.escape(p.title)}</h3>'
             f'<img src="figures/{p.key}.png" alt="{html.escape(p.title)}">'
-            f"<figcaption>{html.escape(p.caption)}</figcaption></figure>")
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
 NOT_FILLED = ("not-filled", "Not in this database")
@@ -80,9 +92,9 @@ def filled(sections: Sequence[Section]) -> tuple[list[Section], list[Section]]:
     return [s for s in sections if not s.missing], [s for s in sections if s.missing]
 
 
-def _section_html(s: Section) -> str:
+def _section_html(s: Section, shown: dict[str, str]) -> str:
     parts = [f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2><p class="about">{html.escape(s.about)}</p>']
-    parts += [_table_html(i) if isinstance(i, Table) else _plot_html(i) for i in s.items]
+    parts += [(_table_html if isinstance(i, Table) else _plot_html)(i, shown[i.key]) for i in s.items]
     return "".join(parts) + "</section>"
 
 
@@ -99,7 +111,8 @@ def page(sections: Sequence[Section], title: str, meta: str) -> str:
     toc = "".join(f'<li><a href="#{s.key}">{html.escape(s.title)}</a></li>' for s in shown)
     if missing:
         toc += f'<li><a href="#{NOT_FILLED[0]}">{NOT_FILLED[1]}</a> ({len(missing)} sections)</li>'
-    body = "".join(_section_html(s) for s in shown) + _missing_html(missing)
+    caption = captions(shown)
+    body = "".join(_section_html(s, caption) for s in shown) + _missing_html(missing)
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>'
             f'<body><main><h1>{html.escape(title)}</h1><p class="meta">{html.escape(meta)}</p>'
@@ -109,21 +122,27 @@ def page(sections: Sequence[Section], title: str, meta: str) -> str:
 def markdown(sections: Sequence[Section], title: str, meta: str) -> str:
     shown, missing = filled(sections)
     out = [f"# {title}\n\n{meta}\n"]
+    caption = captions(shown)
     for s in shown:
         out.append(f"\n## {s.title}\n\n{s.about}\n")
         for i in s.items:
             if isinstance(i, Table):
-                out.append(f"\n### {i.title}\n\n{i.caption}\n\n{format_table(i.df, 'markdown')}")
+                out.append(f"\n### {i.title}\n\n{caption[i.key]}\n\n{format_table(i.df, 'markdown')}")
             else:
-                out.append(f"\n### {i.title}\n\n![{i.title}](figures/{i.key}.png)\n\n{i.caption}\n")
+                out.append(f"\n### {i.title}\n\n![{i.title}](figures/{i.key}.png)\n\n{caption[i.key]}\n")
     if missing:
         out.append(f"\n## {NOT_FILLED[1]}\n\n" + "".join(f"- **{s.title}**: run `{s.missing}`\n" for s in missing))
     return "".join(out)
 
 
+def standalone(item: Table | Plot) -> str:
+    """The caption of an item shown alone (a LaTeX table, a file of its own): with its provenance."""
+    return f"{item.provenance}. {item.caption}" if item.provenance else item.caption
+
+
 def latex(tables: Sequence[Table]) -> str:
     return "".join(f"% {t.key}\n\\begin{{table}}[t]\n\\centering\n\\small\n{format_table(t.df, 'latex')}"
-                   f"\\caption{{{_tex_escape(t.title)}. {_tex_escape(t.caption)}}}\n\\label{{tab:{t.key}}}\n"
+                   f"\\caption{{{_tex_escape(t.title)}. {_tex_escape(standalone(t))}}}\n\\label{{tab:{t.key}}}\n"
                    f"\\end{{table}}\n\n" for t in tables)
 
 

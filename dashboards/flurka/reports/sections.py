@@ -48,6 +48,7 @@ class Table:
     title: str
     caption: str
     df: pd.DataFrame
+    provenance: str = ""   # "Device: D. Config: C": shown before the caption where it changes (render.captions)
 
 
 @dataclasses.dataclass
@@ -56,6 +57,7 @@ class Plot:
     title: str
     caption: str
     fig: Figure
+    provenance: str = ""
 
 
 @dataclasses.dataclass
@@ -98,8 +100,8 @@ def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame]
         section.missing = run or sweep_on(dict.fromkeys(b for _, b, _ in columns))
         return section
     benches = [b for label, b, _ in columns if label in df.columns]
-    section.items.append(Table(key, title, f"{trial_caption(prov, benches)}. Percent for fractions; {QUALITY_AGG}."
-                                           f"{_note(df)}", df))
+    section.items.append(Table(key, title, f"Percent for fractions; {QUALITY_AGG}.{_note(df)}", df,
+                               trial_caption(prov, benches)))
     return section
 
 
@@ -119,10 +121,10 @@ def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
             table, target = None, None
         else:
             target = table.attrs.get("target_loss")
-        caption = trial_caption(prov, [bench]) + f"; {bench}"
-        caption += f", target loss {target:.4g} (full attention's final loss)." if target is not None else "."
+        caption = bench + (f", target loss {target:.4g} (full attention's final loss)." if target is not None else ".")
+        provenance = trial_caption(prov, [bench])
         section.items.append(Plot(f"loss-vs-flops-{bench}", f"Loss vs training FLOPs, {bench}", caption,
-                                  F.loss_vs_flops(curves, "loss", target)))
+                                  F.loss_vs_flops(curves, "loss", target), provenance))
         if table is not None:
             shown = table.copy()
             if "EFLOPs" in shown:
@@ -130,7 +132,10 @@ def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
                 shown = shown.rename(columns={"EFLOPs": label})
                 shown[label] = shown[label] * (1e18 / scale)
             shown.attrs.update(table.attrs)
-            section.items.append(Table(f"isoflops-{bench}", f"Iso-FLOPs, {bench}", caption, shown))
+            section.items.append(Table(f"isoflops-{bench}", f"Iso-FLOPs, {bench}",
+                                       f"The training FLOPs each mechanism's curve above takes to reach "
+                                       f"{target:.4g}, full attention's final loss (the first point at or "
+                                       f"below it).", shown, provenance))
     if not section.items:
         section.missing = SWEEP
     return section
@@ -167,24 +172,27 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
         table.attrs["html_class"] = "cells"  # "mean ± CI (n)" cells, not wrapped
         obs = quality_tables.uptraining_observations(engine, benchmark=bench, metric=metric)
         label = quality_tables.metric_label(metric, bench)
-        caption = (f"{trial_caption(prov, [bench])}. {table.attrs['title']}. Cell: the best hyperparameter "
+        provenance = trial_caption(prov, [bench])
+        caption = (f"{table.attrs['title']}. Cell: the best hyperparameter "
                    f"configuration's mean over seeds ± its 95 % CI (Student's t below 10 seeds, a bootstrap from "
                    f"10; one seed: no CI), status ok trials only; kernel: the variant's kernel constituent, "
                    f"low-rank: Linformer at the row's d_k, both from scratch.{_note(table)}")
-        section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench}: {label}", caption, table))
-        section.items.append(Plot(f"uptraining-{bench}-fig", f"{label} vs α, {bench}", caption
-                                  + " Bands: 95 % CI over seeds; the star: the row's best α.",
-                                  F.uptraining(cells, label)))
+        section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench}: {label}", caption, table, provenance))
+        # the items below show what the table above does: their captions say only what is new
+        section.items.append(Plot(f"uptraining-{bench}-fig", f"{label} vs α, {bench}", "The table above, drawn: "
+                                  "a line per row; bands: 95 % CI over seeds; the star: the row's best α.",
+                                  F.uptraining(cells, label), provenance))
         about = (" (1) counts the α cells whose mean lies strictly between their row's kernel and low-rank means "
                  "(judged: rows with both); (2) takes the table's best α cell and pairs it against each "
                  "constituent over the seeds both have (difference ± 95 % CI (n), ttest_rel's p; a CI that "
                  "holds 0 is a tie); (3) asks whether every row's best α lies in [25 %, 37.5 %].")
         section.items.append(Table(f"uptraining-{bench}-observations", f"The paper's observations on {bench}",
-                                   caption + about, observations_table(obs)))
+                                   about.strip(), observations_table(obs), provenance))
         rows = obs.drop(columns=["overall best", "cells"])
         rows.attrs.update(floatfmt="g", html_class="cells")
         section.items.append(Table(f"uptraining-{bench}-observations-rows",
-                                   f"The paper's observations on {bench}, per row", caption + about, rows))
+                                   f"The paper's observations on {bench}, per row", "The evidence behind "
+                                   "each observation, row by row.", rows, provenance))
     if not section.items:
         section.missing = SWEEP
     return section

@@ -78,9 +78,11 @@ def test_a_chance_line_is_printed_with_what_it_means(engine, sweep_dict, make_tr
 def test_options_reach_the_table(seeded_url, capsys):
     code, out, _ = run_cli(["--db", seeded_url, "--table", "uptraining", "--agg", "best", "--format", "csv"], capsys)
     assert code == 0
-    back = pd.read_csv(io.StringIO(out)).set_index("variant")
-    assert back.at["flurka-performer", "12.5% mean"] == 28.0                # the best trial, 27.98, to 0.1
-    assert back.at["flurka-performer", "12.5% n"] == 1 and pd.isna(back.at["flurka-performer", "12.5% ci_low"])
+    back = pd.read_csv(io.StringIO(out))       # long (issue 59): one row per cell, α a number column
+    cell = back[(back["variant"] == "flurka-performer") & (back["alpha"] == 0.125)].iloc[0]
+    assert cell["mean"] == 28.0 and cell["column"] == "12.5%"             # the best trial, 27.98, to 0.1
+    assert cell["n"] == 1 and pd.isna(cell["ci_low"])
+    assert not any("%" in c for c in back.columns)
     code, out, _ = run_cli(["--db", seeded_url, "--table", "collective", "--format", "csv"], capsys)
     back = pd.read_csv(io.StringIO(out)).set_index("mechanism")
     assert back.at["full", "WikiText-103 (perplexity) mean"] == 5.58         # 3 significant digits
@@ -102,8 +104,9 @@ def test_uptraining_defaults_to_the_benchmark_the_sweep_ran(engine, sweep_dict, 
     ingest_sweep(engine, small)
     code, out, err = run_cli(["--db", url, "--table", "uptraining", "--format", "csv"], capsys)
     assert code == 0, err
-    back = pd.read_csv(io.StringIO(out)).set_index("variant")
-    assert back.at["flurka-rnn", "50% mean"] == 47.0 and back.at["flurka-rnn", "low-rank mean"] == 45.0
+    back = pd.read_csv(io.StringIO(out)).set_index(["variant", "column"])
+    assert back.at[("flurka-rnn", "50%"), "mean"] == 47.0 and back.at[("flurka-rnn", "50%"), "alpha"] == 0.5
+    assert back.at[("flurka-rnn", "low-rank"), "mean"] == 45.0 and pd.isna(back.at[("flurka-rnn", "low-rank"), "alpha"])
     ingest_sweep(engine, sweep_dict)  # the paper sweep: up-training on nmt-wmt14-ende too
     code, out, err = run_cli(["--db", url, "--table", "uptraining"], capsys)
     assert code == 1 and "several benchmarks (lra-listops-small, nmt-wmt14-ende): pass --benchmark" in err
@@ -182,3 +185,14 @@ def test_floor_table_of_the_recorded_leases(engine, capsys):
         "FLuRKA-Performer, -RNN faster than Linformer and their kernels"}
     code, out, err = run_cli(["--db", url, "--table", "targets", "--device", "A100"], capsys)
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1 and "A100" in err
+
+
+def test_an_unrecorded_metric_names_the_recorded_ones(seeded_url, capsys):
+    """Issue 59: ``--metric eval_loss`` failed without saying what the trials do record."""
+    code, out, err = run_cli(["--db", seeded_url, "--table", "uptraining", "--metric", "eval_loss"], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert "no ok FLuRKA trials with 'eval_loss'" in err and "; its FLuRKA trials record: " in err
+    named = err.strip().rsplit(": ", 1)[1].split(", ")
+    assert named == sorted(named) and "eval_loss" not in named and named
+    code, out, _ = run_cli(["--db", seeded_url, "--table", "uptraining", "--metric", named[0]], capsys)
+    assert code == 0 and out

@@ -13,8 +13,9 @@ what was picked; a database holding nothing for the table is one line naming wha
 
 Quality tables (uptraining, glue, lra, collective) show each cell as mean ± 95 % CI over seeds
 (n); ``--format csv`` gives them as rounded numbers instead (per cell ``mean``, ``ci_low``,
-``ci_high``, ``n`` columns). ``--table uptraining`` also prints Table 5's three observations
-evaluated on the data (markdown and LaTeX; CSV is the table alone).
+``ci_high``, ``n`` columns; ``--table uptraining`` long, one row per cell with ``alpha`` a column).
+``--table uptraining`` also prints Table 5's three observations evaluated on the data (markdown
+and LaTeX; CSV is the table alone).
 
 Exit codes: 0 printed; 1 nothing to build the table from or a bad option; 2 no database (none
 given and no run dir holds one, or a missing SQLite file), or it cannot be reached, is no database
@@ -210,8 +211,10 @@ def build(engine, args: argparse.Namespace):
     """The table ``args`` ask for; quality tables as text cells, or as rounded numbers for CSV."""
     quality = {"agg": args.agg, "sweep": args.sweep, "numbers": args.format == "csv"}
     bench = {"benchmark": args.benchmark} if args.benchmark else {}
+    if args.table == "uptraining" and args.format == "csv":   # long: one row per cell, α a column
+        return quality_tables.uptraining_long(engine, **_uptraining(engine, args))
     if args.table == "uptraining":
-        return quality_tables.uptraining_table(engine, numbers=args.format == "csv", **_uptraining(engine, args))
+        return quality_tables.uptraining_table(engine, **_uptraining(engine, args))
     if args.table == "glue":
         return quality_tables.glue_table(engine, **quality)
     if args.table == "lra":

@@ -125,6 +125,14 @@ def final_metrics(engine: Engine, benchmarks: Sequence[str], metrics: Sequence[s
         return pd.read_sql(stmt, conn)
 
 
+def recorded_metrics(engine: Engine, benchmark: str, *, sweep: str | None = None) -> list[str]:
+    """The metric names the ok FLuRKA trials of ``benchmark`` record: what ``--metric`` can name."""
+    stmt = _trial_filter(sa.select(Metric.name).distinct().join(Trial, Metric.trial_id == Trial.id)
+                         .where(Trial.attention.in_(list(KERNEL_OF))), [benchmark], sweep)
+    with engine.connect() as conn:
+        return sorted(conn.scalars(stmt))
+
+
 def _select(df: pd.DataFrame, by: list[str], value: str, lower_better: bool, agg: str) -> pd.Series:
     """The cell rule on a numeric column, means only: per ``by`` group, best configuration's seed
     mean (or best single trial)."""
@@ -453,7 +461,9 @@ def _uptraining(engine: Engine, benchmark: str, metric: str, agg: str, sweep: st
     _check_agg(agg)
     df = final_metrics(engine, [benchmark], [metric], sweep=sweep)
     if not set(df["attention"]) & set(KERNEL_OF):
-        raise NoResults(f"no ok FLuRKA trials with {metric!r} on {benchmark}")
+        names = recorded_metrics(engine, benchmark, sweep=sweep)
+        raise NoResults(f"no ok FLuRKA trials with {metric!r} on {benchmark}"
+                        + (f"; its FLuRKA trials record: {', '.join(names)}" if names else ""))
     df = _scaled(df)
     df["dk"] = df["d_k"].fillna(_NO_DK).astype(int)
     lower = metric in LOWER_IS_BETTER
@@ -523,6 +533,20 @@ def uptraining_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
     if note:
         stats.attrs["note"] = note
     return stats
+
+
+def uptraining_long(engine: Engine, **kwargs) -> pd.DataFrame:
+    """Table 5 in long form, for CSV and pandas: :func:`uptraining_stats`' rows with ``alpha`` a
+    number column (NaN for the constituents, the floor and chance) and each estimate rounded to the
+    digits its cell shows (``mean``, ``ci_low``, ``ci_high``, ``n``), not α baked into column names."""
+    stats = uptraining_stats(engine, **kwargs)
+    out = stats.rename(columns={"low": "ci_low", "high": "ci_high"})
+    for col in ("mean", "ci_low", "ci_high"):
+        out[col] = [round(v, int(d)) if v == v else v for v, d in zip(out[col], out["decimals"])]
+    out = out[["variant", "base", "d_k", "column", "mechanism", "alpha", "seeds", "mean", "ci_low", "ci_high", "n",
+               "best", "at_floor", "at_chance"]]
+    out.attrs.update(title=stats.attrs["title"], **({"note": stats.attrs["note"]} if "note" in stats.attrs else {}))
+    return out.set_index(["variant", "base", "d_k"])
 
 
 def _uptraining_title(benchmark: str, metric: str) -> str:

@@ -102,3 +102,15 @@ def test_flurka_train_reruns_from_the_cache(tmp_path):
     assert first["compilation"]["compiles"] > 0 and first["compilation"]["cache_hits"] == 0
     assert second["compilation"]["cache_hits"] == second["compilation"]["compiles"] == first["compilation"]["compiles"]
     assert second["history"] == first["history"] and second["final_metrics"] == first["final_metrics"]
+
+
+def test_a_single_run_caches_by_default(monkeypatch, tmp_path):
+    """Issue 59: a researcher's second ``flurka train`` of a config compiled everything again. Unset,
+    the cache is JAX's JAX_COMPILATION_CACHE_DIR, else one under the user's cache home; off: none."""
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert compilation.cache_dir(None) == str(tmp_path / "xdg" / "flurka" / "jax")
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax"))
+    assert compilation.cache_dir(None) == str(tmp_path / "jax")
+    assert compilation.cache_dir(str(tmp_path / "mine")) == str(tmp_path / "mine")
+    assert compilation.cache_dir("off") is None

@@ -39,10 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--generate-data", action="store_true",
                         help="generate data the benchmark lacks into the data dir first (lra-listops: "
                              "100k trees, about 10 minutes once, ~630 MB)")
-    parser.add_argument("--compilation-cache", metavar="DIR",
+    parser.add_argument("--compilation-cache", metavar="DIR|off",
                         help="JAX's persistent compilation cache: a rerun or resumed run loads "
                              "the programs an earlier one compiled (the JSON result's "
-                             "'compilation' says how many)")
+                             "'compilation' says how many); default $JAX_COMPILATION_CACHE_DIR, "
+                             "else ~/.cache/flurka/jax; off: none")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override any config field (Python literal); repeatable")
     parser.add_argument("--json", action="store_true", help="print the whole result as JSON")
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
               f"basic_{{train,val,test}}.tsv (the CPU-size {args.benchmark}-small needs neither)", file=sys.stderr)
         return 2
     from flurka.training import compilation
-    with compilation.accounting(args.compilation_cache) as compiled:
+    with compilation.accounting(compilation.cache_dir(args.compilation_cache)) as compiled:
         result = train_run(config, progress=False if args.no_progress else None)
     result["compilation"] = compiled
     if args.json:

@@ -9,6 +9,7 @@ GPU, tens of seconds per step function; XLA's GPU autotuning results are kept th
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,18 @@ from jax.experimental.compilation_cache import compilation_cache
 # and the cache's hit event in jax._src.compiler.
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+
+def cache_dir(given: str | None) -> str | None:
+    """``--compilation-cache`` as a single run reads it: a DIR; "off": none; unset: JAX's own
+    ``JAX_COMPILATION_CACHE_DIR``, else ``$XDG_CACHE_HOME/flurka/jax`` (``~/.cache``), so that
+    the second run of a program on a machine loads it instead of compiling it."""
+    if given == "off":
+        return None
+    if given:
+        return given
+    home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return os.environ.get("JAX_COMPILATION_CACHE_DIR") or str(Path(home) / "flurka" / "jax")
 
 
 def use_persistent_cache(path: str | Path) -> None:

@@ -1176,6 +1176,7 @@ def test_flurka_ui_serves_the_runs(tmp_path, chromium_binary):
     client.log_param(run.info.run_id, "config.alpha", "0.5")
     client.log_metric(run.info.run_id, "accuracy", 0.31)
     client.set_terminated(run.info.run_id)
+    client.set_experiment_tag(experiment, "mlflow.note.content", "**Sweep x**: the result, 80.6 ± 6.4 (n=3)")
     ui_cmd = next(c for c in COMMANDS if c.kind == "shell" and c.text.startswith("flurka ui"))
     (port,) = free_ports(1)
     ui = subprocess.Popen([str(BIN / "flurka"), *tokens(ui_cmd)[1:], "--port", str(port)], cwd=tmp_path,
@@ -1196,8 +1197,10 @@ def test_flurka_ui_serves_the_runs(tmp_path, chromium_binary):
         assert url == f"{base}/#/experiments/{experiment}?workflowType=machine_learning"
         dom = browser.chromium(chromium_binary, tmp_path, "--virtual-time-budget=30000", "--window-size=1400,1000",
                                "--dump-dom", url, timeout=120).stdout
-        assert "lra-listops-small:flurka-rnn:a0.5" in dom          # the runs table, not the traces
-        assert "Traces" not in dom and "Detect Issues" not in dom, dom[-3000:]
+        assert "<title>Runs - " in dom, dom[:500]                    # the runs page, not GenAI's overview
+        assert "lra-listops-small:flurka-rnn:a0.5" in dom            # its table lists the run
+        assert "80.6 ± 6.4 (n=3)" in dom                             # the description: the sweep's result
+        assert "Detect Issues" not in dom and "Token Usage" not in dom
         os.kill(ui.pid, signal.SIGTERM)           # flurka ui alone: it stops the server it started
         assert ui.wait(60) == 143
         assert not wait_gone(str(store), 5), "MLflow UI processes outlived flurka ui's SIGTERM"

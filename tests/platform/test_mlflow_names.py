@@ -215,3 +215,17 @@ def test_a_trial_logs_its_data_set_as_an_mlflow_input(tracker):
     assert {t.key: t.value for t in given.tags} == {MLFLOW_DATASET_CONTEXT: "training"}
     assert json.loads(given.dataset.profile) == {k: described[k] for k in ("task", "num_train", "num_eval")}
     assert json.loads(given.dataset.source) == {"get_dataset": "nmt-small"}
+
+
+def test_a_description_keeps_whole_blocks_within_mlflows_limit():
+    """A big sweep's result outgrows a run tag's 8000 characters: whole blocks are kept, then a
+    line that says where the rest is; a small one is kept whole."""
+    from flurka.tracking.mlflow_runs import note
+
+    blocks = [f"block {i} " + "x" * 2990 for i in range(5)]
+    cut = note(blocks, 8000)
+    assert len(cut) <= 8000
+    kept = cut.split("\n\n")
+    assert kept[:2] == blocks[:2] and "`flurka tables`" in kept[2] and len(kept) == 3
+    assert note(blocks[:2], 8000) == "\n\n".join(blocks[:2]) + "\n"
+    assert note(blocks, 20000) == "\n\n".join(blocks) + "\n"

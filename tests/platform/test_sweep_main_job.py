@@ -56,3 +56,15 @@ def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides, capfd):
     assert "(3) best α in [25 %, 37.5 %]: yes" in text or "(3) best α in [25 %, 37.5 %]: no" in text
     assert "| no attention " in text                            # the floor: a column and a row
     assert text.splitlines()[-4].startswith("  MLflow runs:    flurka ui --run-dir ")
+
+    # issue 59: the MLflow UI opens on the result: the parent run's and the experiment's
+    # description hold the terminal's tables and observations, as Markdown it renders
+    from mlflow.tracking import MlflowClient
+    from mlflow.utils.mlflow_tags import MLFLOW_RUN_NOTE
+
+    client = MlflowClient(tracking_uri=spec.mlflow_tracking_uri)
+    note = client.get_run(out.parent_run_id).data.tags[MLFLOW_RUN_NOTE]
+    assert client.get_experiment_by_name(spec.name).tags[MLFLOW_RUN_NOTE] == note
+    shown = [line for line in text.splitlines() if line.startswith(("| ", "(1)", "(2)", "(3)"))]
+    assert shown and all(line in note.splitlines() for line in shown)
+    assert "\n\n| variant " in note and "\n\n(3) best α" in note     # each table and line a block of its own

@@ -1,6 +1,6 @@
 """``--resume``: a sweep whose driver is SIGKILLed mid-way is restored (``Tuner.restore``);
 finished trials are not re-run, and MLflow and the results DB hold every trial once. Ctrl-C
-stops a sweep in one line, from which ``--resume`` goes on."""
+stops a sweep in one line, from which ``--resume`` goes on; SIGTERM, with exit 143."""
 
 from __future__ import annotations
 
@@ -127,6 +127,33 @@ def test_ctrl_c_stops_in_one_line_and_resume_finishes():
         assert resumed.returncode == 0, out
         assert "restoring branches phase" in out and "Up-training α, lra-listops-small" in out
         assert _count(run_dir) == 3                            # the three branches, once each
+    finally:
+        for pid in pids_naming(str(run_dir)):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_in_one_line_with_exit_143():
+    """SIGTERM to the driver alone (``kill PID``, a scheduler ending the job), which Ray's own
+    handler turned into a native stack dump and exit 134 (issue 60): the sweep stops as Ctrl-C
+    stops it, in one line naming --resume, exit 143, no traceback, and no process of its
+    cluster left behind."""
+    tmp = Path(tempfile.mkdtemp(prefix="frk-", dir="/tmp"))
+    run_dir = tmp / "run"
+    try:
+        proc = _sweep(run_dir, alphas="0.25,0.5,0.75", stderr=subprocess.PIPE)
+        _wait_for(lambda: any((run_dir / "tune").glob("*-branches/experiment_state*.json")), proc, 420)
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, out + err
+        ours = [line for line in err.splitlines() if line.startswith("uptrain_sweep:")]
+        assert len(ours) == 1 and "branches phase" in ours[0] and "--resume" in ours[0], err
+        assert "Traceback" not in out + err and "SIGTERM received" not in err, out + err
+        deadline = time.monotonic() + 30
+        while pids_naming(str(run_dir)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not pids_naming(str(run_dir)), "the sweep's Ray processes outlived its driver"
     finally:
         for pid in pids_naming(str(run_dir)):
             os.kill(pid, signal.SIGKILL)

@@ -30,3 +30,46 @@ def test_a_work_dir_is_trained_by_one_process_at_a_time(tmp_path):
             except BlockingIOError:
                 pass
     assert _other_process_tries(lock) == "acquired"   # released on exit
+
+
+HOLD_DRIVER = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)")
+
+
+def test_a_run_dir_is_driven_by_one_sweep_at_a_time(tmp_path):
+    """Issue 60: two concurrent --resume on one run dir both trained every remaining trial. A
+    second driver is refused before anything starts, naming the first's pid and command, and
+    writes nothing; the lock goes with its holder (killed here: the kernel drops it), and the
+    next driver takes it."""
+    import os
+
+    import pytest
+
+    from flurka.sweeps.runner import preflight, unlock_run_dir
+    from flurka.sweeps.spec import SpecError, from_args
+
+    run_dir = tmp_path / "rd"
+    run_dir.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_DRIVER, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for resume in (True, False):
+            spec = from_args({"benchmarks": ["lra-listops-small"], "run_dir": str(run_dir), "resume": resume})
+            with pytest.raises(SpecError, match=rf"^--run-dir .*/rd is in use by another sweep driver "
+                                                rf"\(pid {holder.pid}: .*python.*\): wait for it to end"):
+                preflight(spec)
+        assert list(run_dir.iterdir()) == []           # nothing written
+    finally:
+        holder.kill()
+        holder.wait()
+    spec = from_args({"benchmarks": ["lra-listops-small"], "run_dir": str(run_dir)})
+    _, _, engine = preflight(spec)
+    engine.dispose()
+    try:
+        again = subprocess.run([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+                                "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('acquired')\n"
+                                "except BlockingIOError:\n    print('busy')", str(run_dir)],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        assert again == "busy" and os.getpid() != holder.pid
+    finally:
+        unlock_run_dir(run_dir)

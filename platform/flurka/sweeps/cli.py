@@ -37,6 +37,6 @@ def run(args: argparse.Namespace, prog: str = "flurka sweep") -> int:
         return 2
     except SweepInterrupted as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
-        return 130
+        return exc.exit_code
     print(summary(outcome, verbose=sweep.verbose), flush=True)
     return 1 if outcome.failed or outcome.skipped else 0

@@ -20,17 +20,25 @@ import functools
 import json
 import os
 import re
+import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from flurka.sweeps.branching import PlannedRun, describe, make_plan
 from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields, password_warnings,
                                 stored_dict, validate)
 from flurka.sweeps.trainable import WORKER_SETUP_HOOK, train_overrides, work_dir
+
+# Tune warns when the driver spends over 0.5 s on a trial's report: ours writes it to MLflow (a
+# SQLite commit, ~0.5 s on a busy 2-core machine), so the warning only adds noise to the output.
+# Read when ray.tune is first imported, which this module's functions do.
+os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
 
 PHASES = ("first", "branches")  # what branches fork from, then the α branches (Plan.phases)
 RECORD = "sweep-record.json"    # the sweep's results as `flurka ingest` reads them, in its run dir
@@ -98,6 +106,54 @@ def _check_same_spec(spec: SweepSpec, state: dict[str, Any]) -> None:
             raise SpecError(f"--resume: {field} is {value!r} here but the sweep "
                             f"{state['sweep_id']} ran with {stored[field]!r}; resume with the "
                             "sweep's own settings, or start a new sweep in another --run-dir")
+
+
+_held: dict[Path, int] = {}     # run dir -> the open descriptor whose flock this process holds
+
+
+def lock_run_dir(run_dir: Path) -> None:
+    """One driver per run dir: two at once (two ``--resume``, a ``--new`` beside a running sweep)
+    would train every remaining trial twice on two clusters and write one store from both. An
+    exclusive ``flock`` on the run dir itself (no file written: a refused command changes
+    nothing), held until :func:`unlock_run_dir` or this process ends (the kernel drops it then,
+    even on SIGKILL); SpecError naming the holder where another process holds it."""
+    import fcntl
+
+    key = run_dir.resolve()
+    if key in _held:
+        return
+    try:
+        fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise SpecError(f"--run-dir {run_dir}: cannot lock it: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SpecError(f"--run-dir {run_dir} is in use by another sweep driver ({lock_holder(run_dir)}): wait "
+                        "for it to end, or give another --run-dir") from None
+    _held[key] = fd
+
+
+def lock_holder(path: Path) -> str:
+    """Who holds a flock on ``path``, from the kernel's table (/proc/locks: pid, device, inode):
+    "pid N: its command line", cut to 80 characters; "pid unknown" where the table does not say."""
+    st = os.stat(path)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        rows = [line.split() for line in Path("/proc/locks").read_text().splitlines()]
+        pid = next(r[4] for r in rows if len(r) > 5 and r[1] == "FLOCK" and r[5] == inode)
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except (OSError, StopIteration):
+        return "pid unknown"
+    text = f"pid {pid}: {command}" if command else f"pid {pid}"
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def unlock_run_dir(run_dir: Path) -> None:
+    fd = _held.pop(run_dir.resolve(), None)
+    if fd is not None:
+        os.close(fd)     # closing the descriptor releases the flock
 
 
 def check_fresh_run_dir(spec: SweepSpec) -> Path | None:
@@ -178,7 +234,36 @@ def _branch_id(run: dict[str, Any]) -> str:
 
 
 class SweepInterrupted(RuntimeError):
-    """Tune stopped before every trial of a phase had run; the run dir keeps what finished."""
+    """Tune stopped before every trial of a phase had run (or the driver was stopped between
+    phases); the run dir keeps what finished. ``exit_code``: 143 after SIGTERM, else 130."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.exit_code = 143 if _terminated else 130
+
+
+_terminated: list[int] = []   # the SIGTERM this driver got, if any (sigterm_as_ctrl_c)
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c():
+    """SIGTERM (``kill``, a scheduler ending the job) stops the sweep as Ctrl-C does: Tune ends
+    the phase and saves its state for ``--resume``, the cluster is shut down, and the exit is 143
+    (Ray's own handler, installed by ``ray.init``, dumped a native stack and aborted: 134). Only
+    in the main thread, where Python can handle signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        _terminated.append(signum)
+        signal.raise_signal(signal.SIGINT)   # Tune's handler (or KeyboardInterrupt between phases)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def check_all_started(results, phase: str, run_dir) -> None:
@@ -483,10 +568,21 @@ def check_stores(spec: SweepSpec) -> None:
 def preflight(spec: SweepSpec):
     """Everything that can fail without running a trial, in the order that creates nothing until
     all has passed (the spec, its paths, a resumed sweep's state, the plan, the stores); then the
-    run dir and the migrated results DB. Returns (spec, plan, engine)."""
+    run dir and the migrated results DB. Returns (spec, plan, engine), the run dir locked
+    (:func:`lock_run_dir`) until the sweep ends."""
+    spec = validate(spec)
+    if spec.run_path.is_dir():
+        lock_run_dir(spec.run_path)   # before reading its state: another driver may be writing it
+    try:
+        return _checked(spec)
+    except BaseException:
+        unlock_run_dir(spec.run_path)
+        raise
+
+
+def _checked(spec: SweepSpec):
     from flurka.results import open_results
 
-    spec = validate(spec)
     aside = check_fresh_run_dir(spec)
     if spec.resume:
         _stored_state(spec)
@@ -494,11 +590,13 @@ def preflight(spec: SweepSpec):
     check_stores(spec)
     if aside is not None:
         spec.run_path.rename(aside)
+        unlock_run_dir(spec.run_path)  # the lock went aside with the old sweep
         print(f"[flurka] --new: moved the previous sweep to {aside}", flush=True)
     try:  # what check_paths cannot see (root on a pseudo file system, a race)
         spec.run_path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecError(f"--run-dir {spec.run_path}: cannot create it: {exc.strerror or exc}") from None
+    lock_run_dir(spec.run_path)
     engine = open_results(spec.results_url)
     return spec, plan, engine
 
@@ -533,6 +631,8 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                               env_vars=cluster.worker_env(spec.gpus_per_trial),
                               setup_hook=WORKER_SETUP_HOOK)
     tracker = None
+    signals = contextlib.ExitStack()
+    signals.enter_context(sigterm_as_ctrl_c())    # after ray.init, which installs a handler of its own
     try:
         cluster.check_resources(ctx.resources, cpus_per_trial=spec.cpus_per_trial,
                                 gpus_per_trial=spec.gpus_per_trial)
@@ -573,6 +673,9 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
             # its MLflow writes, between the trials' results (a restored Tuner uses its own pickled one)
             driver["mlflow"] += callback.seconds
             check_all_started(grid, phase, spec.run_path)
+            if _terminated:   # every trial had started: Tune stopped those running, to resume
+                raise SweepInterrupted(f"terminated in the {phase} phase; {spec.run_path} keeps what finished: "
+                                       "run the same command with --resume to continue")
             for res in grid:
                 cfg = resolve(res.config)
                 key = cfg["run"]["key"]
@@ -602,6 +705,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
             tables = _tables(engine, spec, sweep_id)
         with _timed(driver, "mlflow"):
             tracker.log_tables(tables)
+            tracker.describe(result_markdown(tables, sweep_id))
             for benchmark, key in best_trials(results, runs).items():
                 tracker.log_model(key, work_dir(run_dir, key), benchmark)
         driver["wall"] = time.perf_counter() - t0
@@ -610,12 +714,19 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         tracker.end_sweep("FINISHED" if not failed else "FAILED")
         return SweepOutcome(sweep_id, run_dir, spec.mlflow_tracking_uri, spec.results_url, compute, results,
                             failed, tables, parent, stopped, split, skipped)
+    except KeyboardInterrupt:   # between Tune's phases (inside one, Tune takes the signal itself)
+        if tracker is not None:
+            tracker.end_sweep("KILLED")
+        raise SweepInterrupted(f"{'terminated' if _terminated else 'interrupted'}: {spec.run_path} keeps what "
+                               "finished: run the same command with --resume to continue") from None
     except BaseException:
         if tracker is not None:
             tracker.end_sweep("KILLED")
         raise
     finally:
+        signals.close()
         ctx.close()
+        unlock_run_dir(spec.run_path)
 
 
 def write_record(record, path: Path) -> None:
@@ -634,36 +745,62 @@ def _commit() -> str | None:
     return None if c == "unknown" else c
 
 
-def summary(outcome: SweepOutcome, verbose: bool = False) -> str:
-    """What a sweep prints at its end: per up-training benchmark the task-metric tables, the eval
-    loss table and Table 5's observations on each (their lines; ``flurka tables`` adds the per-row
-    table behind them), then the quality table, and last where the results are and the commands
-    that show them (``verbose``: the time split before them; it is on the parent MLflow run
-    either way)."""
-    from flurka.results.quality_tables import format_observations
-    from flurka.results.tables import format_table
-
-    def shown(df) -> str:   # the table, then what its chance line means (where it has one)
-        return format_table(df) + (f"{df.attrs['note']}\n" if df.attrs.get("note") else "")
-
-    lines = []
-    tables = outcome.tables
+def result_parts(tables: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The sweep's result in the order it is shown: per up-training benchmark its task-metric
+    tables and eval loss table (``("table", df)``), then Table 5's observations on each
+    (``("observations", df)``), then the quality table. :func:`summary` prints them and
+    :func:`result_markdown` writes them as the parent MLflow run's description."""
     def bench_of(name: str) -> str:
         name = name.removeprefix("uptraining_")
         return next((name.removesuffix(s) for s in TABLE_SUFFIXES if s and name.endswith(s)), name)
 
-    benches = list(dict.fromkeys(bench_of(n) for n in tables if n.startswith("uptraining_")))
-    for bench in benches:
-        for suffix in TABLE_SUFFIXES:
-            df = tables.get(f"uptraining_{bench}{suffix}")
-            if df is not None:
-                lines += ["\n" + df.attrs.get("title", f"Up-training ({bench}{suffix})") + ":", shown(df)]
-        for suffix in TABLE_SUFFIXES:
-            obs = tables.get(f"observations_{bench}{suffix}")
-            if obs is not None:
-                lines += ["", format_observations(obs, table=False)]   # the per-row table: flurka tables
+    parts: list[tuple[str, Any]] = []
+    for bench in dict.fromkeys(bench_of(n) for n in tables if n.startswith("uptraining_")):
+        parts += [("table", tables[f"uptraining_{bench}{s}"]) for s in TABLE_SUFFIXES
+                  if f"uptraining_{bench}{s}" in tables]
+        parts += [("observations", tables[f"observations_{bench}{s}"]) for s in TABLE_SUFFIXES
+                  if f"observations_{bench}{s}" in tables]
     if "quality" in tables:
-        lines += ["\nQuality (mean ± 95 % CI over seeds, n):", shown(tables["quality"])]
+        parts.append(("table", tables["quality"]))
+    return parts
+
+
+def _title(df) -> str:
+    return df.attrs.get("title", "Quality (mean ± 95 % CI over seeds, n)")
+
+
+def result_markdown(tables: Mapping[str, Any], sweep_id: str) -> list[str]:
+    """The result as Markdown blocks (each title, table, note and observations its own), for the
+    MLflow UI's run and experiment descriptions, which render them."""
+    from flurka.results.quality_tables import format_observations
+    from flurka.results.tables import format_table
+
+    blocks = [f"**Sweep {sweep_id}**: the terminal's result; the per-row tables behind the observations: "
+              "`flurka tables`; the figures: the `report` artifacts (`flurka report`)."]
+    for kind, df in result_parts(tables):
+        if kind == "observations":
+            blocks.append(format_observations(df, table=False))
+            continue
+        blocks += [f"**{_title(df)}**", format_table(df).rstrip("\n")]
+        if df.attrs.get("note"):
+            blocks.append(f"*{df.attrs['note']}*")
+    return blocks
+
+
+def summary(outcome: SweepOutcome, verbose: bool = False) -> str:
+    """What a sweep prints at its end: :func:`result_parts` (the observations as their lines;
+    ``flurka tables`` adds the per-row table behind them), then the trials' count, and last where
+    the results are and the commands that show them (``verbose``: the time split before them; it
+    is on the parent MLflow run either way)."""
+    from flurka.results.quality_tables import format_observations
+    from flurka.results.tables import format_table
+
+    lines = []
+    for kind, df in result_parts(outcome.tables):
+        if kind == "observations":
+            lines += ["", format_observations(df, table=False)]
+        else:
+            lines += ["\n" + _title(df) + ":", format_table(df) + (f"{df.attrs['note']}\n" if df.attrs.get("note") else "")]
     c = outcome.compute
     lines += [
         f"\nTrials: {len(outcome.results)} finished, {len(outcome.stopped)} stopped early, "

@@ -27,6 +27,10 @@ from pathlib import Path
 from flurka.results import rundirs
 
 HOST = "127.0.0.1"
+# MLflow 3's UI takes its view from the URL's workflowType, else from the browser's localStorage,
+# whose default is GenAI (traces, "Detect Issues"), whatever the experiment's mlflow.experimentKind
+# tag says: the URL flurka ui prints names the model-training view.
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
 
 
 class CannotServe(RuntimeError):
@@ -115,8 +119,19 @@ def run(args: argparse.Namespace) -> int:
     print(" ".join(cmd), flush=True)
     if args.dry_run:
         return 0
-    print(f"MLflow UI on http://{HOST}:{args.port} (Ctrl-C to stop)", flush=True)
+    print(f"MLflow UI on {landing_url(store, args.port)} (Ctrl-C to stop)", flush=True)
     return serve(cmd)
+
+
+def landing_url(store: str, port: int) -> str:
+    """The page to open: the newest experiment other than MLflow's empty Default (a sweep's, whose
+    description holds its result), in the model-training view (:data:`MODEL_TRAINING_VIEW`)."""
+    from mlflow.tracking import MlflowClient
+
+    found = [e for e in MlflowClient(tracking_uri=store).search_experiments(order_by=["creation_time DESC"])
+             if e.name != "Default"]
+    page = f"experiments/{found[0].experiment_id}" if found else "experiments"
+    return f"http://{HOST}:{port}/#/{page}?{MODEL_TRAINING_VIEW}"
 
 
 class _Terminated(Exception):

@@ -41,8 +41,9 @@ from typing import Any, Iterable, Mapping
 import mlflow
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
-from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_LOGGED_ARTIFACTS, MLFLOW_SOURCE_NAME,
-                                      MLFLOW_SOURCE_TYPE, MLFLOW_USER)
+from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_LOGGED_ARTIFACTS, MLFLOW_RUN_NOTE,
+                                      MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER)
+from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
 from flurka.mechanisms import is_control
 
@@ -209,6 +210,21 @@ def log_tables(client, run_id: str, tables: Mapping[str, Any]) -> None:
         if {"path": path, "type": "table"} not in logged:
             client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps([*logged, {"path": path, "type": "table"}]))
         client.log_text(run_id, _flat_table(df).to_csv(index=False), f"tables/{name}.csv")
+
+
+def note(blocks: list[str], limit: int) -> str:
+    """Markdown blocks joined, as many as fit MLflow's ``limit`` on a tag's value, then a line
+    that says where the rest is (a big sweep's tables outgrow a run's 8000 characters)."""
+    cut = "*The rest: the `tables/` artifacts of the sweep's parent run, or `flurka tables`.*"
+    whole = "\n\n".join(blocks) + "\n"
+    if len(whole) <= limit:
+        return whole
+    kept: list[str] = []
+    for block in blocks:   # each kept block leaves room for the cut line
+        if len("\n\n".join([*kept, block, cut])) >= limit:
+            break
+        kept.append(block)
+    return "\n\n".join([*kept, cut]) + "\n"
 
 
 def dataset_input(described: Mapping[str, Any], context: str = "training") -> DatasetInput:
@@ -431,6 +447,13 @@ class SweepTracker:
     def log_tables(self, tables: Mapping[str, Any]) -> None:
         """The paper's tables on the parent run, so the UI alone shows them (:func:`log_tables`)."""
         log_tables(self.client, self.parent_id, tables)
+
+    def describe(self, blocks: list[str]) -> None:
+        """The result as the parent run's description and the experiment's (MLflow renders both
+        as Markdown on the pages a user opens first; where several sweeps share the experiment,
+        the newest's): :func:`note`."""
+        self.client.set_tag(self.parent_id, MLFLOW_RUN_NOTE, note(blocks, MAX_TAG_VAL_LENGTH))
+        self.client.set_experiment_tag(self.experiment_id, MLFLOW_RUN_NOTE, note(blocks, MAX_EXPERIMENT_TAG_VAL_LENGTH))
 
     def log_sweep_metrics(self, metrics: Mapping[str, Any]) -> None:
         values = _finite_numbers(metrics)

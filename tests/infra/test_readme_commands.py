@@ -1054,7 +1054,7 @@ COVERAGE: list[Cover] = [
           "the README speed command's file, SQLite and PostgreSQL, twice (idempotent)"),
     Cover(SH, r"python -m flurka\.speed\.(plain|bare_loop)( --[a-z]+ \S+)*", "covered",
           check_cpu_benchmark, "the module's test runs main() at tiny size and reads its JSON"),
-    Cover(IN, r"python -m flurka\.training\.quality_table --benchmarks nmt-list-small --seeds 0,1,2 --control",
+    Cover(IN, r"python -m flurka\.training\.quality_table --benchmarks nmt-list-small --seeds 0,1,2,3,4 --control",
           "run", check_quality_table_nmt_list, "flags parsed; the README table is --summarize of the recorded runs"),
     Cover(("block:text",), r"NORWAY; .*", "run", check_nmt_list_example, "a training example, as written"),
     Cover(IN, r"python -m flurka\.(speed|theory|training\.quality_table)( --seeds [0-9,]+)?", "run",

@@ -121,7 +121,7 @@ def test_tables_without_db_reads_the_newest_run_dir(workspace):
     assert picked.startswith(f"flurka tables: using {MAIN}/results.db (the newest run dir under runs/")
     assert "--db to choose another" in picked
     assert benchmark.startswith("flurka tables: uptraining: nmt-small (the benchmark the database holds")
-    assert "flurka-performer" in out and "37.5% mean" in out
+    assert out.startswith("variant,base,d_k,column,mechanism,alpha,") and ",37.5%,flurka-performer,0.375," in out
     assert snapshot(workspace) == before
 
     os.utime(workspace / "runs" / "older" / "results.db")   # the older run dir written to last

@@ -4,6 +4,7 @@ stops a sweep in one line, from which ``--resume`` goes on; SIGTERM, with exit 1
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -104,60 +105,55 @@ def test_resume_restores_an_interrupted_sweep(mlflow_runs):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_in_one_line_and_resume_finishes():
-    """Ctrl-C (SIGINT to the sweep's process group, as a terminal sends it) while the branches
-    wait on the one CPU: exit 130, the sweep's one line naming the phase and --resume, no
-    traceback; the same command with --resume then trains the branches and prints the table."""
+@contextlib.contextmanager
+def _stopped_in_the_branches(stop):
+    """A sweep stopped by ``stop(proc)`` while its branches wait on the one CPU: yields (run dir,
+    exit code, its output, its own lines on stderr), after checking no traceback was printed;
+    what is left of it is killed after."""
     tmp = Path(tempfile.mkdtemp(prefix="frk-", dir="/tmp"))   # short: the embedded Ray's sockets live here
     run_dir = tmp / "run"
     try:
         proc = _sweep(run_dir, alphas="0.25,0.5,0.75", stderr=subprocess.PIPE)
         _wait_for(lambda: any((run_dir / "tune").glob("*-branches/experiment_state*.json")), proc, 420)
-        os.killpg(proc.pid, signal.SIGINT)
+        stop(proc)
         out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 130, out + err
-        ours = [line for line in err.splitlines() if line.startswith("uptrain_sweep:")]
-        assert len(ours) == 1 and ours[0].startswith("uptrain_sweep: interrupted in the branches phase: "), err
-        assert "never started" in ours[0] and "--resume" in ours[0], ours
         assert "Traceback" not in out + err, out + err
+        yield run_dir, proc.returncode, out + err, [line for line in err.splitlines() if line.startswith("uptrain_sweep:")]
+    finally:
+        for pid in pids_naming(str(run_dir)):
+            os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_in_one_line_and_resume_finishes():
+    """Ctrl-C (SIGINT to the sweep's process group, as a terminal sends it) while the branches
+    wait on the one CPU: exit 130, the sweep's one line naming the phase and --resume, no
+    traceback; the same command with --resume then trains the branches and prints the table."""
+    with _stopped_in_the_branches(lambda proc: os.killpg(proc.pid, signal.SIGINT)) as (run_dir, code, out, ours):
+        assert code == 130, out
+        assert len(ours) == 1 and ours[0].startswith("uptrain_sweep: interrupted in the branches phase: "), out
+        assert "never started" in ours[0] and "--resume" in ours[0], ours
 
         resumed = _sweep(run_dir, "--resume", alphas="0.25,0.5,0.75")
         out, _ = resumed.communicate(timeout=480)
         assert resumed.returncode == 0, out
         assert "restoring branches phase" in out and "Up-training α, lra-listops-small" in out
         assert _count(run_dir) == 3                            # the three branches, once each
-    finally:
-        for pid in pids_naming(str(run_dir)):
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.mark.slow
 def test_sigterm_stops_in_one_line_with_exit_143():
     """SIGTERM to the driver alone (``kill PID``, a scheduler ending the job), which Ray's own
     handler turned into a native stack dump and exit 134 (issue 60): the sweep stops as Ctrl-C
-    stops it, in one line naming --resume, exit 143, no traceback, and no process of its
-    cluster left behind."""
-    tmp = Path(tempfile.mkdtemp(prefix="frk-", dir="/tmp"))
-    run_dir = tmp / "run"
-    try:
-        proc = _sweep(run_dir, alphas="0.25,0.5,0.75", stderr=subprocess.PIPE)
-        _wait_for(lambda: any((run_dir / "tune").glob("*-branches/experiment_state*.json")), proc, 420)
-        os.kill(proc.pid, signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 143, out + err
-        ours = [line for line in err.splitlines() if line.startswith("uptrain_sweep:")]
-        assert len(ours) == 1 and "branches phase" in ours[0] and "--resume" in ours[0], err
-        assert "Traceback" not in out + err and "SIGTERM received" not in err, out + err
+    stops it, in one line naming --resume, exit 143, and no process of its cluster left behind."""
+    with _stopped_in_the_branches(lambda proc: os.kill(proc.pid, signal.SIGTERM)) as (run_dir, code, out, ours):
+        assert code == 143, out
+        assert len(ours) == 1 and "branches phase" in ours[0] and "--resume" in ours[0], out
         deadline = time.monotonic() + 30
         while pids_naming(str(run_dir)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not pids_naming(str(run_dir)), "the sweep's Ray processes outlived its driver"
-    finally:
-        for pid in pids_naming(str(run_dir)):
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _count(run_dir: Path) -> int:

@@ -73,3 +73,22 @@ def test_a_run_dir_is_driven_by_one_sweep_at_a_time(tmp_path):
         assert again == "busy" and os.getpid() != holder.pid
     finally:
         unlock_run_dir(run_dir)
+
+
+def test_a_run_dir_that_cannot_be_locked_is_used_with_a_warning(tmp_path, monkeypatch, capsys):
+    """A file system without flock on directories (ENOLCK on some NFS mounts) is not a reason to
+    refuse a shared run dir: one line says it is not locked, and the sweep goes on."""
+    import errno
+    import os
+
+    from flurka.sweeps import runner
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    runner.lock_run_dir(tmp_path)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--run-dir {tmp_path}: not locked (No locks available)" in err
+    assert tmp_path.resolve() not in runner._held
+    runner.unlock_run_dir(tmp_path)                       # nothing held: nothing to release

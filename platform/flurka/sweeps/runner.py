@@ -132,6 +132,11 @@ def lock_run_dir(run_dir: Path) -> None:
         os.close(fd)
         raise SpecError(f"--run-dir {run_dir} is in use by another sweep driver ({lock_holder(run_dir)}): wait "
                         "for it to end, or give another --run-dir") from None
+    except OSError as exc:   # a file system without flock on directories (some NFS mounts)
+        os.close(fd)
+        print(f"[flurka] --run-dir {run_dir}: not locked ({exc.strerror or exc}); run one sweep driver in it "
+              "at a time", file=sys.stderr, flush=True)
+        return
     _held[key] = fd
 
 

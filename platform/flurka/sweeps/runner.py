@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import fcntl
 import functools
 import json
 import os
@@ -26,8 +27,8 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from flurka.sweeps.branching import PlannedRun, describe, make_plan
@@ -36,8 +37,8 @@ from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_c
 from flurka.sweeps.trainable import WORKER_SETUP_HOOK, train_overrides, work_dir
 
 # Tune warns when the driver spends over 0.5 s on a trial's report: ours writes it to MLflow (a
-# SQLite commit, ~0.5 s on a busy 2-core machine), so the warning only adds noise to the output.
-# Read when ray.tune is first imported, which this module's functions do.
+# SQLite commit, which a busy machine can take that long for), so the warning is noise a user can
+# do nothing about. Read when ray.tune is first imported, which this module's functions do.
 os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
 
 PHASES = ("first", "branches")  # what branches fork from, then the α branches (Plan.phases)
@@ -117,8 +118,6 @@ def lock_run_dir(run_dir: Path) -> None:
     exclusive ``flock`` on the run dir itself (no file written: a refused command changes
     nothing), held until :func:`unlock_run_dir` or this process ends (the kernel drops it then,
     even on SIGKILL); SpecError naming the holder where another process holds it."""
-    import fcntl
-
     key = run_dir.resolve()
     if key in _held:
         return
@@ -242,8 +241,8 @@ class SweepInterrupted(RuntimeError):
     """Tune stopped before every trial of a phase had run (or the driver was stopped between
     phases); the run dir keeps what finished. ``exit_code``: 143 after SIGTERM, else 130."""
 
-    def __init__(self, message: str):
-        super().__init__(message)
+    def __init__(self, what: str, run_dir):
+        super().__init__(f"{what}; {run_dir} keeps what finished: run the same command with --resume to continue")
         self.exit_code = 143 if _terminated else 130
 
 
@@ -264,6 +263,7 @@ def sigterm_as_ctrl_c():
         _terminated.append(signum)
         signal.raise_signal(signal.SIGINT)   # Tune's handler (or KeyboardInterrupt between phases)
 
+    _terminated.clear()                      # this sweep's SIGTERM, not an earlier one's in this process
     previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
@@ -277,10 +277,8 @@ def check_all_started(results, phase: str, run_dir) -> None:
     results = list(results)
     unstarted = sum(res.config is None for res in results)
     if unstarted:
-        raise SweepInterrupted(
-            f"interrupted in the {phase} phase: {unstarted} of {len(results)} trials never "
-            f"started; {run_dir} keeps what finished: run the same command with --resume to "
-            f"continue")
+        raise SweepInterrupted(f"interrupted in the {phase} phase: {unstarted} of {len(results)} trials never "
+                               "started", run_dir)
 
 
 def resolve(trial_config: dict[str, Any]) -> dict[str, Any]:
@@ -679,8 +677,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
             driver["mlflow"] += callback.seconds
             check_all_started(grid, phase, spec.run_path)
             if _terminated:   # every trial had started: Tune stopped those running, to resume
-                raise SweepInterrupted(f"terminated in the {phase} phase; {spec.run_path} keeps what finished: "
-                                       "run the same command with --resume to continue")
+                raise SweepInterrupted(f"terminated in the {phase} phase", spec.run_path)
             for res in grid:
                 cfg = resolve(res.config)
                 key = cfg["run"]["key"]
@@ -722,8 +719,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
     except KeyboardInterrupt:   # between Tune's phases (inside one, Tune takes the signal itself)
         if tracker is not None:
             tracker.end_sweep("KILLED")
-        raise SweepInterrupted(f"{'terminated' if _terminated else 'interrupted'}: {spec.run_path} keeps what "
-                               "finished: run the same command with --resume to continue") from None
+        raise SweepInterrupted("terminated" if _terminated else "interrupted", spec.run_path) from None
     except BaseException:
         if tracker is not None:
             tracker.end_sweep("KILLED")

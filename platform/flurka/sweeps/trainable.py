@@ -47,8 +47,8 @@ def train_overrides(run: PlannedRun, spec_overrides: dict[str, Any], *, run_dir:
     """The ``get_config`` overrides that make a benchmark config into this planned run.
 
     Checkpoints (for retries) every ``checkpoint_every`` steps, default T/8; a run branches fork
-    from also at each fork step (``checkpoint_steps``; the gcd of the two had made a 500-step base
-    save every 2nd step)."""
+    from also at each fork step (``checkpoint_steps``, not every gcd of the two, which can be a
+    save every few steps)."""
     o = dict(spec_overrides)
     if steps is not None:
         o["steps"] = steps

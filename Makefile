@@ -10,8 +10,8 @@ CUDA_STAMP = $(CUDA_AOT)/.installed
 
 .PHONY: install cuda-aot sweep sweep-full test test-fast aot clean
 
-# --no-compile: no .pyc for every installed file (about 35 s of a fresh install on 2 cores); the
-# modules a run imports write their own on first import.
+# --no-compile: no .pyc for every installed file (most of a fresh install's time:
+# benchmarks/results/cpu/NOTES.md); the modules a run imports write their own on first import.
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

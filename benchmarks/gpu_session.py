@@ -33,16 +33,19 @@ from flax import nnx
 
 from flurka.attention import (
     ALIGNABLE, FUSABLE, MECHANISMS, PROJECTABLE, make_attention)
-from flurka.attention.fused import Tiling, use_tiling
-from flurka.mechanisms import COMPRESSED, FLURKA
-from flurka.attention.fused_compress import CompressTiling, use_compress_tiling
-from flurka.models.fused_ffn import FfnTiling, use_ffn_tiling
+from flurka.kernels.query_side import Tiling, use_tiling
+from flurka.catalogue.mechanisms import COMPRESSED, FLURKA
+from flurka.kernels.compress import CompressTiling, use_compress_tiling
+from flurka.kernels.ffn import FfnTiling, fused_ffn_block, reference_ffn_block, use_ffn_tiling
+from flurka.speed import aot
 from flurka.speed.bench import freeze_survivors
+from flurka.speed.ceilings import product_rate
 from flurka.speed.configs import Point, points
 from flurka.speed.profile import brief
 from flurka.speed.runner import (device_info, document, measured_ceilings, run_one, versions,
                                  write_json)
 from flurka.speed.tuning import tune_compression, tune_ffn, tune_fused
+from flurka.theory import cli as theory_cli
 
 # Within a block: the paper's subjects first, the quadratic baselines (slow, memory-hungry) last.
 ORDER = ("flurka-performer", "flurka-rnn", "linformer", "performer", "rnn", "flurka-eva", "eva",
@@ -88,7 +91,6 @@ def shape_probes(probes: dict = SHAPE_PROBES, repeats: int = 10, chain: int = 10
     """Achieved FLOP/s of each product in ``probes`` (bf16 operands unless the name says f32),
     ``chain`` products per timed call (:func:`flurka.speed.ceilings.product_rate`): the third
     lease timed one per call, so its probes under ~0.3 ms carry ~50 µs of dispatch each."""
-    from flurka.speed.ceilings import product_rate
     rows = []
     for name, (sa, sb) in probes.items():
         dtype = jnp.float32 if " f32 " in name else jnp.bfloat16
@@ -172,7 +174,8 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
 
             def apply(state, x, mask, graphdef=graphdef):
                 layer, norm = nnx.merge(graphdef, state)
-                return layer(x, mask=mask, norm=norm).astype(jnp.float32)
+                out = layer(x, mask=mask) if norm is None else layer.fused_block(x, mask, norm=norm)
+                return out.astype(jnp.float32)
 
             got = np.asarray(jax.jit(apply)(state, x[..., :width].astype(dtype), mask))
             ref_mech = "full" if mech == "flash" else mech
@@ -205,11 +208,10 @@ def check_on_card(seq_len: int = 512, d_model: int = 256, num_heads: int = 4,
     return rows
 
 def check_ffn_on_card(seq_len: int = 1000, d_model: int = 512, d_ff: int = 512) -> list[dict]:
-    """The fused FFN block (:mod:`flurka.models.fused_ffn`; on a GPU its Triton kernels, the
+    """The fused FFN block (:mod:`flurka.kernels.ffn`; on a GPU its Triton kernels, the
     gradient's too) on the default device, float32 and bf16, against the XLA path on the host
     CPU in float32, at the flash comparison's widths over a length its 128-row blocks do not
     divide: ``rel_err`` of the output, ``grad_rel_err`` of every operand's gradient."""
-    from flurka.models.fused_ffn import fused_ffn_block, reference_ffn_block
     cpu = jax.devices("cpu")[0]
     keys = jax.random.split(jax.random.key(11), 8)
     shapes = [(1, seq_len, d_model), (1, seq_len, d_model), (d_model,), (d_model,),
@@ -262,8 +264,10 @@ def _grad_error(layer, ref_layer, x, mask, dtype, cpu, norm=None) -> float:
     def grads(modules, x, mask, hand_over):
         def loss(m):
             layer, norm = m
-            if norm is None or hand_over:
-                out = layer(x, mask=mask, norm=norm)
+            if norm is None:
+                out = layer(x, mask=mask)
+            elif hand_over:
+                out = layer.fused_block(x, mask, norm=norm)
             else:
                 out = layer(norm(x), mask=mask)
             return jnp.sum(jnp.sin(out.astype(jnp.float32)) * mask[..., None])
@@ -370,7 +374,6 @@ def main(argv: list[str] | None = None) -> int:
 def compile_plan(args) -> int:
     """``--aot``: every point of the plan compiled for the target card on this host, in plan
     order (``aot.json``, rewritten after each): what the lease's points will need and launch."""
-    from flurka.speed import aot
     os.makedirs(args.out, exist_ok=True)
     card, device = aot.open_target(aot.TARGETS[args.aot])
     doc = aot.document(card, settings={"plan": "tiny" if args.tiny else args.plan,
@@ -484,7 +487,6 @@ THEORY_ARGS = ["--seq-len", "2048", "--d-model", "256", "--heads", "4",
 def theory(out: str) -> None:
     """``python -m flurka.theory`` with :data:`THEORY_ARGS` on the card
     (``flurka.theory/1``, drawn by ``flurka report --theory``)."""
-    from flurka.theory import cli as theory_cli
     t0 = time.monotonic()
     status = theory_cli.main([*THEORY_ARGS, "--out", out])
     print(f"theory: exit {status} in {time.monotonic() - t0:.0f} s -> {out}", flush=True)

@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from pathlib import Path
 
 import ray
 
 from flurka.speed import __main__ as speed_cli
 from flurka.speed import runner
-from flurka.speed.bench import check_compile_options
+from flurka.speed.bench import check_compile_options, freeze_survivors
 from flurka.speed.runner import document, write_json
 
 
@@ -39,9 +40,6 @@ def _measure(group, sweep: str, interleave: bool, warmup: int, repeats: int,
              profile_steps: int = 0) -> dict:
     """One point, or with ``interleave`` one configuration's points side by side, on the task's
     device: the rows, this device's ceilings, device and versions."""
-    from flurka.speed import runner  # imported in the worker: JAX starts on its GPU
-    from flurka.speed.bench import freeze_survivors
-
     freeze_survivors()
 
     ceilings = runner.measured_ceilings(group[0][1].dtype) if with_ceilings else None
@@ -118,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.mlflow_uri:
             if not args.out:
                 raise ValueError("--mlflow-uri logs the --out file: give --out")
-            from flurka.tracking.store import probe_tracking
+            from flurka.tracking.store import probe_tracking   # MLflow: 1.4 s, only with --mlflow-uri
 
             probe_tracking(args.mlflow_uri)
     except (ValueError, RuntimeError) as exc:   # RuntimeError: flurka.results.db.DatabaseUnreachable
@@ -128,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.out}: {len(statuses)} points, "
           + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))
     if args.mlflow_uri:
-        from pathlib import Path
-
-        from flurka.tracking.documents import log_document
+        from flurka.tracking.documents import log_document   # MLflow, as above
 
         run_id, _ = log_document(args.mlflow_uri, args.out, Path(args.out).read_text())
         print(f"MLflow run {run_id} (experiment flurka-speed)")

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import sys
 
+from flurka.sweeps import cli, spec
+
 
 def main(argv: list[str] | None = None) -> int:
     """``flurka sweep``'s parser and run (:mod:`flurka.sweeps.cli`) under this script's name."""
-    from flurka.sweeps import cli, spec
-
     parser = spec.ArgumentParser(prog="uptrain_sweep", description=__doc__.splitlines()[0])
     cli.add_arguments(parser)
     return cli.run(parser.parse_args(argv), prog="uptrain_sweep")

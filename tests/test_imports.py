@@ -47,16 +47,40 @@ def test_the_import_graph_has_no_cycle():
         raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
 
 
+def test_each_kernel_module_imports_first_and_sits_below_the_layers():
+    """flurka.kernels (issue 56): every kernel module imports on its own in a fresh interpreter
+    (the attention layers import the kernels, and the kernels the layers' shared pieces), and
+    the kernels import nothing from the models, training or speed rooms."""
+    import subprocess
+    import sys
+
+    mods = flurka_modules()
+    kernels = sorted(m for m in mods if m.startswith("flurka.kernels."))
+    assert {f"flurka.kernels.{m}" for m in ("query_side", "compress", "projected_layer", "ffn")
+            } <= set(kernels)
+    rooms_above = ("flurka.models", "flurka.training", "flurka.speed", "flurka.theory")
+    for name in kernels:
+        above = {m for m in imports_of(name, mods[name], mods) if m.startswith(rooms_above)}
+        assert not above, f"{name} imports {sorted(above)}"
+    code = ("import importlib, sys\n"
+            f"for name in {kernels!r}:\n"
+            "    for m in [m for m in sys.modules if m.startswith('flurka')]:\n"
+            "        del sys.modules[m]\n"
+            "    importlib.import_module(name)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
 def test_the_mechanism_names_are_plain_python_and_the_layers_use_them():
-    """flurka.mechanisms names every mechanism once, without JAX (a database reader or a sweep's
+    """flurka.catalogue.mechanisms names every mechanism once, without JAX (a database reader or a sweep's
     driver imports it); the attention package has a layer class per name, in that order."""
     import subprocess
     import sys
 
-    code = ("import sys, flurka.mechanisms as m, flurka.results.records as r; "
+    code = ("import sys, flurka.catalogue.mechanisms as m, flurka.results.records as r; "
             "assert 'jax' not in sys.modules, 'jax'; assert r.MECHANISMS is m.MECHANISMS")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-    from flurka import attention, mechanisms
+    from flurka import attention
+    from flurka.catalogue import mechanisms
     from flurka.attention import flops
 
     assert attention.MECHANISMS == flops.MECHANISMS == mechanisms.MECHANISMS

@@ -121,13 +121,6 @@ def test_bootstrap_from_ten_seeds():
         st.t.interval(0.95, 8, loc=np.mean(values[:9]), scale=st.sem(values[:9])), rel=1e-12)
 
 
-def test_significant_decimals():
-    assert stats.significant_decimals(5.583) == 2
-    assert stats.significant_decimals(0.2512) == 3
-    assert stats.significant_decimals(123.4) == 0
-    assert stats.significant_decimals(19.68) == 1
-
-
 # -- python -m flurka.training.quality_table --------------------------------------------------------
 
 def _line(bench, mech, seed, value, loss, metric="bleu", status="ok"):
@@ -193,7 +186,6 @@ def test_quality_table_summarize(tmp_path, capsys):
 
 
 def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
-    import flurka.training as training
     from flurka.training import quality_table as Q
 
     seen = []
@@ -206,7 +198,7 @@ def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
                                                   "majority_accuracy": 0.139},
                 "seed": config.seed, "steps": config.steps, "wall_time_s": 1.23, "train_flops": 7}
 
-    monkeypatch.setattr(training, "run", fake_run)
+    monkeypatch.setattr(Q, "run", fake_run)
     assert Q.main(["--benchmarks", "lra-listops-small", "--mechanisms", "rnn", "flurka-rnn", "--seeds", "0,1,2",
                    "--steps", "3"]) == 0
     assert seen == [(m, s, 3) for m in ("rnn", "flurka-rnn") for s in (0, 1, 2)]
@@ -224,7 +216,7 @@ def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
 
     # --control: the no-attention control per seed, Linformer at d_k 1, its own row (the floor)
     dks = []
-    monkeypatch.setattr(training, "run", lambda config, progress=False: (
+    monkeypatch.setattr(Q, "run", lambda config, progress=False: (
         dks.append((config.attention, dict(config.attention_options).get("d_k"))),
         fake_run(config.replace(seed=config.seed + 3)))[1])
     assert Q.main(["--benchmarks", "lra-listops-small", "--mechanisms", "linformer", "--seeds", "0,1", "--control",

@@ -20,7 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
-from flurka.mechanisms import COMPRESSED
+from flurka.catalogue.mechanisms import COMPRESSED
 
 SEEDS = (0, 1, 2)
 CONSTITUENTS = ("performer", "rnn", "eva", "full")

@@ -10,7 +10,7 @@ from attention_reference import HEADS, MAX_LEN, D_MODEL, build, f64, inputs, ref
 from flax import nnx
 
 from flurka.attention import make_attention
-from flurka.mechanisms import COMPRESSED
+from flurka.catalogue.mechanisms import COMPRESSED
 
 TOL = dict(rtol=2e-4, atol=2e-4)
 KERNEL_OF = {"linformer": "full", "flurka-performer": "performer", "flurka-rnn": "rnn"}

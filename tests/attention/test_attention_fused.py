@@ -23,7 +23,7 @@ from flax import nnx
 from flurka.attention import make_attention
 from flurka.attention.base import NEG_INF
 from flurka.attention.feature_maps import elu_features, favor_features, gaussian_orthogonal_matrix, key_side
-from flurka.attention.fused import (
+from flurka.kernels.query_side import (
     Tiling, fused_query_side, fused_softmax_attention, reference_query_side, use_tiling)
 from flurka.attention.performer import favor_attention
 from flurka.attention.rnn import elu_attention

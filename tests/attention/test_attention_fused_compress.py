@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from testsupport import cuda_compiler_script, triton_calls
 
-from flurka.attention.fused_compress import (
+from flurka.kernels.compress import (
     backward_fits, normalised_compression, normalised_input_gradient,
     reference_normalised_compression, row_statistics, split_rows)
 
@@ -261,7 +261,7 @@ def test_the_compression_reads_x_and_e_once_on_an_h100(tmp_path):
     fused, xla, fused_grad, xla_grad, input_grad = cuda_compiler_script("""
         import functools, json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
-        from flurka.attention import fused_compress as fc
+        from flurka.kernels import compress as fc
         from flurka.speed import aot, profile
         device = aot.target_device(aot.TARGETS["h100"])
         spec, bf, f32 = jax.ShapeDtypeStruct, jnp.bfloat16, jnp.float32
@@ -345,7 +345,7 @@ def test_a_tuned_launch_reaches_layers_built_under_it_and_bad_launches_are_refus
     from flax import nnx
 
     from flurka.attention import make_attention
-    from flurka.attention.fused_compress import CompressTiling, use_compress_tiling
+    from flurka.kernels.compress import CompressTiling, use_compress_tiling
 
     def build():
         return make_attention("flurka-rnn", d_model=128, num_heads=2, max_len=32, d_k=8,

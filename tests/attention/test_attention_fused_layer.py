@@ -12,9 +12,9 @@ from testsupport import cuda_compiler_script, triton_calls
 from flax import nnx
 
 from flurka.attention import PROJECTABLE, handover_class, make_attention
-from flurka.mechanisms import COMPRESSED
-from flurka.attention.fused import Tiling
-from flurka.attention.fused_layer import fused_projected_query_side
+from flurka.catalogue.mechanisms import COMPRESSED
+from flurka.kernels.query_side import Tiling
+from flurka.kernels.projected_layer import fused_projected_query_side
 from flurka.speed.configs import Point, points
 
 TILING = Tiling(block_n=16, bwd_block_n=16, bwd_rows=32)   # the gradient's query-side kernels
@@ -170,17 +170,17 @@ def _norm(seed, d_model=128):
 
 @nnx.jit(static_argnums=(4, 5))
 def _normed(layer, norm, x, mask, handed_over=True, residual=False):
-    """layer(x, norm=LN) (the LayerNorm handed over; ``residual``: x added in the kernel), else
-    layer(LN(x)); one compiled program, as :func:`attention_reference.forward`."""
+    """layer.fused_block(x, norm=LN) (the LayerNorm handed over; ``residual``: x added in the
+    kernel), else layer(LN(x)); one compiled program, as :func:`attention_reference.forward`."""
     if handed_over:
-        return layer(x, mask, norm=norm, residual=residual)
+        return layer.fused_block(x, mask, norm=norm, residual=residual)
     return layer(norm(x), mask)
 
 
 @pytest.mark.parametrize("mechanism", LOW_RANK_PROJECTABLE)
 def test_a_handed_over_layer_norm_runs_inside_the_kernels(mechanism):
-    """layer(x, norm=LN) where the layer fuses the LayerNorm (the compression kernel and the
-    projected query side normalise x as they load it) computes layer(LN(x)): every row (padded
+    """layer.fused_block(x, norm=LN) where the layer fuses the LayerNorm (the compression kernel
+    and the projected query side normalise x as they load it) computes layer(LN(x)): every row (padded
     ones too) in float32, and in float32 the gradients of x, the LayerNorm's and the layer's
     parameters; in bf16 as close to the float32 layer as the XLA layer in bf16 is (the LayerNorm's
     scale folded into W_Q rounds differently)."""
@@ -198,7 +198,7 @@ def test_a_handed_over_layer_norm_runs_inside_the_kernels(mechanism):
     weights = jax.random.normal(jax.random.key(10), x.shape) * mask[..., None]
 
     def loss(x, layer, norm, fused):
-        out = layer(x, mask, norm=norm) if fused else layer(norm(x), mask)
+        out = layer.fused_block(x, mask, norm=norm) if fused else layer(norm(x), mask)
         return jnp.sum(out * weights)
 
     def grads(fused):
@@ -221,8 +221,8 @@ def test_a_handed_over_layer_norm_runs_inside_the_kernels(mechanism):
 
 @pytest.mark.parametrize("mechanism", ["flurka-rnn"])
 def test_the_kernel_writes_the_residual_sum_where_asked(mechanism):
-    """residual=True: x + layer(x, norm=LN) written by the kernel that writes the output —
-    float32: exactly the sum (the same kernel output, the same float32 add); bf16: x + the
+    """residual=True: x + layer.fused_block(x, norm=LN) written by the kernel that writes the
+    output — float32: exactly the sum (the same kernel output, the same float32 add); bf16: x + the
     output rounded to bf16, as the fused FFN block sums them; the gradient: the output's, plus
     the residual's identity (a stream in another dtype than the kernel's: XLA adds it). Asked
     of a layer that cannot add it in its kernel, or without the LayerNorm (x then is x̂, not
@@ -243,7 +243,7 @@ def test_the_kernel_writes_the_residual_sum_where_asked(mechanism):
     weights = jax.random.normal(jax.random.key(14), x.shape)
 
     def loss(x, residual):
-        out = layer(x, mask, norm=norm, residual=residual)
+        out = layer.fused_block(x, mask, norm=norm, residual=residual)
         return jnp.sum((out if residual else x + out) * weights)
 
     grad = jax.jit(jax.grad(loss), static_argnums=1)
@@ -251,7 +251,7 @@ def test_the_kernel_writes_the_residual_sum_where_asked(mechanism):
     for other, kwargs in ((_layer("flurka-rnn", fused=TILING), dict(norm=norm)),
                           (layer, {})):
         with pytest.raises(ValueError, match="residual"):
-            other(x, mask, residual=True, **kwargs)
+            other.fused_block(x, mask, residual=True, **kwargs)
 
 
 def test_only_the_projected_low_rank_layers_with_one_e_fuse_the_norm():
@@ -262,7 +262,7 @@ def test_only_the_projected_low_rank_layers_with_one_e_fuse_the_norm():
     assert not per_head.fuses_norm
     x, mask = _inputs(3)
     norm = _norm(4)
-    assert _rel(per_head(x, mask, norm=norm), per_head(norm(x), mask)) == 0.0
+    assert _rel(per_head.fused_block(x, mask, norm=norm), per_head(norm(x), mask)) == 0.0
 
 
 def _rel(a, b):
@@ -281,8 +281,8 @@ def test_the_projected_gradient_kernel_is_spill_free_on_an_h100(tmp_path):
     row = cuda_compiler_script("""
         import json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
-        from flurka.attention.fused_compress import PreNorm
-        from flurka.attention.fused_layer import fused_projected_query_side
+        from flurka.kernels.compress import PreNorm
+        from flurka.kernels.projected_layer import fused_projected_query_side
         from flurka.speed import aot, profile
         device = aot.target_device(aot.TARGETS["h100"])
         spec, bf, f32 = jax.ShapeDtypeStruct, jnp.bfloat16, jnp.float32

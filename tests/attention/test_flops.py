@@ -25,7 +25,7 @@ def test_shape_validation():
         F.AttentionShape(1, 64, 64, 4, d_k=65)
     with pytest.raises(ValueError, match="needs d_k"):
         F.forward_flops("linformer", F.AttentionShape(1, 64, 64, 4))
-    with pytest.raises(ValueError, match="choose from full, flash"):
+    with pytest.raises(ValueError, match="valid: full, flash"):
         F.forward_flops("sparse", F.AttentionShape(1, 64, 64, 4))
     with pytest.raises(ValueError, match="not a FLuRKA variant"):
         F.constituents("performer")

@@ -91,3 +91,38 @@ def test_imagenet_crops_and_normalizes(mock, tmp_path, check_batch, assert_batch
     assert_batches_equal(batch, ds.train_batch(0, 3))
     assert not np.array_equal(ds.train_batch(0, 3)["image"], ds.train_batch(4, 3)["image"])
     check_batch({k: v for k, v in next(ds.eval_batches(5)).items() if k != "example_weight"}, ds.info, 5)
+
+
+def test_mnli_evaluates_its_mismatched_dev_set_beside_the_matched_one(mock, tmp_path, monkeypatch, check_batch):
+    """glue-mnli reads TFDS's validation_mismatched as its extra eval split "mismatched" (recorded as
+    accuracy_mismatched, Table 2's MNLI-mm); the other tasks, and an explicit eval_split, have none."""
+    from flurka.data import tfds_sets
+    from flurka.data.core import split_metric
+
+    read, real = [], tfds_sets.tfds_source
+
+    def spy(name, split, data_dir=None):   # the mock's splits are identical: make mismatched its own
+        read.append((name, split))
+        source = real(name, split, data_dir)
+        if split != "validation_mismatched":
+            return source
+        return [dict(source[i], label=(int(source[i]["label"]) + 1) % 3) for i in range(7)]
+
+    monkeypatch.setattr(tfds_sets, "tfds_source", spy)
+    ds = get_dataset("glue-mnli", data_dir=str(tmp_path))
+    assert read == [("glue/mnli", "train"), ("glue/mnli", "validation_matched"), ("glue/mnli", "validation_mismatched")]
+    assert list(ds.extra_evals) == ["mismatched"] and split_metric("accuracy", "mismatched") == "accuracy_mismatched"
+    assert (ds.describe()["num_eval"], ds.describe()["num_eval_mismatched"]) == (12, 7)
+    matched, mismatched = next(ds.eval_batches(12)), list(ds.eval_batches(5, "mismatched"))
+    assert [b["example_weight"].tolist() for b in mismatched] == [[1.0] * 5, [1.0] * 2 + [0.0] * 3]
+    for b in mismatched:
+        check_batch(b, ds.info, 5)
+    got = np.concatenate([b["label"][b["example_weight"] > 0] for b in mismatched])
+    np.testing.assert_array_equal(got, [(int(ds.eval.source[i]["label"]) + 1) % 3 for i in range(7)])
+    np.testing.assert_array_equal(np.concatenate([b["inputs"][:5] for b in mismatched])[:7], matched["inputs"][:7])
+    with pytest.raises(ValueError, match="no extra eval split 'matched'"):
+        next(ds.eval_batches(5, "matched"))
+    # only MNLI has one, and only beside its default eval split
+    assert get_dataset("glue-cola", data_dir=str(tmp_path)).extra_evals == {}
+    assert get_dataset("glue-mnli", data_dir=str(tmp_path), eval_split="validation_mismatched").extra_evals == {}
+    assert "num_eval_mismatched" not in get_dataset("glue-rte", data_dir=str(tmp_path)).describe()

@@ -15,7 +15,7 @@ from testsupport import cuda_compiler_script, triton_calls
 
 from flurka.models.config import ModelConfig
 from flurka.models.encoder import Encoder
-from flurka.models.fused_ffn import (
+from flurka.kernels.ffn import (
     ONE_KERNEL, FfnTiling, backward_rows, fused_ffn_block, reference_ffn_block, use_ffn_tiling)
 from flurka.speed.configs import Point, points
 
@@ -334,7 +334,7 @@ def test_the_gradient_kernel_reads_and_writes_each_row_once_on_an_h100(tmp_path)
     fused, xla = cuda_compiler_script("""
         import json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
-        from flurka.models import fused_ffn as ff
+        from flurka.kernels import ffn as ff
         from flurka.speed import aot, profile
         device = aot.target_device(aot.TARGETS["h100"])
         spec, bf = jax.ShapeDtypeStruct, jnp.bfloat16
@@ -380,7 +380,7 @@ def test_every_kernel_of_the_block_fits_an_h100s_shared_memory_in_both_dtypes(tm
     rows = cuda_compiler_script("""
         import json, sys, tempfile, jax, jax.numpy as jnp
         jax.config.update("jax_platforms", "cpu")
-        from flurka.models import fused_ffn as ff
+        from flurka.kernels import ffn as ff
         from flurka.speed import aot
         device = aot.target_device(aot.TARGETS["h100"])
         n, d, f = 1000, 512, 512

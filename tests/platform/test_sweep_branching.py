@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from flurka.results.quality_tables import PAPER_BEST_ALPHA
-from flurka.sweeps.branching import describe, fork_step, make_plan
+from flurka.configs import switch_step
+from flurka.sweeps.branching import describe, make_plan
 from flurka.sweeps.spec import PAPER_ALPHAS, SweepSpec, validate
 
 
@@ -44,7 +45,7 @@ def test_kernel_base_per_variant_and_d_k():
     for br in plan.branches:
         base = next(b for b in plan.bases if b.key == br.base_key)
         assert base.attention == br.attention.removeprefix("flurka-") and base.seed == br.seed
-        assert br.start_step == fork_step(br.alpha, br.steps) and br.start_step in base.fork_steps
+        assert br.start_step == switch_step(br.alpha, br.steps) and br.start_step in base.fork_steps
 
 
 def test_base_checkpoints_at_every_fork_and_stops_at_the_last():
@@ -226,7 +227,7 @@ def test_the_main_jobs_base_saves_at_its_forks_and_every_200th_step(tmp_path):
     base = next(r for r in make_plan(spec).baselines if r.fork_steps)
     o = train_overrides(base, spec.overrides, run_dir=str(tmp_path), steps=spec.steps,
                         checkpoint_every=spec.checkpoint_every)
-    assert base.fork_steps == tuple(fork_step(a, 400) for a in (0.125, 0.375, 0.875)) == (50, 150, 350)
+    assert base.fork_steps == tuple(switch_step(a, 400) for a in (0.125, 0.375, 0.875)) == (50, 150, 350)
     assert o["checkpoint_every"] == 200 and o["checkpoint_steps"] == (50, 150, 350)
     o = train_overrides(base, spec.overrides, run_dir=str(tmp_path), steps=spec.steps, checkpoint_every=None)
     assert o["checkpoint_every"] == 400 // 8     # the default where a sweep file names none

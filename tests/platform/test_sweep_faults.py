@@ -45,15 +45,15 @@ def _killing_callback(kills: dict, reports: list):
 @pytest.mark.slow
 def test_killed_trial_is_retried_from_its_checkpoint(tmp_path, tiny_overrides, mlflow_runs, monkeypatch):
     from flurka import training
+    from flurka.sweeps import runner
     from flurka.sweeps.runner import run_sweep
     from flurka.sweeps.branching import make_plan
     from flurka.sweeps.spec import validate
     from flurka.sweeps.trainable import build_config, train_overrides
-    from flurka.tracking import callback as cb
 
     kills: dict = {}
     reports: list = []
-    monkeypatch.setattr(cb, "MLflowTrialCallback", _killing_callback(kills, reports))
+    monkeypatch.setattr(runner, "MLflowTrialCallback", _killing_callback(kills, reports))
     spec = SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-rnn",), alphas=(0.25,), steps=16,
                      overrides=tiny_overrides, baselines=False, checkpoint_every=4, max_failures=2,
                      run_dir=str(tmp_path / "run"), num_cpus=1, name="faults")

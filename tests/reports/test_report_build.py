@@ -16,7 +16,7 @@ import pytest
 from scipy import stats as st
 
 from flurka.reports import build_report, cli, sections, sources
-from flurka.mechanisms import KERNEL_OF
+from flurka.catalogue.mechanisms import KERNEL_OF
 from flurka.results import connect, ingest_file, open_results, quality_tables, speed_tables
 from testsupport import RECORDED
 

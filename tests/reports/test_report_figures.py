@@ -23,7 +23,7 @@ from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
 
 from flurka.reports import figures, sections, sources  # noqa: E402
-from flurka.mechanisms import KERNEL_OF  # noqa: E402
+from flurka.catalogue.mechanisms import KERNEL_OF  # noqa: E402
 from flurka.results import connect, ingest_file, open_results, quality_tables  # noqa: E402
 from testsupport import RECORDED  # noqa: E402
 

@@ -103,7 +103,7 @@ def test_database_error_mid_sweep_rolls_back(engine, sweep_dict, monkeypatch):
 def test_validation_errors_are_one_readable_line(make_trial, sweep_dict):
     cases = [
         ({"metrics": {"accuracy": 91.0}}, "must be a fraction in [-1, 1], not percent"),
-        ({"benchmark": "glue-foo"}, "benchmark 'glue-foo' is not one of mlm-wikitext103"),
+        ({"benchmark": "glue-foo"}, "benchmark 'glue-foo' is not one of nmt-wmt14-ende"),
         ({"alpha": 1.5}, "alpha must be in [0, 1]"),
         ({"seed": -1}, "seed must be an int >= 0"),
         ({"metrics": {"bleu": math.nan}}, "metric 'bleu' must be a finite number"),
@@ -136,11 +136,12 @@ def test_trial_from_training_result(engine, sweep_dict):
 
 
 @pytest.mark.parametrize("attention, d_k, num_features", [
-    ("performer", None, 16), ("rnn", None, None), ("eva", None, 16), ("full", None, None),
-    ("linformer", 32, None), ("flurka-performer", 32, 16), ("flurka-eva", 32, 16)])
+    ("performer", None, 16), ("rnn", None, None), ("eva", None, None), ("full", None, None),
+    ("linformer", 32, None), ("flurka-performer", 32, 16), ("flurka-eva", 32, None)])
 def test_trial_records_only_the_knobs_its_mechanism_has(attention, d_k, num_features):
     """Every benchmark config carries d_k and num_features; a trial records the ones its mechanism
-    uses, so a kernel baseline is no "performer d_k=16" in the tables, figures and SQL."""
+    uses (its settings in flurka.catalogue.mechanisms), so a kernel baseline is no "performer d_k=16" in the
+    tables, figures and SQL, and EVA (chunks, no feature count) no "num_features=16"."""
     config = {"alpha": 0.0, "attention_options": {"d_k": 32, "num_features": 16}}
     t = trial_from_result("t", {"status": "ok", "benchmark": "nmt-small", "attention": attention, "seed": 0,
                                 "steps": 10, "config": config})

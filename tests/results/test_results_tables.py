@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from flurka.mechanisms import KERNEL_OF
+from flurka.catalogue.mechanisms import KERNEL_OF
 from flurka.results import quality_tables, speed_tables, tables
 
 nan = math.nan

@@ -10,7 +10,7 @@ import json
 import pytest
 from testsupport import cuda_compiler_script, run_with_cuda_compiler
 
-from flurka.attention.fused import Tiling
+from flurka.kernels.query_side import Tiling
 
 H100_MEMORY = 84_929_347_584
 
@@ -28,7 +28,7 @@ def test_fused_kernels_compile_for_an_h100_and_the_default_launch_does_not_spill
     rows = _script("""
         import json, sys, jax
         jax.config.update("jax_platforms", "cpu")
-        from flurka.attention.fused import Tiling
+        from flurka.kernels.query_side import Tiling
         from flurka.speed import aot, tuning
         device, t = aot.target_device(aot.TARGETS["h100"]), Tiling()
         forward = [(t.block_n, t.num_warps), *tuning.FORWARD_GRID]

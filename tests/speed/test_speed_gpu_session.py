@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flurka.mechanisms import FLURKA
+from flurka.catalogue.mechanisms import FLURKA
 from flurka.speed.configs import points
 from flurka.speed.runner import run_sweep
 

@@ -99,7 +99,7 @@ def test_fused_points_run_and_match_sizes():
     it, aligned (align=16: d_h 8 → 16, m 8 → 16) or not (the kernel pads d_h 8 → 16 itself); a
     fused layer it cannot build is an error result saying why, not a crash."""
     from flurka.attention import FUSABLE
-    from flurka.attention.fused import Tiling, use_tiling
+    from flurka.kernels.query_side import Tiling, use_tiling
     pts = configs.points("tiny", scopes=["layer"], modes=["forward", "train"], align=16, fused=True)
     assert {p.mechanism for p in pts if p.fused} == set(FUSABLE)
     chosen = [i for i, p in enumerate(pts) if p.mechanism == "flurka-rnn"]

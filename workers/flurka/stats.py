@@ -85,13 +85,6 @@ class Estimate:
         return Estimate(r(self.mean), r(self.low), r(self.high), self.n)
 
 
-def significant_decimals(value: float, significant: int = 3) -> int:
-    """Decimals that show ``value`` to ``significant`` digits: 5.583 -> 2, 0.2512 -> 3, 123.4 -> 0."""
-    if not math.isfinite(value) or value == 0.0:
-        return significant - 1
-    return max(0, significant - 1 - math.floor(math.log10(abs(value))))
-
-
 def _clean(values: Sequence[float]) -> np.ndarray:
     a = np.asarray(list(values), dtype=np.float64)
     return a[np.isfinite(a)]
@@ -197,5 +190,5 @@ def in_family(tests: Sequence[Paired]) -> list[Paired]:
     return [t.in_family(a) for t, a in zip(tests, holm([t.p for t in tests]))]
 
 
-__all__ = ["CONFIDENCE", "BOOTSTRAP_FROM", "Estimate", "Paired", "mean_ci", "paired", "significant_decimals",
+__all__ = ["CONFIDENCE", "BOOTSTRAP_FROM", "Estimate", "Paired", "mean_ci", "paired",
            "holm", "in_family"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from flurka.results import db
+
 TITLE = "FLuRKA: results report"
 
 
@@ -21,11 +23,12 @@ def build_report(db_url_or_engine, out_dir: str | Path, *, theory: Sequence[str 
     """Build every section from the database (migrated to this code's schema; its theory runs
     included) and the theory files, write the report into ``out_dir`` and return the path of its
     ``index.html``."""
+    # pandas, matplotlib and JAX (sources' flurka.speed): 2.3 s that `flurka report --help` does
+    # not pay; and matplotlib's backend is chosen only when a report is built
     import matplotlib
 
     matplotlib.use("Agg")  # headless, whatever the caller's backend
     from flurka.reports import render, sections, sources
-    from flurka.results import db
 
     loaded = sources.load_theory(theory)  # bad theory files fail before any database work
     # a URL or a SQLite file's path; a missing file is DatabaseMissing (a report creates no database)

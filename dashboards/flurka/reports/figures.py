@@ -17,7 +17,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 
 from flurka.results.records import MECHANISMS
-from flurka.mechanisms import KERNEL_OF, LOW_RANK, base_mechanism
+from flurka.catalogue.mechanisms import KERNEL_OF, LOW_RANK, base_mechanism
 from flurka.results.quality_tables import NO_VALUE
 
 STYLE = {  # mechanism -> (colour, marker)

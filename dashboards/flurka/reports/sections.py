@@ -20,7 +20,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from sqlalchemy.engine import Engine
 
-from flurka.mechanisms import KERNEL_OF, LOW_RANK
+from flurka.configs import primary_metric
+from flurka.catalogue.mechanisms import KERNEL_OF, LOW_RANK
 from flurka.reports import figures as F
 from flurka.reports.sources import (PROFILE_KINDS, SPEED_CONFIG, Theory, combine_runs, describe, profile_rows,
                                     speed_runs, trial_provenance, with_stored)
@@ -35,7 +36,6 @@ SPEED = "python -m flurka.speed --sweep {} --out FILE.json && " + INGEST
 def sweep_on(benchmarks) -> str:
     """The sweep command that trains every mechanism on ``benchmarks`` into the database."""
     return SWEEP.replace("--config uptrain-small", f"--benchmarks {','.join(benchmarks)}")
-PRIMARY_METRIC = {"glue-cola": "matthews", "glue-stsb": "pearson", "mlm": "perplexity", "nmt": "bleu"}
 QUALITY_AGG = "cell = best hyperparameter configuration's mean over seeds (status ok trials only)"
 SOFT = ["m", "layers", "ffn", "align"]  # may co-vary with an axis (m = d_model / heads in the d_model
 # sweep; align: a sweep aligns only the mechanisms that support it). Not pad_to: a sweep pads every
@@ -67,10 +67,6 @@ class Section:
     about: str
     items: list[Table | Plot] = dataclasses.field(default_factory=list)
     missing: str | None = None  # when items is empty: the command that fills the section
-
-
-def primary_metric(benchmark: str) -> str:
-    return PRIMARY_METRIC.get(benchmark) or PRIMARY_METRIC.get(benchmark.split("-")[0], "accuracy")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -62,9 +62,10 @@ def _measurements(engine: Engine) -> tuple[pd.DataFrame, list[dict]]:
 
 def speed_runs(engine: Engine) -> pd.DataFrame:
     """Every ok or OOM speed measurement, one row per run that timed it (``run``: None where the
-    database does not know, before 2026-11-29), with its full configuration (``layers``, ``ffn``
-    and the speed sweep's name come from the stored ``config`` of a ``flurka.speed`` document),
-    how it was timed (``calls_per_sample``; None before 2026-11-29) and, where the run measured
+    database does not know, a document older than the field), with its full configuration
+    (``layers``, ``ffn`` and the speed sweep's name come from the stored ``config`` of a
+    ``flurka.speed`` document), how it was timed (``calls_per_sample``; None where the document
+    predates it) and, where the run measured
     the card's ceilings, its floor (``floor_s``, ``bound``: compute or memory)."""
     df, config = _measurements(engine)
     for name in ("layers", "ffn", "sweep", "floor_s", "bound", "calls_per_sample"):

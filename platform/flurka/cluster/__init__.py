@@ -15,9 +15,14 @@ import dataclasses
 import json
 import os
 import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import psutil
+import ray
+from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
 # Several trials share one GPU only if XLA does not grab 75% of it at start-up.
 SHARED_GPU_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}
@@ -36,8 +41,6 @@ class ClusterContext:
     session_record: Path | None = None   # the embedded instance's ray-session.json
 
     def close(self) -> None:
-        import ray
-
         if ray.is_initialized():
             ray.shutdown()
         if self.session_record is not None:
@@ -91,8 +94,6 @@ SESSION_RECORD = "ray-session.json"
 def _uses(proc, session_dir: str) -> bool:
     """Whether a process belongs to that Ray session: names it on its command line or holds a
     file under it open (the agents, renamed ``ray::…``, keep their session's logs open)."""
-    import psutil
-
     try:
         if any(session_dir in part for part in proc.cmdline()):
             return True
@@ -105,8 +106,6 @@ def reap_orphans(run_dir: str | os.PathLike, *, grace_s: float = 3.0) -> int:
     """Stop what a killed driver's embedded Ray left running: the processes that use the session
     ``run_dir/ray-session.json`` records, if the driver that wrote it is gone. Only this user's
     processes of that one session are touched. Returns how many were stopped."""
-    import psutil
-
     record = Path(run_dir) / SESSION_RECORD
     try:
         rec = json.loads(record.read_text())
@@ -134,8 +133,6 @@ def reap_orphans(run_dir: str | os.PathLike, *, grace_s: float = 3.0) -> int:
 
 
 def _record_session(run_dir: Path) -> Path:
-    import ray
-
     run_dir.mkdir(parents=True, exist_ok=True)
     record = run_dir / SESSION_RECORD
     session = ray._private.worker._global_node.get_session_dir_path()   # no public accessor
@@ -143,6 +140,28 @@ def _record_session(run_dir: Path) -> Path:
     tmp.write_text(json.dumps({"driver_pid": os.getpid(), "session_dir": session}))
     tmp.replace(record)
     return record
+
+
+def quiet_termination() -> None:
+    """Drop the ``SystemExit`` that Ray's SIGTERM handler raises when Tune ends a finished
+    trial's process while Python runs a finalizer: Python can only report it ("Exception ignored
+    in ... Traceback ... SystemExit: 1" in the sweep's output, a stack trace for a trial that
+    went well). Any other exception a finalizer raises is reported as before.
+
+    The sweep installs it as every Ray worker's setup hook, since Tune also ends trial processes
+    that never reached the trainable (Ctrl-C while trials wait for a core); the trainable calls it
+    too, which costs nothing where the hook already ran. It lives here, not beside the trainable,
+    so that a worker that never runs a trial imports no JAX for it."""
+    report = sys.unraisablehook
+    if getattr(report, "quiet_termination", False):
+        return
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, SystemExit):
+            report(unraisable)
+
+    hook.quiet_termination = True
+    sys.unraisablehook = hook
 
 
 def worker_env(gpus_per_trial: float = 0.0, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -160,7 +179,6 @@ def driver_runtime_env(env_vars: dict[str, str] | None, setup_hook: str | None,
     """ray.init's runtime_env: the env vars, and the setup hook unless the job this driver runs
     in names one (``ray job submit --runtime-env-json``): Ray merges the job's runtime env with
     ray.init's and refuses a field both name, so the job's hook then runs instead."""
-    from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
     try:
         job = json.loads(environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR) or "{}").get("runtime_env") or {}
     except (ValueError, AttributeError):
@@ -178,8 +196,6 @@ def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus:
 
     ``setup_hook`` ("module.function") runs in every worker process as it starts, before any
     task or actor: what must hold for a process's whole life, not only while a trial runs."""
-    import ray
-
     address = address or os.environ.get("RAY_ADDRESS") or None
     runtime_env = driver_runtime_env(env_vars, setup_hook)
     if address in (None, "local"):
@@ -224,4 +240,4 @@ def concurrent_trials(resources: dict[str, float], cpus_per_trial: float, gpus_p
 
 
 __all__ = ["connect", "driver_runtime_env", "check_reachable", "check_resources", "concurrent_trials", "worker_env",
-           "ClusterContext", "ClusterError", "SHARED_GPU_ENV"]
+           "quiet_termination", "ClusterContext", "ClusterError", "SHARED_GPU_ENV"]

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import sys
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import sqlalchemy as sa
 from alembic import command
@@ -73,8 +75,6 @@ def mask_url(url: str) -> str:
     """``url`` as text without its password, unchanged if it has none: :func:`redact` for a
     SQLAlchemy URL, the ``user:password@`` (and a ``password=`` query parameter) taken out of
     any other (an ``http://`` MLflow server)."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
     try:
         parts = urlsplit(url)
         password = parts.password
@@ -179,8 +179,6 @@ def probe(url: str | URL, *, will_create: str | Path | None = None) -> None:
         return
     if not path.is_file():
         raise DatabaseUnreachable(f"cannot open {redact(u)}: {path} is not a file")
-    import sqlite3
-
     try:
         con = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
     except sqlite3.Error as e:

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     tracking = _tracking_uri(args.mlflow_uri, url)
     try:
         if tracking is not None:
-            from flurka.tracking.store import probe_tracking
+            from flurka.tracking.store import probe_tracking   # MLflow: 1.4 s, only for documents that go to it
 
             probe_tracking(tracking)
         engine = db.open_results(url)
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             updated = f", updated {report.updated} (FLOP-model fields re-derived)" if report.updated else ""
             print(f"{path}: added {report.added}, already present {report.skipped}{updated}")
             if tracking is not None:
-                from flurka.tracking.documents import log_document
+                from flurka.tracking.documents import log_document   # MLflow, as probe_tracking above
 
                 logged = log_document(tracking, path, Path(path).read_text())
                 if logged is not None:

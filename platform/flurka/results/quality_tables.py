@@ -21,7 +21,7 @@ A column whose metric has a chance line (accuracy: the eval set's majority class
 classification run records as ``majority_accuracy``) gets it as the table's last row, ``chance``,
 and every cell that does not clear it beyond its 95 % CI says "at chance": the LRA paper's "FAIL",
 a number that measured nothing. Likewise the no-attention control (Linformer at d_k = 1,
-:data:`flurka.mechanisms.CONTROL`), where trained: its trials are no Linformer cell but the row
+:data:`flurka.catalogue.mechanisms.CONTROL`), where trained: its trials are no Linformer cell but the row
 ``no attention``, the task's floor (mean ± CI over its seeds), and a cell whose CI does not clear the floor's mean says
 "at floor": whatever its attention did, the task did not need it.
 """
@@ -37,39 +37,25 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from flurka.results.models import CurvePoint, Metric, Sweep, Trial
-from flurka.mechanisms import BASES, CONTROL, CONTROL_LABEL, KERNEL_OF, LOW_RANK
-from flurka.results.records import FRACTION_METRICS
+from flurka.catalogue import metrics as metric_catalogue
+from flurka.catalogue.metrics import CHANCE_OF, FRACTION_METRICS, LOWER_IS_BETTER, significant_decimals
+from flurka.configs import char_bleu, table_columns
+from flurka.catalogue.mechanisms import BASES, CONTROL, CONTROL_LABEL, KERNEL_OF, LOW_RANK
 from flurka.results.tables import NoResults, format_table, mechanism_order
-from flurka.stats import (AT_CHANCE, AT_FLOOR, CHANCE_NOTE, Estimate, in_family, mean_ci, paired,
-                          significant_decimals)
+from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, Estimate, in_family, mean_ci, paired
 
-LOWER_IS_BETTER = ("perplexity", "loss")
 CONFIG = ["alpha", "base", "d_k", "num_features"]
 AGGS = ("mean", "best")
-CHAR_BLEU = ("nmt-small", "nmt-list-small")   # benchmarks whose BLEU is over characters (bleu_tokenize="char")
 PAPER_BEST_ALPHA = (0.25, 0.375)  # Table 5's observation: the best α lies in [25 %, 37.5 %]
 ONE_ALPHA = "one α"  # a row with a single α cell: which α is best is not asked
 
-# (column label, benchmark, metric): Table 2 (GLUE), Table 3 (LRA), Table 4 (collective tasks).
-GLUE_COLUMNS = [
-    ("CoLA (mcc, %)", "glue-cola", "matthews"), ("SST-2 (acc, %)", "glue-sst2", "accuracy"),
-    ("MRPC (F1, %)", "glue-mrpc", "f1"), ("MRPC (acc, %)", "glue-mrpc", "accuracy"),
-    ("STS-B (Pearson, %)", "glue-stsb", "pearson"), ("STS-B (Spearman, %)", "glue-stsb", "spearman"),
-    ("QQP (F1, %)", "glue-qqp", "f1"), ("QQP (acc, %)", "glue-qqp", "accuracy"),
-    ("MNLI-m (acc, %)", "glue-mnli", "accuracy"), ("MNLI-mm (acc, %)", "glue-mnli", "accuracy_mismatched"),
-    ("QNLI (acc, %)", "glue-qnli", "accuracy"), ("RTE (acc, %)", "glue-rte", "accuracy"),
-]
-LRA_COLUMNS = [("ListOps (acc, %)", "lra-listops", "accuracy"), ("Text (acc, %)", "lra-text", "accuracy"),
-               ("Retrieval (acc, %)", "lra-retrieval", "accuracy"), ("Image (acc, %)", "lra-image", "accuracy"),
-               ("Pathfinder (acc, %)", "lra-pathfinder", "accuracy")]
-LRA_SMALL_COLUMNS = [("ListOps (acc, %)", "lra-listops-small", "accuracy"),
-                     ("Image (acc, %)", "lra-image-small", "accuracy")]
-COLLECTIVE_COLUMNS = [("En-De (BLEU, 0–100)", "nmt-wmt14-ende", "bleu"),
-                      ("En-Fr (BLEU, 0–100)", "nmt-wmt14-enfr", "bleu"),
-                      ("ImageNet top-1 (%)", "imagenet", "accuracy"), ("ImageNet top-5 (%)", "imagenet", "top5"),
-                      ("WikiText-103 (perplexity)", "mlm-wikitext103", "perplexity")]
+# (column label, benchmark, metric), as the benchmarks registered them (flurka.configs.register):
+# Table 2 (GLUE), Table 3 (LRA; its CPU-size tasks), Table 4 (collective tasks).
+GLUE_COLUMNS = table_columns("glue")
+LRA_COLUMNS = table_columns("lra")
+LRA_SMALL_COLUMNS = table_columns("lra-small")
+COLLECTIVE_COLUMNS = table_columns("collective")
 CELL_STATS = ("mean", "ci_low", "ci_high", "n")   # a cell's columns in the numeric (CSV) table
-CHANCE_OF = {"accuracy": "majority_accuracy"}     # a metric -> the trial metric holding its chance line
 CHANCE = "chance"                                  # the row that shows the chance line of each column
 FLOOR = CONTROL_LABEL                              # the row of the no-attention control (mechanisms.CONTROL)
 FLOOR_NOTE = (f"{FLOOR}: the task's floor, Linformer at d_k = 1 trained like the rest (every query sees one "
@@ -83,27 +69,13 @@ def _check_agg(agg: str) -> None:
 
 
 def metric_unit(metric: str, benchmark: str | None = None) -> str:
-    """The unit a table shows ``metric`` in: "%" for fractions, "char, 0–100" or "0–100" for BLEU,
-    "" for perplexity and loss (their own units)."""
-    if metric in FRACTION_METRICS:
-        return "%"
-    if metric == "bleu":
-        return "char, 0–100" if benchmark in CHAR_BLEU else "0–100"
-    return ""
+    """The unit a table shows ``metric`` in on ``benchmark`` (:func:`flurka.catalogue.metrics.unit`)."""
+    return metric_catalogue.unit(metric, benchmark is not None and char_bleu(benchmark))
 
 
 def metric_label(metric: str, benchmark: str | None = None) -> str:
     """A header for ``metric``: "accuracy (%)", "BLEU (char, 0–100)", "perplexity", "eval loss"."""
-    name = {"bleu": "BLEU", "loss": "eval loss", "exact_match": "exact match"}.get(metric, metric)
-    unit = metric_unit(metric, benchmark)
-    return f"{name} ({unit})" if unit else name
-
-
-def metric_decimals(metric: str, value: float) -> int:
-    """Decimals worth showing: 1 for percent and BLEU (0–100), else 3 significant digits of ``value``."""
-    if metric in FRACTION_METRICS or metric == "bleu":
-        return 1
-    return significant_decimals(value)
+    return metric_catalogue.label(metric, benchmark is not None and char_bleu(benchmark))
 
 
 def _trial_filter(stmt: sa.Select, benchmarks: Sequence[str], sweep: str | None) -> sa.Select:
@@ -207,7 +179,7 @@ def _chance_row(line: float, decimals: int, **keys) -> dict:
 
 
 def _is_control(df: pd.DataFrame) -> pd.Series:
-    """The trials of the no-attention control (:data:`flurka.mechanisms.CONTROL`)."""
+    """The trials of the no-attention control (:data:`flurka.catalogue.mechanisms.CONTROL`)."""
     mechanism, d_k = CONTROL
     return (df["attention"] == mechanism) & (df["d_k"] == d_k)
 
@@ -280,15 +252,15 @@ def metric_stats(engine: Engine, columns: Sequence[tuple[str, str, str]], *, agg
     chance = {label: line for label, bench, metric in shown
               if (line := _chance_line(df, bench, metric)) is not None}
     mechanisms = mechanism_order(df.loc[df["metric"].isin(wanted), "attention"])
-    rows = [{**_stat_row(cells[label][m], metric_decimals(metric, cells[label][m].estimate.mean),
+    rows = [{**_stat_row(cells[label][m], metric_catalogue.decimals(metric, cells[label][m].estimate.mean),
                          mechanism=m, column=label, benchmark=bench, metric=metric),
              **_marks(cells[label][m].estimate, chance.get(label), floors.get(label), metric in LOWER_IS_BETTER)}
             for m in mechanisms for label, bench, metric in shown if m in cells[label]]
-    rows += [{**_stat_row(floors[label], metric_decimals(metric, floors[label].estimate.mean), mechanism=FLOOR,
+    rows += [{**_stat_row(floors[label], metric_catalogue.decimals(metric, floors[label].estimate.mean), mechanism=FLOOR,
                           column=label, benchmark=bench, metric=metric),
               **_marks(floors[label].estimate, chance.get(label), None, metric in LOWER_IS_BETTER)}
              for label, bench, metric in shown if label in floors]
-    rows += [_chance_row(chance[label], metric_decimals(metric, chance[label]), mechanism=CHANCE, column=label,
+    rows += [_chance_row(chance[label], metric_catalogue.decimals(metric, chance[label]), mechanism=CHANCE, column=label,
                          benchmark=bench, metric=metric)
              for label, bench, metric in shown if label in chance]
     labels = [label for label, _, _ in shown]
@@ -511,15 +483,15 @@ def uptraining_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", metri
         keys = dict(variant=r.variant, base=r.base, d_k=r.d_k)
         for column, mech, a, cell in parts:
             if cell is not None:
-                out.append({**_stat_row(cell, metric_decimals(metric, cell.estimate.mean), **keys, column=column,
+                out.append({**_stat_row(cell, metric_catalogue.decimals(metric, cell.estimate.mean), **keys, column=column,
                                         mechanism=mech, alpha=a),
                             "best": a == best, **_marks(cell.estimate, line, floor, lower)})
         if floor is not None:
-            out.append({**_stat_row(floor, metric_decimals(metric, floor.estimate.mean), **keys, column=FLOOR,
+            out.append({**_stat_row(floor, metric_catalogue.decimals(metric, floor.estimate.mean), **keys, column=FLOOR,
                                     mechanism=CONTROL[0], alpha=math.nan),
                         "best": False, **_marks(floor.estimate, line, None, lower)})
         if line is not None:
-            out.append({**_chance_row(line, metric_decimals(metric, line), **keys, column=CHANCE, mechanism="",
+            out.append({**_chance_row(line, metric_catalogue.decimals(metric, line), **keys, column=CHANCE, mechanism="",
                                       alpha=math.nan), "best": False})
     stats = pd.DataFrame(out, columns=["variant", "base", "d_k", "column", "mechanism", "alpha", "config", "seeds",
                                        "mean", "low", "high", "n", "decimals", "best", "at_chance", "at_floor"])
@@ -606,7 +578,7 @@ def uptraining_observations(engine: Engine, *, benchmark: str = "nmt-wmt14-ende"
     for r in rows:
         a = r.best_alpha(lower)
         cell = r.alphas[a]
-        dec = metric_decimals(metric, cell.estimate.mean)
+        dec = metric_catalogue.decimals(metric, cell.estimate.mean)
         judged = between = 0
         if r.kernel is not None and r.low_rank is not None:
             lo, hi = sorted((r.kernel.estimate.mean, r.low_rank.estimate.mean))

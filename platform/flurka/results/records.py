@@ -50,12 +50,11 @@ import json
 import math
 from typing import Any
 
-from flurka.mechanisms import BASES, COMPRESSED, MECHANISMS, RANDOM_FEATURES, base_family   # plain Python: no JAX
+from flurka.catalogue.metrics import FRACTION_METRICS   # plain Python too
+from flurka.catalogue.mechanisms import BASES, MECHANISMS, base_family, has_setting   # plain Python: no JAX
 from flurka.configs import BENCHMARKS as _REGISTERED   # plain Python too: the benchmark configs
 
 BENCHMARKS: tuple[str, ...] = tuple(_REGISTERED)      # every registered benchmark can be stored
-FRACTION_METRICS = ("accuracy", "accuracy_mismatched", "majority_accuracy", "f1", "matthews", "pearson", "spearman",
-                    "top5", "exact_match")
 SPEED_MODES = ("forward", "train")
 SPEED_STATUSES = ("ok", "oom", "error")
 SPEED_SCOPES = ("layer", "model")
@@ -242,8 +241,8 @@ def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
         "steps": result.get("steps"),
         "alpha": config.get("alpha"),
         "base": config.get("base") if (config.get("alpha") or 0) > 0 else None,   # up-trained only
-        "d_k": options.get("d_k") if attention in COMPRESSED else None,
-        "num_features": options.get("num_features") if attention in RANDOM_FEATURES else None,
+        **{s: options.get(s) if attention in MECHANISMS and has_setting(attention, s) else None
+           for s in ("d_k", "num_features")},
         "train_flops": result.get("train_flops"),
         "wall_time_s": result.get("wall_time_s"),
         "metrics": {k: v for k, v in (result.get("final_metrics") or {}).items() if finite(v)},

@@ -19,7 +19,7 @@ import pandas as pd
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from flurka.mechanisms import KERNEL_OF, LOW_RANK
+from flurka.catalogue.mechanisms import KERNEL_OF, LOW_RANK
 from flurka.results.models import Environment, SpeedMeasurement
 from flurka.results.tables import NoResults, mechanism_order
 
@@ -163,9 +163,8 @@ def combine_repeats(df: pd.DataFrame, point: Sequence[str]) -> pd.DataFrame:
     day) become the median of each of their measurements (:data:`PER_RUN`, those the frame has),
     ``runs`` says how many; a point is OOM only if no run of it fitted. The report's speed figures
     use it too. The spread stays a run's own noise, not the drift between runs: mechanisms timed
-    in one run share its machine's state, so their ratio's noise is the run's (on the CPU VM of
-    benchmarks/results/cpu/2026-11-26-claims-boundary the ceilings moved 1.5× between runs
-    minutes apart, interleaved ratios a median 2.4 %)."""
+    in one run share its machine's state, so their ratio's noise is the run's (a machine's speed
+    can drift between runs far more than interleaved ratios do: benchmarks/results/cpu/NOTES.md)."""
     if "run" in df and "run" not in point:  # a combined row is no one run's
         df = df.drop(columns="run")
     if df.empty:

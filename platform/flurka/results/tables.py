@@ -15,7 +15,7 @@ class NoResults(ValueError):
 
 
 def mechanism_order(mechanisms) -> list[str]:
-    """``mechanisms`` in the order of :data:`flurka.mechanisms.MECHANISMS`."""
+    """``mechanisms`` in the order of :data:`flurka.catalogue.mechanisms.MECHANISMS`."""
     return [m for m in MECHANISMS if m in set(mechanisms)]
 
 

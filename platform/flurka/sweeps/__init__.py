@@ -11,17 +11,17 @@ does.
     outcome.tables["uptraining_nmt-small"]      # Table 5's shape, mean ± CI over the seeds
 """
 
-from flurka.sweeps.branching import Plan, PlannedRun, describe, fork_step, make_plan
+from flurka.sweeps.branching import Plan, PlannedRun, describe, make_plan
 from flurka.sweeps.spec import PAPER_ALPHAS, SpecError, SweepSpec, from_args, parse, validate
 
 
 def run_sweep(spec: SweepSpec):
     """Run ``spec`` (:func:`flurka.sweeps.runner.run_sweep`): returns the sweep's outcome (its
     id, run dir, stores, per-trial results, failed / skipped trials, tables, time split)."""
-    from flurka.sweeps.runner import run_sweep as run
+    from flurka.sweeps.runner import run_sweep as run   # Ray, MLflow, JAX: specs and plans import without them
 
     return run(spec)
 
 
-__all__ = ["PAPER_ALPHAS", "Plan", "PlannedRun", "SpecError", "SweepSpec", "describe", "fork_step", "from_args",
+__all__ = ["PAPER_ALPHAS", "Plan", "PlannedRun", "SpecError", "SweepSpec", "describe", "from_args",
            "make_plan", "parse", "run_sweep", "validate"]

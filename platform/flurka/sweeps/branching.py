@@ -16,15 +16,11 @@ import dataclasses
 import itertools
 from typing import Any
 
-from flurka.mechanisms import CONTROL, KERNEL_OF, LOW_RANK, base_mechanism
+from flurka.configs import switch_step
+from flurka.catalogue.mechanisms import CONTROL, KERNEL_OF, LOW_RANK, base_mechanism
 from flurka.sweeps.spec import FULL, SweepSpec, benchmark_config, d_k_of
 
 KINDS = ("baseline", "base", "branch")
-
-
-def fork_step(alpha: float, steps: int) -> int:
-    """The step where an up-training run switches from the base model to the variant."""
-    return int(round(alpha * steps))  # = flurka.configs.TrainConfig.switch_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +168,7 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
                 base = base_mechanism(variant, spec.base_of(variant))
                 base_dk = d_k if base == LOW_RANK else None
                 alphas = spec.alphas_of(variant)
-                forks = sorted({fork_step(a, T) for a in alphas} & set(range(1, T)))
+                forks = sorted({switch_step(a, T) for a in alphas} & set(range(1, T)))
                 base_key = None
                 if spec.branching and forks:
                     if spec.baselines:
@@ -182,7 +178,7 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
                         base_key = add_forks(bases, PlannedRun("base", bench, base, seed, T, d_k=base_dk),
                                              forks, stop=True)
                 for alpha in alphas:
-                    start = fork_step(alpha, T)
+                    start = switch_step(alpha, T)
                     forked = base_key is not None and 0 < start < T
                     branches.append(PlannedRun("branch", bench, variant, seed, T, d_k=d_k, alpha=alpha, base=base,
                                                base_key=base_key if forked else None,
@@ -209,4 +205,4 @@ def describe(plan: Plan) -> str:
             f"{c['uptrain_compute_ratio']:.0%} of the {c['uptrain_steps_independent']} of every α from scratch")
 
 
-__all__ = ["PlannedRun", "Plan", "make_plan", "fork_step", "describe", "independent_equivalent", "KINDS"]
+__all__ = ["PlannedRun", "Plan", "make_plan", "describe", "independent_equivalent", "KINDS"]

@@ -16,27 +16,32 @@ from __future__ import annotations
 import argparse
 import sys
 
+from flurka.sweeps import spec
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from flurka.sweeps import spec
-
     spec.add_arguments(parser)
 
 
 def run(args: argparse.Namespace, prog: str = "flurka sweep") -> int:
-    from flurka.cluster import ClusterError
-    from flurka.results import DatabaseUnreachable
-    from flurka.sweeps import spec
-    from flurka.sweeps.runner import SweepInterrupted, run_sweep, summary
-
     try:
         sweep = spec.from_args(args)
-        outcome = run_sweep(sweep)
+    except (spec.SpecError, FileNotFoundError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    # The driver's stack (Ray Tune, MLflow, SQLAlchemy, JAX: seconds to import): --help and a
+    # spec that does not parse answer without it.
+    from flurka.cluster import ClusterError
+    from flurka.results import DatabaseUnreachable
+    from flurka.sweeps import runner
+
+    try:
+        outcome = runner.run_sweep(sweep)
     except (spec.SpecError, ClusterError, DatabaseUnreachable, FileNotFoundError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    except SweepInterrupted as exc:
+    except runner.SweepInterrupted as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return exc.exit_code
-    print(summary(outcome, verbose=sweep.verbose), flush=True)
+    print(runner.summary(outcome, verbose=sweep.verbose), flush=True)
     return 1 if outcome.failed or outcome.skipped else 0

@@ -23,22 +23,23 @@ import os
 from pathlib import Path
 from typing import Any
 
+import jax
 import ray
 from ray.train._internal.utils import get_address_and_port
+from ray.train.v2.api.config import RunConfig, ScalingConfig
 from ray.train.v2.jax import JaxTrainer
 from ray.train.v2.jax.config import JaxConfig, _JaxBackend
 
+from flurka import training
+from flurka.configs import get_config
+
 
 def _init_cpu(coordinator: str, num_processes: int, process_id: int) -> None:
-    import jax
-
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator, num_processes, process_id)
 
 
 def _shutdown() -> None:
-    import jax
-
     jax.distributed.shutdown()
 
 
@@ -71,11 +72,6 @@ class JaxDistributedConfig(JaxConfig):
 def train_worker(config: dict[str, Any]) -> None:
     """Ray Train's per-worker loop: one flurka training run, data parallel over every process's
     devices. Every process computes the same metrics; ``report_dir`` gets each one's view."""
-    import jax
-
-    from flurka import training
-    from flurka.configs import get_config
-
     cfg = get_config(config["benchmark"], **config.get("overrides", {}))
     result = training.run(cfg)   # the loop shards over every process's devices and checks batch_size
     info = {"process_index": jax.process_index(), "process_count": jax.process_count(),
@@ -92,8 +88,6 @@ def fit(config: dict[str, Any], *, num_workers: int, use_gpu: bool = False, stor
         name: str = "flurka-multinode", resources_per_worker: dict[str, float] | None = None):
     """Run :func:`train_worker` on ``num_workers`` processes as one JAX program; returns Ray
     Train's ``Result``. ``storage_path`` must be absolute (shared storage on a real cluster)."""
-    from ray.train.v2.api.config import RunConfig, ScalingConfig
-
     if num_workers < 1:
         raise ValueError(f"num_workers must be >= 1, got {num_workers}")
     if not os.path.isabs(storage_path):

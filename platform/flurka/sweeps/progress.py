@@ -43,9 +43,8 @@ def steps_done(run: dict[str, Any], status: str, last_step: Any) -> tuple[int, i
 def time_left(done: int, planned: int, since: tuple[float, int] | None, now: float) -> float | None:
     """Seconds the phase's remaining steps take at the rate measured since ``since`` (the time and
     the steps done when steps were first seen), None until there is a rate. Not from the phase's
-    start: its first half-minute is trials starting and compiling (a branches phase estimated
-    "about 25:35 left" 32 s in, at 2 % of its steps, and took 3:31), and a resumed phase starts
-    with the steps it restored."""
+    start: its first half-minute is trials starting and compiling, which would put the estimate
+    many times too high, and a resumed phase starts with the steps it restored."""
     if since is None or not 0 < done < planned or done <= since[1] or now <= since[0]:
         return None
     return (planned - done) * (now - since[0]) / (done - since[1])

@@ -31,15 +31,36 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flurka.sweeps.branching import PlannedRun, describe, make_plan
-from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields, password_warnings,
-                                stored_dict, validate)
-from flurka.sweeps.trainable import WORKER_SETUP_HOOK, train_overrides, work_dir
-
 # Tune warns when the driver spends over 0.5 s on a trial's report: ours writes it to MLflow (a
 # SQLite commit, which a busy machine can take that long for), so the warning is noise a user can
-# do nothing about. Read when ray.tune is first imported, which this module's functions do.
+# do nothing about. Read when ray.tune is first imported: so set before the imports below.
+# ruff: noqa: E402
 os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
+
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler
+from sqlalchemy import select
+
+from flurka import cluster
+from flurka.catalogue.metrics import lower_is_better
+from flurka.catalogue.mechanisms import base_family
+from flurka.results import TrialRecord, ingest_sweep, open_results, quality_tables, speed_tables, trial_from_result
+from flurka.results.db import probe, redact
+from flurka.results.models import SpeedMeasurement
+from flurka.results.quality_tables import format_observations
+from flurka.results.records import SweepRecord
+from flurka.results.tables import format_table
+from flurka.sweeps.branching import PlannedRun, describe, make_plan
+from flurka.sweeps.progress import ProgressLine
+from flurka.sweeps.search import FinalMetricOptuna
+from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields, password_warnings,
+                                stored_dict, validate)
+from flurka.sweeps.trainable import WORKER_SETUP_HOOK, _trainable, build_config, resolve, train_overrides, work_dir
+from flurka.tracking.callback import MLflowTrialCallback, trial_result
+from flurka.tracking.mlflow_runs import (BENCHMARK_TAG, SweepTracker, artifact_root_for, git_commit, package_versions,
+                                         trial_run_name)
+from flurka.tracking.store import probe_tracking, relocate_artifacts
+from flurka.training.loop import config_dict
 
 PHASES = ("first", "branches")  # what branches fork from, then the α branches (Plan.phases)
 RECORD = "sweep-record.json"    # the sweep's results as `flurka ingest` reads them, in its run dir
@@ -217,13 +238,9 @@ def _metric_of(spec: SweepSpec, benchmark: str) -> tuple[str, str]:
 def _search(spec: SweepSpec, configs: list[dict[str, Any]], phase: str):
     """param_space and search algorithm: a grid over the planned runs, or Optuna over (α, d_k)
     choosing among the planned branches (so every sample has its base checkpoint)."""
-    from ray import tune
-
     if phase == "first" or spec.search == "grid":
         space = {"cfg": tune.grid_search(configs)}
         return space, None, 1 if phase == "first" else spec.num_samples
-    from flurka.sweeps.search import FinalMetricOptuna
-
     table = {_branch_id(c["run"]): c for c in configs}
     space = {"variant": tune.choice(list(spec.variants)), "alpha": tune.choice(list(spec.all_alphas)),
              "d_k": tune.choice(sorted({c["run"]["d_k"] for c in configs})),
@@ -281,34 +298,13 @@ def check_all_started(results, phase: str, run_dir) -> None:
                                "started", run_dir)
 
 
-def resolve(trial_config: dict[str, Any]) -> dict[str, Any]:
-    """The planned-run config of a trial (grid: given; Optuna: looked up from its sample)."""
-    if "cfg" in trial_config:
-        return trial_config["cfg"]
-    c = trial_config
-    return c["table"][f"{c['benchmark']}|{c['variant']}|{c['alpha']:g}|{c['d_k']}|{c['seed']}"]
-
-
 def _params(cfg: dict[str, Any]) -> dict[str, Any]:
     """MLflow params of a trial: its planned run and the full training config."""
-    from flurka.sweeps.trainable import build_config
-    from flurka.training.loop import config_dict
-
     _, config = build_config(cfg)
     return {"run": cfg["run"], "config": config_dict(config)}
 
 
-def _trainable(trial_config: dict[str, Any]) -> None:
-    from flurka.sweeps.trainable import tune_trainable
-
-    tune_trainable(resolve(trial_config))
-
-
 def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: Path, exp_name: str, callbacks):
-    from ray import tune
-
-    from flurka.sweeps.progress import ProgressLine
-
     # A reporter of ours (one line) or Tune's classic CLIReporter (--verbose: the trial table);
     # the newer output engine ignores a passed-in reporter.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -324,8 +320,6 @@ def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: 
     space, search_alg, num_samples = _search(spec, configs, phase)
     scheduler = None
     if spec.scheduler == "asha" and phase == "branches":
-        from ray.tune.schedulers import ASHAScheduler
-
         # The metric lives on the scheduler: Optuna names its own (final metric), and Tune
         # refuses a metric given both in TuneConfig and in the searcher.
         # max_t one past the last step: ASHA stops a trial whose report reaches max_t, and the
@@ -354,8 +348,6 @@ def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: 
 def _run_name(cfg: dict[str, Any], several: bool) -> str:
     """The name Tune's progress table and MLflow show for a planned-run config: what differs
     first, the benchmark too when the sweep has ``several``. The run's key stays the identifier."""
-    from flurka.tracking.mlflow_runs import trial_run_name
-
     return trial_run_name(cfg["run"], benchmark=several)
 
 
@@ -370,8 +362,6 @@ def _trial_dirname(trial) -> str:
 # -- records, tables ----------------------------------------------------------------------------
 
 def _environment(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    from flurka.tracking.mlflow_runs import package_versions
-
     devices = sorted({r.get("device", "unknown") for r in results.values()}) or ["unknown"]
     return {"device": ", ".join(devices)[:255], "host": socket.gethostname(), "versions": package_versions()}
 
@@ -379,8 +369,6 @@ def _environment(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def best_trials(results: dict[str, dict[str, Any]], runs: dict[str, dict[str, Any]]) -> dict[str, str]:
     """Benchmark -> the key of its finished trial with the best final task metric (the config's
     first metric; lower is better for perplexity and loss): the model a sweep logs for loading."""
-    from flurka.results.quality_tables import LOWER_IS_BETTER
-
     best: dict[str, tuple[float, str]] = {}
     for key, result in results.items():
         config = result.get("config") or {}
@@ -388,7 +376,7 @@ def best_trials(results: dict[str, dict[str, Any]], runs: dict[str, dict[str, An
         value = (result.get("final_metrics") or {}).get(metric)
         if runs[key]["kind"] == "base" or result.get("status", "ok") != "ok" or value is None:
             continue
-        score = -float(value) if metric in LOWER_IS_BETTER else float(value)
+        score = -float(value) if lower_is_better(metric) else float(value)
         benchmark = runs[key]["benchmark"]
         if benchmark not in best or score > best[benchmark][0]:
             best[benchmark] = (score, key)
@@ -418,9 +406,6 @@ def unforkable(plan, results: dict[str, dict[str, Any]], failed: list[str],
 def _unfinished_record(run, status: str):
     """The results-DB record of a planned trial that has no result (failed, stopped, skipped):
     what it was to train, its status, no metrics."""
-    from flurka.mechanisms import base_family
-    from flurka.results import TrialRecord
-
     return TrialRecord(trial_key=run.key, attention=run.attention, benchmark=run.benchmark,
                        seed=run.seed, status=status[:255], steps=0, alpha=run.alpha,
                        base=base_family(run.base) if run.base else None, d_k=run.d_k)
@@ -430,8 +415,6 @@ def _log_skipped(tracker, plan, skipped: dict[str, str], spec: SweepSpec, run_di
                  name_of) -> None:
     """Each skipped branch as its own MLflow run: KILLED, tagged ``flurka.status`` with the
     reason (the sweep planned it; the runs table shows why it has no curve)."""
-    from flurka.tracking.mlflow_runs import BENCHMARK_TAG
-
     runs = [r for r in plan.branches if r.key in skipped]
     for cfg in _trial_configs(tuple(runs), spec, run_dir):
         run = cfg["run"]
@@ -457,11 +440,6 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
     with Table 5's observations on each (``observations_<bench>...``); a quality table over the
     sweep's benchmarks and their reported metrics; and the speed table if the database holds speed
     measurements (a sweep's own database holds none: then no table and no line about it)."""
-    from sqlalchemy import select
-
-    from flurka.results import quality_tables, speed_tables
-    from flurka.results.models import SpeedMeasurement
-
     out: dict[str, Any] = {}
     columns = []
     for bench in spec.benchmarks:
@@ -492,7 +470,7 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
 
 TRIAL_PARTS = ("data", "setup", "compile", "train_steps", "eval", "checkpoints", "report", "other")
 DRIVER_PARTS = ("ray_start", "mlflow", "results_db")
-TRAIN_STEPS_TARGET = 0.8   # issue 39: the trials' wall time goes to training steps
+TRAIN_STEPS_TARGET = 0.8   # the share of the trials' wall time the main job aims to spend in training steps
 
 
 @contextlib.contextmanager
@@ -561,9 +539,6 @@ def check_stores(spec: SweepSpec) -> None:
     """The results DB and the MLflow store can be opened, creating nothing: an existing SQLite
     file must be a database (read-only look), a server must answer (a few seconds). Raises
     DatabaseUnreachable (one line, no password)."""
-    from flurka.results.db import probe
-    from flurka.tracking.store import probe_tracking
-
     probe(spec.results_url, will_create=spec.run_path)
     probe_tracking(spec.mlflow_tracking_uri, will_create=spec.run_path)
 
@@ -584,8 +559,6 @@ def preflight(spec: SweepSpec):
 
 
 def _checked(spec: SweepSpec):
-    from flurka.results import open_results
-
     aside = check_fresh_run_dir(spec)
     if spec.resume:
         _stored_state(spec)
@@ -607,9 +580,6 @@ def _checked(spec: SweepSpec):
 def open_tracking(spec: SweepSpec, sweep_id: str, ray_address: str):
     """The sweep's MLflow tracker and parent run (created, or found again on ``--resume``); its
     params ``spec.*`` are ``stored_dict``'s: passwords masked. Returns (tracker, parent run id)."""
-    from flurka.tracking.mlflow_runs import SweepTracker, artifact_root_for
-    from flurka.tracking.store import relocate_artifacts
-
     uri = spec.mlflow_tracking_uri
     if uri.startswith("sqlite:///") and Path(uri.removeprefix("sqlite:///")).is_file():
         moved = relocate_artifacts(Path(uri.removeprefix("sqlite:///")))   # a resume in a moved run dir
@@ -622,9 +592,6 @@ def open_tracking(spec: SweepSpec, sweep_id: str, ray_address: str):
 
 
 def run_sweep(spec: SweepSpec) -> SweepOutcome:
-    from flurka import cluster
-    from flurka.tracking.callback import MLflowTrialCallback, trial_result
-
     spec, plan, engine = preflight(spec)
     for line in password_warnings(spec):      # after the checks: bad input stays one line
         print(f"flurka sweep: {line}", file=sys.stderr, flush=True)
@@ -689,9 +656,6 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                     failed.append(key)
                 else:
                     stopped.append(key)  # early-stopped by ASHA
-        from flurka.results import ingest_sweep, trial_from_result
-        from flurka.results.records import SweepRecord
-
         trials = [trial_from_result(k, r) for k, r in results.items() if runs[k]["kind"] != "base"]
         trials += [_unfinished_record(r, "failed" if r.key in failed else "stopped early")
                    for r in plan.baselines + plan.branches if r.key in failed or r.key in stopped]
@@ -740,8 +704,6 @@ def write_record(record, path: Path) -> None:
 
 
 def _commit() -> str | None:
-    from flurka.tracking.mlflow_runs import git_commit
-
     c = git_commit()
     return None if c == "unknown" else c
 
@@ -773,9 +735,6 @@ def _title(df) -> str:
 def result_markdown(tables: Mapping[str, Any], sweep_id: str) -> list[str]:
     """The result as Markdown blocks (each title, table, note and observations its own), for the
     MLflow UI's run and experiment descriptions, which render them."""
-    from flurka.results.quality_tables import format_observations
-    from flurka.results.tables import format_table
-
     blocks = [f"**Sweep {sweep_id}**: the terminal's result; the per-row tables behind the observations: "
               "`flurka tables`; the figures: the `report` artifacts (`flurka report`)."]
     for kind, df in result_parts(tables):
@@ -793,9 +752,6 @@ def summary(outcome: SweepOutcome, verbose: bool = False) -> str:
     ``flurka tables`` adds the per-row table behind them), then the trials' count, and last where
     the results are and the commands that show them (``verbose``: the time split before them; it
     is on the parent MLflow run either way)."""
-    from flurka.results.quality_tables import format_observations
-    from flurka.results.tables import format_table
-
     lines = []
     for kind, df in result_parts(outcome.tables):
         if kind == "observations":
@@ -819,8 +775,6 @@ def summary(outcome: SweepOutcome, verbose: bool = False) -> str:
 
 def next_commands(outcome: SweepOutcome) -> list[str]:
     """Where a sweep's results are and the commands that show them, a line each."""
-    from flurka.results.db import redact
-
     db = redact(outcome.results_url)
     default_ui = outcome.mlflow_uri == f"sqlite:///{Path(outcome.run_dir) / 'mlflow.db'}"
     if default_ui:

@@ -21,9 +21,11 @@ from typing import Any, Sequence
 
 import yaml
 
+from flurka import configs
 from flurka.cli import OneLineParser as ArgumentParser   # the sweep's parser: errors in one line
 from flurka.configs.base import MAX_INT as MAX_STEPS
-from flurka.mechanisms import BASES
+from flurka.configs.overrides import parse_assignments
+from flurka.catalogue.mechanisms import BASES, FLURKA, MECHANISMS
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
@@ -128,17 +130,12 @@ class SweepSpec:
 
 def catalogue() -> dict[str, Any]:
     """Benchmarks, FLuRKA variants and their constituents, read from the workers."""
-    from flurka import configs
-    from flurka.mechanisms import FLURKA, MECHANISMS
-
     return {"benchmarks": tuple(sorted(configs.BENCHMARKS)), "variants": tuple(FLURKA),
             "mechanisms": tuple(MECHANISMS)}
 
 
 
 def benchmark_config(benchmark: str, spec: SweepSpec, **extra: Any):
-    from flurka import configs
-
     overrides = spec.config_overrides
     if spec.steps is not None:
         overrides["steps"] = spec.steps
@@ -210,7 +207,7 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
         except (TypeError, ValueError, KeyError) as exc:
             raise SpecError(f"benchmark {b!r}: {str(exc).splitlines()[0]}") from None
         if spec.address is None and not os.environ.get("RAY_ADDRESS"):   # trials run here
-            from flurka.training.memory import check_fits
+            from flurka.training.memory import check_fits   # JAX, 1.9 s: `flurka sweep --help` stays without it
             try:
                 check_fits(cfg, device=None if spec.gpus_per_trial == 0 else math.inf)
             except ValueError as exc:
@@ -252,7 +249,7 @@ def check_paths(spec: SweepSpec) -> None:
                 else "$JAX_COMPILATION_CACHE_DIR" if os.environ.get("JAX_COMPILATION_CACHE_DIR")
                 else "the compilation cache")
         _writable_dir(Path(cache), what)
-    from flurka.results.db import sqlite_file
+    from flurka.results.db import sqlite_file   # SQLAlchemy, Alembic: 0.45 s that --help does not pay
 
     for flag, url in (("--mlflow-uri", spec.mlflow_tracking_uri), ("--results-db", spec.results_url)):
         path = sqlite_file(url) if url.startswith("sqlite:") else None
@@ -270,7 +267,7 @@ SECRET_FIELDS = ("results_db", "mlflow_uri")   # URLs that may carry a password
 
 def mask_url(url: str) -> str:
     """``url`` without its password (``flurka.results.db.mask_url``), unchanged if it has none."""
-    from flurka.results.db import mask_url as mask
+    from flurka.results.db import mask_url as mask   # SQLAlchemy, Alembic: 0.45 s that --help does not pay
 
     return mask(url)
 
@@ -390,8 +387,6 @@ def _items(v: Any, one) -> tuple:
 
 
 def _overrides(v: Any) -> dict[str, Any]:
-    from flurka.configs.overrides import parse_assignments
-
     if isinstance(v, (list, tuple)):                    # --set FIELD=VALUE (or a YAML list of them)
         if not all(isinstance(x, str) for x in v):
             raise _Bad

@@ -10,12 +10,15 @@ from keeps the checkpoints at its fork steps; the α branches start from them th
 
 One process trains a work dir at a time (an exclusive ``flock`` on ``<work dir>/.lock``, released
 by the kernel if the process dies): Optuna draws with replacement, so two trials can be the same
-planned run, and two trainings writing one checkpoint directory collide (seen in CI: orbax's
-"Directory not empty" on the shared temporary checkpoint). The repeated trial waits, then resumes
-from the first one's checkpoints — the same deterministic run — and reports its result.
+planned run, and two trainings writing one checkpoint directory collide (orbax's "Directory not
+empty" on the shared temporary checkpoint). The repeated trial waits, then resumes from the first
+one's checkpoints — the same deterministic run — and reports its result.
 
 A CPU-only trial first pins its process to as many cores of its own as it was given
 (``flurka.cluster.cores``): Ray counts CPUs but does not assign them.
+
+This module is what Tune's workers import (:func:`_trainable`); the driver's MLflow and results
+database stay in :mod:`flurka.sweeps.runner`.
 """
 
 from __future__ import annotations
@@ -24,17 +27,27 @@ import contextlib
 import fcntl
 import json
 import os
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from flurka.mechanisms import base_family
-from flurka.sweeps.branching import PlannedRun
+import jax
+import ray
+from ray import tune
 
-RESULT_KEY = "result_json"   # = flurka.tracking.callback.RESULT_KEY (kept Ray-free here)
-EVAL_PREFIX = "eval_"        # = flurka.tracking.callback.EVAL_PREFIX: Tune's name of an eval metric
+from flurka import training
+from flurka.cluster import cores, quiet_termination
+from flurka.configs import get_config
+from flurka.catalogue.mechanisms import base_family
+from flurka.sweeps.branching import PlannedRun
+from flurka.training import compilation
+from flurka.training.checkpoints import Checkpointer
+
+# = flurka.tracking.callback's RESULT_KEY and EVAL_PREFIX (Tune's name of an eval metric), not
+# imported: that module brings MLflow, which a trial does not need
+RESULT_KEY = "result_json"
+EVAL_PREFIX = "eval_"
 
 
 def work_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
@@ -73,15 +86,11 @@ def checkpoint_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
 
 
 def build_config(trial_config: dict[str, Any]):
-    from flurka.configs import get_config
-
     run = PlannedRun.from_dict(trial_config["run"])
     return run, get_config(run.benchmark, **trial_config["train"])
 
 
 def device_name() -> str:
-    import jax
-
     d = jax.devices()[0]
     return f"{getattr(d, 'device_kind', d.platform)} x{jax.device_count()}"
 
@@ -101,28 +110,20 @@ class _StopAfterFork(Exception):
     """Raised from the training callback once a base run's last fork checkpoint is written."""
 
 
-def quiet_termination() -> None:
-    """Drop the ``SystemExit`` that Ray's SIGTERM handler raises when Tune ends a finished
-    trial's process while Python runs a finalizer: Python can only report it ("Exception ignored
-    in ... Traceback ... SystemExit: 1" in the sweep's output, a stack trace for a trial that
-    went well). Any other exception a finalizer raises is reported as before.
-
-    The sweep installs it as every Ray worker's setup hook, since Tune also ends trial processes
-    that never reached the trainable (Ctrl-C while trials wait for a core); the trainable calls it
-    too, which costs nothing where the hook already ran."""
-    report = sys.unraisablehook
-    if getattr(report, "quiet_termination", False):
-        return
-
-    def hook(unraisable) -> None:
-        if not isinstance(unraisable.exc_value, SystemExit):
-            report(unraisable)
-
-    hook.quiet_termination = True
-    sys.unraisablehook = hook
-
-
 WORKER_SETUP_HOOK = f"{quiet_termination.__module__}.{quiet_termination.__qualname__}"   # for Ray's runtime_env
+
+
+def resolve(trial_config: dict[str, Any]) -> dict[str, Any]:
+    """The planned-run config of a trial (grid: given; Optuna: looked up from its sample)."""
+    if "cfg" in trial_config:
+        return trial_config["cfg"]
+    c = trial_config
+    return c["table"][f"{c['benchmark']}|{c['variant']}|{c['alpha']:g}|{c['d_k']}|{c['seed']}"]
+
+
+def _trainable(trial_config: dict[str, Any]) -> None:
+    """What Tune runs per trial (its name is the one ``Tuner.restore`` checks on ``--resume``)."""
+    tune_trainable(resolve(trial_config))
 
 
 def tune_trainable(trial_config: dict[str, Any]) -> None:
@@ -136,13 +137,6 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     flurka.training resumes from the latest one, bit for bit; steps it replays are reported again
     and the driver's MLflow logger skips them.
     """
-    import ray
-    from ray import tune
-
-    from flurka import training
-    from flurka.cluster import cores
-    from flurka.training import compilation
-
     quiet_termination()
     assigned = ray.get_runtime_context().get_assigned_resources()
     pinned = None   # before JAX starts its backend: XLA's pool takes these cores
@@ -181,8 +175,6 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
 def _base_result(run: PlannedRun, cfg, step: int, wall: float,
                  time_split: dict[str, float] | None = None) -> dict[str, Any]:
     """A stopped base run has no final metrics; its record is the checkpoint it leaves."""
-    from flurka.training.checkpoints import Checkpointer
-
     with Checkpointer(Path(cfg.workdir) / "checkpoints", read_only=True) as ck:
         kept = ck.steps()
         meta = ck.meta(max(kept))
@@ -197,4 +189,4 @@ def _base_result(run: PlannedRun, cfg, step: int, wall: float,
             "config": meta["config"]}
 
 
-__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "RESULT_KEY"]
+__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "resolve", "RESULT_KEY"]

@@ -24,7 +24,11 @@ import threading
 import time
 from pathlib import Path
 
+from mlflow.tracking import MlflowClient
+
 from flurka.results import rundirs
+from flurka.results.db import mask_url
+from flurka.tracking.store import relocate_artifacts
 
 HOST = "127.0.0.1"
 # MLflow 3's UI takes its view from the URL's workflowType, else from the browser's localStorage,
@@ -98,8 +102,6 @@ def command(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     if (args.backend_store_uri or "").startswith(("http://", "https://")):   # MLflow's UI would crash on it
-        from flurka.results.db import mask_url
-
         print(f"flurka ui: {mask_url(args.backend_store_uri)} is already a tracking server: open it in a browser")
         return 0
     try:
@@ -111,8 +113,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store = cmd[cmd.index("--backend-store-uri") + 1]
     if store.startswith("sqlite:///") and not args.dry_run:
-        from flurka.tracking.store import relocate_artifacts
-
         moved = relocate_artifacts(Path(store.removeprefix("sqlite:///")))
         if moved:
             print(f"flurka ui: {moved}", file=sys.stderr, flush=True)
@@ -126,8 +126,6 @@ def run(args: argparse.Namespace) -> int:
 def landing_url(store: str, port: int) -> str:
     """The page to open: the newest experiment other than MLflow's empty Default (a sweep's, whose
     description holds its result), in the model-training view (:data:`MODEL_TRAINING_VIEW`)."""
-    from mlflow.tracking import MlflowClient
-
     found = [e for e in MlflowClient(tracking_uri=store).search_experiments(order_by=["creation_time DESC"])
              if e.name != "Default"]
     page = f"experiments/{found[0].experiment_id}" if found else "experiments"

@@ -16,6 +16,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+from mlflow import MlflowClient
+from sqlalchemy.engine import make_url
+
+from flurka.tracking.mlflow_runs import artifact_root_for, experiment_id, flatten, log_tables, source_tags
+
 EXPERIMENTS = {"flurka.speed": "flurka-speed", "flurka.theory": "flurka-theory"}
 SHA_TAG = "flurka.document_sha256"
 # the rows of each kind of document, as tables
@@ -33,8 +39,6 @@ def experiment_of(doc: Any) -> str | None:
 
 def _table(rows: list[dict[str, Any]]):
     """The rows' scalar columns (nested dicts stay in document.json)."""
-    import pandas as pd
-
     df = pd.DataFrame(rows)
     keep = [c for c in df.columns if not df[c].map(lambda v: isinstance(v, (dict, list))).any()]
     return df[keep]
@@ -43,12 +47,6 @@ def _table(rows: list[dict[str, Any]]):
 def log_document(tracking_uri: str, path: str | Path, text: str) -> tuple[str, bool] | None:
     """Log the document in ``text`` (read from ``path``) as its run; returns (run id, whether it
     was new), or None for a document that is neither speed nor theory (a sweep's records)."""
-    from mlflow import MlflowClient
-
-    from sqlalchemy.engine import make_url
-
-    from flurka.tracking.mlflow_runs import artifact_root_for, experiment_id, flatten, log_tables, source_tags
-
     doc = json.loads(text)
     experiment = experiment_of(doc)
     if experiment is None:

@@ -28,6 +28,7 @@ What the MLflow UI shows (the names are made here, in one place):
 from __future__ import annotations
 
 import functools
+import getpass
 import json
 import logging
 import math
@@ -35,17 +36,20 @@ import platform as _stdlib_platform
 import re
 import subprocess
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import mlflow
+import pandas as pd
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_LOGGED_ARTIFACTS, MLFLOW_RUN_NOTE,
                                       MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER)
 from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
-from flurka.mechanisms import is_control
+from flurka.catalogue.mechanisms import is_control
+from flurka.results.db import mask_url
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # the UI's model-training view
 
@@ -66,8 +70,6 @@ def experiment_id(client, name: str, artifact_location: str | None = None) -> st
 
 def source_tags(source: str) -> dict[str, str]:
     """MLflow's own Source, git and user fields of a run."""
-    import getpass
-
     tags = {MLFLOW_SOURCE_NAME: source, MLFLOW_SOURCE_TYPE: "LOCAL"}
     try:
         tags[MLFLOW_USER] = getpass.getuser()
@@ -100,8 +102,6 @@ def git_commit(start: str | None = None) -> str:
 
 @functools.cache
 def package_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
     out = {"python": _stdlib_platform.python_version()}
     for name in PACKAGES:
         try:
@@ -259,8 +259,6 @@ class SweepTracker:
     password: see ``_REAL_URIS``."""
 
     def __init__(self, tracking_uri: str, experiment: str, sweep_id: str, *, artifact_root: str | None = None):
-        from flurka.results.db import mask_url
-
         self.uri = tracking_uri
         if mask_url(tracking_uri) != tracking_uri:
             _REAL_URIS[mask_url(tracking_uri)] = tracking_uri
@@ -274,8 +272,6 @@ class SweepTracker:
         self._finished: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
-        from flurka.results.db import mask_url
-
         state = self.__dict__.copy()
         state.pop("client", None)           # it holds the URI too; made again on unpickling
         state["uri"] = mask_url(self.uri)
@@ -393,8 +389,6 @@ class SweepTracker:
                 self.client.log_inputs(run_id, datasets=[dataset_input(result["dataset"])])
             history = result.get("history") or []
             if history:
-                import pandas as pd
-
                 curve = pd.DataFrame(history)
                 self.client.log_text(run_id, curve.to_csv(index=False), "curves.csv")
                 self._log_curve_figure(run_id, curve)
@@ -409,7 +403,7 @@ class SweepTracker:
         (``runs:/<run id>/model``). Downloaded (``mlflow.artifacts.download_artifacts``), the
         directory is what :func:`flurka.training.load_run` reads. None where the trial left no
         checkpoint or no run."""
-        from flurka.training.restore import checkpoint_meta
+        from flurka.training.restore import checkpoint_meta   # JAX, Orbax: 2 s that flurka ui / ingest do not pay
 
         try:
             step, _ = checkpoint_meta(str(workdir))
@@ -426,6 +420,8 @@ class SweepTracker:
         return uri
 
     def _log_curve_figure(self, run_id: str, curve) -> None:
+        # matplotlib: 0.4 s, and its headless backend chosen only when a figure is drawn, so that
+        # importing flurka.tracking leaves a notebook's backend alone
         import matplotlib
 
         matplotlib.use("Agg")
@@ -473,8 +469,6 @@ class SweepTracker:
 
 
 def _default_index(df) -> bool:
-    import pandas as pd
-
     return isinstance(df.index, pd.RangeIndex) and df.index.name is None
 
 

@@ -4,7 +4,13 @@ few seconds. Nothing is created; the error is one line without the password."""
 
 from __future__ import annotations
 
+import sqlite3
+import urllib.error
+import urllib.request
 from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from flurka.results.db import DatabaseUnreachable, mask_url, probe
 
 DB_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 PROBE_TIMEOUT_S = 5
@@ -13,8 +19,6 @@ PROBE_TIMEOUT_S = 5
 def probe_tracking(uri: str, will_create: Path | None = None) -> None:
     """Raise :class:`flurka.results.db.DatabaseUnreachable` if ``uri`` cannot be used;
     ``will_create``: a directory the caller creates later (a SQLite file may go under it)."""
-    from flurka.results.db import DatabaseUnreachable, mask_url, probe
-
     scheme = uri.split(":", 1)[0].split("+", 1)[0].lower()
     if scheme in DB_SCHEMES:
         try:
@@ -22,9 +26,6 @@ def probe_tracking(uri: str, will_create: Path | None = None) -> None:
         except DatabaseUnreachable as exc:
             raise DatabaseUnreachable(f"MLflow store: {exc}") from None
     elif scheme in ("http", "https"):
-        import urllib.error
-        import urllib.request
-
         try:
             urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=PROBE_TIMEOUT_S).close()
         except urllib.error.HTTPError:
@@ -45,9 +46,6 @@ def relocate_artifacts(db: Path) -> str | None:
     at artifacts that are no longer there (and a copy at the original's). Where an experiment's
     root is a ``mlartifacts`` directory other than the one beside the store, and that one exists,
     rewrite the root of every URI to it (one transaction). Returns the line saying so, or None."""
-    import sqlite3
-    from urllib.parse import unquote, urlparse
-
     here = db.parent / ARTIFACTS
     if not here.is_dir():
         return None

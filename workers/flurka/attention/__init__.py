@@ -15,6 +15,7 @@ so one options dict fits a model whose T2T stem uses another mechanism.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
@@ -23,28 +24,25 @@ from flax import nnx
 from flurka.attention.base import AttentionLayer, RandomFeatures
 from flurka.attention.eva import EVAAttention, eva_attention
 from flurka.attention.flash import FlashAttention, flash_attention
-from flurka.mechanisms import COMPRESSED, FLURKA, MECHANISMS, RANDOM_FEATURES
+from flurka.catalogue.mechanisms import CATALOGUE, COMPRESSED, FLURKA, MECHANISMS, RANDOM_FEATURES, SETTINGS, check_mechanism, has_setting
 from flurka.attention.flurka import FlurkaEVA, FlurkaPerformer, FlurkaRNN, compressed_eva_attention
 from flurka.attention.full import FullAttention, softmax_attention
-from flurka.attention.fused_layer import ProjectedQuerySide
+from flurka.kernels.projected_layer import ProjectedQuerySide
 from flurka.attention.handover import HandoverBeta, handover_class
 from flurka.attention.linformer import LinformerAttention
 from flurka.attention.lowrank import SeqProjection
 from flurka.attention.performer import PerformerAttention, favor_attention
 from flurka.attention.rnn import RNNAttention, elu_attention
 
-_CLASSES: dict[str, type[AttentionLayer]] = {
-    "full": FullAttention,
-    "flash": FlashAttention,
-    "linformer": LinformerAttention,
-    "performer": PerformerAttention,
-    "rnn": RNNAttention,
-    "eva": EVAAttention,
-    "flurka-performer": FlurkaPerformer,
-    "flurka-rnn": FlurkaRNN,
-    "flurka-eva": FlurkaEVA,
-}
-assert tuple(_CLASSES) == MECHANISMS, "a layer class per name of flurka.mechanisms, in its order"
+
+def layer_class(mechanism: str) -> type[AttentionLayer]:
+    """``mechanism``'s layer class, as :data:`flurka.catalogue.mechanisms.CATALOGUE` names it."""
+    check_mechanism(mechanism)
+    module, name = CATALOGUE[mechanism].layer.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+_CLASSES: dict[str, type[AttentionLayer]] = {m: layer_class(m) for m in MECHANISMS}
 # Mechanisms that accept ``align`` (aligned execution, see flurka.attention.base).
 ALIGNABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if not c.align_unsupported)
 
@@ -59,9 +57,9 @@ def _accepted_options(cls: type) -> list[str]:
     return names
 
 
-# Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.attention.fused).
+# Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.kernels.query_side).
 FUSABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if "fused" in _accepted_options(c))
-# ... and ``fused_projections=True`` too (W_Q and W_O in that kernel, flurka.attention.fused_layer;
+# ... and ``fused_projections=True`` too (W_Q and W_O in that kernel, flurka.kernels.projected_layer;
 # flurka-eva takes the option only to refuse it).
 PROJECTABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items()
                                      if issubclass(c, ProjectedQuerySide))
@@ -71,11 +69,13 @@ def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int
                    rngs: nnx.Rngs, d_k: int | None = None, num_features: int | None = None,
                    handover_from: str | None = None, e_init: str | None = None,
                    **options: Any) -> AttentionLayer:
-    """Build the ``mechanism`` layer. ``d_k`` and ``e_init`` (low-rank: E's initialisation) and
-    ``num_features`` (random-feature kernels) are ignored by mechanisms that do not use them,
-    so one model config fits all."""
-    if mechanism not in _CLASSES:
-        raise ValueError(f"unknown attention mechanism {mechanism!r}; valid: {', '.join(MECHANISMS)}")
+    """Build the ``mechanism`` layer. The settings of :data:`flurka.catalogue.mechanisms.SETTINGS` (``d_k``,
+    ``e_init``, ``num_features``, EVA's ``window_size`` and ``chunk_size``) go to the mechanisms
+    that read them and are ignored by the rest, so one model config fits all (an up-training
+    run's base and its variant, a T2T stem's mechanism); any other option must be the layer's."""
+    check_mechanism(mechanism)
+    settings = {"d_k": d_k, "e_init": e_init, "num_features": num_features,
+                **{name: options.pop(name) for name in SETTINGS if name in options}}
     cls = _CLASSES[mechanism]
     if handover_from is not None and mechanism in FLURKA:
         cls = handover_class(cls)
@@ -85,12 +85,8 @@ def make_attention(mechanism: str, *, d_model: int, num_heads: int, max_len: int
     if unknown:
         valid = [a for a in accepted if a not in ("d_model", "num_heads", "max_len", "rngs")]
         raise ValueError(f"{mechanism}: unknown option(s) {unknown}; valid: {valid}")
-    if "d_k" in accepted:
-        options["d_k"] = d_k
-        if e_init is not None:
-            options["e_init"] = e_init
-    if "num_features" in accepted and num_features is not None:
-        options["num_features"] = num_features
+    options.update({name: value for name, value in settings.items()
+                    if has_setting(mechanism, name) and (value is not None or name == "d_k")})
     return cls(d_model=d_model, num_heads=num_heads, max_len=max_len, rngs=rngs, **options)
 
 

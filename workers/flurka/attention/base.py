@@ -167,7 +167,8 @@ def compress(e: Array, x: Array) -> Array:
     [b, h, d_k, d]); float32 accumulation, result in x's dtype."""
     def x_first(e, x):
         # on a CPU, X as the product's left operand: [b·d, n]·[n, d_k], the long side as its
-        # rows (E first, [d_k, n]·[n, b·d], ran 15 % slower at the small benchmarks' sizes)
+        # rows, which XLA:CPU runs faster than E first ([d_k, n]·[n, b·d];
+        # benchmarks/results/cpu/NOTES.md)
         spec = "bnd,hkn->bhkd" if e.ndim == 3 else "bnd,kn->bkd"
         return contract(spec, x, e, x.dtype)
 
@@ -203,8 +204,11 @@ class AttentionLayer(nnx.Module):
 
     mechanism: str = "base"
     align_unsupported: str | None = None  # why ``align`` cannot be exact here (None: it can)
-    fused_projections: bool = False  # kernel layers: W_Q + query side + W_O as one kernel
-    fuses_norm: bool = False  # the block's pre-attention LayerNorm runs inside its kernels
+    # Execution flags an encoder block reads (the kernels' layers, flurka.kernels.projected_layer,
+    # set them): W_Q + query side + W_O as one kernel; the block's pre-attention LayerNorm run
+    # inside the kernels (the block then calls the layer's ``fused_block``, not the layer).
+    fused_projections: bool = False
+    fuses_norm: bool = False
 
     def __init__(
         self,
@@ -310,12 +314,8 @@ class AttentionLayer(nnx.Module):
             mask = jnp.ones((b, n), bool)
         return x, None if mask is None else pad_to(mask, n_pad)
 
-    def keys_values(self, x: Array, mask: Array | None,
-                    norm=None) -> tuple[Array, Array, Array | None]:
-        """(K, V, their key mask) as :meth:`core` takes them; low-rank layers compress them.
-        ``norm`` (a :class:`~flurka.attention.fused_compress.PreNorm`): x is un-normalised."""
-        if norm is not None:
-            x = norm.apply(x)
+    def keys_values(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array | None]:
+        """(K, V, their key mask) as :meth:`core` takes them; low-rank layers compress them."""
         return self.heads(self.key, x), self.heads(self.value, x), mask
 
     def attend(self, x: Array, mask: Array | None, rng: Array | None) -> Array:
@@ -331,26 +331,10 @@ class AttentionLayer(nnx.Module):
         dtype, which :meth:`project_out` casts to anyway)."""
         raise NotImplementedError
 
-    def __call__(self, x: Array, mask: Array | None = None, *, rng: Array | None = None,
-                 norm: nnx.LayerNorm | None = None, statistics=None,
-                 residual: bool = False) -> Array:
-        """``norm``: the block's pre-attention LayerNorm, handed over un-applied — run inside
-        the kernels where the layer fuses it (``fuses_norm``: the fused low-rank layers with
-        ``fused_projections``), else applied here first. ``statistics``: x's row statistics
-        for it (mean, 1/σ), where the kernel that wrote x computed them, or None.
-        ``residual`` (layers that fuse the LayerNorm, given it): x + the output in x's dtype,
-        written by the kernel that writes the output (the block's residual sum, as the fused
-        FFN block would form it: that block then reads one operand, not two)."""
+    def __call__(self, x: Array, mask: Array | None = None, *,
+                 rng: Array | None = None) -> Array:
         self.check_inputs(x, mask)
-        if residual and (norm is None or not self.fuses_norm):
-            raise ValueError(f"{self.mechanism}: residual=True is for layers that fuse the "
-                             "block's LayerNorm (fused_projections, one E per layer), given it "
-                             "as norm")
-        if norm is not None and not self.fuses_norm:
-            x, norm = norm(x), None
         n, dtype = x.shape[1], x.dtype
-        if self.fused_projections:   # W_Q, the query side and W_O in one kernel (fused_layer)
-            return self.fused_layer(x, mask, rng, norm, statistics, residual)
         if self.align:
             x, mask = self.pad_input(x, mask)
         ctx = self.attend(x, mask, rng)

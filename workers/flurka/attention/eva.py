@@ -57,7 +57,7 @@ from flax import nnx
 from flurka.attention.base import (
     F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, contract, pad_to,
     round_up, zero_padding)
-from flurka.attention.fused import BLOCK, Tiling, fused_softmax_attention, layer_tiling
+from flurka.kernels.query_side import BLOCK, Tiling, fused_softmax_attention, layer_tiling
 from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
@@ -108,7 +108,7 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
     true d_h where d is zero-padded past it (aligned layers). Returns float32 [b, n, h, d]
     (``fused``: v's dtype). Products take operands in q's dtype (softmax weights and chunk
     summaries rounded to it) and accumulate in float32. ``fused`` (a
-    :class:`~flurka.attention.fused.Tiling`): the chunk half of the joint softmax as a Pallas
+    :class:`~flurka.kernels.query_side.Tiling`): the chunk half of the joint softmax as a Pallas
     kernel (:func:`_fused_joint_softmax`)."""
     b, n, h, d = q.shape
     scale = (head_dim or d) ** -0.5
@@ -174,8 +174,7 @@ def _fused_joint_softmax_fwd(local, q, k_tilde, beta, chunk_bias, vw, scale, til
     """Differentiated, past one block of head dim the chunk half's gradient would be the XLA
     path's anyway (the backward kernels' float32 dK, dV spill there): the whole joint softmax
     then runs as XLA's, whose normaliser rides on the A·β product, rather than the join through
-    the lse, whose gradient passes over [N, C] once more (H100 plan, N = 55.5k: 96.3 against
-    91.5 GB a training step)."""
+    the lse, whose gradient passes over [N, C] once more."""
     if q.shape[-1] > BLOCK:
         def joint(*args):
             return _xla_joint_softmax(*args, scale).astype(vw.dtype)
@@ -195,7 +194,7 @@ _fused_joint_softmax.defvjp(_fused_joint_softmax_fwd, _fused_joint_softmax_bwd)
 def _kernel_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling):
     """The joint softmax of :func:`_joint_softmax` with its chunk half — the [N, C] part, C =
     N / chunk_size — in the Pallas softmax kernel
-    (:func:`~flurka.attention.fused.fused_softmax_attention`: flash attention's online softmax
+    (:func:`~flurka.kernels.query_side.fused_softmax_attention`: flash attention's online softmax
     over the chunk summaries k̃, β, empty chunks masked by a key bias), so its logits and
     weights never reach memory (``chunk_bias`` [b, C]: 0, or NEG_INF on empty chunks). The
     window half [N, w] stays in XLA. The two softmaxes join
@@ -223,8 +222,8 @@ def _joint_softmax(local, chunk, vw, beta, dtype):
     divided by the normaliser, as flash attention does. The chunk weights' sum comes from the
     A·β product, as a column of ones beside β. What is left is the logits written once, read by
     the max and by the exp, and the weights written and read once. The two parts share one
-    maximum: no concatenated [N, w + C] copy (in the windows' layout it moved ~60 of 75 GB in an
-    H200 plan)."""
+    maximum: no concatenated [N, w + C] copy (in the windows' layout that copy and its reads
+    were most of the step's traffic)."""
     d = beta.shape[-1]
     top = jnp.maximum(jnp.max(local, axis=-1, keepdims=True),
                       jnp.max(chunk, axis=-1, keepdims=True))

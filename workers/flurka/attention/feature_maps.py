@@ -146,7 +146,7 @@ def row_key_side(k: Array, v: Array, key_mask: Array | None, features) -> tuple[
 def query_side(q: Array, features, kv: Array, k_sum: Array, denominator, dtype) -> Array:
     """φ(Q)·KV / denominator(φ(Q)·Σφ(K)) on ``dtype`` operands, φ = ``features`` (a query
     feature map: per row, on the last axis, so either layout takes it); float32 [b, n, h, d]
-    (the part :mod:`flurka.attention.fused` runs as one kernel)."""
+    (the part :mod:`flurka.kernels.query_side` runs as one kernel)."""
 
     def heads_major(q):
         # on a CPU, heads first before the feature map (it fuses into that copy, where after

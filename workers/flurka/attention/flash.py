@@ -16,7 +16,7 @@ the softmax in float32.
 
 Padding: by default the key mask goes in as ``mask=[b,1,1,N]`` (exact for any mask). cuDNN turns a
 mask into an additive bias and accepts it only at full size (jax 0.11 / cuDNN 9.19 reject the
-broadcast [b,1,1,N] form: "Bias must have same seq length as QKV", seen on an H200), so there it is
+broadcast [b,1,1,N] form: "Bias must have same seq length as QKV"), so there it is
 broadcast to [b,1,N,N] — exact, but O(N²) memory, and training needs an even sequence length.
 ``padding="right"`` passes ``key_value_seq_lengths = mask.sum(-1)`` instead (cuDNN's fast padding path), exact only for
 right-padded masks (real tokens first).

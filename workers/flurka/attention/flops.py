@@ -38,8 +38,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from flurka.mechanisms import FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents
-from flurka.mechanisms import check_mechanism as _check_mechanism
+from flurka.catalogue.mechanisms import FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents, has_setting
+from flurka.catalogue.mechanisms import check_mechanism as _check_mechanism
 
 # Steps of the breakdown that are matrix products (the part compared with the HLO's dots).
 DOT_STEPS: frozenset[str] = frozenset({
@@ -101,7 +101,7 @@ class AttentionShape:
 
     def require(self, mechanism: str) -> None:
         """Clear error when the mechanism needs a size the shape lacks."""
-        if (mechanism == LOW_RANK or mechanism in FLURKA) and self.d_k is None:
+        if has_setting(mechanism, "d_k") and self.d_k is None:
             raise ValueError(f"{mechanism} needs d_k (the low-rank projected length)")
 
 

@@ -47,7 +47,7 @@ import numpy as np
 from flurka.attention.base import F32, NEG_INF, contract, pad_to, round_up, zero_padding
 from flurka.attention.eva import (CHUNK_SIZE, WINDOW_SIZE, EVAAttention, chunk_control_variates,
                                   joint_softmax)
-from flurka.attention.fused import Tiling
+from flurka.kernels.query_side import Tiling
 from flurka.attention.lowrank import LowRankKV
 from flurka.attention.performer import PerformerAttention
 from flurka.attention.rnn import RNNAttention

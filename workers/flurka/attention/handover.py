@@ -46,7 +46,7 @@ from flax import nnx
 
 from flurka.attention.base import F32
 from flurka.attention.eva import eva_attention
-from flurka.mechanisms import FLURKA, constituents
+from flurka.catalogue.mechanisms import FLURKA, constituents
 from flurka.attention.full import softmax_attention
 from flurka.attention.performer import favor_attention
 from flurka.attention.rnn import elu_attention

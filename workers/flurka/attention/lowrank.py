@@ -39,11 +39,10 @@ from flax import nnx
 
 from flurka.attention.base import (
     check_positive_int, compress, pad_to, project_heads, round_up, zero_padding)
-from flurka.attention.fused_compress import current_compress_tiling, normalised_compression
+from flurka.catalogue.mechanisms import E_INITS
 
 Array = jax.Array
 SHARINGS = ("headwise", "kv", "none")
-E_INITS = ("pool", "gaussian")
 
 
 def linformer_init(d_k: int):
@@ -128,7 +127,6 @@ class LowRankKV:
             raise ValueError(f"{self.mechanism}: shared seq_proj has max_len={seq_proj.max_len} "
                              f"< layer max_len={self.max_len}")
         self.seq_proj = seq_proj
-        self.compress_tiling = current_compress_tiling()   # the fused compression's launch
 
     def low_rank_qkv(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array]:
         """Q, K', V' (:meth:`low_rank_kv`) from the layer's input. Its padded rows are zeroed
@@ -141,23 +139,18 @@ class LowRankKV:
     def fuses_norm(self) -> bool:
         """With ``fused_projections`` and one E per layer, the block's pre-attention LayerNorm
         runs inside the compression kernel and the projected query side
-        (:mod:`flurka.attention.fused_compress`): x̂ never reaches memory."""
+        (:mod:`flurka.kernels.compress`): x̂ never reaches memory."""
         return self.fused_projections and self.seq_proj.e1.ndim == 2
 
-    def keys_values(self, x: Array, mask: Array | None,
-                    norm=None) -> tuple[Array, Array, Array | None]:
+    def keys_values(self, x: Array, mask: Array | None) -> tuple[Array, Array, Array | None]:
         """K', V' and their key mask (compressed rows: none unless aligned); ``x``'s padded rows
-        zeroed by the caller — or, with ``norm`` (a
-        :class:`~flurka.attention.fused_compress.PreNorm`), x the block's input."""
-        return (*self.low_rank_kv(x, norm), self.compressed_mask(x.shape[0], mask, x.shape[1]))
+        zeroed by the caller."""
+        return (*self.low_rank_kv(x), self.compressed_mask(x.shape[0], mask, x.shape[1]))
 
-    def low_rank_kv(self, x: Array, norm=None) -> tuple[Array, Array]:
+    def low_rank_kv(self, x: Array) -> tuple[Array, Array]:
         """K' = (E1·X) W_K, V' = (E2·X) W_V as heads [b, d_k, h, d_h] (aligned:
         [b, round_up(d_k), h, padded d_h], the rows past d_k masked by :meth:`compressed_mask`);
-        x: the layer's input with its padded rows zeroed (:func:`zero_padding`). With ``norm``,
-        x is un-normalised and E·x̂ one kernel that normalises x as it loads it, E as stored."""
-        if norm is not None:
-            return self.normalised_kv(x, norm)
+        x: the layer's input with its padded rows zeroed (:func:`zero_padding`)."""
         e1, e2 = (self.aligned_e(e, x.shape[1]) for e in self.seq_proj.matrices(x.shape[1]))
         x1 = self.aligned_rows(compress(e1, x))
         x2 = x1 if self.seq_proj.e2 is None else self.aligned_rows(compress(e2, x))
@@ -165,16 +158,6 @@ class LowRankKV:
             return tuple(project_heads(p, xc, *self.head_weights(p, xc.shape[-1]),
                                        spec="bhkd,dhe->bkhe")
                          for p, xc in ((self.key, x1), (self.value, x2)))
-        return self.heads(self.key, x1), self.heads(self.value, x2)
-
-    def normalised_kv(self, x: Array, norm) -> tuple[Array, Array]:
-        """(K', V') from the block's input x through one kernel that normalises x as it loads it
-        (``norm`` a :class:`~flurka.attention.fused_compress.PreNorm`)."""
-        e2 = self.seq_proj.e2
-        x1, x2 = normalised_compression(
-            x, norm.keep, norm.scale, norm.bias, self.seq_proj.e1[...],
-            None if e2 is None else e2[...], eps=norm.eps, stats=(norm.mean, norm.rstd),
-            tiling=self.compress_tiling)
         return self.heads(self.key, x1), self.heads(self.value, x2)
 
     def aligned_rows(self, xc: Array) -> Array:

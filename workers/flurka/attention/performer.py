@@ -28,8 +28,8 @@ from flurka.attention.base import (
     AttentionLayer, RandomFeatures, check_positive_int, pad_to, round_up, zero_padding)
 from flurka.attention.feature_maps import (
     favor_denominator, favor_features, gaussian_orthogonal_matrix, key_side, query_side)
-from flurka.attention.fused import Tiling, fused_query_side, layer_tiling
-from flurka.attention.fused_layer import ProjectedQuerySide
+from flurka.kernels.query_side import Tiling, fused_query_side, layer_tiling
+from flurka.kernels.projected_layer import ProjectedQuerySide
 
 DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
 
@@ -45,8 +45,8 @@ def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=Non
     """FAVOR+ on projected heads; float32 [b, n, h, d_h] (fused: in v's dtype, what W_O takes).
     ``head_dim``/``num_features``: the true
     sizes when the head dim and ω are zero-padded (aligned layers); ``fused`` (a
-    :class:`~flurka.attention.fused.Tiling`, or True for the current one): the query side as one
-    Pallas kernel (:mod:`flurka.attention.fused`)."""
+    :class:`~flurka.kernels.query_side.Tiling`, or True for the current one): the query side as one
+    Pallas kernel (:mod:`flurka.kernels.query_side`)."""
     sizes = dict(head_dim=head_dim, num_features=num_features)
     kv, k_sum = favor_key_side(k, v, key_mask, omega, **sizes)
     if fused:
@@ -74,7 +74,7 @@ class RandomFeatureMixin:
 class PerformerAttention(RandomFeatureMixin, ProjectedQuerySide, AttentionLayer):
     """FAVOR+ kernel attention with ``num_features`` positive orthogonal random features.
     ``fused``: the query side as a Pallas kernel; ``fused_projections`` too: with W_Q and W_O in
-    it (:mod:`flurka.attention.fused_layer`)."""
+    it (:mod:`flurka.kernels.projected_layer`)."""
 
     mechanism = "performer"
     feature = "favor"

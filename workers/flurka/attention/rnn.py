@@ -20,8 +20,8 @@ import functools
 
 from flurka.attention.base import AttentionLayer
 from flurka.attention.feature_maps import elu_features, query_side, rnn_denominator, row_key_side
-from flurka.attention.fused import Tiling, fused_query_side, layer_tiling
-from flurka.attention.fused_layer import ProjectedQuerySide
+from flurka.kernels.query_side import Tiling, fused_query_side, layer_tiling
+from flurka.kernels.projected_layer import ProjectedQuerySide
 
 
 def elu_key_side(k, v, key_mask, head_dim=None):
@@ -33,8 +33,8 @@ def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
     """Linear attention with φ = elu+1 on projected heads; float32 [b, n, h, d_h] (fused: in v's
     dtype, what W_O takes). ``head_dim``:
     the true d_h when the last axis is zero-padded (those features, elu(0)+1 = 1, are zeroed);
-    ``fused`` (a :class:`~flurka.attention.fused.Tiling`, or True for the current one): the query
-    side as one Pallas kernel (:mod:`flurka.attention.fused`)."""
+    ``fused`` (a :class:`~flurka.kernels.query_side.Tiling`, or True for the current one): the query
+    side as one Pallas kernel (:mod:`flurka.kernels.query_side`)."""
     kv, k_sum = elu_key_side(k, v, key_mask, head_dim)
     if fused:
         return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1],
@@ -45,7 +45,8 @@ def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
 
 class RNNAttention(ProjectedQuerySide, AttentionLayer):
     """Deterministic-kernel linear attention (no random features). ``fused``: the query side as
-    a Pallas kernel; ``fused_projections`` too: with W_Q and W_O in it (:mod:`flurka.attention.fused_layer`)."""
+    a Pallas kernel; ``fused_projections`` too: with W_Q and W_O in it
+    (:mod:`flurka.kernels.projected_layer`)."""
 
     mechanism = "rnn"
     feature = "elu"

@@ -12,15 +12,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flurka.mechanisms import BASES
+from flurka.catalogue.metrics import METRICS, SEQUENCE_METRICS, TASK_METRICS
+from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS, SETTINGS
 
 TASKS = ("classification", "regression", "mlm", "translation", "image")
 MODELS = ("classifier", "mlm", "seq2seq", "vit")
 SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 BLEU_TOKENIZERS = ("13a", "intl", "char", "none", "zh")  # sacrebleu's, without extra dependencies
-METRICS = ("accuracy", "top5", "perplexity", "bleu", "exact_match", "matthews", "f1", "pearson", "spearman")
-SEQUENCE_METRICS = ("bleu", "exact_match")   # translation: scored on whole decoded sentences
 HANDOVER_SHAPES = ("linear", "ease-out")
 POOLINGS = ("cls", "mean")
 
@@ -106,28 +105,79 @@ class TrainConfig:
 
     @property
     def switch_step(self) -> int:
-        """Number of base-model steps before the FLuRKA switch (α·steps, rounded)."""
-        return int(round(self.alpha * self.steps))
+        return switch_step(self.alpha, self.steps)
+
+
+def switch_step(alpha: float, steps: int) -> int:
+    """The number of base-model steps before an up-training run switches to the variant (α·steps,
+    rounded): where a sweep forks its branches from the base run."""
+    return int(round(alpha * steps))
 
 
 # ------------------------------------------------------------------------------------------
 # Registry
 # ------------------------------------------------------------------------------------------
-BENCHMARKS: dict[str, Callable[[], TrainConfig]] = {}
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    """A registered benchmark: its config (configs as code) and where the paper's tables show it.
+    ``columns``: its cells in ``table`` (``glue``, ``lra``, ``lra-small``, ``collective``) as
+    (header, metric); a table's columns come in registration order."""
+
+    name: str
+    config: Callable[[], TrainConfig]
+    family: str                              # the configs file that declares it: glue, lra, nmt, ...
+    table: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()
 
 
-def register(name: str):
+BENCHMARKS: dict[str, Benchmark] = {}
+TABLES = ("glue", "lra", "lra-small", "collective")   # the paper's quality tables (Tables 2-4; small LRA)
+
+
+def register(name: str, *, table: str | None = None, columns: tuple[tuple[str, str], ...] = ()):
+    """Register the decorated config function as benchmark ``name`` (see :class:`Benchmark`)."""
+    if table is not None and table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
+    for _, metric in columns:
+        if metric not in METRICS:
+            raise ValueError(f"{name}: unknown metric {metric!r} in its columns; valid: {', '.join(METRICS)}")
+
     def deco(fn: Callable[[], TrainConfig]):
         if name in BENCHMARKS:
             raise ValueError(f"benchmark {name!r} registered twice")
-        BENCHMARKS[name] = fn
+        family = fn.__module__.rsplit(".", 1)[-1]
+        BENCHMARKS[name] = Benchmark(name, fn, family, table, tuple(columns))
         return fn
     return deco
 
 
+def table_columns(table: str) -> list[tuple[str, str, str]]:
+    """``table``'s columns as (header, benchmark, metric), in registration order."""
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLES)}")
+    return [(label, b.name, metric) for b in BENCHMARKS.values() if b.table == table for label, metric in b.columns]
+
+
+def family_benchmarks(family: str) -> tuple[str, ...]:
+    """The benchmarks one configs file declares (``small``: the CPU-size ones)."""
+    return tuple(name for name, b in BENCHMARKS.items() if b.family == family)
+
+
+def char_bleu(benchmark: str) -> bool:
+    """Whether ``benchmark`` scores BLEU over characters (``bleu_tokenize="char"``); False for a name
+    this code does not know (an old database's), which then says no more than "BLEU"."""
+    return benchmark in BENCHMARKS and BENCHMARKS[benchmark].config().bleu_tokenize == "char"
+
+
+def primary_metric(benchmark: str) -> str:
+    """``benchmark``'s headline metric: its config's first ("accuracy" for a name not registered)."""
+    return BENCHMARKS[benchmark].config().metrics[0] if benchmark in BENCHMARKS else "accuracy"
+
+
 FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
-# what a config's attention_options may hold (make_attention takes more: speed options)
-ATTENTION_OPTIONS = ("d_k", "num_features", "window_size", "chunk_size", "e_init")
+# what a config's attention_options may hold: every mechanism's settings (make_attention takes
+# more: speed options)
+ATTENTION_OPTIONS = SETTINGS
 
 
 def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
@@ -143,7 +193,7 @@ def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
     unknown = sorted(set(overrides) - set(FIELDS))
     if unknown:
         raise ValueError(f"unknown config field(s) {unknown}; valid: {', '.join(FIELDS)}")
-    config = BENCHMARKS[benchmark]()
+    config = BENCHMARKS[benchmark].config()
     if "steps" in overrides and "warmup_steps" not in overrides and config.schedule != "inverse_sqrt":
         # warm-up keeps its fraction of training when only the length changes
         steps = overrides["steps"]
@@ -163,11 +213,6 @@ def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
 # ------------------------------------------------------------------------------------------
 # Validation
 # ------------------------------------------------------------------------------------------
-def mechanisms() -> tuple[str, ...]:
-    from flurka.mechanisms import MECHANISMS
-    return MECHANISMS
-
-
 def _choice(name: str, value: Any, valid: tuple) -> None:
     if value not in valid:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, valid))}")
@@ -188,7 +233,7 @@ def validate(config: TrainConfig) -> TrainConfig:
     c = config
     _choice("task", c.task, TASKS)
     _choice("model", c.model, MODELS)
-    _choice("attention mechanism", c.attention, mechanisms())
+    _choice("attention mechanism", c.attention, MECHANISMS)
     _choice("schedule", c.schedule, SCHEDULES)
     _choice("pooling", c.pooling, POOLINGS)
     _choice("up-training base", c.base, BASES)
@@ -196,7 +241,7 @@ def validate(config: TrainConfig) -> TrainConfig:
     _choice("bleu_tokenize", c.bleu_tokenize, BLEU_TOKENIZERS)
     _choice("compute_dtype", c.compute_dtype, COMPUTE_DTYPES)
     for m in c.metrics:
-        _choice("metric", m, METRICS)
+        _choice("metric", m, TASK_METRICS)
     for name in ("d_model", "num_heads", "num_layers", "d_ff", "max_len", "batch_size", "steps",
                  "log_every", "bleu_batches", "beam_size"):
         _positive(name, getattr(c, name))
@@ -223,7 +268,6 @@ def validate(config: TrainConfig) -> TrainConfig:
     bad = sorted(set(opts) - set(ATTENTION_OPTIONS))
     if bad:
         raise ValueError(f"unknown attention option(s) {bad}; valid: {', '.join(ATTENTION_OPTIONS)}")
-    from flurka.attention.lowrank import E_INITS
     if opts.get("e_init", E_INITS[0]) not in E_INITS:
         raise ValueError(f"attention_options.e_init must be one of {', '.join(E_INITS)}, "
                          f"got {opts['e_init']!r}")
@@ -235,7 +279,6 @@ def validate(config: TrainConfig) -> TrainConfig:
     # up-training
     if not isinstance(c.alpha, (int, float)) or not 0.0 <= c.alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {c.alpha!r}")
-    from flurka.mechanisms import FLURKA
     if c.alpha > 0 and c.attention not in FLURKA:
         raise ValueError(f"alpha > 0 (up-training) needs a FLuRKA attention; valid: {', '.join(FLURKA)}")
     if c.base_checkpoint is not None and not 0 < c.switch_step < c.steps:

@@ -5,7 +5,9 @@ range is the sweep space. Training length is not in the paper: 10 epochs over ea
 training split at that batch (at least 100 steps), 6 % warm-up (RoBERTa's GLUE recipe), weight
 decay 0.1, 128-token pairs (so d_k = 64, half the length as in MLM's 256 of 512). Metrics are
 GLUE's: Matthews corr. (CoLA), F1 + accuracy (MRPC, QQP),
-Pearson + Spearman (STS-B), accuracy otherwise.
+Pearson + Spearman (STS-B), accuracy otherwise; MNLI evaluates its mismatched dev set beside the
+matched one (same ``eval_batches``) and records it as ``accuracy_mismatched`` (Table 2's MNLI-mm;
+``flurka.data.tfds_sets.GLUE_EXTRA_EVALS``).
 """
 
 from __future__ import annotations
@@ -45,5 +47,16 @@ def _glue(task: str) -> TrainConfig:
     )
 
 
+# Table 2's columns: (header, metric) per task
+COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "cola": (("CoLA (mcc, %)", "matthews"),),
+    "sst2": (("SST-2 (acc, %)", "accuracy"),),
+    "mrpc": (("MRPC (F1, %)", "f1"), ("MRPC (acc, %)", "accuracy")),
+    "stsb": (("STS-B (Pearson, %)", "pearson"), ("STS-B (Spearman, %)", "spearman")),
+    "qqp": (("QQP (F1, %)", "f1"), ("QQP (acc, %)", "accuracy")),
+    "mnli": (("MNLI-m (acc, %)", "accuracy"), ("MNLI-mm (acc, %)", "accuracy_mismatched")),
+    "qnli": (("QNLI (acc, %)", "accuracy"),),
+    "rte": (("RTE (acc, %)", "accuracy"),),
+}
 for _task in TASKS:
-    register(f"glue-{_task}")(lambda _t=_task: _glue(_t))
+    register(f"glue-{_task}", table="glue", columns=COLUMNS[_task])(lambda _t=_task: _glue(_t))

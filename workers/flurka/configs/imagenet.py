@@ -17,7 +17,8 @@ BATCH = 128
 EPOCH = math.ceil(TRAIN_IMAGES / BATCH)
 
 
-@register("imagenet")
+@register("imagenet", table="collective",
+          columns=(("ImageNet top-1 (%)", "accuracy"), ("ImageNet top-5 (%)", "top5")))
 def imagenet() -> TrainConfig:
     return TrainConfig(
         benchmark="imagenet", dataset="imagenet", task="image", model="vit", metrics=("accuracy", "top5"),

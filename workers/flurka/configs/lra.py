@@ -29,31 +29,31 @@ def _lra(name: str, *, dataset: str, batch: int, lr: float, warmup: int, max_len
     )
 
 
-@register("lra-listops")
+@register("lra-listops", table="lra", columns=(("ListOps (acc, %)", "accuracy"),))
 def listops() -> TrainConfig:
     return _lra("lra-listops", dataset="lra-listops", batch=32, lr=1e-4, warmup=1000,
                 max_len=2000, eval_every=500, eval_batches=62)
 
 
-@register("lra-text")
+@register("lra-text", table="lra", columns=(("Text (acc, %)", "accuracy"),))
 def text() -> TrainConfig:
     return _lra("lra-text", dataset="lra-text", batch=32, lr=1e-4, warmup=80,
                 max_len=4000, eval_every=500, eval_batches=200)
 
 
-@register("lra-retrieval")
+@register("lra-retrieval", table="lra", columns=(("Retrieval (acc, %)", "accuracy"),))
 def retrieval() -> TrainConfig:
     return _lra("lra-retrieval", dataset="lra-retrieval", batch=16, lr=2e-4, warmup=800,
                 max_len=4000, eval_every=1000, eval_batches=300)
 
 
-@register("lra-image")
+@register("lra-image", table="lra", columns=(("Image (acc, %)", "accuracy"),))
 def image() -> TrainConfig:
     return _lra("lra-image", dataset="lra-image", batch=256, lr=1e-4, warmup=175,
                 max_len=1024, eval_every=500, eval_batches=20)
 
 
-@register("lra-pathfinder")
+@register("lra-pathfinder", table="lra", columns=(("Pathfinder (acc, %)", "accuracy"),))
 def pathfinder() -> TrainConfig:
     return _lra("lra-pathfinder", dataset="lra-pathfinder", batch=128, lr=2e-4, warmup=312,
                 max_len=1024, eval_every=500, eval_batches=156)

@@ -17,7 +17,7 @@ def bert_base(**overrides) -> dict:
                    attention_options={"d_k": 256, "num_features": 256}), **overrides}
 
 
-@register("mlm-wikitext103")
+@register("mlm-wikitext103", table="collective", columns=(("WikiText-103 (perplexity)", "perplexity"),))
 def wikitext103() -> TrainConfig:
     return TrainConfig(
         benchmark="mlm-wikitext103", dataset="mlm-wikitext103", task="mlm", model="mlm",

@@ -28,12 +28,12 @@ def _nmt(name: str, dataset: str) -> TrainConfig:
     )
 
 
-@register("nmt-wmt14-ende")
+@register("nmt-wmt14-ende", table="collective", columns=(("En-De (BLEU, 0–100)", "bleu"),))
 def ende() -> TrainConfig:
     return _nmt("nmt-wmt14-ende", "nmt-wmt14-ende")
 
 
-@register("nmt-wmt14-enfr")
+@register("nmt-wmt14-enfr", table="collective", columns=(("En-Fr (BLEU, 0–100)", "bleu"),))
 def enfr() -> TrainConfig:
     return _nmt("nmt-wmt14-enfr", "nmt-wmt14-enfr")
 

@@ -16,7 +16,7 @@ _SMALL = dict(d_model=64, num_heads=2, num_layers=2, d_ff=128, dropout_rate=0.1,
 _NOTES = "small CPU version (our sizes): d_model 64, 2 heads, 2 layers, FFN 128, AdamW 1e-3 linear"
 
 
-@register("lra-listops-small")
+@register("lra-listops-small", table="lra-small", columns=(("ListOps (acc, %)", "accuracy"),))
 def listops_small() -> TrainConfig:
     """ListOps generator with depth ≤ 3, ≤ 5 args, ≤ 40 tokens (flurka.data)."""
     return TrainConfig(
@@ -26,7 +26,7 @@ def listops_small() -> TrainConfig:
         batch_size=64, steps=1500, warmup_steps=150, eval_every=500, log_every=50, notes=_NOTES)
 
 
-@register("lra-image-small")
+@register("lra-image-small", table="lra-small", columns=(("Image (acc, %)", "accuracy"),))
 def image_small() -> TrainConfig:
     """scikit-learn digits, 8×8 pixels read as 64 tokens (LRA image in miniature)."""
     return TrainConfig(

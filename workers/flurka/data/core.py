@@ -14,7 +14,7 @@ import functools
 import hashlib
 import itertools
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -123,8 +123,19 @@ def step_rng(seed: int, step: int) -> np.random.Generator:
     return np.random.default_rng((seed, _TRANSFORM_STREAM, step))
 
 
+def split_metric(metric: str, split: str) -> str:
+    """The recorded name of ``metric`` measured on a data set's extra eval split ``split``: the one
+    rule. MNLI's ``mismatched`` dev set: ``accuracy`` -> ``accuracy_mismatched`` (Table 2's MNLI-mm,
+    declared in ``flurka.catalogue.metrics``)."""
+    return f"{metric}_{split}"
+
+
 class Dataset:
-    """A benchmark: train stream, eval pass and decoding around two example sources."""
+    """A benchmark: train stream, eval pass and decoding around two example sources.
+
+    ``extra_evals``: further named eval splits a run also evaluates (MNLI: ``{"mismatched":
+    validation_mismatched}``), each recording the config's metrics under :func:`split_metric`.
+    """
 
     def __init__(
         self,
@@ -137,13 +148,20 @@ class Dataset:
         eval_transform: Transform | None = None,
         decode: Callable[[np.ndarray], str] | None = None,
         labels: Callable[[str], np.ndarray] | None = None,
+        extra_evals: Mapping[str, Examples] | None = None,
     ):
         if len(train) == 0 or len(eval) == 0:
             raise ValueError(f"{info.name}: empty split (train={len(train)}, eval={len(eval)})")
+        extra_evals = dict(extra_evals or {})
+        for split, examples in extra_evals.items():
+            if not split.isidentifier() or len(examples) == 0:
+                raise ValueError(f"{info.name}: extra eval split {split!r} needs an identifier name and examples "
+                                 f"(has {len(examples)})")
         self.info = dataclasses.replace(info, num_train=len(train), num_eval=len(eval))
         self.seed = int(seed)
         self.train = train
         self.eval = eval
+        self.extra_evals = extra_evals
         self._transform = transform
         self._eval_transform = eval_transform or transform
         self._decode = decode
@@ -157,14 +175,15 @@ class Dataset:
         a digest of the info and the first ``examples`` of each split (raw, before shuffling or
         masking, so every seed of a benchmark shares it and a change of the data changes it)."""
         h = hashlib.sha256(repr(dataclasses.astuple(self.info)).encode())
-        for split in (self.train, self.eval):
+        for split in (self.train, self.eval, *self.extra_evals.values()):
             batch = split.get(np.arange(min(examples, len(split))))
             for key in sorted(batch):
                 value = np.ascontiguousarray(batch[key])
                 h.update(f"{key}:{value.dtype}:{value.shape}".encode())
                 h.update(value.tobytes())
         return {"name": self.info.name, "digest": h.hexdigest()[:16], "task": self.info.task,
-                "num_train": len(self.train), "num_eval": len(self.eval)}
+                "num_train": len(self.train), "num_eval": len(self.eval),
+                **{f"num_eval_{split}": len(ex) for split, ex in self.extra_evals.items()}}
 
     def train_batch(self, step: int, batch_size: int) -> Batch:
         """Training batch number ``step`` (pure in ``(seed, step)``)."""
@@ -179,15 +198,19 @@ class Dataset:
         for step in itertools.count(start_step):
             yield self.train_batch(step, batch_size)
 
-    def eval_batches(self, batch_size: int) -> Iterator[Batch]:
-        """One deterministic pass over the eval split; padding examples get weight 0."""
+    def eval_batches(self, batch_size: int, split: str | None = None) -> Iterator[Batch]:
+        """One deterministic pass over the eval split (``split``: one of ``extra_evals``); padding
+        examples get weight 0."""
         _check_batch_size(batch_size)
-        n = len(self.eval)
+        if split is not None and split not in self.extra_evals:
+            raise ValueError(f"{self.info.name} has no extra eval split {split!r}; it has {sorted(self.extra_evals)}")
+        examples = self.eval if split is None else self.extra_evals[split]
+        n = len(examples)
         for i, start in enumerate(range(0, n, batch_size)):
             real = min(batch_size, n - start)
             # pad with copies of a real example: weight 0, but never an all-masked row
             idx = np.concatenate([np.arange(start, start + real), np.full(batch_size - real, start)])
-            batch = self.eval.get(idx)
+            batch = examples.get(idx)
             if self._eval_transform is not None:
                 batch = self._eval_transform(batch, np.random.default_rng((_EVAL_SEED, i)))
             weight = np.zeros(batch_size, np.float32)

@@ -8,6 +8,8 @@ The LRA image task in miniature: each image is read row by row as 64 tokens
 from __future__ import annotations
 
 import numpy as np
+from sklearn.datasets import load_digits
+
 from flurka.data.core import ArrayExamples, Dataset, DatasetInfo, split_indices
 from flurka.data.tokenizers import PixelTokenizer
 
@@ -17,8 +19,6 @@ EVAL_FRACTION = 0.2
 
 def load_digits_tokens() -> tuple[np.ndarray, np.ndarray]:
     """(int32 tokens [n, 64], int32 labels [n])."""
-    from sklearn.datasets import load_digits
-
     digits = load_digits()
     return TOKENIZER.encode(digits.images.astype(np.int64)), digits.target.astype(np.int32)
 

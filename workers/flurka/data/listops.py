@@ -179,7 +179,7 @@ def build_full(*, seed: int = 0, data_dir=None, eval_split: str = "validation", 
 
 @functools.lru_cache(maxsize=2)
 def _generated(cfg: tuple, generator_seed: int) -> tuple[tuple[str, int], ...]:
-    """The small set's trees, once per process (~1.5 s of Python): a Tune actor's later trials and
+    """The small set's trees, once per process (seconds of Python): a Tune actor's later trials and
     a test session's many small runs reuse them."""
     cfg = dict(cfg)
     return tuple(generate(

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
+
 from flurka.data.core import (
     ArrayExamples,
     DataNotFoundError,
@@ -129,8 +131,6 @@ def read_pathfinder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     Each metadata line is ``<img subdir> <file name> <unused> <label> ...``; empty
     or unreadable images are skipped, as LRA's pipeline filters empty ones.
     """
-    from PIL import Image
-
     meta = sorted((folder / "metadata").glob("*.npy"), key=lambda p: (len(p.stem), p.stem))
     images, labels = [], []
     for m in meta:

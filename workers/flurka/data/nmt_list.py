@@ -24,6 +24,8 @@ import collections
 import functools
 
 import numpy as np
+from babel import Locale
+from num2words import num2words
 
 from flurka.data.core import ArrayExamples, Dataset, DatasetInfo, encode_translation, stack_examples
 from flurka.data.tokenizers import CharTokenizer
@@ -45,9 +47,6 @@ def item_pool() -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...
     months, weekdays and TERRITORIES territories (a fixed draw among those with letter codes), each
     fitting MAX_NAME and holding no separator: few enough that 600 training steps see every name
     as a target often, so a wrong name is a model's failure to find or read it, not to memorise it."""
-    from babel import Locale
-    from num2words import num2words
-
     numbers = tuple((num2words(n, lang="en"), num2words(n, lang="de")) for n in range(MAX_NUMBER + 1))
     en, de = Locale("en"), Locale("de")
     def fits(pair):

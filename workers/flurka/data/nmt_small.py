@@ -11,7 +11,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+from importlib.metadata import version
 from pathlib import Path
+
+from babel import Locale
+from num2words import num2words
 
 from flurka.data.core import ArrayExamples, Dataset, DatasetInfo, encode_translation, split_indices, stack_examples
 from flurka.data.tokenizers import CharTokenizer
@@ -20,15 +24,11 @@ EVAL_FRACTION = 0.1
 
 
 def number_pairs(max_number: int = 9999) -> list[tuple[str, str]]:
-    from num2words import num2words
-
     return [(num2words(n, lang="en"), num2words(n, lang="de")) for n in range(max_number + 1)]
 
 
 def cldr_pairs() -> list[tuple[str, str]]:
     """(English, German) display names sharing a CLDR code, sorted by category and code."""
-    from babel import Locale
-
     en, de = Locale("en"), Locale("de")
     pairs = []
     for attr in ("territories", "languages", "scripts", "currencies"):
@@ -47,8 +47,6 @@ def load_pairs(max_number: int = 9999, max_chars: int = 62) -> tuple[tuple[str, 
     num2words takes seconds for 10k numbers, so the pairs are cached on disk per
     package versions (``$FLURKA_CACHE_DIR``, else ``~/.cache/flurka``).
     """
-    from importlib.metadata import version
-
     cache = _cache_dir() / f"nmt_small-{version('num2words')}-{version('babel')}-{max_number}.json"
     try:
         pairs = [tuple(p) for p in json.loads(cache.read_text(encoding="utf-8"))]

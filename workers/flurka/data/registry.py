@@ -7,6 +7,7 @@ import importlib
 import inspect
 
 from flurka.data.core import Dataset
+from flurka.data.listops import generation_plan as listops_plan
 
 GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte")
 
@@ -31,7 +32,7 @@ _BUILDERS: dict[str, tuple[str, str, dict]] = {
 }
 
 DATASETS: tuple[str, ...] = tuple(_BUILDERS)
-SMALL_DATASETS: tuple[str, ...] = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small", "nmt-list-small")
+SMALL_DATASETS: tuple[str, ...] = tuple(n for n in _BUILDERS if n.endswith("-small"))   # the ones that ship
 
 
 def get_dataset(name: str, *, seed: int = 0, data_dir: str | None = None, **options) -> Dataset:
@@ -59,7 +60,5 @@ def generation_plan(name: str, data_dir: str | None = None) -> str | None:
     in words; None where it reads prepared files, ships or is small. Today: lra-listops without
     its LRA release files generates them (minutes)."""
     if name == "lra-listops":
-        from flurka.data.listops import generation_plan as listops_plan
-
         return listops_plan(data_dir)
     return None

@@ -10,6 +10,11 @@ in memory.
 from __future__ import annotations
 
 import numpy as np
+import tensorflow_datasets as tfds
+import tensorflow_datasets.text.glue  # noqa: F401  (registers GLUE; TFDS skips it without TensorFlow)
+import tensorflow_datasets.translate.wmt14  # noqa: F401  (registers WMT'14, likewise)
+from PIL import Image
+
 from flurka.data.core import (
     DataNotFoundError,
     Dataset,
@@ -40,12 +45,9 @@ GLUE = {
     "qnli": (("question", "sentence"), 2, "validation"),
     "rte": (("sentence1", "sentence2"), 2, "validation"),
 }
-
-
-def _register_builders() -> None:
-    """GLUE and WMT'14 builders register on import; TFDS skips them when TensorFlow is absent."""
-    import tensorflow_datasets.text.glue  # noqa: F401
-    import tensorflow_datasets.translate.wmt14  # noqa: F401
+# task -> further eval splits evaluated beside the eval split, name -> TFDS split; a run records the
+# config's metrics on each under ``core.split_metric`` (MNLI's mismatched dev set: accuracy_mismatched)
+GLUE_EXTRA_EVALS = {"mnli": {"mismatched": "validation_mismatched"}}
 
 
 def how_to_prepare(name: str, root) -> str:
@@ -65,9 +67,6 @@ def how_to_prepare(name: str, root) -> str:
 
 def tfds_source(name: str, split: str, data_dir=None):
     """A random-access split of a prepared TFDS set; a clear error when it is missing."""
-    import tensorflow_datasets as tfds
-
-    _register_builders()
     root = resolve_data_dir(data_dir)
     try:
         return tfds.data_source(name, split=split, data_dir=str(root), download=False)
@@ -76,7 +75,7 @@ def tfds_source(name: str, split: str, data_dir=None):
         if not builder.is_prepared():
             raise DataNotFoundError(how_to_prepare(name, root)) from None
         try:
-            import tensorflow  # noqa: F401
+            import tensorflow  # noqa: F401  (optional, the tfds-data extra: asked only to say what to install)
         except ImportError:
             raise DataNotFoundError(
                 f"{name!r} under {root} is prepared as {builder.info.file_format}, which needs tensorflow to read; "
@@ -121,10 +120,15 @@ def encode_glue(example, fields: tuple[str, ...], *, max_len: int, regression: b
 def build_glue(
     *, task: str, seed: int = 0, data_dir=None, eval_split: str | None = None, max_len: int = GLUE_MAX_LEN
 ) -> Dataset:
+    """glue-<task>: byte-level [CLS] a [SEP] b [SEP]; eval on the task's dev split, plus its
+    ``GLUE_EXTRA_EVALS`` (MNLI: matched, and mismatched beside it). An ``eval_split`` other than the
+    default evaluates that split alone."""
     fields, num_classes, default_eval = GLUE[task]
     name = f"glue/{task}"
     train = tfds_source(name, "train", data_dir)
     eval = tfds_source(name, eval_split or default_eval, data_dir)
+    extra = GLUE_EXTRA_EVALS.get(task, {}) if eval_split in (None, default_eval) else {}
+    extra_sources = {split: tfds_source(name, tfds_split, data_dir) for split, tfds_split in extra.items()}
     regression = num_classes == 1
     info = DatasetInfo(
         name=f"glue-{task}",
@@ -142,7 +146,8 @@ def build_glue(
     def encode(ex):
         return encode_glue(ex, fields, max_len=max_len, regression=regression)
 
-    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=BYTES.decode)
+    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=BYTES.decode,
+                   extra_evals={split: EncodedExamples(source, encode) for split, source in extra_sources.items()})
 
 
 def encode_lra_text(example, *, max_len: int) -> dict[str, np.ndarray]:
@@ -236,8 +241,6 @@ def build_wmt14(
 
 def resize_and_center(image: np.ndarray, size: int) -> np.ndarray:
     """Resize the shorter side to ``size`` (bilinear), then crop the central ``size`` x ``size``."""
-    from PIL import Image
-
     image = np.asarray(image, np.uint8)
     h, w = image.shape[:2]
     scale = size / min(h, w)

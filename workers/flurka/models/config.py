@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
-from flurka.mechanisms import MECHANISMS
+from flurka.catalogue.mechanisms import MECHANISMS
 from flurka.models.checks import check_choice, check_positive_int
 
 POOLINGS = ("cls", "mean")
@@ -22,7 +22,7 @@ T2T_SPLITS = ((7, 4, 2), (3, 2, 1), (3, 2, 1))
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    attention: str                              # a name in flurka.mechanisms.MECHANISMS
+    attention: str                              # a name in flurka.catalogue.mechanisms.MECHANISMS
     attention_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # make_attention's
     d_model: int = 256
     num_heads: int = 4

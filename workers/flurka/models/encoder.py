@@ -15,10 +15,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.attention import make_attention
+from flurka.kernels.ffn import FfnTiling, check_fusable, current_ffn_tiling, fused_ffn_block
 from flurka.models.checks import check_mask, check_positive_int
 from flurka.models.config import ModelConfig
-from flurka.models.fused_ffn import (
-    FfnTiling, check_fusable, current_ffn_tiling, fused_ffn_block)
 
 
 class FeedForward(nnx.Module):
@@ -34,7 +33,7 @@ class FeedForward(nnx.Module):
 
 def ffn_tiling(fused_ffn: bool | FfnTiling, d_model: int, d_ff: int) -> FfnTiling | None:
     """A block's ``fused_ffn`` option, resolved at construction (True: the tiling
-    :func:`~flurka.models.fused_ffn.use_ffn_tiling` sets now) and its sizes checked."""
+    :func:`~flurka.kernels.ffn.use_ffn_tiling` sets now) and its sizes checked."""
     if not fused_ffn:
         return None
     tiling = fused_ffn if isinstance(fused_ffn, FfnTiling) else current_ffn_tiling()
@@ -45,8 +44,8 @@ def ffn_tiling(fused_ffn: bool | FfnTiling, d_model: int, d_ff: int) -> FfnTilin
 class EncoderBlock(nnx.Module):
     """x + Drop(Attn(LN(x))); x + Drop(FFN(LN(x))).
 
-    ``fused_ffn`` (True or a :class:`~flurka.models.fused_ffn.FfnTiling`): the second residual,
-    the LayerNorm and the FFN run as Pallas kernels (:mod:`flurka.models.fused_ffn`, same maths)
+    ``fused_ffn`` (True or a :class:`~flurka.kernels.ffn.FfnTiling`): the second residual,
+    the LayerNorm and the FFN run as Pallas kernels (:mod:`flurka.kernels.ffn`, same maths)
     wherever dropout is off; with dropout active the XLA path runs (the kernels have none)."""
 
     def __init__(self, config: ModelConfig, *, max_len: int, rngs: nnx.Rngs):
@@ -69,15 +68,17 @@ class EncoderBlock(nnx.Module):
         """(the block's output, its rows' statistics for a next LayerNorm with ``next_eps``
         where the one-kernel fused FFN computed them as it wrote them, else None).
         ``statistics``: x's, for this block's attention LayerNorm (the previous block's)."""
-        # The LayerNorm handed over: a layer that fuses it (``fuses_norm``) normalises x in
-        # its kernels as it loads it; any other applies it first. Where the FFN block is a
-        # kernel too (no dropout between them), such a layer's kernel writes x + a, and the
-        # FFN block reads that one operand.
         fused_ffn = self.ffn_tiling is not None and (deterministic or self.dropout.rate == 0.0)
         residual = fused_ffn and self.attention.fuses_norm
-        a = self.dropout(self.attention(x, mask, rng=rng, norm=self.attention_norm,
-                                        statistics=statistics, residual=residual),
-                         deterministic=deterministic)
+        if self.attention.fuses_norm:
+            # The LayerNorm handed over: the layer normalises x in its kernels as it loads it.
+            # Where the FFN block is a kernel too (no dropout between them), the layer's kernel
+            # writes x + a, and the FFN block reads that one operand.
+            a = self.attention.fused_block(x, mask, norm=self.attention_norm, rng=rng,
+                                           statistics=statistics, residual=residual)
+        else:
+            a = self.attention(self.attention_norm(x), mask, rng=rng)
+        a = self.dropout(a, deterministic=deterministic)
         if fused_ffn:
             norm, ffn = self.ffn_norm, self.ffn
             x, a = (a, None) if residual else (x, a)

@@ -49,6 +49,8 @@ import sys
 import time
 
 from flurka.attention import FUSABLE, PROJECTABLE
+from flurka.cli import module_main
+from flurka.kernels.ffn import ONE_KERNEL, FfnTiling, use_ffn_tiling
 from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select, xla_option
 
 
@@ -83,12 +85,10 @@ def add_selection_arguments(parser: argparse.ArgumentParser, required: bool = Tr
     parser.add_argument("--fused-projections", action="store_true",
                         help="with --fused: W_Q and W_O inside the query-side kernel too, where the "
                              f"layer takes it ({', '.join(PROJECTABLE)}; d_model a multiple of 128 "
-                             "up to 512, head dim a power of two up to 128, m <= 128; slower than "
-                             "XLA's GEMMs on an H100, 2026-11-28)")
+                             "up to 512, head dim a power of two up to 128, m <= 128)")
     parser.add_argument("--fused-ffn", action="store_true",
                         help="model scope: run each block's residual, LayerNorm and FFN as Pallas "
-                             "kernels (d_model and ffn multiples of 128), every mechanism alike; "
-                             "slower than XLA's GEMMs on an H100, 2026-11-28")
+                             "kernels (d_model and ffn multiples of 128), every mechanism alike")
     parser.add_argument("--ffn-kernels", type=int, choices=(1, 2), default=None,
                         help="with --fused-ffn: the block as one kernel per block of rows (the "
                              "hidden layer never in memory, d_model up to 512; it hands the next "
@@ -114,8 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--calls-per-sample", type=int, default=None,
                         help="calls dispatched back to back per timed sample (default: enough "
-                             "for 5 ms, at most 32; 1 = one blocked call a sample, as leases "
-                             "before 2026-11-29 timed)")
+                             "for 5 ms, at most 32; 1 = one blocked call a sample, as documents "
+                             "without calls_per_sample were timed)")
     parser.add_argument("--memory-budget-gb", type=float, default=None,
                         help="report points whose compiled step needs more as oom, unrun")
     parser.add_argument("--no-ceilings", action="store_true",
@@ -156,7 +156,6 @@ def ffn_form(args: argparse.Namespace):
     """The FFN tiling ``--ffn-kernels`` asks for, as a context the points are built in."""
     if args.ffn_kernels is None:
         return contextlib.nullcontext()
-    from flurka.models.fused_ffn import ONE_KERNEL, FfnTiling, use_ffn_tiling
     return use_ffn_tiling(ONE_KERNEL if args.ffn_kernels == 1 else FfnTiling())
 
 
@@ -166,7 +165,8 @@ def run(args: argparse.Namespace) -> int:
         for i, p in zip(indices, pts):
             print(i, p)
         return 0
-    # imported here, not above: they import JAX, and --list stays instant
+    # imported here, not above (a measured start-up cost): they load optax, the models and the
+    # training room, which --list and --help do not need
     from flurka.speed.bench import check_compile_options, freeze_survivors
     from flurka.speed.profile import brief
     from flurka.speed.runner import run_sweep
@@ -200,7 +200,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flurka.cli import module_main
     return module_main("python -m flurka.speed", "flurka.speed.__main__", argv)
 
 

@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import glob
 import importlib
+import json
 import os
 import re
 import shutil
@@ -40,10 +41,18 @@ import time
 from typing import Any
 
 import jax
+from jax.experimental.topologies import get_topology_desc
 
-# XLA's GpuTargetConfig of an H100 SXM (80 GB HBM3) — the card the issue names — and of the
-# H200 (141 GB HBM3e) the first lease ran on: same chip (sm_90, 132 SMs, 227 KB shared memory per
-# block), more and faster memory.
+from flurka.kernels.query_side import Tiling
+from flurka.speed import bench, profile, tuning
+from flurka.speed.__main__ import add_selection_arguments, ffn_form, selected
+from flurka.speed.configs import Point
+from flurka.speed.runner import versions, write_json
+from flurka.speed.timing import failure
+
+# XLA's GpuTargetConfig of an H100 SXM (80 GB HBM3), the card the GPU targets name, and of the
+# H200 (141 GB HBM3e): same chip (sm_90, 132 SMs, 227 KB shared memory per block), more and
+# faster memory.
 _HOPPER = """gpu_device_info {{
   threads_per_block_limit: 1024
   threads_per_warp: 32
@@ -98,7 +107,6 @@ def target_device(config: str):
             "jax-cuda12-pjrt of this jaxlib's version) importable before JAX starts: run "
             "`make aot ARGS=...` (it installs them under .cuda-aot), or put that directory on "
             "PYTHONPATH") from None
-    from jax.experimental.topologies import get_topology_desc
     return get_topology_desc("flurka-aot", "cuda", target_config=config,
                              topology="1x1x1").devices[0]
 
@@ -225,7 +233,6 @@ def memory(compiled) -> dict[str, int]:
 def _failure(exc: BaseException) -> dict[str, Any]:
     """:func:`flurka.speed.timing.failure`, but a kernel past the card's shared memory (XLA says
     RESOURCE_EXHAUSTED for it too) is an error of its launch shape, not out-of-memory."""
-    from flurka.speed.timing import failure
     row = failure(exc)
     if "hared memory" in row.get("error", ""):
         row["status"] = "error"
@@ -239,7 +246,6 @@ def compile_point(point, device, card_memory: int | None,
     "oom" (XLA refused, or ``peak_bytes`` over the card's memory) or "error", its memory and
     its Pallas kernels. ``options``: XLA's compile options, by name (e.g. the card's GEMM
     choices where they are known: ``xla_gpu_experimental_force_split_k``)."""
-    from flurka.speed import bench, profile
     result: dict[str, Any] = {**point.as_dict(), "status": None}
     with tempfile.TemporaryDirectory(prefix="flurka-aot-") as dump:
         try:
@@ -272,8 +278,6 @@ def compile_tilings(device, *, forward_grid=None, backward_grid=None, wide_grid=
     compiled for the target: per candidate and feature map (the softmax stage: its one kernel),
     its kernels' launch and resources (forward, wide and softmax candidates: the forward kernel;
     backward ones: the gradient's two)."""
-    from flurka.attention.fused import Tiling
-    from flurka.speed import tuning
     sizes = tuning.stage_sizes(size, wide_size, softmax_size)
     grids = {"forward": tuning.FORWARD_GRID if forward_grid is None else forward_grid,
              "gradient": tuning.BACKWARD_GRID if backward_grid is None else backward_grid,
@@ -308,7 +312,6 @@ def open_target(config: str) -> tuple[dict[str, Any], Any]:
 
 def document(card: dict[str, Any], **extra) -> dict[str, Any]:
     """An empty ``flurka.aot/1`` document for ``card``."""
-    from flurka.speed.runner import versions
     return {"schema": "flurka.aot/1", "target": card, "versions": versions(), "ptxas": ptxas(),
             **extra, "results": []}
 
@@ -319,7 +322,6 @@ def compile_points(doc: dict[str, Any], labelled, device, out: str,
     ``xla_options``: each row (its labels first) appended to ``doc``, printed, and ``out``
     rewritten, so an interrupted run keeps its rows. With the card's measured copy
     ``bandwidth`` (bytes/s) a row also gets ``traffic_s``."""
-    from flurka.speed.runner import write_json
     for labels, point in labelled:
         row = {**labels, **compile_point(point, device, doc["target"]["memory_bytes"],
                                          doc.get("xla_options"))}
@@ -336,8 +338,6 @@ MEASURED = ("index", "sweep", "median_s", "floor_s", "compute_floor_s", "bound",
 def _recorded(path: str) -> dict[str, Any]:
     """The timed rows of a flurka.speed/1 document as (their measured fields, Point), and the
     card's measured copy bandwidth (``bandwidth``, bytes/s; None if it holds no ceilings)."""
-    import json
-    from flurka.speed.configs import Point
     with open(path) as f:
         doc = json.load(f)
     if doc.get("schema") != "flurka.speed/1":
@@ -372,8 +372,6 @@ def brief(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flurka.speed.__main__ import add_selection_arguments, ffn_form, selected
-    from flurka.speed.runner import write_json
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=tuple(TARGETS), default="h100")
     parser.add_argument("--target-config", default=None,

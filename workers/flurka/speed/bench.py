@@ -64,7 +64,9 @@ from flurka import hlo
 from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
 from flurka.attention.base import cast_floating
-from flurka.mechanisms import COMPRESSED
+from flurka.catalogue.mechanisms import COMPRESSED
+from flurka.models.config import ModelConfig
+from flurka.models.encoder import Encoder
 from flurka.speed import ceilings as ceil
 from flurka.speed import profile
 from flurka.speed.configs import Point
@@ -92,8 +94,6 @@ def build(point: Point, rngs: nnx.Rngs | None = None) -> nnx.Module:
     if point.scope == "layer":
         return make_attention(point.mechanism, d_model=point.d_model, num_heads=point.num_heads,
                               max_len=point.padded_len, rngs=rngs, **options)
-    from flurka.models.config import ModelConfig
-    from flurka.models.encoder import Encoder
     config = ModelConfig(point.mechanism, attention_options=options, d_model=point.d_model,
                          num_heads=point.num_heads, num_layers=point.layers, d_ff=point.ffn,
                          dropout_rate=0.0, fused_ffn=point.fused_ffn)
@@ -154,8 +154,8 @@ def rederive(doc: dict[str, Any]) -> dict[str, Any]:
     """A recorded ``flurka.speed`` document with the FLOP model's fields of each ok row
     recomputed by the current FLOP model: ``flops`` and, where its run measured ceilings, the
     floor (``floor_s``, ``compute_floor_s``, ``memory_floor_s``, ``bound``, ``ratio_to_floor``).
-    The times are untouched. For documents written before the model changed (2026-11-29: a lone
-    layer's training step had been counted as 3 × its forward). A row that timed another layer
+    The times are untouched. For documents written under an older FLOP model (one that counted a
+    lone layer's training step as 3 × its forward). A row that timed another layer
     than its mechanism's name means now (:func:`current_layer`) keeps its fields as recorded:
     the current model does not describe it."""
     point_fields = {f.name for f in dataclasses.fields(Point)}
@@ -329,10 +329,10 @@ def freeze_survivors() -> None:
     """Collect, then take every surviving object out of the collector's generations
     (:func:`gc.freeze`), for a process about to measure points. Each point ends with a collection
     that releases its buffers (a GPU's memory) before the next; without the freeze that collection
-    also scans what the imports made, about 150 000 objects for JAX, Flax and this package: 0.12 to
-    0.16 s a collection on a 2-core host, a third of the tiny sweep's time. Only for a process
-    that owns its objects (a command, a Ray task): a frozen object left in a cycle later is never
-    freed."""
+    also scans what the imports made, about 150 000 objects for JAX, Flax and this package, a
+    large share of a small sweep's time on a CPU host (benchmarks/results/cpu/NOTES.md). Only for
+    a process that owns its objects (a command, a Ray task): a frozen object left in a cycle later
+    is never freed."""
     gc.collect()
     gc.freeze()
 

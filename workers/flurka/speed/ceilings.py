@@ -14,9 +14,9 @@ Probes:
 * bandwidth: ``y = a * c`` over a large array: every byte read once and written once, so
   bytes = 2 · a.nbytes per pass (a plain ``copy`` can be elided by XLA; the scale cannot).
 
-Both run ``chain`` dependent kernels per timed call: the first H200 run timed one kernel per
-call and read 655 TFLOP/s and 3.09 TB/s, below what the card does (KINDS.md: ~790 TFLOP/s,
-~4.3 TB/s), which would make every floor too long and every ratio too kind.
+Both run ``chain`` dependent kernels per timed call: one kernel timed per call carries the
+call's dispatch and sync and reads below what the card does, which would make every floor too
+long and every ratio too kind.
 
 Minimum-bytes model (the fewest bytes the step must move through device memory):
 

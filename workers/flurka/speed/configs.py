@@ -34,15 +34,15 @@ random features are one sample per chunk).
 zero-padded to multiples of ``align``, same function; :mod:`flurka.attention.base`). ``points(...,
 align=128)`` aligns the mechanisms that support it and leaves the others (EVA, flash) at 1; each
 result records the value it ran with, and the FLOPs stay the FLOP model's (true shapes).
-``fused`` runs the kernel mechanisms' query side as one Pallas kernel (:mod:`flurka.attention.fused`;
+``fused`` runs the kernel mechanisms' query side as one Pallas kernel (:mod:`flurka.kernels.query_side`;
 head dim and m up to 512, padded by the kernel to the blocks Triton takes).
 ``fused_projections`` (with ``fused``) runs the layer's W_Q and W_O inside that kernel too
-(:mod:`flurka.attention.fused_layer`, :data:`flurka.attention.PROJECTABLE`: q and the per-head
+(:mod:`flurka.kernels.projected_layer`, :data:`flurka.attention.PROJECTABLE`: q and the per-head
 context never reach memory; d_model a multiple of 128 up to 512, a power-of-two head dim up to
 128, m ≤ 128, no ``align``); in a model the low-rank layers then take the block's LayerNorm into
-their kernels too (:mod:`flurka.attention.fused_compress`).
+their kernels too (:mod:`flurka.kernels.compress`).
 ``fused_ffn`` (model scope) runs each block's second residual, LayerNorm and FFN as Pallas kernels
-(:mod:`flurka.models.fused_ffn`: d_model and FFN multiples of 128), for every mechanism alike — the
+(:mod:`flurka.kernels.ffn`: d_model and FFN multiples of 128), for every mechanism alike — the
 flash comparison's FLuRKA spends most of its memory traffic there; ``points(..., fused_ffn=True)``
 sets it on the model points whose sizes the kernels take.
 ``pad_to`` (1 = none) pads the *batch*: its sequence gets ``padded_len`` = N rounded up to a
@@ -50,10 +50,9 @@ multiple of ``pad_to`` rows, the rows past N masked, and the model is built for 
 low-rank E is [d_k, padded_len]), as a data pipeline pads batches for the tensor cores (Hugging
 Face's ``pad_to_multiple_of``). Unlike ``align`` it pads once, at the input, for every mechanism:
 on a GPU, E·X over N = 52 500 (no multiple of 8) has XLA copy E and X into padded buffers every
-layer whichever GEMM it picks (cuBLAS's alignment, or split-K's), 3.9 GB per flash-comparison
-forward (benchmarks/README.md); over a multiple of 128 it copies nothing. FLOPs stay the FLOP
-model's at N, and the fewest bytes count x's N rows (and the parameters as built): the padded
-rows are extra work, reported as such.
+layer whichever GEMM it picks (cuBLAS's alignment, or split-K's; benchmarks/README.md); over a
+multiple of 128 it copies nothing. FLOPs stay the FLOP model's at N, and the fewest bytes count
+x's N rows (and the parameters as built): the padded rows are extra work, reported as such.
 ``xla`` (none by default): XLA compile options the point's step is compiled with, as
 (name, value) pairs (``--xla NAME=VALUE``; a row records them as a dict) — a fusion or GEMM choice
 to time against XLA's default on the same card, e.g. ``xla_gpu_experimental_gemm_fusion_v2``.
@@ -69,10 +68,10 @@ from typing import Any, Iterable, Sequence
 
 from flurka.attention import ALIGNABLE, FUSABLE, MECHANISMS, PROJECTABLE
 from flurka.attention.base import round_up
-from flurka.attention.fused import BLOCK as FFN_BLOCK   # the fused FFN kernels' column blocks
-from flurka.attention.fused_layer import check_projectable
+from flurka.kernels.query_side import BLOCK as FFN_BLOCK   # the fused FFN kernels' column blocks
+from flurka.kernels.projected_layer import check_projectable
 from flurka.attention.performer import DEFAULT_NUM_FEATURES
-from flurka.models.fused_ffn import check_fusable as check_ffn_fusable
+from flurka.kernels.ffn import check_fusable as check_ffn_fusable
 
 MODES: tuple[str, ...] = ("forward", "train")
 SCOPES: tuple[str, ...] = ("layer", "model")
@@ -133,7 +132,7 @@ class Point:
                              f"ffn={self.ffn}")
 
     def check_projectable(self) -> None:
-        """:func:`flurka.attention.fused_layer.check_projectable` on this point's layer."""
+        """:func:`flurka.kernels.projected_layer.check_projectable` on this point's layer."""
         features = self.num_features or (DEFAULT_NUM_FEATURES if "performer" in self.mechanism
                                          else None)
         check_projectable(self.mechanism, self.d_model, self.head_dim, features,
@@ -147,7 +146,7 @@ class Point:
 
     @property
     def ffn_fusable(self) -> bool:
-        """Whether the fused FFN kernels take this point (:func:`flurka.models.fused_ffn.check_fusable`)."""
+        """Whether the fused FFN kernels take this point (:func:`flurka.kernels.ffn.check_fusable`)."""
         return self.scope == "model" and _passes(check_ffn_fusable, self.d_model, self.ffn)
 
     @property

@@ -163,10 +163,10 @@ def time_interleaved(calls: Mapping[Hashable, tuple[Callable, Sequence[Any]]], *
                      repeats: int = 10, per_sample: int | None = None, samples: bool = False
                      ) -> dict[Hashable, dict[str, Any]]:
     """:func:`time_fn` for several calls side by side: each compiled first, then ``warmup +
-    repeats`` :func:`round_robin` rounds of one sample each, so none is always timed first (on
-    the H200 the tuner's first candidate, timed alone first, read 0.50 ms where the same launch
-    timed later read 0.44–0.47). A sample is ``per_sample`` calls (None: :func:`calls_for` each
-    call's fastest warm-up, one warm-up round at least). Per key the summary with ``status``
+    repeats`` :func:`round_robin` rounds of one sample each, so none is always timed first (a
+    launch timed first reads slower than the same launch timed later). A sample is
+    ``per_sample`` calls (None: :func:`calls_for` each call's fastest warm-up, one warm-up round
+    at least). Per key the summary with ``status``
     "ok", or the failure (:func:`failure`) of a call that did not compile or run, the others
     going on. ``samples``: each summary also lists its seconds a call per round (``samples_s``;
     the i-th of every key's list was timed in round i, so they pair across keys)."""

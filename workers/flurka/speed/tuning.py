@@ -1,4 +1,4 @@
-"""Tune the fused query-side kernels' launch shape (:class:`flurka.attention.fused.Tiling`) on the
+"""Tune the fused query-side kernels' launch shape (:class:`flurka.kernels.query_side.Tiling`) on the
 device at hand, before the kernels are timed against XLA.
 
 Rows per program, warps and stages do not change what the kernels compute (tested), only how
@@ -12,16 +12,15 @@ on the forward alone (wide query sides train through the XLA path's gradient), a
 softmax kernel's own wide launch at plain EVA's N-sweep chunk softmax (d_h 325 over N/16 chunk
 summaries, its key bias and lse as EVA calls it). A
 stage's candidates are timed side by side (every candidate once per round), not one after
-another: on the H200 the default, timed first, read 10–15 % slower than the same launch timed
-later. Each timed call runs the kernel ``chain`` times (:func:`flurka.speed.timing.chained`;
-default :data:`CHAIN`) and a row's times are per kernel: timed one call each, the first H100
-lease's query side read 0.21–0.28 ms with ~50 µs of dispatch and sync in it, beside XLA's GEMMs
-timed chained. A candidate that fails to compile (e.g. shared memory) is a row with its error,
-not a crash.
-:func:`tune_ffn` does the same for the fused FFN block (:class:`flurka.models.fused_ffn.FfnTiling`:
+another: a launch timed first reads slower than the same launch timed later. Each timed call
+runs the kernel ``chain`` times (:func:`flurka.speed.timing.chained`; default :data:`CHAIN`)
+and a row's times are per kernel: a sub-millisecond kernel timed one call each would carry the
+call's dispatch and sync, which XLA's GEMMs, timed chained, do not. A candidate that fails to
+compile (e.g. shared memory) is a row with its error, not a crash.
+:func:`tune_ffn` does the same for the fused FFN block (:class:`flurka.kernels.ffn.FfnTiling`:
 two kernels or one, and their launch) at the flash comparison's size, forward; and
 :func:`tune_compression` for the fused LayerNorm + compression
-(:class:`flurka.attention.fused_compress.CompressTiling`), the largest GEMM of a fused low-rank
+(:class:`flurka.kernels.compress.CompressTiling`), the largest GEMM of a fused low-rank
 layer there (E1·x̂ and E2·x̂: 110 of its ~235 GFLOP).
 JAX alone, like the rest of :mod:`flurka.speed`.
 """
@@ -37,18 +36,18 @@ import jax.numpy as jnp
 
 from flurka.attention.feature_maps import (
     elu_features, favor_features, gaussian_orthogonal_matrix, key_side)
-from flurka.attention.fused import FEATURES, Tiling, fused_query_side, fused_softmax_attention
-from flurka.attention.fused_compress import (
+from flurka.kernels.query_side import FEATURES, Tiling, fused_query_side, fused_softmax_attention
+from flurka.kernels.compress import (
     CompressTiling, normalised_compression, row_statistics)
-from flurka.models.fused_ffn import FfnTiling, fused_ffn_block
+from flurka.kernels.ffn import FfnTiling, fused_ffn_block
 from flurka.speed.timing import chained, random_normal, time_interleaved
 
 CHAIN = 10  # kernel runs per timed call (the shape probes' chain)
 # (block_n, num_warps) and (bwd_block_n, bwd_rows, bwd_num_warps) to try on a GPU: those that
 # ptxas compiles for sm_90 without spilling registers, for both feature maps at SIZE
-# (``python -m flurka.speed.aot --tilings``). Left out because they spill (4 B – 18 KB per
-# thread): forward programs of 128 or 256 rows on 4 warps or 256 on 8; backward steps of 64
-# rows; backward programs of 2 or 4 warps. Rows per backward program (bwd_rows) only set the
+# (``python -m flurka.speed.aot --tilings``; ptxas's numbers in benchmarks/results/h100/NOTES.md).
+# Left out because they spill: forward programs of 128 or 256 rows on 4 warps or 256 on 8;
+# backward steps of 64 rows; backward programs of 2 or 4 warps. Rows per backward program (bwd_rows) only set the
 # loop's length.
 FORWARD_GRID = ((64, 4), (64, 8), (128, 8), (128, 16), (256, 16))
 BACKWARD_GRID = tuple((n, r, w) for n, w in ((16, 8), (32, 8), (32, 16)) for r in (1024, 4096))
@@ -62,9 +61,9 @@ WIDE_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, num_features=325, d_k=15
 # (softmax_block_n, softmax_num_warps, softmax_num_stages): the softmax kernel past one block
 # wide, at plain EVA's aligned N-sweep query side (its 3472 chunk summaries of 16 keys). What
 # ptxas compiles for sm_90 at d_h 325 → 384 (``--tilings``): 16 and 32 rows on per-warp mma.sync,
-# spill-free on 2 stages in 113–127 KB of shared memory, against the default's 64 rows on wgmma
-# in one (two overflow 227 KB) and 128 rows (380 B spilled). Left out: 4 warps on one stage
-# from 32 rows up (244 B – 3.7 KB spilled).
+# spill-free on 2 stages, against the default's 64 rows on wgmma in one stage (two overflow the
+# shared memory) and 128 rows; 4 warps on one stage from 32 rows up spill, so are left out
+# (ptxas's numbers in benchmarks/results/h100/NOTES.md).
 SOFTMAX_GRID = ((16, 4, 2), (16, 8, 2), (32, 4, 2), (32, 8, 1), (32, 8, 2), (128, 8, 1))
 SOFTMAX_SIZE = dict(seq_len=55_552, heads=8, head_dim=325, keys=3_472)
 # The Tiling fields each stage's grid entries set, in their order.
@@ -75,12 +74,12 @@ STAGE_FIELDS = {"forward": ("block_n", "num_warps"),
 # Which of stage_sizes' sizes each stage runs at (forward and gradient share theirs).
 STAGE_SIZE = {"forward": "narrow", "gradient": "narrow", "wide": "wide", "softmax": "softmax"}
 # The fused FFN block's (kernels, block_n, num_warps, num_stages): the launches ptxas compiles for
-# sm_90 at FFN_SIZE within the registers (FfnTiling's docstring; one kernel on 2 stages spills
-# 104 B), at the flash comparison's FFN (the padded batch: 52 608 rows).
+# sm_90 at FFN_SIZE within the registers (FfnTiling's docstring; one kernel on 2 stages
+# spills), at the flash comparison's FFN (the padded batch: 52 608 rows).
 FFN_GRID = ((2, 128, 8, 2), (2, 64, 8, 3), (1, 64, 8, 1), (1, 64, 8, 2))
 FFN_SIZE = dict(rows=52_608, d_model=512, d_ff=512, dtype=jnp.bfloat16)
 # The fused LayerNorm + compression's (rows_k, step, num_warps, num_stages): spill-free on sm_90
-# at COMPRESS_SIZE (CompressTiling's comment: 128–252 registers), from two 8-warp programs per SM
+# at COMPRESS_SIZE (CompressTiling's comment), from two 8-warp programs per SM
 # to one 4-warp program with deeper rows — at the flash comparison's layer (padded batch).
 COMPRESS_GRID = ((64, 64, 4, 2), (64, 32, 4, 3), (64, 64, 8, 3), (128, 64, 8, 2), (128, 32, 8, 3))
 COMPRESS_SIZE = dict(batch=1, seq_len=52_608, d_model=512, d_k=1024, dtype=jnp.bfloat16)

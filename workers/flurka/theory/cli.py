@@ -44,6 +44,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jax
+from flax import nnx
+
+from flurka import theory
+from flurka.attention import flops as flop_model
+from flurka.attention import make_attention
+from flurka.cli import module_main
 from flurka.theory.flops_cli import positive_int
 
 PROG = "python -m flurka.theory"
@@ -104,11 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def plan(args: argparse.Namespace) -> dict[str, Any]:
     """Validate everything before anything is compiled; ValueError (one line) on bad input."""
-    from flurka.attention import flops as flop_model
-    from flurka.theory import FEATURE_MECHANISMS
-
     shape = {"seq_len": args.seq_len, "d_model": args.d_model, "num_heads": args.heads}
     if args.from_run is not None:
+        # Orbax (flurka.training) here and below: 0.5 s that `flurka theory --help` does not pay
         from flurka.training.restore import checkpoint_meta, train_config
         step, meta = checkpoint_meta(args.from_run, args.step)
         run_config = train_config(meta)
@@ -126,13 +131,13 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     if args.rank_mechanisms == ["none"]:
         rank_mechanisms: list[str] = []
     elif args.rank_mechanisms is None:
-        rank_mechanisms = list(FEATURE_MECHANISMS)
+        rank_mechanisms = list(theory.FEATURE_MECHANISMS)
     else:
         rank_mechanisms = list(args.rank_mechanisms)
     for mech in rank_mechanisms:
-        if mech not in FEATURE_MECHANISMS:
+        if mech not in theory.FEATURE_MECHANISMS:
             raise ValueError(f"rank needs a feature-map mechanism, got {mech!r}; "
-                             f"valid: {', '.join(FEATURE_MECHANISMS)}")
+                             f"valid: {', '.join(theory.FEATURE_MECHANISMS)}")
     if len(set(args.seeds)) != len(args.seeds):
         raise ValueError(f"--seeds has duplicates: {args.seeds}")
     d_ks, ms = sorted(set(args.d_k)), sorted(set(args.features))
@@ -153,33 +158,24 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _layer_configs(mechanisms, rank_mechanisms, d_ks, ms, rank_d_k, rank_m):
-    from flurka.theory import uses as _uses
-
     seen = set()
     for mech in mechanisms:
-        uses_dk, uses_m = _uses(mech)
+        uses_dk, uses_m = theory.uses(mech)
         for d_k in d_ks if uses_dk else [None]:
             for m in ms if uses_m else [None]:
                 seen.add((mech, d_k, m))
     for mech in rank_mechanisms:
-        uses_dk, uses_m = _uses(mech)
+        uses_dk, uses_m = theory.uses(mech)
         seen.add((mech, rank_d_k if uses_dk else None, rank_m if uses_m else None))
     return sorted(seen, key=lambda c: (c[0], c[1] or 0, c[2] or 0))
 
 
 def _build(mech: str, *, d_model: int, num_heads: int, seq_len: int, d_k: int | None, m: int | None, seed: int):
-    from flax import nnx
-
-    from flurka.attention import make_attention
-    from flurka.theory import layer_options
-
     return make_attention(mech, d_model=d_model, num_heads=num_heads, max_len=seq_len,
-                          rngs=nnx.Rngs(seed), **layer_options(d_k, m))
+                          rngs=nnx.Rngs(seed), **theory.layer_options(d_k, m))
 
 
 def _check_layer(mech: str, **kw) -> None:
-    from flax import nnx
-
     try:
         nnx.eval_shape(lambda: _build(mech, seed=0, **kw))
     except ValueError as err:
@@ -188,10 +184,6 @@ def _check_layer(mech: str, **kw) -> None:
 
 def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any]]:
     """Numerical rank of φ(Q)φ(K)ᵀ for every rank mechanism, seed, example and head."""
-    import jax
-
-    from flurka import theory
-
     rows = []
     for seed in args.seeds:
         x = jax.random.normal(jax.random.key(seed), (args.batch, args.seq_len, args.d_model))
@@ -207,7 +199,7 @@ def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any
 def _trained_rows(args: argparse.Namespace, p: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     """Error and rank rows on the captured inputs of ``--from-run``'s model (updates ``p`` with
     what the document's config says about the inputs)."""
-    from flurka.theory import trained
+    from flurka.theory import trained   # Orbax, as in plan()
     from flurka.training import load_run
 
     run = load_run(args.from_run, p["step"])
@@ -223,7 +215,7 @@ def _trained_rows(args: argparse.Namespace, p: dict[str, Any]) -> tuple[list[dic
 
 
 def document(args: argparse.Namespace, p: dict[str, Any], errors: list[dict], ranks: list[dict]) -> dict[str, Any]:
-    from flurka.speed.runner import device_info, versions
+    from flurka.speed.runner import device_info, versions   # Orbax, as in plan()
 
     config = {"seq_len": p["seq_len"], "d_model": p["d_model"], "num_heads": p["num_heads"],
               "batch": args.batch, "seeds": list(args.seeds), "d_k": p["d_k"], "m": p["m"],
@@ -248,19 +240,15 @@ def _write(doc: dict[str, Any], path: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     p = plan(args)  # ValueError before any compute
-    import jax
-
-    from flurka.theory import approximation_errors
-
     start = time.perf_counter()
     with jax.default_matmul_precision(args.matmul_precision):
         if args.from_run is not None:
             errors, ranks = _trained_rows(args, p)
         else:
-            errors = approximation_errors(d_model=args.d_model, num_heads=args.heads,
-                                          seq_len=args.seq_len, d_k_values=p["d_k"], m_values=p["m"],
-                                          mechanisms=p["mechanisms"], seeds=args.seeds,
-                                          batch=args.batch)
+            errors = theory.approximation_errors(d_model=args.d_model, num_heads=args.heads,
+                                                 seq_len=args.seq_len, d_k_values=p["d_k"], m_values=p["m"],
+                                                 mechanisms=p["mechanisms"], seeds=args.seeds,
+                                                 batch=args.batch)
             ranks = rank_rows(args, p)
     doc = document(args, p, errors, ranks)
     _write(doc, args.out)
@@ -270,7 +258,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from flurka.cli import module_main
     return module_main(PROG, "flurka.theory.cli", argv)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # annotations only: the module itself stays plain Python (flurka.attention brings JAX)
     from flurka.attention.flops import AttentionShape
 
 PAPER_KINDS = ("low-rank", "kernel", "flurka")

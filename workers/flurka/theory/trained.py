@@ -38,10 +38,14 @@ class _Recorder(nnx.Module):
     def fuses_norm(self) -> bool:
         return self.inner.fuses_norm
 
-    def __call__(self, x, mask=None, *, rng=None, norm=None, statistics=None, residual=False):
+    def __call__(self, x, mask=None, *, rng=None):
+        self.report(self.inner, x, mask)
+        return self.inner(x, mask, rng=rng)
+
+    def fused_block(self, x, mask=None, *, norm=None, **kernel_options):
         """``norm``: the block's LayerNorm handed over un-applied; the report is its output."""
         self.report(self.inner, x if norm is None else norm(x), mask)
-        return self.inner(x, mask, rng=rng, norm=norm, statistics=statistics, residual=residual)
+        return self.inner.fused_block(x, mask, norm=norm, **kernel_options)
 
 
 @dataclasses.dataclass

@@ -7,7 +7,10 @@ The result is a JSON-serializable dict::
      "eval_history": [{"step", "train_flops", metric...}], "train_flops": total,
      "wall_time_s", "time_split": {part: seconds} (see flurka.training.loop), "num_params",
      "switches": [up-training switches], "dataset": {"name", "digest", "task", "num_train",
-     "num_eval"} (flurka.data.Dataset.describe), "config": {...}}
+     "num_eval", "num_eval_<split>" per extra eval split} (flurka.data.Dataset.describe), "config": {...}}
+
+``final_metrics`` and each ``eval_history`` entry also hold the config's metrics on the data set's
+extra eval splits, named ``<metric>_<split>`` (glue-mnli: ``accuracy_mismatched``).
 
 Non-finite floats (a diverged loss, an undefined correlation) become ``None`` so that strict
 JSON readers accept it.

@@ -19,6 +19,12 @@ import argparse
 import json
 import sys
 
+from flurka.configs import get_config
+from flurka.configs.overrides import parse_assignments
+from flurka.data import generation_plan
+from flurka.training import compilation
+from flurka.training import run as train_run
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmark", required=True, help="a name from flurka.configs.BENCHMARKS")
@@ -38,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="data root (default $FLURKA_DATA_DIR, else ~/flurka_data)")
     parser.add_argument("--generate-data", action="store_true",
                         help="generate data the benchmark lacks into the data dir first (lra-listops: "
-                             "100k trees, about 10 minutes once, ~630 MB)")
+                             "100k trees, minutes, once, ~630 MB)")
     parser.add_argument("--compilation-cache", metavar="DIR|off",
                         help="JAX's persistent compilation cache: a rerun or resumed run loads "
                              "the programs an earlier one compiled (the JSON result's "
@@ -51,8 +57,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def overrides(args: argparse.Namespace) -> dict:
-    from flurka.configs.overrides import parse_assignments
-
     out = parse_assignments(args.set)
     for name in ("attention", "steps", "seed", "alpha", "base", "base_checkpoint", "workdir",
                  "checkpoint_every", "data_dir"):
@@ -67,21 +71,17 @@ def overrides(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from flurka.configs import get_config
-    from flurka.training import run as train_run
     try:
         config = get_config(args.benchmark, **overrides(args))
     except ValueError as exc:
         print(f"flurka train: error: {exc}", file=sys.stderr)
         return 2
-    from flurka.data import generation_plan
     plan = generation_plan(config.dataset, config.data_dir)
     if plan is not None and not args.generate_data:
         print(f"flurka train: error: {args.benchmark} has no prepared data: training would first {plan}; pass "
               "--generate-data to do that, or --data-dir DIR holding lra_release/listops-1000/"
               f"basic_{{train,val,test}}.tsv (the CPU-size {args.benchmark}-small needs neither)", file=sys.stderr)
         return 2
-    from flurka.training import compilation
     with compilation.accounting(compilation.cache_dir(args.compilation_cache)) as compiled:
         result = train_run(config, progress=False if args.no_progress else None)
     result["compilation"] = compiled

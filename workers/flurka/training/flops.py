@@ -28,7 +28,8 @@ from collections.abc import Mapping
 
 from flurka.attention import flops as attention_flops
 from flurka.attention.flops import matmul_flops
-from flurka.mechanisms import COMPRESSED
+from flurka.catalogue.mechanisms import COMPRESSED
+from flurka.models.vit import T2T_SPLITS
 
 
 def _dense(*dims: int, train: bool, data_input: bool = False) -> int:
@@ -122,7 +123,6 @@ def forward_flops(config, info, shapes: Mapping[str, tuple], *, attention: str |
     if c.task == "image":
         b, hh, ww, ch = shapes["image"]
         if c.t2t:
-            from flurka.models.vit import T2T_SPLITS
             stem = _t2t(mech, batch=b, image_shape=(hh, ww, ch), d_model=c.d_model, splits=T2T_SPLITS,
                         token_dim=64, options=c.attention_options, dots_only=dots_only,
                         handover_from=handover_from, train=train)

@@ -40,16 +40,21 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
+from tqdm.auto import tqdm
 
 from flurka.attention.base import cast_floating
 
 from flurka.configs.base import TrainConfig, validate
+from flurka.data import get_dataset
+from flurka.data.core import split_metric
+from flurka.models import build_model as build_network
 from flurka.training import flops as flops_lib
 from flurka.training import memory
 from flurka.training import parallel
 from flurka.training import state as state_lib
 from flurka.training import uptrain
 from flurka.training.checkpoints import Checkpointer
+from flurka.training.metrics import bleu, exact_match
 from flurka.training.optimizer import make_optimizer
 from flurka.training.schedules import from_config as schedule_from_config
 from flurka.training.tasks import Task, make_task
@@ -71,7 +76,6 @@ class Diverged(Exception):
 # Model / data set-up
 # ------------------------------------------------------------------------------------------------
 def load_dataset(config: TrainConfig):
-    from flurka.data import get_dataset
     return get_dataset(config.dataset, seed=config.seed, data_dir=config.data_dir,
                        **dict(config.dataset_options))
 
@@ -92,7 +96,6 @@ def build_model(config: TrainConfig, info, attention: str,
                 handover_from: str | None = None) -> nnx.Module:
     """The benchmark's model with ``attention``; parameters drawn from ``config.seed``.
     ``handover_from``: the up-training hand-over model (:mod:`flurka.attention.handover`)."""
-    from flurka.models import build_model as factory
     options = dict(config.attention_options)
     if handover_from is not None:
         options["handover_from"] = handover_from
@@ -104,7 +107,7 @@ def build_model(config: TrainConfig, info, attention: str,
         d_ff=config.d_ff, dropout_rate=config.dropout_rate, pooling=config.pooling,
         patch_size=config.patch_size, t2t=config.t2t,
         num_decoder_layers=config.num_decoder_layers or None, seed=config.seed)
-    return factory(info, model_config, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
+    return build_network(info, model_config, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
 
 
 def _device_batch(batch: dict, mesh=None) -> dict:
@@ -237,25 +240,36 @@ def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task,
 # Evaluation
 # ------------------------------------------------------------------------------------------------
 def evaluate(config: TrainConfig, dataset, task: Task, phase: Phase) -> dict[str, float]:
+    """The eval split's metrics, over at most ``eval_batches`` batches (BLEU over ``bleu_batches``),
+    and the config's metrics on each of the data set's ``extra_evals``, also over at most
+    ``eval_batches`` batches, named by ``split_metric`` (MNLI's mismatched dev set: ``accuracy_mismatched``)."""
+    metrics = _evaluate_split(config, dataset, task, phase)
+    for split in dataset.extra_evals:
+        on_split = _evaluate_split(config, dataset, task, phase, split)
+        metrics.update({split_metric(m, split): on_split[m] for m in config.metrics if m in on_split})
+    return metrics
+
+
+def _evaluate_split(config: TrainConfig, dataset, task: Task, phase: Phase, split: str | None = None) -> dict[str, float]:
+    """The task's metrics on the eval split (``split``: one of the data set's ``extra_evals``, no BLEU)."""
     stats: dict[str, list] = {}
     hyps, refs = [], []
-    for i, batch in enumerate(dataset.eval_batches(config.batch_size)):
+    for i, batch in enumerate(dataset.eval_batches(config.batch_size, split)):
         if config.eval_batches and i >= config.eval_batches:
             break
         dev = _device_batch(batch, phase.mesh)
         for k, v in jax.device_get(phase.eval_step(phase.params, phase.other, dev)).items():
             stats.setdefault(k, []).append(np.asarray(v))
-        if phase.decode is not None and "bleu" in config.metrics and i < config.bleu_batches:
+        if split is None and phase.decode is not None and "bleu" in config.metrics and i < config.bleu_batches:
             out = np.asarray(phase.decode(phase.params, phase.other, dev["inputs"], dev["mask"]))
             for row, target, w in zip(out, batch["targets"], batch["example_weight"]):
                 if w > 0:
                     hyps.append(dataset.decode(row))
                     refs.append(dataset.decode(target[1:]))
     if not stats:
-        raise ValueError(f"dataset {config.dataset!r} has an empty eval split")
+        raise ValueError(f"dataset {config.dataset!r} has an empty eval split{f' {split!r}' if split else ''}")
     metrics = task.summarize({k: np.concatenate(v) for k, v in stats.items()})
     if hyps:
-        from flurka.training.metrics import bleu, exact_match
         metrics["bleu"] = bleu(hyps, refs, tokenize=config.bleu_tokenize)
         metrics["exact_match"] = exact_match(hyps, refs)
     return metrics
@@ -482,7 +496,6 @@ def _restore(loop: _Loop, source: Checkpointer, step: int, attention: str, hando
 def _progress_bar(config: TrainConfig, progress: bool | None, initial: int):
     if not (progress or (progress is None and sys.stderr.isatty())):
         return None
-    from tqdm.auto import tqdm
     return tqdm(total=config.steps, initial=initial, desc=f"{config.benchmark} {config.attention}",
                 unit="step", file=sys.stderr)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+import jax
 import numpy as np
 
 from flurka.configs.base import TrainConfig
@@ -44,8 +45,6 @@ def machine_bytes() -> int | None:
 
 def device_bytes() -> int | None:
     """Memory of the first accelerator JAX sees (None on a CPU, where the host's counts)."""
-    import jax
-
     dev = jax.local_devices()[0]
     if dev.platform == "cpu":
         return None

@@ -11,6 +11,10 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+import sacrebleu
+
+# scikit-learn (1.3 s to import) and scipy.stats (0.8 s) are imported by the GLUE metrics that use
+# them: every training process imports this module, few score GLUE.
 
 
 def _real(weights: np.ndarray | None, n: int) -> np.ndarray:
@@ -84,7 +88,6 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str], tokenize: str = "
     """Corpus BLEU, 0-100 (sacrebleu; 13a tokenisation by default). Sentences of one word (a
     number word, a country name) have no word 4-grams, so their word BLEU is 0 even when every
     one is right: ``tokenize="char"`` scores character n-grams instead."""
-    import sacrebleu
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     return float(sacrebleu.corpus_bleu(list(hypotheses), [list(references)], tokenize=tokenize).score)

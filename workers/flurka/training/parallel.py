@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 AXIS = "data"
@@ -84,7 +85,6 @@ def replicate(tree: Any, mesh: Mesh | None) -> Any:
 def host_value(tree: Any) -> Any:
     """``jax.device_get`` that also works for arrays spanning other processes' devices
     (a replicated one is read locally, a sharded one is gathered from every process)."""
-    from jax.experimental import multihost_utils
 
     def get(x):
         if isinstance(x, jax.Array) and not x.is_fully_addressable:

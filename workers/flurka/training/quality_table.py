@@ -7,7 +7,7 @@ eval loss, seed, steps, wall time) to stdout.
     python -m flurka.training.quality_table --summarize table.jsonl
 
 ``--control`` also trains the no-attention control (Linformer at d_k = 1,
-:data:`flurka.mechanisms.CONTROL`) per seed: the task's floor. ``--summarize`` trains nothing: per
+:data:`flurka.catalogue.mechanisms.CONTROL`) per seed: the task's floor. ``--summarize`` trains nothing: per
 benchmark it prints the mechanisms' mean ± 95 % CI over seeds (n) of each task metric (accuracy
 and exact match in percent, BLEU 0–100, perplexity) and of the eval loss, the floor row where the
 control ran (each cell that does not clear its mean beyond the cell's CI saying "at floor") and,
@@ -28,12 +28,16 @@ import statistics
 import sys
 from collections.abc import Iterable
 
-from flurka.mechanisms import COMPRESSED, CONTROL, CONTROL_LABEL, CONTROL_NAME, FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents
-from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, in_family, mean_ci, paired, significant_decimals
+from flurka.catalogue.mechanisms import (COMPRESSED, CONTROL, CONTROL_LABEL, CONTROL_NAME, FLURKA, KERNELS, LOW_RANK,
+                                         MECHANISMS, constituents)
+from flurka.catalogue import metrics as metric_catalogue
+from flurka.catalogue.metrics import FRACTION_METRICS, lower_is_better
+from flurka.configs import char_bleu, family_benchmarks, get_config
+from flurka.configs.overrides import parse_assignments
+from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, in_family, mean_ci, paired
+from flurka.training.api import run
 
-BENCHMARKS = ("lra-listops-small", "lra-image-small", "mlm-small", "nmt-small", "nmt-list-small")
-LOWER_IS_BETTER = ("perplexity", "loss")
-PERCENT = ("accuracy", "f1", "matthews", "pearson", "spearman", "top5", "exact_match")   # fractions, shown ×100
+BENCHMARKS = family_benchmarks("small")
 FLOOR = CONTROL_LABEL   # the control's runs, in the tables' value dicts and pairs
 
 
@@ -48,10 +52,6 @@ def _seeds(text: str) -> list[int]:
 
 
 def train(args: argparse.Namespace) -> int:
-    from flurka.configs import get_config
-    from flurka.configs.overrides import parse_assignments
-    from flurka.training import run
-
     extra = parse_assignments(args.overrides or [])
     runs = [(mech, False) for mech in args.mechanisms] + ([(CONTROL[0], True)] if args.control else [])
     for bench in args.benchmarks:
@@ -104,24 +104,7 @@ def _finite(v) -> bool:
 
 
 def metric_label(metric: str, benchmark: str) -> str:
-    if metric in PERCENT:
-        return f"{metric.replace('_', ' ')} (%)"
-    if metric == "bleu":
-        return "BLEU (char, 0–100)" if _char_bleu(benchmark) else "BLEU (0–100)"
-    return "eval loss" if metric == "loss" else metric
-
-
-def _char_bleu(benchmark: str) -> bool:
-    try:
-        from flurka.configs import get_config
-
-        return get_config(benchmark).bleu_tokenize == "char"
-    except ValueError:   # a benchmark this code no longer knows: say no more than "BLEU"
-        return False
-
-
-def _decimals(metric: str, value: float) -> int:
-    return 1 if metric in PERCENT or metric == "bleu" else significant_decimals(value)
+    return metric_catalogue.label(metric, char_bleu(benchmark))
 
 
 def _value(run: dict, metric: str) -> float | None:
@@ -137,7 +120,7 @@ def _value(run: dict, metric: str) -> float | None:
 def _values(runs: list[dict], metric: str) -> dict[str, dict[int, float]]:
     """{attention: {seed: value}} of the runs' ``metric`` (fractions in percent), finite ones only;
     the control's under :data:`FLOOR`."""
-    scale = 100.0 if metric in PERCENT else 1.0
+    scale = 100.0 if metric in FRACTION_METRICS else 1.0
     out: dict[str, dict[int, float]] = {}
     for r in runs:
         v = _value(r, metric)
@@ -166,7 +149,7 @@ def _paired_table(pairs, columns, title: str) -> str:
         for _, name, values in columns:
             p = family[name][i]
             scale = mean_ci(list(values.get(a, {}).values())).mean   # the metric's digits, not the gap's
-            cells += [p.format(_decimals(name, scale)), p.winner(name in LOWER_IS_BETTER)]
+            cells += [p.format(metric_catalogue.decimals(name, scale)), p.winner(lower_is_better(name))]
         rows.append([a, b, *cells])
     header = ["", "vs"]
     for label, _, _ in columns:
@@ -197,13 +180,13 @@ def summarize(runs: list[dict]) -> str:
                 if name == "accuracy" and chance is not None and est.n > 0 and not est.above(chance):
                     marks.append(AT_CHANCE)
                 if m != FLOOR and name in floors and est.n > 0 and not est.clears(floors[name].mean,
-                                                                                   name in LOWER_IS_BETTER):
+                                                                                   lower_is_better(name)):
                     marks.append(AT_FLOOR)
-                cells.append(", ".join([est.format(_decimals(name, est.mean)), *marks]))
+                cells.append(", ".join([est.format(metric_catalogue.decimals(name, est.mean)), *marks]))
             rows.append([CONTROL_NAME if m == FLOOR else m, *cells])
         if chance is not None:
             rows.append(["chance", *[f"{chance:.1f}" if name == "accuracy" else "" for _, name, _ in columns]])
-        better = "; ".join(f"{label}: {'lower' if name in LOWER_IS_BETTER else 'higher'} is better"
+        better = "; ".join(f"{label}: {'lower' if lower_is_better(name) else 'higher'} is better"
                            for label, name, _ in columns)
         out.append(f"{bench}: mean ± 95 % CI over seeds (n); {better}\n")
         out.append(_markdown(["mechanism", *(label for label, _, _ in columns)], rows))

@@ -14,12 +14,18 @@ from typing import Any
 
 from flax import nnx
 
+from flurka.configs.base import TrainConfig
+from flurka.training.checkpoints import Checkpointer
+from flurka.training.loop import load_dataset, make_phase
+from flurka.training.optimizer import make_optimizer
+from flurka.training.tasks import make_task
+
 
 @dataclasses.dataclass
 class TrainedRun:
     workdir: str
     step: int
-    config: Any          # flurka.configs.base.TrainConfig
+    config: TrainConfig
     attention: str       # the mechanism of the checkpointed model (the base before an up-training switch)
     model: nnx.Module
     dataset: Any
@@ -33,8 +39,6 @@ class TrainedRun:
 def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
     """(step, metadata) of a run's checkpoint (default: its latest); one-line ValueError when the
     directory holds none — cheap, so the CLI checks it before any compute."""
-    from flurka.training.checkpoints import Checkpointer
-
     directory = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(directory):
         raise ValueError(f"{workdir} is not a training work dir with checkpoints "
@@ -48,8 +52,6 @@ def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
 
 def train_config(meta: dict):
     """The TrainConfig a checkpoint's metadata recorded."""
-    from flurka.configs.base import TrainConfig
-
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     stored = {k: v for k, v in meta["config"].items() if k in fields}
     stored["metrics"] = tuple(stored.get("metrics", ()))
@@ -59,11 +61,6 @@ def train_config(meta: dict):
 def load_run(workdir: str | os.PathLike, step: int | None = None) -> TrainedRun:
     """The model of ``workdir``'s checkpoint at ``step`` (default: the latest), with the run's
     data set and task (``model.eval()`` for evaluation: dropout off, EVA's ε at its mean)."""
-    from flurka.training.checkpoints import Checkpointer
-    from flurka.training.loop import load_dataset, make_phase
-    from flurka.training.optimizer import make_optimizer
-    from flurka.training.tasks import make_task
-
     workdir = os.fspath(workdir)
     step, meta = checkpoint_meta(workdir, step)
     if meta.get("handover_from"):

@@ -11,15 +11,13 @@ and the learning-rate schedule continue where the base run stopped. Only what is
 variant keeps its fresh initialization (and zero moments).
 
 Blended hand-over (``TrainConfig.handover_steps`` = H, default 16, and ``handover_shape``,
-default "ease-out", better than linear at every length measured; H = 0 is the abrupt switch).
-The variant computes a different function of the
-carried parameters than the base did. For ``flurka-performer`` the gap is large: FAVOR+ (m = 32
-features, d_h = 32) on Linformer-compressed keys (|k'|²/√d_h ≈ 12-15) is 85-160 % off softmax over
-the same keys, already at initialisation and still at the switch. So an abrupt switch makes the
-loss jump far above the base run's noise (``lra-image-small``, Linformer → flurka-performer:
-switch at step 60 of 100, 0.85 → 2.75 with σ ≈ 0.07; at the paper's α = 1/6 of 1000 steps,
-0.16 → 3.26 with σ ≈ 0.06, above chance). For H steps after the switch every attention layer
-of the variant is a hand-over layer (:mod:`flurka.attention.handover`): its output is
+default "ease-out", which kept the loss lower than "linear" at every H measured; H = 0 is the
+abrupt switch). The variant computes a different function of the carried parameters than the
+base did. For ``flurka-performer`` the gap is large: FAVOR+ on Linformer-compressed keys, whose
+norms are large, is far off softmax over the same keys, already at initialisation and still at
+the switch, so an abrupt switch makes the loss jump far above the base run's noise (the
+measurements: benchmarks/results/cpu/NOTES.md, "Up-training hand-over"). For H steps after the
+switch every attention layer of the variant is a hand-over layer (:mod:`flurka.attention.handover`): its output is
 (1 − β)·base + β·variant, both computed from the same W_Q/W_K/W_V/W_O, E1/E2 and random
 features, with β = ramp(j/(H + 1)) at the j-th step after the switch (j = 1..H): from 0 (the
 base, at the switch) to 1 (the variant, after H steps); ``linear`` ramp(t) = t, ``ease-out``
@@ -33,23 +31,13 @@ therefore no hand-over.
 
 What the hand-over does and does not do: it removes the step at the switch, but the variant
 still has to learn to work on its own, and it is mostly pushed to as β nears 1. With a short
-ramp the loss therefore climbs towards the abrupt switch's level near the end of the ramp
-(α = 1/6 above, H = 16: peak 2.7 at the end of the ramp instead of 3.6 at the switch). Long,
-ease-out ramps keep it low (same run: H = 64 peaks at 1.29 linear / 0.84 ease-out, H = 160 at
-0.96 / 0.78; at H = 320 every 5-step mean stays within 3σ of the base with ease-out, max 0.27
-against a bound of 0.33, but not linear, max 0.57). Long hand-overs also mean more training of a
-hybrid model, which changes what α measures; pick H per study.
+ramp the loss therefore climbs towards the abrupt switch's level near the end of the ramp;
+long, ease-out ramps keep it low. Long hand-overs also mean more training of a hybrid model,
+which changes what α measures; pick H per study.
 
-Other pairs (the switch test's config: 60 steps, switch at 30, default H = 15; highest 5-step
-mean after the switch against the base's last-10 mean + 3σ): from Linformer, flurka-rnn (1.68 vs
-1.89) and flurka-eva (1.69 vs 1.89) stay within the base's noise for the whole ramp and only
-flurka-performer does not (2.34); from the kernel constituent, where E1/E2 are new, all three
-overshoot by 2-4 % near the ramp's end (2.30 vs 2.25, 2.50 vs 2.41, 2.37 vs 2.33). Every abrupt
-switch jumps above the bound.
-
-Linformer's E ~ N(0, 1/d_k) initialisation (paper §2) is kept: with E ~ N(0, 1/N) instead the
-compressed keys are at token scale but FAVOR+ is still ~140 % off softmax there (vs ~160 %), so
-the init is not what makes the switch jump.
+Linformer's E ~ N(0, 1/d_k) initialisation (paper §2) is kept: with E ~ N(0, 1/N) the compressed
+keys are at token scale but FAVOR+ stays nearly as far off softmax, so the init is not what makes
+the switch jump.
 """
 
 from __future__ import annotations
@@ -60,7 +48,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flurka.mechanisms import base_mechanism
+from flurka.attention.handover import BETA
+from flurka.catalogue.mechanisms import base_mechanism
 
 
 def phases(config) -> list[tuple[str, int, int]]:
@@ -137,7 +126,6 @@ def handover_info(config) -> dict | None:
 
 def set_beta(other: dict[str, Any], beta: float) -> dict[str, Any]:
     """A flat ``other`` dict with every hand-over layer's β (``.../handover_beta``) set."""
-    from flurka.attention.handover import BETA
     value = jnp.asarray(beta, jnp.float32)
     return {k: (value if k == BETA or k.endswith("/" + BETA) else v) for k, v in other.items()}
 

@@ -2,14 +2,14 @@
 b_Q,h)) W_O + b_O as one Pallas kernel (``fused_projections``), for a kernel mechanism's layer
 (performer, rnn and their FLuRKA variants).
 
-:func:`flurka.attention.fused.fused_query_side` reads q and writes the per-head context once, but
+:func:`flurka.kernels.query_side.fused_query_side` reads q and writes the per-head context once, but
 Q = x W_Q is still a GEMM writing [N, d_model] and W_O another reading it back: four passes over
 [N, d_model] around a kernel that makes two. Per block of rows this kernel loops over the heads —
 q_h = x·W_Q[:, h] + b (a loop over x's 128-wide column blocks), then its context in the compute
 dtype as the unfused layer rounds it, φ(q_h)·KV_h over its denominator — and multiplies each
 head's context straight into every output block's float32 accumulator (W_O's rows of that head),
 so q and the context never reach memory: x read once, the output written once. The FFN block's
-one-kernel form (:mod:`flurka.models.fused_ffn`) with the query side in place of the GELU.
+one-kernel form (:mod:`flurka.kernels.ffn`) with the query side in place of the GELU.
 
 Sizes: one block per head (d_h a power of two from 16 to 128), d_model a multiple of 128 up to
 512 (the output accumulators live in registers), m ≤ 128; no aligned execution. The gradient is
@@ -29,11 +29,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32, round_up, zero_padding
-from flurka.attention.fused import (
+from flurka.kernels.query_side import (
     BLOCK, FEATURES, block_slice, column_blocks, dot, feature_denominator, masked_load,
     on_gpu_or_interpreted, program_rows, query_side_gradient, real_rows, row_columns,
     row_features, row_vector, tile_size)
-from flurka.attention.fused_compress import PreNorm, normalised_input_gradient
+from flurka.kernels.compress import (
+    PreNorm, current_compress_tiling, normalised_compression, normalised_input_gradient)
 
 MAX_D_MODEL = 512   # four [rows, 128] output accumulators live beside a head's query side
 # Its launch: 64 rows (the fewest for Hopper's warpgroup MMA) on 8 warps, one stage — the one
@@ -245,7 +246,7 @@ def _column_sum(t):
 def _bwd_kernel(*refs, feature, head_dim, num_features, step, n, norm):
     """One program: one head over a chunk of rows, step by step — q_h and ∂c_h recomputed
     (:func:`_recomputed`), then the query side's gradient
-    (:func:`~flurka.attention.fused.query_side_gradient`). Writes ∂q_h and the context c_h (W_Q's
+    (:func:`~flurka.kernels.query_side.query_side_gradient`). Writes ∂q_h and the context c_h (W_Q's
     and W_O's weight gradients take them), the chunk's partial dKV_h, dΣφ(K)_h and its shares of
     the biases' gradients (:func:`_column_sum`); rows past n store nothing."""
     x_ref, norm_refs, refs = _split_norm(refs, norm)
@@ -367,7 +368,7 @@ def _fused_bwd(feature, head_dim, num_features, residual, interpret, saved, g):
     """The gradient kernel (:func:`_side_gradient`: ∂q, the context, the key side's and the
     biases' gradients), then x̂'s gradient ∂q·W_Qᵀ — through the LayerNorm's backward in one more
     kernel where the LayerNorm is fused
-    (:func:`~flurka.attention.fused_compress.normalised_input_gradient`) — and XLA's GEMMs for
+    (:func:`~flurka.kernels.compress.normalised_input_gradient`) — and XLA's GEMMs for
     the weights' (x̂ᵀ·∂q, cᵀ·∂out); with ``residual``, ∂out reaches x as well (XLA adds it
     where it sums x's other cotangents). x's statistics and keep (constants) get none."""
     x, wq, bq, wo, bo, side, norm = saved
@@ -406,7 +407,7 @@ def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_di
     biases [d_model]. ``side``: the key side of the kernel ``feature`` ("favor", "elu"): KV
     [b, h, f, d_h], Σφ(K) [b, h, f], ω [f, d_h] or None. ``norm``: x is the block's input, its
     pre-attention LayerNorm applied in the kernel as x is loaded
-    (:class:`~flurka.attention.fused_compress.PreNorm`: its statistics carry its eps); without
+    (:class:`~flurka.kernels.compress.PreNorm`: its statistics carry its eps); without
     it x is x̂. The kernels' launches are their own (:data:`ROWS`, :data:`WARPS`,
     :data:`BWD_STEP`, ...). ``residual`` (with ``norm``: x the block's input): x + the output,
     summed in x's dtype as the fused FFN block would sum them — the block's next kernel then
@@ -426,9 +427,10 @@ def fused_projected_query_side(x, wq, bq, wo, bo, side, *, feature: str, head_di
 
 class ProjectedQuerySide:
     """Mixin for the layers whose query side the kernel takes (performer, rnn and their FLuRKA
-    variants): their ``fused_projections`` option. The layer gives ``feature`` ("favor" or
-    "elu"), ``fused`` (its :class:`~flurka.attention.fused.Tiling`) and
-    ``kernel_key_side(k, v, key_mask, rng) -> (KV, Σφ(K), ω or None)``, which
+    variants): their ``fused_projections`` option, and :meth:`fused_block`, the entry through
+    which an encoder block hands such a layer its pre-attention LayerNorm. The layer gives
+    ``feature`` ("favor" or "elu"), ``fused`` (its :class:`~flurka.kernels.query_side.Tiling`)
+    and ``kernel_key_side(k, v, key_mask, rng) -> (KV, Σφ(K), ω or None)``, which
     :meth:`projected_key_side` applies to :meth:`keys_values`."""
 
     def init_projections(self, fused_projections: bool, num_features: int | None = None):
@@ -437,13 +439,58 @@ class ProjectedQuerySide:
                 raise ValueError(f"{self.mechanism}: fused_projections needs fused=True")
             check_projectable(self.mechanism, self.d_model, self.head_dim, num_features,
                               self.align)
+            # the fused compression's launch (low-rank layers that fuse the LayerNorm), as set
+            # at construction (use_compress_tiling)
+            self.compress_tiling = current_compress_tiling()
         self.fused_projections = bool(fused_projections)
+
+    def __call__(self, x, mask=None, *, rng=None):
+        """The layer's call (:class:`~flurka.attention.base.AttentionLayer`); with
+        ``fused_projections`` through :meth:`fused_layer`."""
+        if not self.fused_projections:
+            return super().__call__(x, mask, rng=rng)
+        self.check_inputs(x, mask)
+        return self.fused_layer(x, mask, rng)
+
+    def fused_block(self, x, mask=None, *, norm=None, rng=None, statistics=None,
+                    residual: bool = False):
+        """The layer's output on LN(x), ``norm`` (the block's pre-attention LayerNorm) handed
+        over un-applied: run inside the kernels where the layer fuses it (``fuses_norm``: the
+        low-rank layers with ``fused_projections`` and one E per layer), else applied first —
+        the same function as ``layer(norm(x), mask)``. ``statistics``: x's row statistics for
+        it (mean, 1/σ), where the kernel that wrote x computed them, or None. ``residual``
+        (layers that fuse the LayerNorm, given it): x + the output in x's dtype, written by
+        the kernel that writes the output (the block's residual sum, as the fused FFN block
+        would form it: that block then reads one operand, not two)."""
+        self.check_inputs(x, mask)
+        if residual and (norm is None or not self.fuses_norm):
+            raise ValueError(f"{self.mechanism}: residual=True is for layers that fuse the "
+                             "block's LayerNorm (fused_projections, one E per layer), given it "
+                             "as norm")
+        if not self.fuses_norm:
+            return self(x if norm is None else norm(x), mask, rng=rng)
+        return self.fused_layer(x, mask, rng, norm, statistics, residual)
 
     def projected_key_side(self, x, mask, rng, norm=None):
         """The kernel's ``side`` operands from the layer's input: x̂ (padded rows zeroed), or
-        with ``norm`` (a :class:`~flurka.attention.fused_compress.PreNorm`) the block's x."""
-        k, v, key_mask = self.keys_values(x, mask, norm)
+        with ``norm`` (a :class:`~flurka.kernels.compress.PreNorm`) the block's x."""
+        if norm is None:
+            k, v, key_mask = self.keys_values(x, mask)
+        else:
+            k, v = self.normalised_kv(x, norm)
+            key_mask = self.compressed_mask(x.shape[0], mask, x.shape[1])
         return self.kernel_key_side(k, v, key_mask, rng)
+
+    def normalised_kv(self, x, norm):
+        """A low-rank layer's (K', V') from the block's input x through one kernel that
+        normalises x as it loads it (``norm`` a :class:`~flurka.kernels.compress.PreNorm`), E
+        as stored: x̂ never reaches memory."""
+        e2 = self.seq_proj.e2
+        x1, x2 = normalised_compression(
+            x, norm.keep, norm.scale, norm.bias, self.seq_proj.e1[...],
+            None if e2 is None else e2[...], eps=norm.eps, stats=(norm.mean, norm.rstd),
+            tiling=self.compress_tiling)
+        return self.heads(self.key, x1), self.heads(self.value, x2)
 
     def fused_layer(self, x, mask, rng, norm=None, statistics=None, residual=False):
         """The layer's output through :func:`fused_projected_query_side`; padded rows zeroed

@@ -23,9 +23,9 @@ LayerNorm and Linear compute: statistics in float32 with flax's E[y²] − E[y]�
 compute-dtype operands with float32 accumulation). The gradient is one more kernel
 (:func:`_backward_kernel`), the hidden layer recomputed from x and a per block of rows (flash
 attention's recipe): it writes ∂y (x's and a's gradient), LN(y), h and ∂p (the pre-activation's
-gradient) once each, and XLA's GEMMs take fc1's and fc2's weight gradients from them. In the flash
-comparison's plan (N = 52 608, bf16, one-kernel forward) forward and gradient move 1.02 GB, the
-XLA path's 1.98 GB; d_model past 2048 takes the XLA path's gradient, recomputed. Sizes: d_model
+gradient) once each, and XLA's GEMMs take fc1's and fc2's weight gradients from them (the
+planned bytes: benchmarks/results/h100/NOTES.md); d_model past 2048 takes the XLA path's
+gradient, recomputed. Sizes: d_model
 and the FFN width multiples of 128; elsewhere the encoder's XLA path is the only one
 (:func:`check_fusable`). Pallas's Triton backend on GPU, its interpreter elsewhere (CPU tests).
 """
@@ -41,10 +41,10 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32
-from flurka.attention.fused import (
+from flurka.kernels.query_side import (
     BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted,
     program_rows, row_vector)
-from flurka.attention.fused_compress import (
+from flurka.kernels.compress import (
     layer_norm, layer_norm_backward, moments, normalise, row_moments)
 
 ONE_KERNEL_WIDTH = 512   # the one-kernel form's widest d_model: 4 [rows, 128] accumulators live
@@ -277,9 +277,9 @@ def _pallas_one_kernel(x, a, scale, bias, w1, b1, w2, b2, eps, tiling, next_eps=
 # accumulator (∂LN(y)) takes 128 registers a thread over 8 warps; past d_model 2048 (fewer than
 # 16 rows) the gradient is the XLA path's, recomputed.
 BWD_WARPS = 8
-# Hidden columns per loop step. ptxas, sm_90, d_model = FFN = 512, bf16, 64 rows × 8 warps, all
-# on the warpgroup MMA: 32: 246 registers, no spill, 24 KiB; 64: 255, 4 B spilled; 128: 255,
-# 248 B. (32 rows: 255, no spill, but mma.sync — Hopper's warpgroup MMA takes 64 rows.)
+# Hidden columns per loop step: the widest that ptxas compiles without a spill at 64 rows × 8
+# warps on the warpgroup MMA (Hopper's takes 64 rows; fewer fall back to mma.sync), at the flash
+# comparison's d_model = FFN = 512 in bf16 (its numbers: benchmarks/results/h100/NOTES.md).
 BWD_HIDDEN = 32
 BWD_ACCUMULATOR = 128 * 32 * BWD_WARPS    # float32 elements: 128 registers × 256 threads
 
@@ -420,7 +420,7 @@ def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
     ``next_eps``: (z, z's row statistics for the next block's LayerNorm
     with that eps — (mean, 1/σ) float32 [...], constants to autodiff — or None): the one-kernel
     form has z's rows in registers as it writes them, so the next layer's kernels need no pass
-    over z for them (:meth:`~flurka.attention.fused_compress.PreNorm.of`); the two kernels
+    over z for them (:meth:`~flurka.kernels.compress.PreNorm.of`); the two kernels
     have no whole row in one program."""
     tiling = (tiling or current_ffn_tiling()).for_dtype(x.dtype)
     check_fusable(x.shape[-1], w1.shape[1], tiling)

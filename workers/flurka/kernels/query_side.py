@@ -33,7 +33,7 @@ the forward kernel only: the backward kernel keeps a program's dKV [f, d] in flo
 128 × 128 no longer fits a GPU's registers, so their gradient is the XLA path's.
 
 With ``fused_projections`` the layer's W_Q and W_O join this kernel
-(:mod:`flurka.attention.fused_layer`: q and the per-head context never reach memory).
+(:mod:`flurka.kernels.projected_layer`: q and the per-head context never reach memory).
 
 The EVAs' chunk half is a softmax, not a kernel feature map: one softmax over a short key set
 every query sees, the chunk summaries (EVA's N / chunk_size, flurka-eva's over its compressed
@@ -82,7 +82,7 @@ class Tiling:
     block_n: int = 128      # query rows per forward program (at widths ≤ 128)
     num_warps: int | None = None
     # Backward step: smaller, its [rows, f] float32 tiles are several (φ, ∂φ, slope) beside the
-    # [f, d] dKV accumulator: at 64 rows FAVOR+ spills on sm_90, at 32 nothing does.
+    # [f, d] dKV accumulator: at 64 rows FAVOR+ spills (ptxas), at 32 nothing does.
     bwd_block_n: int = 32
     bwd_rows: int = 1024    # query rows per backward program: fewer programs, fewer partials
     bwd_num_warps: int | None = None

@@ -18,7 +18,7 @@ on E1·x̂ and E2·x̂ (E1, E2 [1024, N] bf16 = 2 passes each, x̂ read twice). 
 A layer gets there through :class:`PreNorm`: the encoder block hands its LayerNorm over
 un-applied (``layer(x, mask, norm=...)``), and a low-rank layer with ``fused_projections``
 (``fuses_norm``) takes the statistics once for both of its kernels — this one and the projected
-query side (:mod:`flurka.attention.fused_layer`, on the standardised rows with the LayerNorm's
+query side (:mod:`flurka.kernels.projected_layer`, on the standardised rows with the LayerNorm's
 scale folded into W_Q) — or takes them from the kernel that wrote x.
 
 Grid (d's 128-wide column blocks, d_k's row blocks, splits, batch): axis 0 varies fastest on a
@@ -27,17 +27,16 @@ L2, not memory. Same maths and precision policy as the XLA path
 (:func:`reference_normalised_compression`: flax's LayerNorm statistics in float32, products on
 compute-dtype operands with float32 accumulation). The gradient is two more kernels, x̂
 recomputed from x and the statistics: ∂E = G·x̂ᵀ (x̂ normalised as loaded, as in the forward) and
-∂x = the LayerNorm's backward of Σ E_iᵀ·G_i per block of rows; forward and gradient plan 0.96 GB
-at the flash comparison's size, the XLA path's 1.50 (d_model past 512: the XLA path's gradient,
-recomputed). The ∂x kernel is one input-gradient kernel, its ∂x̂ accumulation passed in: the
+∂x = the LayerNorm's backward of Σ E_iᵀ·G_i per block of rows (d_model past 512: the XLA path's
+gradient, recomputed). The ∂x kernel is one input-gradient kernel, its ∂x̂ accumulation passed in: the
 projected query side's ∂q·W_Qᵀ takes it too (:func:`normalised_input_gradient`). Pallas's
 Triton backend on GPU, its interpreter elsewhere (CPU tests).
 
 Launch: :class:`CompressTiling` and below. At the flash comparison's size XLA's plan for this
 step (its LayerNorm as a two-moment reduction, a select writing x̂, two GEMMs each reading x̂ and
-E) moves about 1.45× what these kernels do (x, E1, E2, the statistics, keep, the LayerNorm's
-parameters and the splits' float32 partials); the planned bytes and ptxas's registers per
-launch are in benchmarks/results/h100/NOTES.md.
+E) moves more than these kernels do (x, E1, E2, the statistics, keep, the LayerNorm's
+parameters and the splits' float32 partials), forward and gradient; the planned bytes and
+ptxas's registers per launch are in benchmarks/results/h100/NOTES.md.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from flurka.attention.base import F32, compress, round_up, zero_padding
-from flurka.attention.fused import (
+from flurka.kernels.query_side import (
     BLOCK, TilingScope, block_slice, column_blocks, dot, masked_load, on_gpu_or_interpreted, program_rows, real_rows,
     row_columns)
 
@@ -106,7 +105,7 @@ class PreNorm:
     ``fuses_norm``): its parameters, x's row statistics (:func:`row_statistics`, one pass) and
     the keep mask, with which the kernels normalise x as they load it — the compression
     (:func:`normalised_compression`) and the projected query side
-    (:mod:`flurka.attention.fused_layer`) — so x̂ never reaches memory."""
+    (:mod:`flurka.kernels.projected_layer`) — so x̂ never reaches memory."""
 
     scale: Array
     bias: Array
@@ -121,7 +120,7 @@ class PreNorm:
            interpret: bool = False) -> "PreNorm":
         """``norm`` (an ``nnx.LayerNorm``) for x [b, n, d], mask [b, n] bool or None.
         ``statistics``: x's (mean, 1/σ) for ``norm``'s eps, float32 [b, n], where the kernel
-        that wrote x computed them (:func:`~flurka.models.fused_ffn.fused_ffn_block`): no pass
+        that wrote x computed them (:func:`~flurka.kernels.ffn.fused_ffn_block`): no pass
         of its own over x then."""
         d = x.shape[-1]
         scale = jnp.ones(d, F32) if norm.scale is None else norm.scale[...]
@@ -487,7 +486,7 @@ def normalised_input_gradient(x, keep, scale, bias, mean, rstd, dy, w, *, interp
     ∂x̂ = ∂y·Wᵀ and the LayerNorm's backward as one kernel per block of rows (∂x̂ never reaches
     memory), x's statistics as the forward took them; x̂ (x's dtype) written beside ∂x for W's
     own gradient x̂ᵀ·∂y. The projected query side's gradient
-    (:mod:`flurka.attention.fused_layer`); d_model within :func:`backward_fits`. ∂γ, ∂β
+    (:mod:`flurka.kernels.projected_layer`); d_model within :func:`backward_fits`. ∂γ, ∂β
     float32."""
     b, n, d = x.shape
     e = dy.shape[-1]

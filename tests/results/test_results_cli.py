@@ -108,7 +108,9 @@ def test_uptraining_defaults_to_the_benchmark_the_sweep_ran(engine, sweep_dict, 
     assert back.at[("flurka-rnn", "50%"), "mean"] == 47.0 and back.at[("flurka-rnn", "50%"), "alpha"] == 0.5
     assert back.at[("flurka-rnn", "low-rank"), "mean"] == 45.0 and pd.isna(back.at[("flurka-rnn", "low-rank"), "alpha"])
     ingest_sweep(engine, sweep_dict)  # the paper sweep: up-training on nmt-wmt14-ende too
-    code, out, err = run_cli(["--db", url, "--table", "uptraining"], capsys)
+    code, out, err = run_cli(["--db", url, "--table", "uptraining"], capsys)   # the newest sweep's
+    assert code == 0 and "nmt-wmt14-ende" in out and "the newest of the 2 sweeps" in err
+    code, out, err = run_cli(["--db", url, "--table", "uptraining", "--all-sweeps"], capsys)
     assert code == 1 and "several benchmarks (lra-listops-small, nmt-wmt14-ende): pass --benchmark" in err
     code, out, err = run_cli(["--db", url, "--table", "uptraining", "--sweep", "small"], capsys)
     assert code == 0 and "flurka-rnn" in out

@@ -95,6 +95,9 @@ def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame]
     except tables.NoResults:
         section.missing = run or sweep_on(dict.fromkeys(b for _, b, _ in columns))
         return section
+    except quality_tables.MixedSetups as e:   # sweeps set up differently: no cell averages them
+        section.missing = str(e)
+        return section
     benches = [b for label, b, _ in columns if label in df.columns]
     section.items.append(Table(key, title, f"Percent for fractions; {QUALITY_AGG}.{_note(df)}", df,
                                trial_caption(prov, benches)))
@@ -106,8 +109,13 @@ def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
                       "Training loss against cumulative training FLOPs: a mean curve per mechanism over its "
                       "seeds, the up-training branches in their own panels; and the training FLOPs each "
                       "mechanism needs to reach full attention's final loss.")
+    refused = []
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
-        curves = quality_tables.curves(engine, bench, ["loss", "train_flops"])
+        try:
+            curves = quality_tables.curves(engine, bench, ["loss", "train_flops"])
+        except quality_tables.MixedSetups as e:
+            refused.append(str(e))
+            continue
         if curves.empty:
             continue
         scale, unit = F.flop_unit(float(curves["train_flops"].max()))
@@ -132,8 +140,16 @@ def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
                                        f"The training FLOPs each mechanism's curve above takes to reach "
                                        f"{target:.4g}, full attention's final loss (the first point at or "
                                        f"below it).", shown, provenance))
+    return _refusals(section, refused)
+
+
+def _refusals(section: Section, refused: list[str]) -> Section:
+    """``section`` with the benchmarks it left out for mixed setups said: its missing line where
+    nothing is left, else a sentence of its own text; the sweep command where nothing was there."""
     if not section.items:
-        section.missing = SWEEP
+        section.missing = "; ".join(refused) or SWEEP
+    elif refused:
+        section.about += " Left out: " + "; ".join(refused) + "."
     return section
 
 
@@ -158,12 +174,16 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
                       "constituent) for a fraction α of the steps, "
                       "beside its kernel and low-rank constituents trained from scratch: every cell the mean "
                       "over seeds ± its 95 % CI (n seeds), the row's best α starred.")
+    refused = []
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
         metric = primary_metric(bench)
         try:
             cells = quality_tables.uptraining_stats(engine, benchmark=bench, metric=metric)
         except tables.NoResults:
             continue  # FLuRKA trained only from scratch here (or not at all): no α to show
+        except quality_tables.MixedSetups as e:
+            refused.append(str(e))
+            continue
         table = quality_tables.uptraining_table(engine, benchmark=bench, metric=metric)
         table.attrs["html_class"] = "cells"  # "mean ± CI (n)" cells, not wrapped
         obs = quality_tables.uptraining_observations(engine, benchmark=bench, metric=metric)
@@ -189,9 +209,7 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
         section.items.append(Table(f"uptraining-{bench}-observations-rows",
                                    f"The paper's observations on {bench}, per row", "The evidence behind "
                                    "each observation, row by row.", rows, provenance))
-    if not section.items:
-        section.missing = SWEEP
-    return section
+    return _refusals(section, refused)
 
 
 def quality_sections(engine: Engine, prov: pd.DataFrame) -> list[Section]:

@@ -31,6 +31,7 @@ import sys
 
 import sqlalchemy as sa
 
+from flurka.configs import get_config
 from flurka.results import db, quality_tables, rundirs, speed_tables, tables
 from flurka.results.models import CurvePoint, Sweep, Trial
 
@@ -56,7 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agg", default="mean", choices=quality_tables.AGGS,
                         help="mean: best config's mean over seeds with its 95%% CI and n (default); best: best "
                              "single trial (n=1, no CI)")
-    parser.add_argument("--sweep", help="only this sweep (external id or name)")
+    pool = parser.add_mutually_exclusive_group()
+    pool.add_argument("--sweep", help="quality tables: this sweep (its id, or a name: the newest sweep of that name); "
+                                      "default: the newest sweep holding the table's trials")
+    pool.add_argument("--all-sweeps", action="store_true",
+                      help="quality tables: pool every sweep in the database (a benchmark whose trials were set "
+                           "up differently is refused)")
     parser.add_argument("--small", action="store_true",
                         help="lra: the CPU-size tasks (lra-*-small; the default when the database holds only those)")
     parser.add_argument("--mode", default="train", choices=("forward", "train"), help="speed/speedup mode")
@@ -89,8 +95,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _first_metric(benchmark: str) -> str:
     """The benchmark's headline metric (its config's first), as the sweep records it."""
-    from flurka.configs import get_config
-
     try:
         return get_config(benchmark).metrics[0]
     except ValueError:
@@ -156,11 +160,62 @@ def _isoflops_benchmark(engine, loss: str, sweep: str | None) -> tuple[str, str]
     return pool[0], f"the benchmark the database holds {loss} and train_flops curves on"
 
 
+QUALITY = ("uptraining", "glue", "lra", "collective", "isoflops")
+
+
+def _table_benchmarks(engine, args: argparse.Namespace) -> list[str] | None:
+    """The benchmarks a quality table reads (None: any)."""
+    if args.benchmark:
+        return [args.benchmark]
+    if args.table == "uptraining":
+        stmt = sa.select(Trial.benchmark).distinct().where(Trial.status == "ok", Trial.alpha > 0, Trial.alpha < 1)
+        with engine.connect() as conn:
+            return list(conn.scalars(stmt))
+    columns = {"glue": quality_tables.GLUE_COLUMNS, "collective": quality_tables.COLLECTIVE_COLUMNS,
+               "lra": quality_tables.LRA_COLUMNS + quality_tables.LRA_SMALL_COLUMNS}.get(args.table)
+    return None if columns is None else sorted({b for _, b, _ in columns})
+
+
+def pick_sweep(engine, args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The one sweep a quality table is read from, as its id, and a note where a choice was made:
+    ``--sweep`` as an id, or a name (the newest sweep of that name), else the newest sweep holding
+    ok trials on the table's benchmarks. Sweeps set up alike are pooled only with --all-sweeps:
+    a table never averages one run of 8 steps with another of 2000 (quality_tables.MixedSetups).
+    Raises ValueError (one line naming the sweeps held) for a --sweep that names none."""
+    stmt = (sa.select(Sweep.external_id, Sweep.name, Sweep.created_at, Sweep.id).join(Trial, Trial.sweep_id == Sweep.id)
+            .where(Trial.status == "ok").distinct().order_by(Sweep.created_at.desc(), Sweep.id.desc()))
+    if args.sweep is None and (benchmarks := _table_benchmarks(engine, args)) is not None:
+        stmt = stmt.where(Trial.benchmark.in_(benchmarks))
+    with engine.connect() as conn:
+        held = conn.execute(stmt).all()
+    if args.sweep is None:
+        if len(held) < 2:
+            return None, None
+        newest = held[0]
+        return newest.external_id, (f"sweep {newest.external_id} ({newest.name!r}, {newest.created_at:%Y-%m-%d %H:%M}), "
+                                    f"the newest of the {len(held)} sweeps holding these trials (--sweep ID|NAME "
+                                    "for another, --all-sweeps to pool them)")
+    if any(h.external_id == args.sweep for h in held):
+        return args.sweep, None
+    named = [h for h in held if h.name == args.sweep]
+    if not named:
+        listed = ", ".join(f"{h.external_id} ({h.name!r})" for h in held[:5]) + (", ..." if len(held) > 5 else "")
+        raise ValueError(f"no sweep with id or name {args.sweep!r} holds ok trials; the database holds "
+                         f"{listed or 'none'}")
+    if len(named) == 1:
+        return named[0].external_id, None
+    return named[0].external_id, (f"sweep {named[0].external_id}, the newest of the {len(named)} sweeps named "
+                                  f"{args.sweep!r} (--sweep ID for another, --all-sweeps to pool every sweep)")
+
+
 def resolve_defaults(engine, args: argparse.Namespace) -> tuple[argparse.Namespace, list[str]]:
     """``args`` with what the table is built from filled in from what the database holds, and
     one note per choice made (for stderr). Raises NoResults (one line, naming what the database
     does hold) where nothing fits the table."""
     args, notes = copy.copy(args), []
+    if args.table in QUALITY and not args.all_sweeps:
+        args.sweep, note = pick_sweep(engine, args)
+        notes += [note] if note else []
     if args.table == "uptraining" and not args.benchmark:
         try:
             args.benchmark = quality_tables.uptrained_benchmark(engine, sweep=args.sweep)

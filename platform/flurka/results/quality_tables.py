@@ -29,6 +29,7 @@ a number that measured nothing. Likewise the no-attention control (Linformer at 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 
@@ -79,22 +80,77 @@ def metric_label(metric: str, benchmark: str | None = None) -> str:
 
 
 def _trial_filter(stmt: sa.Select, benchmarks: Sequence[str], sweep: str | None) -> sa.Select:
-    stmt = stmt.where(Trial.status == "ok", Trial.benchmark.in_(list(benchmarks)))
+    stmt = stmt.join(Sweep, Sweep.id == Trial.sweep_id).where(Trial.status == "ok", Trial.benchmark.in_(list(benchmarks)))
     if sweep is not None:
-        stmt = stmt.join(Sweep, Sweep.id == Trial.sweep_id).where(sa.or_(Sweep.external_id == sweep, Sweep.name == sweep))
+        stmt = stmt.where(sa.or_(Sweep.external_id == sweep, Sweep.name == sweep))
     return stmt
+
+
+class MixedSetups(ValueError):
+    """Trials that one cell would average come from runs set up differently (steps, model, data...)."""
+
+
+# A trial's config fields that are not its setup: a cell's own axes (the mechanism, seed, α, base;
+# d_k and num_features in attention_options) and bookkeeping (where it wrote, how often it logged).
+NOT_SETUP = ("attention", "seed", "alpha", "base", "base_checkpoint", "workdir", "data_dir", "checkpoint_every",
+             "checkpoint_steps", "keep_checkpoints", "log_every", "eval_every", "notes")
+CELL_OPTIONS = ("d_k", "num_features")
+
+
+def setup_of(config: dict | str | None) -> dict | None:
+    """What a trial's numbers depend on besides its cell's axes: its recorded config without
+    :data:`NOT_SETUP` (and d_k, num_features). None where the trial recorded no config."""
+    if isinstance(config, str):
+        config = json.loads(config)
+    if not isinstance(config, dict):
+        return None
+    setup = {k: v for k, v in config.items() if k not in NOT_SETUP}
+    if isinstance(setup.get("attention_options"), dict):
+        setup["attention_options"] = {k: v for k, v in setup["attention_options"].items() if k not in CELL_OPTIONS}
+    return setup
+
+
+def _differences(a: dict | None, b: dict | None) -> str:
+    """"steps 8 vs 2000, d_model 64 vs 128": where two setups differ (at most 3 fields named)."""
+    if a is None or b is None:
+        return "one with no recorded config"
+    keys = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    shown = ", ".join(f"{k} {json.dumps(a.get(k))} vs {json.dumps(b.get(k))}" for k in keys[:3])
+    return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+
+
+def check_one_setup(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (columns benchmark, sweep, config) without its config column, after checking that on
+    each benchmark every trial was set up alike: a cell averages seeds of one experiment, never
+    runs of different lengths, sizes or data (sweeps pooled in one database). Raises MixedSetups,
+    one line naming the fields and sweeps that differ."""
+    for benchmark, part in df.groupby("benchmark", sort=True):
+        setups: dict[str, tuple[dict | None, set[str]]] = {}
+        for config, sweep in zip(part["config"], part["sweep"]):
+            setup = setup_of(config)
+            entry = setups.setdefault(json.dumps(setup, sort_keys=True, default=str), (setup, set()))
+            entry[1].add(sweep)
+        if len(setups) > 1:
+            (a, sweeps_a), (b, sweeps_b) = list(setups.values())[:2]
+            raise MixedSetups(
+                f"{benchmark}: its trials come from {len(setups)} different setups ({_differences(a, b)}; sweeps "
+                f"{', '.join(sorted(sweeps_a))} vs {', '.join(sorted(sweeps_b))}): a cell would average them; "
+                "choose one sweep (flurka tables --sweep ID)")
+    return df.drop(columns=["config"])
 
 
 def final_metrics(engine: Engine, benchmarks: Sequence[str], metrics: Sequence[str], *,
                   sweep: str | None = None) -> pd.DataFrame:
-    """One row per (ok trial, metric): attention, benchmark, seed, config columns, metric, value."""
+    """One row per (ok trial, metric): attention, benchmark, seed, config columns, sweep (its id),
+    metric, value. Raises :class:`MixedSetups` where a benchmark's trials were set up differently."""
     stmt = _trial_filter(
         sa.select(Trial.id.label("trial_id"), Trial.attention, Trial.benchmark, Trial.seed, Trial.alpha, Trial.base,
-                  Trial.d_k, Trial.num_features, Metric.name.label("metric"), Metric.value)
+                  Trial.d_k, Trial.num_features, Sweep.external_id.label("sweep"), Trial.config,
+                  Metric.name.label("metric"), Metric.value)
         .join(Metric, Metric.trial_id == Trial.id).where(Metric.name.in_(list(metrics))),
         benchmarks, sweep)
     with engine.connect() as conn:
-        return pd.read_sql(stmt, conn)
+        return check_one_setup(pd.read_sql(stmt, conn))
 
 
 def recorded_metrics(engine: Engine, benchmark: str, *, sweep: str | None = None) -> list[str]:
@@ -663,12 +719,13 @@ def format_observations(obs: pd.DataFrame, fmt: str = "markdown", *, table: bool
 def curves(engine: Engine, benchmark: str, names: Sequence[str], *, sweep: str | None = None) -> pd.DataFrame:
     """Training curves of ok trials, wide: one row per (trial, step), one column per curve metric."""
     stmt = _trial_filter(
-        sa.select(Trial.id.label("trial_id"), Trial.attention, Trial.seed, Trial.alpha, Trial.base, Trial.d_k,
-                  Trial.num_features, CurvePoint.step, CurvePoint.name, CurvePoint.value)
+        sa.select(Trial.id.label("trial_id"), Trial.attention, Trial.benchmark, Trial.seed, Trial.alpha, Trial.base,
+                  Trial.d_k, Trial.num_features, Sweep.external_id.label("sweep"), Trial.config, CurvePoint.step,
+                  CurvePoint.name, CurvePoint.value)
         .join(CurvePoint, CurvePoint.trial_id == Trial.id).where(CurvePoint.name.in_(list(names))),
         [benchmark], sweep)
     with engine.connect() as conn:
-        long = pd.read_sql(stmt, conn)
+        long = check_one_setup(pd.read_sql(stmt, conn)).drop(columns=["benchmark", "sweep"])
     if long.empty or not set(names) <= set(long["name"]):
         return pd.DataFrame(columns=[*long.columns.drop(["name", "value"]), *names])
     keys = ["trial_id", "attention", "seed", *CONFIG, "step"]

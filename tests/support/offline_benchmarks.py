@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from flurka.data import SMALL_DATASETS
+
 GLUE = tuple(f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"))
 
 # dataset name (a config's ``dataset``) -> where its examples come from offline
@@ -29,8 +31,7 @@ DATA_SOURCES: dict[str, str] = {
     "nmt-wmt14-ende": "tfds-mock", "nmt-wmt14-enfr": "tfds-mock",
     "mlm-wikitext103": "local-files", "lra-retrieval": "local-files", "lra-pathfinder": "local-files",
     "lra-listops": "local-files",
-    "lra-listops-small": "ships", "lra-image-small": "ships", "mlm-small": "ships", "nmt-small": "ships",
-    "nmt-list-small": "ships",
+    **{name: "ships" for name in SMALL_DATASETS},
 }
 MOCK_EXAMPLES = 12   # per split, as tests/data/test_data_tfds.py mocks them
 

@@ -31,14 +31,21 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def one_line(message: str, cut: int = 80, *, bare: bool = True) -> str:
+    """``message`` on one line, what the user typed cut to ``cut`` characters: a quoted value and
+    (``bare``) any run without spaces (a 100 KB ``--set`` or YAML key is not echoed whole)."""
+    message = " ".join(str(message).split())
+    for q in "'\"":   # a repr quotes with ' or, holding a ', with "; an apostrophe (step's) is no quote
+        message = re.sub(rf"(?<!\w){q}([^{q}]{{{cut}}})[^{q}]+{q}(?!\w)", rf"{q}\1…{q}", message)
+    return re.sub(rf"(\S{{{cut}}})\S+", r"\1…", message) if bare else message
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors as one line (``PROG: error: …``, exit 2), no usage block, and a
-    quoted value cut to 80 characters (a 100 KB ``--set`` is not echoed whole)."""
+    """argparse with its errors as one line (``PROG: error: …``, exit 2; :func:`one_line`), no
+    usage block."""
 
     def error(self, message: str):  # noqa: D102 (argparse's hook)
-        message = re.sub(r"'([^']{80})[^']+'", r"'\1…'", " ".join(message.split()))
-        message = re.sub(r"(\S{80})\S+", r"\1…", message)
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import yaml
 
 from flurka import configs
-from flurka.cli import OneLineParser as ArgumentParser   # the sweep's parser: errors in one line
+from flurka.cli import OneLineParser as ArgumentParser, one_line   # the sweep's parser: errors in one line
 from flurka.configs.base import MAX_INT as MAX_STEPS
 from flurka.configs.overrides import parse_assignments
 from flurka.catalogue.mechanisms import BASES, FLURKA, MECHANISMS
@@ -37,7 +37,11 @@ SCHEDULERS = ("none", "asha")
 
 
 class SpecError(ValueError):
-    """A sweep spec that cannot run; the message is one line naming the valid choices."""
+    """A sweep spec that cannot run; the message is one line naming the valid choices, a quoted
+    value the user gave cut to 80 characters."""
+
+    def __init__(self, message: str):
+        super().__init__(one_line(message, bare=False))
 
 
 @dataclasses.dataclass(frozen=True)

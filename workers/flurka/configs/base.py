@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flurka.catalogue.metrics import METRICS, SEQUENCE_METRICS, TASK_METRICS
+from flurka.cli import one_line
 from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS, SETTINGS
 
 TASKS = ("classification", "regression", "mlm", "translation", "image")
@@ -192,7 +193,7 @@ def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
         raise ValueError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}")
     unknown = sorted(set(overrides) - set(FIELDS))
     if unknown:
-        raise ValueError(f"unknown config field(s) {unknown}; valid: {', '.join(FIELDS)}")
+        raise ValueError(one_line(f"unknown config field(s) {unknown}; valid: {', '.join(FIELDS)}", bare=False))
     config = BENCHMARKS[benchmark].config()
     if "steps" in overrides and "warmup_steps" not in overrides and config.schedule != "inverse_sqrt":
         # warm-up keeps its fraction of training when only the length changes

@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 from typing import Any, Iterable
 
+from flurka.cli import one_line
+
 _WORDS = {"true": True, "false": False, "null": None, "~": None}
 
 
@@ -38,7 +40,14 @@ def parse_value(text: str) -> Any:
 
 def parse_assignments(items: Iterable[str], flag: str = "--set") -> dict[str, Any]:
     """``["lr=1e-3", "attention_options={'d_k': 16}"]`` -> ``{"lr": 0.001, ...}``; ValueError
-    (one line) for an item without ``=`` or a malformed value."""
+    (one line, what was typed cut to 80 characters) for an item without ``=`` or a malformed value."""
+    try:
+        return _assignments(items, flag)
+    except ValueError as exc:
+        raise ValueError(one_line(str(exc), bare=False)) from None
+
+
+def _assignments(items: Iterable[str], flag: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         if not isinstance(item, str) or "=" not in item:

@@ -55,6 +55,7 @@ def test_metric_facts():
     assert M.label("exact_match") == "exact match (%)" and M.label("loss") == "eval loss"
     assert M.label("perplexity") == "perplexity" and M.unit("perplexity") == ""
     assert M.shown("accuracy", 0.25) == 25.0 and M.shown("bleu", 25.0) == 25.0
+    assert (M.better("perplexity"), M.better("bleu")) == ("lower", "higher")
     assert (M.decimals("accuracy", 97.123), M.decimals("perplexity", 5.583)) == (1, 2)
 
 

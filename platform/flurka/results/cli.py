@@ -168,9 +168,7 @@ def _table_benchmarks(engine, args: argparse.Namespace) -> list[str] | None:
     if args.benchmark:
         return [args.benchmark]
     if args.table == "uptraining":
-        stmt = sa.select(Trial.benchmark).distinct().where(Trial.status == "ok", Trial.alpha > 0, Trial.alpha < 1)
-        with engine.connect() as conn:
-            return list(conn.scalars(stmt))
+        return quality_tables.uptrained_benchmarks(engine)
     columns = {"glue": quality_tables.GLUE_COLUMNS, "collective": quality_tables.COLLECTIVE_COLUMNS,
                "lra": quality_tables.LRA_COLUMNS + quality_tables.LRA_SMALL_COLUMNS}.get(args.table)
     return None if columns is None else sorted({b for _, b, _ in columns})

@@ -39,8 +39,8 @@ from sqlalchemy.engine import Engine
 
 from flurka.results.models import CurvePoint, Metric, Sweep, Trial
 from flurka.catalogue import metrics as metric_catalogue
-from flurka.catalogue.metrics import CHANCE_OF, FRACTION_METRICS, LOWER_IS_BETTER, significant_decimals
-from flurka.configs import char_bleu, table_columns
+from flurka.catalogue.metrics import CHANCE_OF, FRACTION_METRICS, LOWER_IS_BETTER, better, significant_decimals
+from flurka.configs import char_bleu, metric_label, table_columns
 from flurka.catalogue.mechanisms import BASES, CONTROL, CONTROL_LABEL, KERNEL_OF, LOW_RANK
 from flurka.results.tables import NoResults, format_table, mechanism_order
 from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, Estimate, in_family, mean_ci, paired
@@ -72,11 +72,6 @@ def _check_agg(agg: str) -> None:
 def metric_unit(metric: str, benchmark: str | None = None) -> str:
     """The unit a table shows ``metric`` in on ``benchmark`` (:func:`flurka.catalogue.metrics.unit`)."""
     return metric_catalogue.unit(metric, benchmark is not None and char_bleu(benchmark))
-
-
-def metric_label(metric: str, benchmark: str | None = None) -> str:
-    """A header for ``metric``: "accuracy (%)", "BLEU (char, 0–100)", "perplexity", "eval loss"."""
-    return metric_catalogue.label(metric, benchmark is not None and char_bleu(benchmark))
 
 
 def _trial_filter(stmt: sa.Select, benchmarks: Sequence[str], sweep: str | None) -> sa.Select:
@@ -449,14 +444,19 @@ def alpha_label(alpha: float) -> str:
     return f"{alpha * 100:g}%"
 
 
-def uptrained_benchmark(engine: Engine, *, sweep: str | None = None) -> str:
-    """The one benchmark with up-training trials (0 < α < 1), so ``flurka tables --table uptraining``
-    needs no --benchmark after a one-benchmark sweep; several is an error naming them."""
+def uptrained_benchmarks(engine: Engine, *, sweep: str | None = None) -> list[str]:
+    """The benchmarks with ok up-training trials (0 < α < 1), sorted."""
     stmt = sa.select(Trial.benchmark).distinct().where(Trial.status == "ok", Trial.alpha > 0, Trial.alpha < 1)
     if sweep is not None:
         stmt = stmt.join(Sweep, Sweep.id == Trial.sweep_id).where(sa.or_(Sweep.external_id == sweep, Sweep.name == sweep))
     with engine.connect() as conn:
-        found = sorted(conn.scalars(stmt))
+        return sorted(conn.scalars(stmt))
+
+
+def uptrained_benchmark(engine: Engine, *, sweep: str | None = None) -> str:
+    """The one benchmark with up-training trials (0 < α < 1), so ``flurka tables --table uptraining``
+    needs no --benchmark after a one-benchmark sweep; several is an error naming them."""
+    found = uptrained_benchmarks(engine, sweep=sweep)
     if not found:
         raise NoResults("no up-training trials (0 < alpha < 1) in the database")
     if len(found) > 1:
@@ -578,8 +578,7 @@ def uptraining_long(engine: Engine, **kwargs) -> pd.DataFrame:
 
 
 def _uptraining_title(benchmark: str, metric: str) -> str:
-    better = "lower" if metric in LOWER_IS_BETTER else "higher"
-    return (f"Up-training α, {benchmark}: {metric_label(metric, benchmark)}, {better} is better; "
+    return (f"Up-training α, {benchmark}: {metric_label(metric, benchmark)}, {better(metric)} is better; "
             f"mean ± 95 % CI over seeds (n); * the row's best α")
 
 

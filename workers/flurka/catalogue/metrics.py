@@ -22,10 +22,6 @@ class Metric:
     chance: str | None = None        # the recorded metric holding this one's chance line
     task: bool = True                # a config may list it; else it is recorded beside them
 
-    @property
-    def better(self) -> str:
-        return "lower" if self.lower_is_better else "higher"
-
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
     # accuracy's chance line: the eval set's majority class, which every classification run records
@@ -52,6 +48,11 @@ CHANCE_OF: dict[str, str] = {n: m.chance for n, m in METRICS.items() if m.chance
 def lower_is_better(metric: str) -> bool:
     """Whether smaller is better for ``metric`` (an unknown name: higher is better)."""
     return metric in LOWER_IS_BETTER
+
+
+def better(metric: str) -> str:
+    """"lower" or "higher": which way ``metric`` is better (a table's title says it)."""
+    return "lower" if lower_is_better(metric) else "higher"
 
 
 def unit(metric: str, char_bleu: bool = False) -> str:

@@ -7,12 +7,12 @@ CPU). Each registers itself with the paper table and columns it fills (:func:`re
 """
 
 from flurka.configs.base import (BASES, BENCHMARKS, FIELDS, SCHEDULES, TABLES, TASKS, Benchmark, TrainConfig,
-                                 char_bleu, family_benchmarks, get_config, primary_metric, register, switch_step,
+                                 char_bleu, family_benchmarks, get_config, metric_label, primary_metric, register, switch_step,
                                  table_columns, validate)
 # Registration order is the order of a table's columns and of the benchmarks everywhere:
 # the paper's (Table 4: NMT, ImageNet, WikiText-103; glue imports mlm).
 from flurka.configs import nmt, imagenet, glue, lra, mlm, small  # noqa: F401  (registration)
 
 __all__ = ["BENCHMARKS", "Benchmark", "TrainConfig", "get_config", "validate", "register", "table_columns",
-           "family_benchmarks", "char_bleu", "primary_metric", "switch_step",
+           "family_benchmarks", "char_bleu", "metric_label", "primary_metric", "switch_step",
            "FIELDS", "TASKS", "SCHEDULES", "BASES", "TABLES"]

@@ -12,9 +12,10 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from flurka.catalogue import metrics as metric_catalogue
+from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS, SETTINGS
 from flurka.catalogue.metrics import METRICS, SEQUENCE_METRICS, TASK_METRICS
 from flurka.cli import one_line
-from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS, SETTINGS
 
 TASKS = ("classification", "regression", "mlm", "translation", "image")
 MODELS = ("classifier", "mlm", "seq2seq", "vit")
@@ -168,6 +169,12 @@ def char_bleu(benchmark: str) -> bool:
     """Whether ``benchmark`` scores BLEU over characters (``bleu_tokenize="char"``); False for a name
     this code does not know (an old database's), which then says no more than "BLEU"."""
     return benchmark in BENCHMARKS and BENCHMARKS[benchmark].config().bleu_tokenize == "char"
+
+
+def metric_label(metric: str, benchmark: str | None = None) -> str:
+    """A header for ``metric`` on ``benchmark``: "accuracy (%)", "BLEU (char, 0–100)",
+    "perplexity", "eval loss" (:func:`flurka.catalogue.metrics.label`)."""
+    return metric_catalogue.label(metric, benchmark is not None and char_bleu(benchmark))
 
 
 def primary_metric(benchmark: str) -> str:

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from flurka.catalogue.mechanisms import (COMPRESSED, CONTROL, CONTROL_LABEL, CONTROL_NAME, FLURKA, KERNELS, LOW_RANK,
                                          MECHANISMS, constituents)
 from flurka.catalogue import metrics as metric_catalogue
-from flurka.catalogue.metrics import FRACTION_METRICS, lower_is_better
-from flurka.configs import char_bleu, family_benchmarks, get_config
+from flurka.catalogue.metrics import lower_is_better
+from flurka.configs import family_benchmarks, get_config, metric_label
 from flurka.configs.overrides import parse_assignments
 from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, in_family, mean_ci, paired
 from flurka.training.api import run
@@ -103,10 +103,6 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def metric_label(metric: str, benchmark: str) -> str:
-    return metric_catalogue.label(metric, char_bleu(benchmark))
-
-
 def _value(run: dict, metric: str) -> float | None:
     """A run's ``metric``: from its ``metrics`` (older files: ``value``, their first metric), or the
     eval ``loss``."""
@@ -120,12 +116,11 @@ def _value(run: dict, metric: str) -> float | None:
 def _values(runs: list[dict], metric: str) -> dict[str, dict[int, float]]:
     """{attention: {seed: value}} of the runs' ``metric`` (fractions in percent), finite ones only;
     the control's under :data:`FLOOR`."""
-    scale = 100.0 if metric in FRACTION_METRICS else 1.0
     out: dict[str, dict[int, float]] = {}
     for r in runs:
         v = _value(r, metric)
         if _finite(v):
-            out.setdefault(FLOOR if r.get("control") else r["attention"], {})[r["seed"]] = float(v) * scale
+            out.setdefault(FLOOR if r.get("control") else r["attention"], {})[r["seed"]] = metric_catalogue.shown(metric, float(v))
     return out
 
 
@@ -186,7 +181,7 @@ def summarize(runs: list[dict]) -> str:
             rows.append([CONTROL_NAME if m == FLOOR else m, *cells])
         if chance is not None:
             rows.append(["chance", *[f"{chance:.1f}" if name == "accuracy" else "" for _, name, _ in columns]])
-        better = "; ".join(f"{label}: {'lower' if lower_is_better(name) else 'higher'} is better"
+        better = "; ".join(f"{label}: {metric_catalogue.better(name)} is better"
                            for label, name, _ in columns)
         out.append(f"{bench}: mean ± 95 % CI over seeds (n); {better}\n")
         out.append(_markdown(["mechanism", *(label for label, _, _ in columns)], rows))

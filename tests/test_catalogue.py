@@ -29,6 +29,21 @@ def test_a_mechanisms_settings_are_what_its_layer_takes(mechanism):
     assert taken == set(entry.settings), f"{mechanism}: layer takes {sorted(taken)}, catalogue says {entry.settings}"
 
 
+def test_each_mechanism_names_its_own_flop_count():
+    """FLOP dispatch reads the catalogue: each entry's function counts that layer, so a new
+    mechanism without one fails here, not as another mechanism's count."""
+    from flurka.attention.flops import AttentionShape, flop_breakdown
+    from flurka.catalogue.mechanisms import resolve
+
+    shape = AttentionShape(batch=1, seq_len=64, d_model=32, num_heads=2, d_k=8)
+    counts = {m: flop_breakdown(m, shape) for m in MECHANISMS}
+    for m in MECHANISMS:
+        assert callable(resolve(CATALOGUE[m].flops)) and counts[m]
+        assert ("compression" in counts[m]) == has_setting(m, "d_k"), m   # E·X only where d_k exists
+    assert counts["full"] == counts["flash"]       # same maths, whichever kernel runs it
+    assert len({tuple(sorted(c.items())) for c in counts.values()}) == len(MECHANISMS) - 1
+
+
 def test_settings_decide_who_gets_d_k_and_features():
     from flax import nnx
 

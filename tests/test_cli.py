@@ -52,3 +52,29 @@ def test_ui_on_a_tracking_server_says_open_it_and_starts_nothing(tmp_path):
     code, out, err = flurka(["ui", "--backend-store-uri", "http://ml:secret@127.0.0.1:1/"], tmp_path)
     assert (code, err) == (0, "")
     assert out == "flurka ui: http://ml@127.0.0.1:1/ is already a tracking server: open it in a browser\n"
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["train", "--benchmark", "lra-listops-small", "--steps", "2", "--workdir", "{out}"], "--workdir"),
+    (["theory", "--out", "{out}"], "--out"),
+    (["speed", "--sweep", "tiny", "--out", "{out}"], "--out"),
+    (["report", "--out", "{out}"], "--out"),
+])
+def test_an_output_that_cannot_be_written_is_one_line_before_any_compute(argv, flag, tmp_path):
+    """Issue 60: an output under a file was a traceback after the work (theory, train's
+    checkpoints) or never checked (train without --checkpoint-every)."""
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "out"
+    code, stdout, err = flurka([a.replace("{out}", str(out)) for a in argv], tmp_path)
+    assert (code, stdout) == (2, ""), err
+    assert err.splitlines() == [f"flurka {argv[0]}: error: {flag} {out}: {tmp_path / 'afile'} is not a directory"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_a_train_workdir_holds_the_run_without_checkpoint_every(tmp_path):
+    """--workdir alone used to save nothing while the user believed the run could resume."""
+    code, _, err = flurka(["train", "--benchmark", "lra-listops-small", "--steps", "2", "--set", "d_model=16",
+                           "--set", "d_ff=32", "--set", "num_layers=1", "--set", "eval_batches=1",
+                           "--workdir", str(tmp_path / "w"), "--no-progress"], tmp_path)
+    assert code == 0, err
+    assert sorted(p.name for p in (tmp_path / "w" / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]

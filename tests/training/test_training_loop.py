@@ -133,3 +133,55 @@ def test_cli_rejects_bad_input_in_one_line(capsys):
     code = _cli(["--benchmark", "lra-image-small", "--attention", "softmax", "--steps", "3"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "valid: full, flash, linformer" in err
+
+
+def test_a_stop_between_steps_checkpoints_that_step_and_the_rerun_resumes(tmp_path, digits):
+    """Issue 60: Ctrl-C in `flurka train` was a traceback with nothing saved at the interrupt.
+    ``stop`` (what the CLI's signal handler sets) ends the run after the step it is on, saved,
+    and the same config resumes from there to the uninterrupted run's result."""
+    import threading
+
+    from flurka.training.loop import Stopped
+
+    config = tiny(steps=6, workdir=str(tmp_path / "w"), checkpoint_every=6)
+    stop = threading.Event()
+
+    def set_stop(kind, entry):
+        if kind == "train" and entry["step"] == 2:
+            stop.set()
+
+    with pytest.raises(Stopped) as info:
+        run(config.replace(log_every=1), dataset=digits, callback=set_stop, stop=stop)
+    assert (info.value.step, info.value.saved) == (2, True)
+    assert sorted(p.name for p in (tmp_path / "w" / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]
+    resumed = run(config.replace(log_every=1), dataset=digits)
+    straight = run(config.replace(log_every=1, workdir=None, checkpoint_every=0), dataset=digits)
+    assert resumed["steps"] == 6 and resumed["final_metrics"] == straight["final_metrics"]
+
+
+@pytest.mark.slow
+def test_sigint_to_flurka_train_is_one_line_and_exit_130(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    work = tmp_path / "w"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flurka.cli", "train", "--benchmark", "lra-listops-small", "--attention", "rnn",
+         "--steps", "100000", "--workdir", str(work), "--checkpoint-every", "5", "--no-progress",
+         "--set", "d_model=16", "--set", "d_ff=32", "--set", "num_layers=1", "--set", "eval_every=0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 240
+    while not (work / "checkpoints" / "5").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+        time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    first, last = err.strip().splitlines()
+    assert first == "flurka train: SIGINT: stopping after this step (again to stop now)"
+    assert last.startswith("flurka train: stopped at step ") and "the same command resumes from it" in last
+    step = int(last.split("stopped at step ")[1].split()[0])
+    assert (work / "checkpoints" / str(step)).exists() and out == ""

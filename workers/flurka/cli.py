@@ -14,6 +14,7 @@ import importlib.metadata
 import os
 import re
 import sys
+from pathlib import Path
 
 # name -> (module, one-line help). Later subcommands register here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -28,7 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                                      "(+ Markdown/LaTeX), optionally logged to MLflow"),
     "ui": ("flurka.tracking.cli", "open the MLflow UI of a sweep on 127.0.0.1"),
     "tables": ("flurka.results.cli", "print a paper table (Tables 1-5, speed) from the results database"),
+    "submit": ("flurka.source", "ray job submit that records the submitted commit and dirtiness for the job "
+                                "(same arguments, --working-dir DIR among them)"),
 }
+PASSTHROUGH = {"submit"}   # their arguments are another tool's (ray job submit's), passed on as typed
 
 
 def one_line(message: str, cut: int = 80, *, bare: bool = True) -> str:
@@ -38,6 +42,37 @@ def one_line(message: str, cut: int = 80, *, bare: bool = True) -> str:
     for q in "'\"":   # a repr quotes with ' or, holding a ', with "; an apostrophe (step's) is no quote
         message = re.sub(rf"(?<!\w){q}([^{q}]{{{cut}}})[^{q}]+{q}(?!\w)", rf"{q}\1…{q}", message)
     return re.sub(rf"(\S{{{cut}}})\S+", r"\1…", message) if bare else message
+
+
+# -- outputs, checked before any compute (one pass every command shares) ----------------------
+
+def writable_dir(path: str | os.PathLike, what: str, *, named: str | os.PathLike | None = None) -> Path:
+    """``path`` is a writable directory or can be made one (its nearest existing ancestor is a
+    writable directory); creates nothing. Raises ValueError in one line naming ``what`` and the
+    path the user gave (``named``, where ``path`` is the folder of a file)."""
+    path = Path(path).expanduser()
+    shown = path if named is None else named
+    p = path.absolute()
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    if not p.is_dir():
+        raise ValueError(one_line(f"{what} {shown}: {p} is not a directory"))
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise ValueError(one_line(f"{what} {shown}: {p} is not writable" + ("" if p == path.absolute()
+                                                                            else " (cannot create it)")))
+    return path
+
+
+def writable_file(path: str | os.PathLike, what: str) -> Path:
+    """``path`` can be written as a file: not a directory, in a directory :func:`writable_dir`
+    accepts, and writable itself if it exists. Creates nothing."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(one_line(f"{what} {path} is a directory, not a file"))
+    writable_dir(path.absolute().parent, what, named=path)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(one_line(f"{what} {path} is not writable"))
+    return path
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -54,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"flurka {importlib.metadata.version('flurka')}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineParser)
     chosen, parsers = argv[0] if argv else None, {}
+    if chosen in PASSTHROUGH and argv[1:2] not in (["-h"], ["--help"]):   # argparse would take them for its own
+        return run_reporting_errors(f"flurka {chosen}", SUBCOMMANDS[chosen][0],
+                                    argparse.Namespace(command=chosen, ray_args=argv[1:]))
     for name, (module, help_text) in SUBCOMMANDS.items():
         parsers[name] = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:  # import only the subcommand in use

@@ -21,6 +21,7 @@ import argparse
 import sys
 from urllib.parse import urlsplit, urlunsplit
 
+from flurka.cli import writable_dir
 from flurka.reports import TITLE, build_report
 from flurka.results import db, rundirs
 
@@ -48,7 +49,7 @@ def _without_password(uri: str) -> str:
 
 
 def _fail(msg: str, code: int) -> int:
-    print(f"flurka report: {msg}", file=sys.stderr)
+    print(f"flurka report: error: {msg}", file=sys.stderr)
     return code
 
 
@@ -57,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
         return _fail("--mlflow-uri needs --run-id, or --experiment (with --sweep-id for the sweep's run)", 1)
     if (args.run_id or args.experiment or args.sweep_id) and not args.mlflow_uri:
         return _fail("--run-id/--experiment/--sweep-id need --mlflow-uri", 1)
+    try:
+        writable_dir(args.out, "--out")
+    except ValueError as e:
+        return _fail(str(e), 2)
     if args.mlflow_uri:   # a server that does not answer: one line now, not after the report
         from flurka.tracking.store import probe_tracking   # MLflow: 1.4 s, only with --mlflow-uri
         try:

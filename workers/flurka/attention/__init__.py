@@ -15,7 +15,6 @@ so one options dict fits a model whose T2T stem uses another mechanism.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
@@ -24,7 +23,8 @@ from flax import nnx
 from flurka.attention.base import AttentionLayer, RandomFeatures
 from flurka.attention.eva import EVAAttention, eva_attention
 from flurka.attention.flash import FlashAttention, flash_attention
-from flurka.catalogue.mechanisms import CATALOGUE, COMPRESSED, FLURKA, MECHANISMS, RANDOM_FEATURES, SETTINGS, check_mechanism, has_setting
+from flurka.catalogue.mechanisms import (CATALOGUE, COMPRESSED, FLURKA, MECHANISMS, RANDOM_FEATURES, SETTINGS,
+                                         check_mechanism, has_setting, resolve)
 from flurka.attention.flurka import FlurkaEVA, FlurkaPerformer, FlurkaRNN, compressed_eva_attention
 from flurka.attention.full import FullAttention, softmax_attention
 from flurka.kernels.projected_layer import ProjectedQuerySide
@@ -38,8 +38,7 @@ from flurka.attention.rnn import RNNAttention, elu_attention
 def layer_class(mechanism: str) -> type[AttentionLayer]:
     """``mechanism``'s layer class, as :data:`flurka.catalogue.mechanisms.CATALOGUE` names it."""
     check_mechanism(mechanism)
-    module, name = CATALOGUE[mechanism].layer.split(":")
-    return getattr(importlib.import_module(module), name)
+    return resolve(CATALOGUE[mechanism].layer)
 
 
 _CLASSES: dict[str, type[AttentionLayer]] = {m: layer_class(m) for m in MECHANISMS}

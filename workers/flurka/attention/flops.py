@@ -38,7 +38,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from flurka.catalogue.mechanisms import FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents, has_setting
+from flurka.catalogue.mechanisms import (CATALOGUE, FLURKA, KERNELS, LOW_RANK, MECHANISMS, constituents,
+                                         has_setting, resolve)
 from flurka.catalogue.mechanisms import check_mechanism as _check_mechanism
 
 # Steps of the breakdown that are matrix products (the part compared with the HLO's dots).
@@ -282,25 +283,45 @@ def _gradient_multiplies(mechanism: str, s: AttentionShape) -> int:
     return 2 * matmul_flops(b * h * s.seq_len, w, dh) + 2 * matmul_flops(b * h * p, dh)
 
 
-def _exact(mechanism: str, s: AttentionShape) -> dict[str, int]:
-    if mechanism in ("full", "flash"):
-        return _merge(_projections(s, s.seq_len), _softmax_core(s, s.seq_len))
-    if mechanism == LOW_RANK:
-        return _merge(_compression(s), _projections(s, s.d_k), _softmax_core(s, s.d_k))
-    if mechanism == "eva":
-        return _merge(_projections(s, s.seq_len), _eva(s))
-    if mechanism in KERNELS:
-        return _merge(_projections(s, s.seq_len), _kernel(s, mechanism, s.seq_len))
-    kernel = mechanism.removeprefix("flurka-")
-    core = _flurka_eva(s) if kernel == "eva" else _kernel(s, kernel, s.d_k)
-    return _merge(_compression(s), _projections(s, s.d_k), core)
+# One function per layer, each named by its mechanism's catalogue entry (``Mechanism.flops``).
+def softmax_layer(s: AttentionShape) -> dict[str, int]:
+    """full and flash: the same maths whichever kernel runs it."""
+    return _merge(_projections(s, s.seq_len), _softmax_core(s, s.seq_len))
+
+
+def linformer_layer(s: AttentionShape) -> dict[str, int]:
+    return _merge(_compression(s), _projections(s, s.d_k), _softmax_core(s, s.d_k))
+
+
+def performer_layer(s: AttentionShape) -> dict[str, int]:
+    return _merge(_projections(s, s.seq_len), _kernel(s, "performer", s.seq_len))
+
+
+def rnn_layer(s: AttentionShape) -> dict[str, int]:
+    return _merge(_projections(s, s.seq_len), _kernel(s, "rnn", s.seq_len))
+
+
+def eva_layer(s: AttentionShape) -> dict[str, int]:
+    return _merge(_projections(s, s.seq_len), _eva(s))
+
+
+def flurka_performer_layer(s: AttentionShape) -> dict[str, int]:
+    return _merge(_compression(s), _projections(s, s.d_k), _kernel(s, "performer", s.d_k))
+
+
+def flurka_rnn_layer(s: AttentionShape) -> dict[str, int]:
+    return _merge(_compression(s), _projections(s, s.d_k), _kernel(s, "rnn", s.d_k))
+
+
+def flurka_eva_layer(s: AttentionShape) -> dict[str, int]:
+    return _merge(_compression(s), _projections(s, s.d_k), _flurka_eva(s))
 
 
 def flop_breakdown(mechanism: str, shape: AttentionShape) -> dict[str, int]:
     """Forward FLOPs of one layer of ``mechanism`` per step (see the module docstring)."""
     _check_mechanism(mechanism)
     shape.require(mechanism)
-    return {k: int(v) for k, v in _exact(mechanism, shape).items() if v}
+    return {k: int(v) for k, v in resolve(CATALOGUE[mechanism].flops)(shape).items() if v}
 
 
 def forward_flops(mechanism: str, shape: AttentionShape) -> int:

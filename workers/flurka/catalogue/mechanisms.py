@@ -11,17 +11,21 @@ keys and values from N positions to d_k) and the kernel one X (a feature map φ,
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 
 @dataclasses.dataclass(frozen=True)
 class Mechanism:
     """One attention mechanism: its family, its Flax layer (``module:Class`` under
-    :mod:`flurka.attention`, imported only when built) and the settings it reads from a config's
-    ``attention_options`` (every other setting is ignored by it, so one options dict fits all)."""
+    :mod:`flurka.attention`, imported only when built), its FLOP count (``module:function`` of an
+    :class:`~flurka.attention.flops.AttentionShape`, the exact model of that layer) and the
+    settings it reads from a config's ``attention_options`` (every other setting is ignored by
+    it, so one options dict fits all)."""
 
     name: str
     family: str                        # one of FAMILIES
     layer: str
+    flops: str
     settings: tuple[str, ...] = ()
 
 
@@ -29,17 +33,21 @@ FAMILIES = ("softmax", "low-rank", "kernel", "flurka")
 LOW_RANK_SETTINGS = ("d_k", "e_init")                 # E1, E2: the compressed length and E's initialisation
 E_INITS = ("pool", "gaussian")                        # E's initialisations (flurka.attention.lowrank), default first
 EVA_SETTINGS = ("window_size", "chunk_size")
+_A, _F = "flurka.attention.", "flurka.attention.flops:"
 CATALOGUE: dict[str, Mechanism] = {m.name: m for m in (
-    Mechanism("full", "softmax", "flurka.attention.full:FullAttention"),
-    Mechanism("flash", "softmax", "flurka.attention.flash:FlashAttention"),
-    Mechanism("linformer", "low-rank", "flurka.attention.linformer:LinformerAttention", LOW_RANK_SETTINGS),
-    Mechanism("performer", "kernel", "flurka.attention.performer:PerformerAttention", ("num_features",)),
-    Mechanism("rnn", "kernel", "flurka.attention.rnn:RNNAttention"),
-    Mechanism("eva", "kernel", "flurka.attention.eva:EVAAttention", EVA_SETTINGS),
-    Mechanism("flurka-performer", "flurka", "flurka.attention.flurka:FlurkaPerformer",
+    Mechanism("full", "softmax", _A + "full:FullAttention", _F + "softmax_layer"),
+    Mechanism("flash", "softmax", _A + "flash:FlashAttention", _F + "softmax_layer"),
+    Mechanism("linformer", "low-rank", _A + "linformer:LinformerAttention", _F + "linformer_layer",
+              LOW_RANK_SETTINGS),
+    Mechanism("performer", "kernel", _A + "performer:PerformerAttention", _F + "performer_layer",
+              ("num_features",)),
+    Mechanism("rnn", "kernel", _A + "rnn:RNNAttention", _F + "rnn_layer"),
+    Mechanism("eva", "kernel", _A + "eva:EVAAttention", _F + "eva_layer", EVA_SETTINGS),
+    Mechanism("flurka-performer", "flurka", _A + "flurka:FlurkaPerformer", _F + "flurka_performer_layer",
               (*LOW_RANK_SETTINGS, "num_features")),
-    Mechanism("flurka-rnn", "flurka", "flurka.attention.flurka:FlurkaRNN", LOW_RANK_SETTINGS),
-    Mechanism("flurka-eva", "flurka", "flurka.attention.flurka:FlurkaEVA", (*LOW_RANK_SETTINGS, *EVA_SETTINGS)),
+    Mechanism("flurka-rnn", "flurka", _A + "flurka:FlurkaRNN", _F + "flurka_rnn_layer", LOW_RANK_SETTINGS),
+    Mechanism("flurka-eva", "flurka", _A + "flurka:FlurkaEVA", _F + "flurka_eva_layer",
+              (*LOW_RANK_SETTINGS, *EVA_SETTINGS)),
 )}
 MECHANISMS: tuple[str, ...] = tuple(CATALOGUE)
 SETTINGS: tuple[str, ...] = tuple(dict.fromkeys(s for m in CATALOGUE.values() for s in m.settings))
@@ -68,6 +76,13 @@ def has_setting(mechanism: str, setting: str) -> bool:
     """Whether ``mechanism`` reads ``setting`` (``d_k``, ``num_features``, ...) from its options."""
     check_mechanism(mechanism)
     return setting in CATALOGUE[mechanism].settings
+
+
+def resolve(reference: str):
+    """The object a catalogue reference ``module:name`` names, its module imported now (so the
+    catalogue itself loads no JAX)."""
+    module, name = reference.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def check_mechanism(mechanism: str) -> None:

@@ -52,6 +52,12 @@ class TrainConfig:
     # float32 parameters (gradients, AdamW state and checkpoints stay float32); "float32" (TF32 on
     # GPUs at JAX's default matmul precision) is the paper's setting and the default.
     compute_dtype: str = "float32"
+    # Memory for the paper's sizes on one card: each step's gradient summed over this many equal
+    # slices of its batch, one after another (the step, its batch and its update unchanged; the
+    # activations of one slice), and remat: each encoder block's activations recomputed in the
+    # backward pass instead of kept (jax.checkpoint; more FLOPs, the same maths).
+    grad_accumulation: int = 1
+    remat: bool = False
     # optimizer (optax AdamW)
     learning_rate: float = 1e-4
     schedule: str = "linear"
@@ -82,6 +88,9 @@ class TrainConfig:
     alpha: float = 0.0
     base: str = "low-rank"
     base_checkpoint: str | None = None  # a base run's checkpoint dir holding step round(alpha*steps)
+    # Pre-train then fine-tune: a finished run's work dir whose embedding and encoder this run
+    # starts from (flurka.training.init_from; its task head is new)
+    init_from: str | None = None
     # Blended hand-over after the switch (flurka.training.uptrain): for this many steps every
     # attention layer outputs (1-β)·base + β·variant from the same parameters, β ramping 0 → 1
     # (``handover_shape``: "linear" β = t, or "ease-out" β = 1-(1-t)², slow near the variant);
@@ -253,6 +262,10 @@ def validate(config: TrainConfig) -> TrainConfig:
     for name in ("d_model", "num_heads", "num_layers", "d_ff", "max_len", "batch_size", "steps",
                  "log_every", "bleu_batches", "beam_size"):
         _positive(name, getattr(c, name))
+    _positive("grad_accumulation", c.grad_accumulation)
+    if c.batch_size % c.grad_accumulation:
+        raise ValueError(f"grad_accumulation={c.grad_accumulation} must divide batch_size={c.batch_size} "
+                         "(equal slices of each batch)")
     for name in ("warmup_steps", "eval_every", "eval_batches", "checkpoint_every", "num_decoder_layers",
                  "handover_steps"):
         _positive(name, getattr(c, name), zero_ok=True)

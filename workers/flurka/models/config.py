@@ -32,6 +32,7 @@ class ModelConfig:
     positions: str = "learned"                  # text models: "learned" | "sinusoidal"
     pooling: str | None = None                  # classifier, ViT: "cls" | "mean" (None: "cls")
     fused_ffn: Any = False                      # True or a fused_ffn.FfnTiling: the FFN as kernels
+    remat: bool = False                         # recompute each encoder block in the backward pass
     tie_embeddings: bool = True                 # mlm
     tie_output: bool = True                     # translation
     num_decoder_layers: int | None = None       # translation: defaults to num_layers

@@ -97,6 +97,7 @@ class Encoder(nnx.Module):
     def __init__(self, config: ModelConfig, *, max_len: int, rngs: nnx.Rngs):
         check_positive_int("max_len", max_len)
         self.d_model, self.max_len, self.mechanism = config.d_model, max_len, config.attention
+        self.remat = config.remat
         self.layers = nnx.List([EncoderBlock(config, max_len=max_len, rngs=rngs)
                                 for _ in range(config.num_layers)])
         self.final_norm = nnx.LayerNorm(config.d_model, rngs=rngs)
@@ -115,8 +116,12 @@ class Encoder(nnx.Module):
                 else [None] * len(self.layers))
         statistics = None
         for i, (layer, rng) in enumerate(zip(self.layers, rngs)):
-            x, statistics = layer.forward(x, mask, deterministic=deterministic, rng=rng,
-                                          statistics=statistics, next_eps=self._next_eps(i))
+            def block(layer, x, mask, rng, statistics, eps=self._next_eps(i)):
+                return layer.forward(x, mask, deterministic=deterministic, rng=rng, statistics=statistics,
+                                     next_eps=eps)
+            if self.remat:    # keep the block's input, recompute the rest in the backward pass
+                block = nnx.remat(block)
+            x, statistics = block(layer, x, mask, rng, statistics)
         return self.final_norm(x)
 
     def _next_eps(self, i: int) -> float | None:

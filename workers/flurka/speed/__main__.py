@@ -49,7 +49,7 @@ import sys
 import time
 
 from flurka.attention import FUSABLE, PROJECTABLE
-from flurka.cli import module_main
+from flurka.cli import module_main, writable_file
 from flurka.kernels.ffn import ONE_KERNEL, FfnTiling, use_ffn_tiling
 from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select, xla_option
 
@@ -165,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         for i, p in zip(indices, pts):
             print(i, p)
         return 0
+    writable_file(args.out, "--out")
     # imported here, not above (a measured start-up cost): they load optax, the models and the
     # training room, which --list and --help do not need
     from flurka.speed.bench import check_compile_options, freeze_survivors

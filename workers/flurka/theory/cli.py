@@ -50,7 +50,7 @@ from flax import nnx
 from flurka import theory
 from flurka.attention import flops as flop_model
 from flurka.attention import make_attention
-from flurka.cli import module_main
+from flurka.cli import module_main, writable_file
 from flurka.theory.flops_cli import positive_int
 
 PROG = "python -m flurka.theory"
@@ -240,6 +240,7 @@ def _write(doc: dict[str, Any], path: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     p = plan(args)  # ValueError before any compute
+    writable_file(args.out, "--out")
     start = time.perf_counter()
     with jax.default_matmul_precision(args.matmul_precision):
         if args.from_run is not None:

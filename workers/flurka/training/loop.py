@@ -31,6 +31,7 @@ import dataclasses
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +58,7 @@ from flurka.training.checkpoints import Checkpointer
 from flurka.training.metrics import bleu, exact_match
 from flurka.training.optimizer import make_optimizer
 from flurka.training.schedules import from_config as schedule_from_config
+from flurka.training import init_from
 from flurka.training.tasks import Task, make_task
 
 # Fields that must agree between a base checkpoint's run and the run forking from it.
@@ -70,6 +72,15 @@ class Diverged(Exception):
     def __init__(self, step: int):
         super().__init__(f"diverged at step {step}")
         self.step = step
+
+
+class Stopped(Exception):
+    """The run stopped between two steps because ``stop`` was set (a signal the caller took),
+    after checkpointing that step where the run has a work dir; ``saved`` says whether it did."""
+
+    def __init__(self, step: int, saved: bool):
+        super().__init__(f"stopped at step {step}")
+        self.step, self.saved = step, saved
 
 
 # ------------------------------------------------------------------------------------------------
@@ -105,7 +116,7 @@ def build_model(config: TrainConfig, info, attention: str,
         attention=attention, attention_options=options,
         d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
         d_ff=config.d_ff, dropout_rate=config.dropout_rate, pooling=config.pooling,
-        patch_size=config.patch_size, t2t=config.t2t,
+        patch_size=config.patch_size, t2t=config.t2t, remat=config.remat,
         num_decoder_layers=config.num_decoder_layers or None, seed=config.seed)
     return build_network(info, model_config, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
 
@@ -152,7 +163,7 @@ class Phase:
 
 # Fields the compiled step depends on besides the model graph (the rest — seed, logging,
 # checkpointing, workdir — only changes values, not the program).
-_OPT_FIELDS = ("learning_rate", "schedule", "warmup_steps", "steps", "d_model", "weight_decay",
+_OPT_FIELDS = ("learning_rate", "schedule", "warmup_steps", "steps", "d_model", "weight_decay", "grad_accumulation",
                "grad_clip", "b1", "b2", "eps", "compute_dtype")
 _COMPILED: dict[tuple, tuple] = {}
 _COMPILED_MAX = 32
@@ -202,9 +213,34 @@ def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task,
         loss, aux = task.loss(model, batch, deterministic=False)
         return loss, (aux, parts.other_of(model))
 
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def accumulated(params, other, batch, key):
+        """The batch's loss, metrics and gradient as ``config.grad_accumulation`` equal slices,
+        one after another (a scan: one slice's activations live at a time), averaged; each slice
+        its own dropout key."""
+        k = config.grad_accumulation
+        slices = jax.tree.map(lambda x: x.reshape(k, x.shape[0] // k, *x.shape[1:]), batch)
+
+        def one(carry, xs):
+            other, total = carry
+            i, piece = xs
+            (loss, (aux, other)), grads = grad_fn(params, other, piece, jax.random.fold_in(key, i))
+            return (other, jax.tree.map(jnp.add, total, (loss, aux, grads))), None
+
+        first = jax.tree.map(lambda x: x[0], slices)
+        (loss_shape, (aux_shape, _)), grad_shape = jax.eval_shape(lambda: grad_fn(params, other, first, key))
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (loss_shape, aux_shape, grad_shape))
+        (other, total), _ = jax.lax.scan(one, (other, zeros), (jnp.arange(k), slices))
+        loss, aux, grads = jax.tree.map(lambda t: t / k, total)
+        return (loss, (aux, other)), grads
+
     @jax.jit
     def train_step(params, other, opt_state, batch, key):
-        (loss, (aux, other)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, other, batch, key)
+        if config.grad_accumulation > 1:
+            (loss, (aux, other)), grads = accumulated(params, other, batch, key)
+        else:
+            (loss, (aux, other)), grads = grad_fn(params, other, batch, key)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return params, other, opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads), **aux}
@@ -293,6 +329,7 @@ class _Run:
         self.prior_wall = 0.0
         self.prior_split: dict[str, float] = {}   # time split of the runs before a resume
         self.switches: list[dict] = []
+        self.init_from: dict | None = None      # the pre-trained run it started from (lineage)
 
     def meta(self, attention: str, wall: float, handover_from: str | None = None,
              time_split: dict[str, float] | None = None) -> dict:
@@ -300,7 +337,8 @@ class _Run:
                 "history": self.history,
                 "eval_history": self.eval_history, "window": self.window,
                 "train_flops": self.train_flops, "wall_time_s": wall, "time_split": dict(time_split or {}),
-                "switches": self.switches, "dataset": self.dataset, "config": config_dict(self.config)}
+                "switches": self.switches, "init_from": self.init_from, "dataset": self.dataset,
+                "config": config_dict(self.config)}
 
     def load_meta(self, meta: dict) -> None:
         self.step = int(meta["step"])
@@ -308,6 +346,7 @@ class _Run:
         self.eval_history = list(meta["eval_history"])
         self.window = list(meta["window"])
         self.train_flops = int(meta["train_flops"])
+        self.init_from = meta.get("init_from")
         self.prior_wall = float(meta.get("wall_time_s", 0.0))
         self.prior_split = {k: float(v) for k, v in (meta.get("time_split") or {}).items()}
         self.switches = list(meta.get("switches", []))
@@ -400,6 +439,7 @@ class _Loop:
     run: _Run
     clock: _Clock
     callback: Callable[[str, dict], None] | None
+    stop: threading.Event | None = None
     ckpt: Checkpointer | None = None
     bar: Any = None
     phase: Phase | None = None
@@ -413,7 +453,7 @@ class _Loop:
 
 
 def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], None] | None = None,
-          progress: bool | None = None, mesh: Any = "auto") -> dict:
+          progress: bool | None = None, mesh: Any = "auto", stop: threading.Event | None = None) -> dict:
     """Train ``config``; return the result dict (see :func:`flurka.training.run`).
 
     ``callback(kind, entry)`` is called with ``("train", history entry)``, ``("eval", eval
@@ -421,13 +461,16 @@ def train(config: TrainConfig, *, dataset=None, callback: Callable[[str, dict], 
     stderr is a terminal). ``mesh``: the data-parallel device mesh; "auto" splits each batch over
     every device (of every process, after ``jax.distributed.initialize``), None uses one device.
     The result's ``time_split`` is the module docstring's; an exception leaving the loop (a
-    callback stopping the run) carries the split so far as ``exc.time_split``.
+    callback stopping the run) carries the split so far as ``exc.time_split``. ``stop``: once set,
+    the run checkpoints the step it finished and raises :class:`Stopped` (``flurka train``'s
+    Ctrl-C and SIGTERM).
     """
     validate(config)
     mesh = parallel.default_mesh() if mesh == "auto" else mesh
     parallel.check_batch_size(config.batch_size, mesh)
     memory.check_fits(config, devices=1 if mesh is None else mesh.size)
     loop = _set_up(config, dataset, mesh, callback)
+    loop.stop = stop
     _restore_or_fork(loop)
     loop.bar = _progress_bar(config, progress, initial=loop.run.step)
     status, diverged_step = "ok", None
@@ -466,7 +509,8 @@ def _set_up(config: TrainConfig, dataset, mesh, callback) -> _Loop:
 
 
 def _restore_or_fork(loop: _Loop) -> None:
-    """Where the run starts: its own latest checkpoint (resume) > ``base_checkpoint`` (fork) > scratch."""
+    """Where the run starts: its own latest checkpoint (resume) > ``base_checkpoint`` (fork) >
+    ``init_from`` (a pre-trained trunk, new head) > scratch."""
     config, run = loop.config, loop.run
     latest = loop.ckpt.latest_step() if loop.ckpt is not None else None
     if latest is not None:
@@ -479,8 +523,24 @@ def _restore_or_fork(loop: _Loop) -> None:
             _restore(loop, src, config.switch_step, base)
         run.prior_wall, run.prior_split = 0.0, {}
         run.log(base, loop.schedule)   # an uninterrupted up-training run logs at the switch, too
+    elif config.init_from is not None:
+        _init_from(loop)
     loop.clock.lap("checkpoints")
     loop.clock.add(run.prior_split)
+
+
+def _init_from(loop: _Loop) -> None:
+    """Step 0 with ``init_from``'s embedding and encoder (:mod:`flurka.training.init_from`)."""
+    loop.clock.lap("setup")
+    trunk, step, meta = init_from.load_trunk(loop.config.init_from)
+    loop.clock.lap("checkpoints")
+    loop.phase = loop.make_phase(loop.plan[0].attention)
+    state = loop.phase.state()
+    params, new = init_from.with_trunk(state["params"], trunk, loop.config.init_from)
+    loop.phase.load({**state, "params": params})
+    loop.run.init_from = {"workdir": loop.config.init_from, "step": step, "benchmark": meta["config"]["benchmark"],
+                          "attention": meta["attention"], "copied": len(trunk), "new": new}
+    loop.clock.lap("setup")
 
 
 def _restore(loop: _Loop, source: Checkpointer, step: int, attention: str, handover_from: str | None = None) -> None:
@@ -515,6 +575,9 @@ def _train_stage(loop: _Loop, stage: uptrain.Stage) -> None:
         _at_intervals(loop, stage)
         loop.clock.lap(loop.part)
         loop.part = "train_steps"
+        if loop.stop is not None and loop.stop.is_set():
+            _save(loop)
+            raise Stopped(loop.run.step, saved=loop.ckpt is not None)
 
 
 def _compile_part(stage: uptrain.Stage) -> str:
@@ -652,6 +715,7 @@ def _result(loop: _Loop, status: str, diverged_step: int | None) -> dict:
         "time_split": dict(loop.clock.split),
         "num_params": int(sum(v.size for v in phase.params.values())) if phase is not None else 0,
         "switches": run.switches,
+        "init_from": run.init_from,
         "dataset": run.dataset,
         "config": config_dict(config),
     }

@@ -23,9 +23,10 @@ _MATERIALISED_WEIGHTS = ("full",)
 
 def step_floor_bytes(config: TrainConfig, devices: int = 1) -> dict[str, int]:
     """{"host": one batch of token ids and masks, "device": the largest activation of one layer
-    on each of ``devices`` data-parallel devices} in bytes."""
+    on each of ``devices`` data-parallel devices, for one of the ``grad_accumulation`` slices a
+    step computes at a time} in bytes (remat keeps that activation: it is the floor either way)."""
     b, n = config.batch_size, config.max_len
-    per_device = -(-b // max(devices, 1))
+    per_device = -(-b // max(devices, 1) // config.grad_accumulation)
     act = np.dtype("float32").itemsize if config.compute_dtype == "float32" else 2
     sequences = 2 if config.task == "translation" else 1   # source and target
     host = b * n * sequences * (4 + 1)                     # int32 ids + bool mask

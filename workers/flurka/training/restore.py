@@ -15,7 +15,7 @@ from typing import Any
 from flax import nnx
 
 from flurka.configs.base import TrainConfig
-from flurka.training.checkpoints import Checkpointer
+from flurka.training.checkpoints import Checkpointer, checkpoint_meta
 from flurka.training.loop import load_dataset, make_phase
 from flurka.training.optimizer import make_optimizer
 from flurka.training.tasks import make_task
@@ -34,20 +34,6 @@ class TrainedRun:
     def describe(self) -> str:
         return (f"{os.path.basename(os.path.normpath(self.workdir))} ({self.config.benchmark}, "
                 f"{self.attention}, step {self.step})")
-
-
-def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
-    """(step, metadata) of a run's checkpoint (default: its latest); one-line ValueError when the
-    directory holds none — cheap, so the CLI checks it before any compute."""
-    directory = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(directory):
-        raise ValueError(f"{workdir} is not a training work dir with checkpoints "
-                         f"(no {directory}; train with --workdir and checkpoint_every > 0)")
-    with Checkpointer(directory, read_only=True) as ckpt:
-        step = ckpt.latest_step() if step is None else step
-        if step is None:
-            raise ValueError(f"{directory} holds no checkpoint yet")
-        return step, ckpt.meta(step)
 
 
 def train_config(meta: dict):

@@ -13,8 +13,16 @@ cluster's checks also before Ray starts and before anything is written.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from flurka.sweeps import cli, spec
+# The flurka of the tree this script is in (a Ray job's unpacked --working-dir) before an installed
+# one, ahead of any flurka import: a job runs the code submitted. Its Ray workers get the same
+# through the sweep's runtime_env (flurka.source.worker_pythonpath).
+TREE, PARTS = Path(__file__).resolve().parents[1], ("workers", "platform", "dashboards")
+if all((TREE / part / "flurka").is_dir() for part in PARTS):
+    sys.path[1:1] = [str(TREE / part) for part in PARTS]   # after this script's own folder
+
+from flurka.sweeps import cli, spec  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

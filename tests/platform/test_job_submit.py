@@ -1,23 +1,26 @@
 """The README's cluster path end to end: a Ray head node on free ports (own temp dir, dashboard
-on loopback, auth disabled: a loopback-only dev cluster), ``ray job submit`` of a tiny sweep,
-the up-training table in the job's logs; the head is stopped by its process group, never
-``ray stop``."""
+on loopback, auth disabled: a loopback-only dev cluster), ``flurka submit`` (``ray job submit``
+that stamps the commit) of a tiny sweep from a copy of the tree with a local edit, the up-training
+table in the job's logs; the head is stopped by its process group, never ``ray stop``.
+
+Issue 58: the edit is what runs, in the driver and in the Tune trials' workers (not the installed
+flurka), and the submitted commit, dirty, is what MLflow and the results DB record."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import sqlite3
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from testsupport import pids_naming, ray_node_ports
+from testsupport import ray_node_ports, stop_ray_node, wait_ray_node
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -28,20 +31,28 @@ TINY = ["--benchmarks", "lra-listops-small", "--variants", "flurka-rnn", "--alph
                              d_ff=32, num_layers=1).items() for a in ("--set", f"{k}={v}")]]
 
 
-def _wait_http(url: str, head: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if head.poll() is not None:
-            raise AssertionError(f"ray start exited with {head.returncode}:\n{head.stdout.read()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"dashboard at {url} did not come up in {timeout_s:.0f}s")
-        time.sleep(1)
+MARKER = "flurka-job-marker"
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def _edited_copy(tmp_path: Path) -> tuple[Path, str]:
+    """ROOT copied as a fresh one-commit checkout, then edited: the trainable's module (imported by
+    the driver and by every trial's worker) prints where it runs from. Returns (tree, HEAD)."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(*EXCLUDES, ".cuda-aot", ".hypothesis"))
+    env = {**os.environ, **GIT_ENV}
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "submitted"]):
+        subprocess.run(["git", *cmd], cwd=tree, env=env, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True, check=True).stdout.strip()
+    with open(tree / "platform" / "flurka" / "sweeps" / "trainable.py", "a") as f:
+        f.write(f"\nprint('{MARKER}', __file__, flush=True)\n")
+    return tree, head
+
+
+def _answers(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return r.status == 200
 
 
 @pytest.mark.slow
@@ -51,7 +62,8 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
     dash = ports["dashboard-port"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_AUTH_MODE="disabled", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-               RAY_USAGE_STATS_ENABLED="0")
+               RAY_USAGE_STATS_ENABLED="0",
+               RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")   # else a SIGTERMed node waits 30 s to drain
     head = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", *port_flags,
          "--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
@@ -59,10 +71,11 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         address = f"http://127.0.0.1:{dash}"
-        _wait_http(f"{address}/api/version", head, 180)
+        wait_ray_node(head, lambda: _answers(f"{address}/api/version"), f"the dashboard at {address}", 180)
         run_dir = tmp_path / "run"
+        tree, head_sha = _edited_copy(tmp_path)
         job = subprocess.run(
-            [str(BIN / "ray"), "job", "submit", "--address", address, "--working-dir", str(ROOT),
+            [str(BIN / "flurka"), "submit", "--address", address, "--working-dir", str(tree),
              "--runtime-env-json", json.dumps({"excludes": EXCLUDES}), "--",
              "python", "experiments/uptrain_sweep.py", *TINY, "--run-dir", str(run_dir)],
             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=480)
@@ -72,17 +85,30 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
         assert "Up-training α, lra-listops-small" in logs and "| flurka-rnn" in logs, logs[-4000:]
         assert "Trials: 2 finished, 0 stopped early, 0 failed" in logs
         assert (run_dir / "mlflow.db").exists() and (run_dir / "results.db").exists()
+        # the edit runs, from the job's unpacked working dir: in the driver and in the trials' workers
+        marks = [line for line in logs.splitlines() if MARKER in line]
+        driver = [m for m in marks if "pid=" not in m]
+        workers = [m for m in marks if re.search(r"pid=\d+", m)]      # Ray's prefix on a worker's lines
+        assert driver and workers, logs[-4000:]
+        for m in marks:
+            assert "working_dir_files" in m and str(ROOT) not in m and str(tree) not in m, m
+        assert "flurka sweep: warning" not in logs, logs[-4000:]
+        # what was submitted is what is recorded: the copy's HEAD, dirty
+        assert f"flurka submit: source {head_sha[:12]}-dirty" in logs
+        assert not (tree / ".flurka-source.json").exists()          # the stamp went with the upload only
+        record = json.loads((run_dir / "sweep-record.json").read_text())
+        assert record["git_commit"] == f"{head_sha[:12]}-dirty"
+        with sqlite3.connect(run_dir / "results.db") as db:
+            assert db.execute("SELECT git_commit FROM sweeps").fetchall() == [(f"{head_sha[:12]}-dirty",)]
+        with sqlite3.connect(run_dir / "mlflow.db") as db:
+            tags = db.execute("SELECT run_uuid, key, value FROM tags WHERE key IN "
+                              "('mlflow.source.git.commit', 'flurka.git_dirty')").fetchall()
+            params = db.execute("SELECT value FROM params WHERE key = 'git_commit'").fetchall()
+        runs = {r for r, _, _ in tags}
+        assert len(runs) >= 3                                      # the parent and its two trials
+        assert sorted(tags) == sorted([(r, "mlflow.source.git.commit", head_sha) for r in runs]
+                                      + [(r, "flurka.git_dirty", "true") for r in runs])
+        assert params and set(params) == {(f"{head_sha[:12]}-dirty",)}
     finally:
-        if head.poll() is None:
-            os.killpg(head.pid, signal.SIGTERM)                  # `ray start --block` stops what it started
-            try:
-                head.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(head.pid, signal.SIGKILL)
-                head.wait(10)
-        time.sleep(2)
-        leftovers = pids_naming(temp_dir)
-        for pid in leftovers:                                    # only processes of this head node
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        leftovers = stop_ray_node(head, temp_dir)
     assert not leftovers, f"head node processes survived the stop: {leftovers}"

@@ -162,6 +162,11 @@ CASES = [
          "cannot reach postgresql://u@127.0.0.1:{port}/x"),
     Case("mlflow-sqlite-text-file", None, ("--benchmarks", "lra-listops-small", "--mlflow-uri", "sqlite:///{tmp}/notdb.db"),
          "MLflow store: cannot open sqlite:///{tmp}/notdb.db: file is not a database", setup=_text_file),
+    Case("mlflow-file-store", None, ("--benchmarks", "lra-listops-small", "--mlflow-uri", "file://{tmp}/mlruns"),
+         "MLflow store 'file://{tmp}/mlruns': not a database or server; MLflow 3 keeps no new runs in file stores"),
+    Case("cpus-beyond-embedded-ray", None,
+         ("--benchmarks", "lra-listops-small", "--num-cpus", "2", "--cpus-per-trial", "3"),
+         "--cpus-per-trial 3 exceeds the 2 CPUs of the embedded Ray (--num-cpus)"),
     Case("mlflow-server-down", None, ("--benchmarks", "lra-listops-small", "--mlflow-uri", "http://127.0.0.1:{port}"),
          "cannot reach the MLflow server at http://127.0.0.1:{port}"),
     # -- resumes that cannot be

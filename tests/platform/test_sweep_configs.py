@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_name_finds_the_installed_file_from_anywhere(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert spec_lib.installed_configs() == ("uptrain-full", "uptrain-small")
+    assert spec_lib.installed_configs() == ("paper-quality-image", "paper-quality-lra", "paper-quality-mlm",
+                                            "paper-quality-nmt", "paper-uptrain", "uptrain-full", "uptrain-small")
     path = spec_lib.config_path("uptrain-small")
     assert path == ROOT / "platform/flurka/sweeps/configs/uptrain-small.yaml"
     spec = spec_lib.validate(spec_lib.from_args({"config": "uptrain-small"}))
@@ -34,3 +35,47 @@ def test_the_wheel_carries_the_sweep_files(tmp_path):
         packaged = f"flurka/sweeps/configs/{name}.yaml"
         assert packaged in names
         assert zipfile.ZipFile(wheel).read(packaged) == (spec_lib.CONFIGS / f"{name}.yaml").read_bytes()
+
+
+def test_every_sweep_file_says_its_command_and_plans_dry(tmp_path, monkeypatch, capsys):
+    """Issue 57: each shipped file's header gives its command; ``--dry-run`` prints its plan and
+    steps and starts nothing (no Ray, no store, no run dir)."""
+    import ray
+
+    from flurka.sweeps import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ray, "init", lambda *a, **k: (_ for _ in ()).throw(AssertionError("Ray started")))
+    for name in spec_lib.installed_configs():
+        header = (spec_lib.CONFIGS / f"{name}.yaml").read_text().split("\nbenchmarks:")[0]
+        assert f"flurka sweep --config {name}" in header, name
+        parser = spec_lib.ArgumentParser(prog="flurka sweep")
+        cli.add_arguments(parser)
+        assert cli.run(parser.parse_args(["--config", name, "--dry-run"])) == 0
+        out = capsys.readouterr().out
+        spec = spec_lib.validate(spec_lib.from_args({"config": name}))
+        assert out.startswith(f"{name}: dry run, nothing started\nplan: ")
+        assert f"over {len(spec.seeds)} seed(s)" in out and all(f"  {b}: " in out for b in spec.benchmarks)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_paper_files_hold_the_appendix_alphas_and_bases():
+    """Appendix: NMT Lin.-Perf. / Lin.-EVA at α 80 % from low-rank, Lin.-RNN 64 % from kernel;
+    images 16.7 % / 33.3 %; no up-training elsewhere; Table 5's seven α."""
+    def load(name):
+        return spec_lib.validate(spec_lib.from_args({"config": name}))
+
+    bases = {"flurka-performer": "low-rank", "flurka-rnn": "kernel", "flurka-eva": "low-rank"}
+    uptrain = load("paper-uptrain")
+    assert uptrain.benchmarks == ("nmt-ablation-ende",) and uptrain.alphas == spec_lib.PAPER_ALPHAS
+    assert uptrain.base == bases and len(uptrain.seeds) >= 3
+    nmt, image = load("paper-quality-nmt"), load("paper-quality-image")
+    assert {v: nmt.alphas_of(v) for v in nmt.variants} == {"flurka-performer": (0.8,), "flurka-rnn": (0.64,),
+                                                            "flurka-eva": (0.8,)}
+    assert {v: image.alphas_of(v) for v in image.variants} == {"flurka-performer": (0.167,),
+                                                                "flurka-rnn": (0.333,), "flurka-eva": (0.167,)}
+    assert nmt.base == image.base == bases
+    for name in ("paper-quality-lra", "paper-quality-mlm"):
+        assert load(name).alphas == (0.0,)
+    assert set(load("paper-quality-lra").benchmarks) == {"lra-listops", "lra-text", "lra-retrieval", "lra-image",
+                                                         "lra-pathfinder"}

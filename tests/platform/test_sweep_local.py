@@ -50,7 +50,7 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
     # one name per metric (not accuracy, eval_accuracy and final.accuracy); final = the last eval point
     names = set(branch.data.metrics)
     assert {"train/loss", "train/accuracy", "train/flops", "eval/loss", "eval/accuracy"} <= names
-    assert all(k.startswith(("train/", "eval/", "compilation.")) for k in names), names
+    assert all(k.startswith(("train/", "eval/", "system/", "compilation.")) for k in names), names
     final = out.results[branch.data.tags["flurka.trial_key"]]["final_metrics"]
     assert branch.data.metrics["eval/accuracy"] == pytest.approx(final["accuracy"])
     assert branch.data.params["config.attention"] == "flurka-rnn" and branch.data.params["config.alpha"] == "0.25"

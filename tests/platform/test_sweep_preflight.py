@@ -62,7 +62,7 @@ def test_bad_sweeps_fail_before_any_trial(tmp_path, args, needle):
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr[-2000:]
-    assert not (tmp_path / "run" / "tune").exists() and not (tmp_path / "run" / "mlflow.db").exists()
+    assert not (tmp_path / "run").exists()   # nothing left that a plain rerun would refuse
 
 
 def test_flurka_ui_binds_loopback(tmp_path):

@@ -70,3 +70,13 @@ def test_the_estimate_is_the_rate_since_steps_were_first_seen():
 def test_clock():
     assert [progress.clock(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "1:00", "1:01",
                                                                        "1:01:02"]
+
+
+def test_a_trial_that_ended_on_a_corrupt_checkpoint_counts_as_failed():
+    """Issue 60: such a trial ends itself (no Tune retry), TERMINATED to Tune, with its reason."""
+    out = io.StringIO()
+    reporter = progress.ProgressLine("branches", lambda c: c, out=out, now=lambda: 0.0)
+    corrupt = _trial("a", "TERMINATED", BRANCH, 450)
+    corrupt.last_result["failure"] = "corrupt checkpoint /w/checkpoints/450/meta/metadata: empty (0 bytes)"
+    reporter.report([corrupt, _trial("b", "TERMINATED", BRANCH, 600)], True)
+    assert "1/2 trials done, 0 running, 1 failed" in out.getvalue()

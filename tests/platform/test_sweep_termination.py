@@ -77,14 +77,17 @@ def test_a_job_that_names_its_own_setup_hook_keeps_it():
 
     from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 
+    from flurka import source
     from flurka.cluster import driver_runtime_env
 
     def job(runtime_env):
         return {RAY_JOB_CONFIG_JSON_ENV_VAR: json.dumps({"runtime_env": runtime_env, "metadata": {}})}
 
-    ours = {"env_vars": {"A": "1"}, "worker_process_setup_hook": WORKER_SETUP_HOOK}
+    ours = {"env_vars": {"A": "1", "PYTHONPATH": source.worker_pythonpath({})},
+            "worker_process_setup_hook": WORKER_SETUP_HOOK}
     assert driver_runtime_env({"A": "1"}, WORKER_SETUP_HOOK, environ={}) == ours
     assert driver_runtime_env({"A": "1"}, WORKER_SETUP_HOOK, environ=job({"env_vars": {"B": "2"}})) == ours
-    assert driver_runtime_env(None, WORKER_SETUP_HOOK,
-                              environ=job({"worker_process_setup_hook": "theirs.hook"})) is None
-    assert driver_runtime_env(None, None, environ={}) is None
+    theirs = driver_runtime_env(None, WORKER_SETUP_HOOK, environ=job({"worker_process_setup_hook": "theirs.hook"}))
+    assert theirs == {"env_vars": {"PYTHONPATH": source.worker_pythonpath({})}}
+    # nor the job's own PYTHONPATH: Ray refuses an env var both name
+    assert driver_runtime_env(None, None, environ=job({"env_vars": {"PYTHONPATH": "mine"}})) is None

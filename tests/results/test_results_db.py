@@ -40,7 +40,7 @@ def test_migrations_keep_the_results_down_and_up_again(db_url, speed_dicts, theo
     from flurka.results import ingest_speed, ingest_theory
 
     engine = db.upgrade(db_url)
-    assert db.current_revision(engine) == db.head_revision() == "0004"
+    assert db.current_revision(engine) == db.head_revision() == "0005"
     ingest_speed(engine, [dict(r, run="2026-11-29T00:00:00+00:00") for r in speed_dicts])
     added = ingest_theory(engine, theory_doc).added
     assert added == len(theory_doc["approximation_errors"]) + len(theory_doc["ranks"])
@@ -90,6 +90,42 @@ def test_migration_0004_spells_the_base_as_the_cli_does(db_url, sweep_dict, make
     assert bases() == {"k": "rnn", "r": "linformer", "s": None}
     db.upgrade(engine)
     assert bases() == {"k": "kernel", "r": "low-rank", "s": None}
+    engine.dispose()
+
+
+def test_migration_0005_keeps_each_trial_where_it_ran(db_url, sweep_dict, make_trial):
+    """A trial's node, device and peak memory (bytes past 32 bits on a GPU) are stored and read
+    back; a trial without them (an older file) has none. Down to 0004 the columns go and the
+    trials stay; up again they are back, unknown."""
+    from flurka.results import ingest_sweep
+    from flurka.results.records import SweepRecord
+
+    placed = {"node": "gpu-node-2", "device": "NVIDIA H100 80GB HBM3", "device_count": 1,
+              "peak_host_bytes": 6_100_000_000, "peak_device_bytes": 42_000_000_000}
+    trials = [{**make_trial("g", "flurka-rnn", "nmt-small", {"bleu": 70.0}, alpha=0.25, base="kernel", d_k=16),
+               **placed},
+              make_trial("old", "rnn", "nmt-small", {"bleu": 69.0})]
+    record = SweepRecord.from_dict({**sweep_dict, "trials": trials})
+    assert SweepRecord.from_dict(record.to_dict()) == record     # the sweep-record JSON carries them
+    engine = db.upgrade(db_url)
+    ingest_sweep(engine, record)
+    columns = [getattr(models.Trial, k) for k in placed]
+
+    def rows() -> dict:
+        with engine.connect() as conn:
+            return {r[0]: tuple(r[1:]) for r in conn.execute(sa.select(models.Trial.trial_key, *columns))}
+
+    assert rows() == {"g": tuple(placed.values()), "old": (None,) * len(placed)}
+    cfg = db._alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0004")
+    sa.inspect(engine).clear_cache()
+    assert not set(placed) & {c["name"] for c in sa.inspect(engine).get_columns("trials")}
+    with engine.connect() as conn:
+        assert conn.scalar(sa.select(sa.func.count()).select_from(sa.table("trials"))) == 2
+    db.upgrade(engine)
+    assert rows() == {"g": (None,) * len(placed), "old": (None,) * len(placed)}
     engine.dispose()
 
 

@@ -135,6 +135,23 @@ def test_trial_from_training_result(engine, sweep_dict):
     assert ingest_sweep(engine, record).added == 1
 
 
+def test_trial_records_where_it_ran(sweep_dict):
+    """A result's placement (the trainable's) is the trial's node, device and peak memory; a
+    result or file from before has none; a bad one is a one-line error naming the field."""
+    base = {"status": "ok", "benchmark": "nmt-small", "attention": "rnn", "seed": 0, "steps": 10, "config": {}}
+    placement = {"node": "gpu-node-2", "node_ip": "10.0.0.2", "node_id": "abcdef01", "device": "NVIDIA H100 80GB HBM3",
+                 "platform": "gpu", "device_count": 1, "peak_host_bytes": 6_100_000_000,
+                 "peak_device_bytes": 42_000_000_000.0}
+    t = trial_from_result("g", {**base, "placement": placement})
+    assert (t.node, t.device, t.device_count, t.peak_host_bytes, t.peak_device_bytes) == \
+        ("gpu-node-2", "NVIDIA H100 80GB HBM3", 1, 6_100_000_000, 42_000_000_000)
+    old = trial_from_result("old", base)
+    assert (old.node, old.device, old.device_count, old.peak_host_bytes, old.peak_device_bytes) == (None,) * 5
+    assert TrialRecord.from_dict(sweep_dict["trials"][0]).node is None        # a file without the fields
+    with pytest.raises(ValueError, match=r"peak_host_bytes must be an int >= 0, got -1$"):
+        TrialRecord.from_dict({**sweep_dict["trials"][0], "peak_host_bytes": -1})
+
+
 @pytest.mark.parametrize("attention, d_k, num_features", [
     ("performer", None, 16), ("rnn", None, None), ("eva", None, None), ("full", None, None),
     ("linformer", 32, None), ("flurka-performer", 32, 16), ("flurka-eva", 32, None)])

@@ -8,10 +8,13 @@ import json
 import os
 import random
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +34,45 @@ def pids_naming(marker: str) -> list[int]:
 
 
 @contextlib.contextmanager
+def wait_ray_node(proc: subprocess.Popen, ready, what: str, timeout_s: float) -> None:
+    """Poll ``ready()`` (a port that answers, a URL) until it holds; an AssertionError with `ray
+    start`'s output if the node exits first, or naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"ray start exited with {proc.returncode}:\n{proc.stdout.read()[-3000:]}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not come up in {timeout_s:.0f}s")
+        time.sleep(0.5)
+
+
+def stop_ray_node(proc: subprocess.Popen, temp_dir: str) -> list[int]:
+    """Stop one `ray start --block` by its process group (it stops what it started), then kill
+    whatever of its node is left (processes naming its own ``temp_dir``: never another's) and
+    remove the temp dir; the PIDs that had to be killed."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    time.sleep(1)
+    leftovers = pids_naming(temp_dir)
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    return leftovers
+
+
 def scratch_postgres_database(admin_url: str, prefix: str) -> Iterator[str]:
     """URL of a fresh database on the server of ``admin_url`` (FLURKA_TEST_POSTGRES_URL), dropped
     on exit even if connections are still open."""

@@ -1,8 +1,9 @@
 """Where the sweep runs: an embedded local Ray by default, or the cluster at ``--address`` /
 ``RAY_ADDRESS`` (which is what ``ray job submit`` sets for the driver).
 
-Two things fail here, before any trial starts, with one readable line: an address nobody
-answers on, and a GPU request on a cluster that has no GPUs.
+Three things fail here, before any trial starts, with one readable line: an address nobody
+answers on, a GPU request on a cluster that has no GPUs, and a run dir that not every node of
+the cluster sees (:func:`check_shared_dir`).
 
 The embedded instance records its session in the run dir (``ray-session.json``) while it runs: a
 driver killed outright leaves Ray's dashboard and runtime-env agents running (they outlive the
@@ -11,18 +12,25 @@ raylet and ignore SIGTERM), and the next start in that run dir stops what used t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import socket
 import sys
 import tempfile
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import psutil
 import ray
 from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from flurka import source
 
 # Several trials share one GPU only if XLA does not grab 75% of it at start-up.
 SHARED_GPU_ENV = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}
@@ -174,19 +182,45 @@ def worker_env(gpus_per_trial: float = 0.0, extra: dict[str, str] | None = None)
     return {k: v for k, v in env.items() if k not in os.environ}
 
 
-def driver_runtime_env(env_vars: dict[str, str] | None, setup_hook: str | None,
-                       environ=os.environ) -> dict | None:
-    """ray.init's runtime_env: the env vars, and the setup hook unless the job this driver runs
-    in names one (``ray job submit --runtime-env-json``): Ray merges the job's runtime env with
-    ray.init's and refuses a field both name, so the job's hook then runs instead."""
+def job_runtime_env(environ=os.environ) -> dict:
+    """The runtime_env of the Ray job this driver runs in (``ray job submit``); {} outside one."""
     try:
         job = json.loads(environ.get(RAY_JOB_CONFIG_JSON_ENV_VAR) or "{}").get("runtime_env") or {}
     except (ValueError, AttributeError):
         job = {}
-    runtime_env: dict = {"env_vars": dict(env_vars)} if env_vars else {}
+    return job if isinstance(job, dict) else {}
+
+
+def driver_runtime_env(env_vars: dict[str, str] | None, setup_hook: str | None,
+                       environ=os.environ, cwd: str | None = None) -> dict | None:
+    """ray.init's runtime_env: the env vars, the ``PYTHONPATH`` that makes every worker import the
+    flurka this driver imports (:func:`flurka.source.worker_pythonpath`), and the setup hook;
+    each unless the job this driver runs in names it (``ray job submit --runtime-env-json``): Ray
+    merges the job's runtime env with ray.init's and refuses a field or env var both name, so the
+    job's own then holds."""
+    job = job_runtime_env(environ)
+    env_vars = dict(env_vars or {})
+    pythonpath = source.worker_pythonpath(job, cwd)
+    if pythonpath and "PYTHONPATH" not in (job.get("env_vars") or {}):
+        env_vars["PYTHONPATH"] = pythonpath
+    runtime_env: dict = {"env_vars": env_vars} if env_vars else {}
     if setup_hook and "worker_process_setup_hook" not in job:
         runtime_env["worker_process_setup_hook"] = setup_hook
     return runtime_env or None
+
+
+def _quiet_default_token_notice() -> None:
+    """The embedded Ray keeps Ray's default (token auth on, a token made if none exists) but not
+    its notice saying so on every start, which read as a problem in the sweep's output. Setting
+    RAY_AUTH_MODE=token instead would silence it too, but then Ray makes no token."""
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _DefaultTokenNotice) for f in log.filters):
+        log.addFilter(_DefaultTokenNotice())
+
+
+class _DefaultTokenNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster.")
 
 
 def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus: int | None = None,
@@ -205,6 +239,7 @@ def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus:
             print(f"[flurka] stopped {stopped} Ray processes that a killed sweep in {run_dir} left running",
                   flush=True)
         temp_dir = _short_temp_dir(run_dir)
+        _quiet_default_token_notice()
         ray.init(address="local", _temp_dir=temp_dir, include_dashboard=False, num_cpus=num_cpus,
                  runtime_env=runtime_env, log_to_driver=True, configure_logging=False)
         return ClusterContext("local", True, temp_dir, dict(ray.cluster_resources()),
@@ -231,6 +266,67 @@ def check_resources(resources: dict[str, float], *, cpus_per_trial: float, gpus_
         raise ClusterError(f"--cpus-per-trial {cpus_per_trial:g} exceeds the cluster's {cpus:g} CPUs")
 
 
+SHARED_DIR_WAIT_S = 5.0    # how long a node looks for the marker (an NFS client's attribute cache)
+
+
+def _sees_marker(path: str, token: str, wait_s: float) -> str:
+    """On one node: "yes" if the marker ``path`` holds ``token``, else what is there instead."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            if Path(path).read_text() == token:
+                return "yes"
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            return "a different dir at that path" if Path(path).parent.is_dir() else "no such dir there"
+        time.sleep(0.5)
+
+
+def check_shared_dir(run_dir: str | os.PathLike, *, embedded: bool, timeout_s: float = 60.0,
+                     wait_s: float = SHARED_DIR_WAIT_S) -> None:
+    """Every alive node of the cluster must see ``run_dir`` at the same path: forks and the model
+    upload read ``<run-dir>/work`` on whichever node runs them. The driver writes a uniquely
+    named marker there and one task pinned to each node (``num_cpus=0``: it does not wait for a
+    busy node's cores) reads it back; a node that cannot, or does not answer in ``timeout_s``, is
+    named in one line (ClusterError). Nothing to check on the embedded instance, nor on a cluster
+    whose one node is the driver's own. Nodes that join later are not checked."""
+    if embedded:
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if not nodes or [n["NodeID"] for n in nodes] == [ray.get_runtime_context().get_node_id()]:
+        return
+    run_dir = Path(run_dir).resolve()
+    token = uuid.uuid4().hex
+    marker = run_dir / f".flurka-shared-{token}"
+    marker.write_text(token)
+    sees = ray.remote(num_cpus=0, max_retries=0)(_sees_marker)
+    try:
+        refs = {sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+                .remote(str(marker), token, wait_s): n for n in nodes}
+        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        blind = []
+        for ref in ready:
+            try:
+                answer = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - the node's task died: that node is named
+                answer = f"its check failed: {type(exc).__name__}"
+            if answer != "yes":
+                blind.append((refs[ref], answer))
+        for ref in late:
+            with contextlib.suppress(Exception):   # a lost node's task may not be cancellable
+                ray.cancel(ref)
+            blind.append((refs[ref], f"no answer in {timeout_s:g}s"))
+    finally:
+        marker.unlink(missing_ok=True)
+    if blind:
+        named = ", ".join(f"{n.get('NodeManagerAddress', '?')} (node {n['NodeID'][:8]}: {why})" for n, why in blind)
+        raise ClusterError(f"--run-dir {run_dir} is not shared with {len(blind)} of the cluster's {len(nodes)} "
+                           f"nodes: {named}; the run dir must be on storage every node mounts at the same "
+                           f"path (NFS, a shared volume): forks and the model upload read <run-dir>/work "
+                           f"on whichever node runs them")
+
+
 def concurrent_trials(resources: dict[str, float], cpus_per_trial: float, gpus_per_trial: float) -> int:
     """How many trials of this size the cluster runs at once (at least one)."""
     fits = [float(resources.get("CPU", 0.0)) / cpus_per_trial]
@@ -239,5 +335,6 @@ def concurrent_trials(resources: dict[str, float], cpus_per_trial: float, gpus_p
     return max(1, int(min(fits) + 1e-9))
 
 
-__all__ = ["connect", "driver_runtime_env", "check_reachable", "check_resources", "concurrent_trials", "worker_env",
+__all__ = ["connect", "driver_runtime_env", "job_runtime_env", "check_reachable", "check_resources", "check_shared_dir",
+           "concurrent_trials", "worker_env",
            "quiet_termination", "ClusterContext", "ClusterError", "SHARED_GPU_ENV"]

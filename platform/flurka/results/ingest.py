@@ -43,7 +43,8 @@ def _add_trial(session: Session, sweep: Sweep, t: TrialRecord) -> None:
     trial = Trial(
         sweep=sweep, trial_key=t.trial_key, attention=t.attention, benchmark=t.benchmark, seed=t.seed,
         status=t.status, steps=t.steps, alpha=t.alpha, base=t.base, d_k=t.d_k, num_features=t.num_features,
-        train_flops=t.train_flops, wall_time_s=t.wall_time_s, config=t.config,
+        train_flops=t.train_flops, wall_time_s=t.wall_time_s, config=t.config, node=t.node, device=t.device,
+        device_count=t.device_count, peak_host_bytes=t.peak_host_bytes, peak_device_bytes=t.peak_device_bytes,
         metrics=[Metric(name=k, value=v) for k, v in t.metrics.items()],
         curve=[CurvePoint(step=p["step"], name=k, value=v) for p in t.curve for k, v in p.items() if k != "step"],
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 # Deterministic constraint names, identical on SQLite and PostgreSQL, so migrations can name them.
@@ -73,6 +73,14 @@ class Trial(Base):
     train_flops: Mapped[float | None] = mapped_column(Float)
     wall_time_s: Mapped[float | None] = mapped_column(Float)
     config: Mapped[dict[str, Any] | None]
+    # Where the trial itself ran (revision 0005; None where unknown: no result, or stored before):
+    # its node's hostname, JAX's device kind ("cpu", "NVIDIA H100 80GB HBM3") and count, and its
+    # peak memory in bytes: the process's resident set, the most one device's allocator held.
+    node: Mapped[str | None] = mapped_column(String(255))
+    device: Mapped[str | None] = mapped_column(String(255))
+    device_count: Mapped[int | None] = mapped_column(Integer)
+    peak_host_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    peak_device_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
     sweep: Mapped[Sweep] = relationship(back_populates="trials")
     metrics: Mapped[list[Metric]] = relationship(cascade="all, delete-orphan")

@@ -12,13 +12,19 @@ Plain dataclasses, each with ``from_dict`` (the JSON form, validated into one re
                  "seed": 0, "status": "ok", "steps": 128000, "alpha": 0.375, "base": "low-rank",
                  "d_k": 128, "num_features": 64, "train_flops": 2.4e19, "wall_time_s": 5400.0,
                  "metrics": {"bleu": 28.0}, "curve": [{"step": 1000, "loss": 3.2, "train_flops": 1.9e17}],
-                 "config": {...}}]}
+                 "config": {...}, "node": "node-5", "device": "NVIDIA H100 80GB HBM3", "device_count": 1,
+                 "peak_host_bytes": 6100000000, "peak_device_bytes": 42000000000}]}
 
 Fraction metrics (accuracy, f1, matthews, pearson, spearman, top5) are fractions in [-1, 1],
 not percent; BLEU is sacreBLEU's 0-100; perplexity and loss are raw. ``status`` is ``"ok"`` or a
 short reason (``"diverged at step 812"``); tables use only ``"ok"`` trials. ``alpha`` is the
 up-training fraction of steps spent on ``base``, spelled as ``--base`` spells it ("low-rank":
 Linformer, "kernel": the variant's kernel constituent; None with ``alpha``: trained from scratch).
+Where the trial itself ran (optional; unknown for a trial without a result and in older files):
+its ``node`` (hostname), ``device`` (JAX's device kind, "cpu" on CPU) and ``device_count``, and its
+peak memory in bytes: the trial process's resident set (``peak_host_bytes``) and the most any one
+device's allocator held (``peak_device_bytes``; None on CPU). The sweep's ``environment`` is the
+nodes and devices its trials ran on.
 
 A speed record (one measurement; the speed benchmarks write a JSON list of these):
 
@@ -71,15 +77,17 @@ def _choice(where: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
 
 
 INT32 = 2**31 - 1  # PostgreSQL's INTEGER
+INT64 = 2**63 - 1  # its BIGINT (byte counts)
 
 
-def _int(where: str, name: str, value: Any, *, optional: bool = False, minimum: int = 0) -> int | None:
+def _int(where: str, name: str, value: Any, *, optional: bool = False, minimum: int = 0,
+         maximum: int = INT32) -> int | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         _fail(where, f"{name} must be an int >= {minimum}, got {value!r}")
-    if value > INT32:
-        _fail(where, f"{name} must be an int <= {INT32}, got {value!r}")
+    if value > maximum:
+        _fail(where, f"{name} must be an int <= {maximum}, got {value!r}")
     return value
 
 
@@ -166,6 +174,11 @@ class TrialRecord:
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     curve: list[dict[str, float]] = dataclasses.field(default_factory=list)
     config: dict[str, Any] | None = None
+    node: str | None = None
+    device: str | None = None
+    device_count: int | None = None
+    peak_host_bytes: int | None = None
+    peak_device_bytes: int | None = None
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "trial") -> TrialRecord:
@@ -206,6 +219,10 @@ class TrialRecord:
             metrics={_str(where, "metric name", k, max_len=64): _metric(where, k, v) for k, v in metrics.items()},
             curve=curve,
             config=d.get("config"),
+            node=_str(where, "node", d.get("node"), optional=True),
+            device=_str(where, "device", d.get("device"), optional=True),
+            device_count=_int(where, "device_count", d.get("device_count"), optional=True, minimum=1),
+            **{k: _bytes(where, k, d.get(k)) for k in ("peak_host_bytes", "peak_device_bytes")},
         )
 
     @staticmethod
@@ -219,6 +236,13 @@ class TrialRecord:
         return point
 
 
+def _bytes(where: str, name: str, value: Any) -> int | None:
+    """A byte count: an int (or a whole float, as JSON writers may give a large one) >= 0, or None."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return _int(where, name, value, optional=True, maximum=INT64)
+
+
 def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
     """A trial record from what ``flurka.training.run(config)`` returns inside a Tune trial.
 
@@ -226,12 +250,14 @@ def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
     status says why the trial has none. A knob the mechanism does not have (a kernel's d_k,
     Linformer's or rnn's feature count, which every benchmark config carries) is not recorded, so
     that no table or figure reads a Performer baseline as "d_k=16"; the trial's config keeps it.
+    Where the trial ran comes from its ``placement`` (none in a result from before it had one).
     """
     config = result.get("config") or {}
     options = config.get("attention_options") or {}
     attention = result.get("attention")
     finite = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
     curve = [{k: v for k, v in p.items() if finite(v)} for p in result.get("history") or []]
+    where = result.get("placement") or {}
     return TrialRecord.from_dict({
         "trial_key": trial_key,
         "attention": attention,
@@ -248,6 +274,7 @@ def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
         "metrics": {k: v for k, v in (result.get("final_metrics") or {}).items() if finite(v)},
         "curve": [p for p in curve if "step" in p],
         "config": config,
+        **{k: where.get(k) for k in ("node", "device", "device_count", "peak_host_bytes", "peak_device_bytes")},
     }, where=f"trial result {trial_key!r}")
 
 

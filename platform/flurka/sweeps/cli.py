@@ -21,11 +21,41 @@ from flurka.sweeps import spec
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_arguments(parser)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan (trials, steps per benchmark and in all) and start nothing: "
+                             "no Ray, no store, no file")
+
+
+def dry_run(sweep: spec.SweepSpec) -> str:
+    """The validated spec's plan, in a few lines: what ``run_sweep`` would train, nothing started."""
+    from flurka.sweeps.branching import describe, make_plan   # the configs (no JAX, no Ray)
+
+    sweep = spec.validate(sweep)
+    plan = make_plan(sweep)
+    runs = plan.baselines + plan.bases + plan.branches
+    lines = [f"{sweep.name}: dry run, nothing started", describe(plan)]
+    for benchmark in sweep.benchmarks:
+        mine = [r for r in runs if r.benchmark == benchmark]
+        config = spec.benchmark_config(benchmark, sweep)
+        lines.append(f"  {benchmark}: {len(mine)} trials, T = {config.steps} steps at batch {config.batch_size}, "
+                     f"d_model {config.d_model}, {config.num_layers} layers, N = {config.max_len}; "
+                     f"{sum(r.executed_steps for r in mine)} steps to train")
+    total = plan.compute()["total_steps"]
+    lines.append(f"in all: {len(runs)} trials, {total} training steps over {len(sweep.seeds)} seed(s); "
+                 f"time = steps × the step time on your card (`flurka train --benchmark B --steps 50 "
+                 f"--json` times one)")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace, prog: str = "flurka sweep") -> int:
+    args = argparse.Namespace(**vars(args))
+    plan_only = getattr(args, "dry_run", False)
+    vars(args).pop("dry_run", None)
     try:
         sweep = spec.from_args(args)
+        if plan_only:
+            print(dry_run(sweep))
+            return 0
     except (spec.SpecError, FileNotFoundError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

@@ -18,6 +18,7 @@ from ray.tune import ProgressReporter
 from flurka.sweeps.branching import PlannedRun
 
 _FAILED = ("ERROR",)
+FAILURE_KEY = "failure"   # = flurka.sweeps.trainable's: a trial's report of why it ended without a result
 _DONE = ("TERMINATED",)
 
 
@@ -95,9 +96,11 @@ class ProgressLine(ProgressReporter):
         counts = {"total": len(trials), "done": 0, "running": 0, "failed": 0}
         steps = planned = 0
         for t in trials:
-            counts["done"] += t.status in _DONE
+            # a trial that ended on a failure it reported (a corrupt checkpoint) is done to Tune
+            failed = t.status in _FAILED or (t.status in _DONE and bool((t.last_result or {}).get(FAILURE_KEY)))
+            counts["done"] += t.status in _DONE and not failed
             counts["running"] += t.status == "RUNNING"
-            counts["failed"] += t.status in _FAILED
+            counts["failed"] += failed
             d, p = steps_done(self.resolve(t.config)["run"], t.status,
                               (t.last_result or {}).get("step"))
             steps, planned = steps + d, planned + p

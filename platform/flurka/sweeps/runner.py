@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -41,7 +42,7 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler
 from sqlalchemy import select
 
-from flurka import cluster
+from flurka import cluster, source
 from flurka.catalogue.metrics import lower_is_better
 from flurka.catalogue.mechanisms import base_family
 from flurka.results import TrialRecord, ingest_sweep, open_results, quality_tables, speed_tables, trial_from_result
@@ -49,14 +50,15 @@ from flurka.results.db import probe, redact
 from flurka.results.models import SpeedMeasurement
 from flurka.results.quality_tables import format_observations
 from flurka.results.records import SweepRecord
+from flurka.results.retry import db_store
 from flurka.results.tables import format_table
 from flurka.sweeps.branching import PlannedRun, describe, make_plan
 from flurka.sweeps.progress import ProgressLine
 from flurka.sweeps.search import FinalMetricOptuna
 from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields, password_warnings,
                                 stored_dict, validate)
-from flurka.sweeps.trainable import WORKER_SETUP_HOOK, _trainable, build_config, resolve, train_overrides, work_dir
-from flurka.tracking.callback import MLflowTrialCallback, trial_result
+from flurka.sweeps.trainable import WORKER_SETUP_HOOK, _trainable, branch_id, build_config, resolve, train_overrides, work_dir
+from flurka.tracking.callback import STATUS_TAG, MLflowTrialCallback, trial_failure, trial_result
 from flurka.tracking.mlflow_runs import (BENCHMARK_TAG, SweepTracker, artifact_root_for, git_commit, package_versions,
                                          trial_run_name)
 from flurka.tracking.store import probe_tracking, relocate_artifacts
@@ -80,6 +82,7 @@ class SweepOutcome:
     stopped: list[str] = dataclasses.field(default_factory=list)   # early-stopped (ASHA)
     time_split: dict[str, Any] = dataclasses.field(default_factory=dict)   # see time_split()
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # branch key -> why (unforkable)
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)  # failed key -> why, where known
 
 
 # -- sweep identity (stable across --resume) ----------------------------------------------------
@@ -241,17 +244,14 @@ def _search(spec: SweepSpec, configs: list[dict[str, Any]], phase: str):
     if phase == "first" or spec.search == "grid":
         space = {"cfg": tune.grid_search(configs)}
         return space, None, 1 if phase == "first" else spec.num_samples
-    table = {_branch_id(c["run"]): c for c in configs}
+    table = {branch_id(*(c["run"][k] for k in ("benchmark", "attention", "alpha", "d_k", "seed"))): c
+             for c in configs}
     space = {"variant": tune.choice(list(spec.variants)), "alpha": tune.choice(list(spec.all_alphas)),
              "d_k": tune.choice(sorted({c["run"]["d_k"] for c in configs})),
              "seed": tune.choice(list(spec.seeds)), "benchmark": tune.choice(list(spec.benchmarks)),
              "table": table}
     metric, mode = _metric_of(spec, spec.benchmarks[0])
     return space, FinalMetricOptuna(metric=f"final_{metric}", mode=mode, seed=0), spec.num_samples
-
-
-def _branch_id(run: dict[str, Any]) -> str:
-    return f"{run['benchmark']}|{run['attention']}|{run['alpha']:g}|{run['d_k']}|{run['seed']}"
 
 
 class SweepInterrupted(RuntimeError):
@@ -362,8 +362,12 @@ def _trial_dirname(trial) -> str:
 # -- records, tables ----------------------------------------------------------------------------
 
 def _environment(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The trials' devices and nodes (each trial's own are on its row); the driver's host where no
+    trial says (results from before trials recorded their node), the driver's package versions."""
     devices = sorted({r.get("device", "unknown") for r in results.values()}) or ["unknown"]
-    return {"device": ", ".join(devices)[:255], "host": socket.gethostname(), "versions": package_versions()}
+    nodes = sorted({(r.get("placement") or {}).get("node") for r in results.values()} - {None})
+    return {"device": ", ".join(devices)[:255], "host": ", ".join(nodes)[:255] or socket.gethostname(),
+            "versions": package_versions()}
 
 
 def best_trials(results: dict[str, dict[str, Any]], runs: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -384,7 +388,7 @@ def best_trials(results: dict[str, dict[str, Any]], runs: dict[str, dict[str, An
 
 
 def unforkable(plan, results: dict[str, dict[str, Any]], failed: list[str],
-               stopped: list[str]) -> dict[str, str]:
+               stopped: list[str], failures: Mapping[str, str] | None = None) -> dict[str, str]:
     """Branch key -> why it cannot fork from its base: the base failed, was stopped early, or
     diverged at or before the branch's fork step (no checkpoint there). Such branches are not
     launched (they would fail on a missing checkpoint, and say nothing of why)."""
@@ -395,7 +399,8 @@ def unforkable(plan, results: dict[str, dict[str, Any]], failed: list[str],
             continue
         result = results.get(base)
         if base in failed:
-            out[branch.key] = f"base {base} failed"
+            why = (failures or {}).get(base)
+            out[branch.key] = f"base {base} failed" + (f": {why}" if why else "")
         elif base in stopped or result is None:
             out[branch.key] = f"base {base} stopped early"
         elif result.get("status", "ok") != "ok" and int(result.get("steps") or 0) <= branch.start_step:
@@ -403,9 +408,12 @@ def unforkable(plan, results: dict[str, dict[str, Any]], failed: list[str],
     return out
 
 
-def _unfinished_record(run, status: str):
+def _unfinished_record(run, status: str, run_dir: Path | None = None):
     """The results-DB record of a planned trial that has no result (failed, stopped, skipped):
-    what it was to train, its status, no metrics."""
+    what it was to train, its status, no metrics. A status past the column's 255 characters
+    names paths under ``run_dir`` relative to it first (a corrupt checkpoint's file)."""
+    if len(status) > 255 and run_dir is not None:
+        status = status.replace(f"{run_dir}{os.sep}", "")
     return TrialRecord(trial_key=run.key, attention=run.attention, benchmark=run.benchmark,
                        seed=run.seed, status=status[:255], steps=0, alpha=run.alpha,
                        base=base_family(run.base) if run.base else None, d_k=run.d_k)
@@ -420,8 +428,18 @@ def _log_skipped(tracker, plan, skipped: dict[str, str], spec: SweepSpec, run_di
         run = cfg["run"]
         run_id = tracker.trial_run(run["key"], run["kind"], _params(cfg), name=name_of(cfg),
                                    tags={BENCHMARK_TAG: run["benchmark"]})
-        tracker.set_tags(run_id, {"flurka.status": f"skipped: {skipped[run['key']]}"})
+        tracker.set_tags(run_id, {STATUS_TAG: f"skipped: {skipped[run['key']]}"})
         tracker.finish_trial(run_id, None, status="KILLED")
+
+
+def _report_failures(failures: Mapping[str, str], name_of) -> None:
+    """Each reason trials failed on (a corrupt checkpoint: no retry can help), one line for all
+    the trials it failed (the α branches of one damaged base checkpoint)."""
+    by_reason: dict[str, list[str]] = {}
+    for key, why in failures.items():
+        by_reason.setdefault(why, []).append(name_of(key))
+    for why, names in by_reason.items():
+        print(f"[flurka] {why}; not retried, failed: {', '.join(names)}", file=sys.stderr, flush=True)
 
 
 def _suffix(reported: tuple[str, ...], metric: str) -> str:
@@ -558,7 +576,19 @@ def preflight(spec: SweepSpec):
         raise
 
 
+def _check_embedded_cpus(spec: SweepSpec) -> None:
+    """A trial must fit the embedded Ray, which is sized now: refuse before starting it (a real
+    cluster's size is known once connected, :func:`flurka.cluster.check_resources`)."""
+    if (spec.address or os.environ.get("RAY_ADDRESS") or "local") != "local":
+        return
+    cpus = spec.num_cpus or os.cpu_count() or 1
+    if spec.cpus_per_trial > cpus:
+        raise SpecError(f"--cpus-per-trial {spec.cpus_per_trial:g} exceeds the {cpus} CPUs of the embedded Ray "
+                        f"({'--num-cpus' if spec.num_cpus else 'this machine'})")
+
+
 def _checked(spec: SweepSpec):
+    _check_embedded_cpus(spec)
     aside = check_fresh_run_dir(spec)
     if spec.resume:
         _stored_state(spec)
@@ -591,21 +621,41 @@ def open_tracking(spec: SweepSpec, sweep_id: str, ray_address: str):
     return tracker, parent
 
 
+def _forget(spec: SweepSpec, engine, created: bool) -> None:
+    """The cluster refused the sweep before any trial: unlock the run dir and, if this sweep made
+    it, remove it, so nothing is left that a plain rerun would refuse as a started sweep."""
+    unlock_run_dir(spec.run_path)
+    if created:
+        engine.dispose()
+        shutil.rmtree(spec.run_path, ignore_errors=True)
+
+
 def run_sweep(spec: SweepSpec) -> SweepOutcome:
+    created = not spec.run_path.exists()   # removed again if the cluster refuses the sweep
     spec, plan, engine = preflight(spec)
     for line in password_warnings(spec):      # after the checks: bad input stays one line
         print(f"flurka sweep: {line}", file=sys.stderr, flush=True)
+    not_submitted = source.mismatch(cluster.job_runtime_env())
+    if not_submitted:
+        print(f"flurka sweep: warning: {not_submitted}", file=sys.stderr, flush=True)
     t0, driver = time.perf_counter(), {}
-    with _timed(driver, "ray_start"):
-        ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,
-                              env_vars=cluster.worker_env(spec.gpus_per_trial),
-                              setup_hook=WORKER_SETUP_HOOK)
+    try:
+        with _timed(driver, "ray_start"):
+            ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,
+                                  env_vars=cluster.worker_env(spec.gpus_per_trial),
+                                  setup_hook=WORKER_SETUP_HOOK)
+    except BaseException:
+        _forget(spec, engine, created)
+        raise
     tracker = None
     signals = contextlib.ExitStack()
     signals.enter_context(sigterm_as_ctrl_c())    # after ray.init, which installs a handler of its own
+    refused = True
     try:
         cluster.check_resources(ctx.resources, cpus_per_trial=spec.cpus_per_trial,
                                 gpus_per_trial=spec.gpus_per_trial)
+        cluster.check_shared_dir(spec.run_path, embedded=ctx.embedded)   # forks read <run-dir>/work on any node
+        refused = False
         state = _sweep_state(spec)
         sweep_id = state["sweep_id"]
         run_dir = spec.run_path
@@ -620,6 +670,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         results: dict[str, dict[str, Any]] = {}
         runs: dict[str, dict[str, Any]] = {}
         failed: list[str] = []
+        failures: dict[str, str] = {}   # failed key -> the reason its trial reported
         stopped: list[str] = []
         skipped: dict[str, str] = {}
         name_of = functools.partial(_run_name, several=len(spec.benchmarks) > 1)
@@ -628,7 +679,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                                                                       spec.gpus_per_trial))
         for phase, planned in (("first", first), ("branches", second)):
             if phase == "branches":
-                skipped = unforkable(plan, results, failed, stopped)
+                skipped = unforkable(plan, results, failed, stopped, failures)
                 # (a resumed sweep whose first phase ran every baseline does not run them twice)
                 done = {*skipped, *results, *failed, *stopped}
                 planned = tuple(r for r in planned if r.key not in done)
@@ -645,6 +696,9 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
             check_all_started(grid, phase, spec.run_path)
             if _terminated:   # every trial had started: Tune stopped those running, to resume
                 raise SweepInterrupted(f"terminated in the {phase} phase", spec.run_path)
+            with _timed(driver, "mlflow"):   # writes an MLflow outage held back; a restored phase's gaps
+                callback.settle(grid)
+            reported = {}
             for res in grid:
                 cfg = resolve(res.config)
                 key = cfg["run"]["key"]
@@ -652,21 +706,26 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                 out = trial_result(res.metrics)
                 if out is not None:
                     results[key] = out
+                elif trial_failure(res.metrics) is not None:   # ended itself, not retried (corrupt checkpoint)
+                    failed.append(key)
+                    reported[key] = failures[key] = trial_failure(res.metrics)
                 elif res.error is not None:
                     failed.append(key)
                 else:
                     stopped.append(key)  # early-stopped by ASHA
+            _report_failures(reported, lambda key: name_of({"run": runs[key]}))
         trials = [trial_from_result(k, r) for k, r in results.items() if runs[k]["kind"] != "base"]
-        trials += [_unfinished_record(r, "failed" if r.key in failed else "stopped early")
+        trials += [_unfinished_record(r, ("failed" + (f": {failures[r.key]}" if r.key in failures else ""))
+                                      if r.key in failed else "stopped early", run_dir)
                    for r in plan.baselines + plan.branches if r.key in failed or r.key in stopped]
-        trials += [_unfinished_record(r, f"skipped: {skipped[r.key]}")
+        trials += [_unfinished_record(r, f"skipped: {skipped[r.key]}", run_dir)
                    for r in plan.branches if r.key in skipped]
         with _timed(driver, "results_db"):
             record = SweepRecord.from_dict({
                 "sweep_id": sweep_id, "name": spec.name, "created_at": state["created_at"],
                 "git_commit": _commit(), "environment": _environment(results), "trials": trials})
-            report = ingest_sweep(engine, record)
-            write_record(record, run_dir / RECORD)
+            write_record(record, run_dir / RECORD)      # first: kept if the database stays unreachable
+            report = db_store(engine).call(ingest_sweep, engine, record)   # retried through a restart
             print(f"[flurka] results DB: {report.added} trials added, {report.skipped} already there", flush=True)
             tables = _tables(engine, spec, sweep_id)
         with _timed(driver, "mlflow"):
@@ -679,7 +738,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         _log_time_split(tracker, split)
         tracker.end_sweep("FINISHED" if not failed else "FAILED")
         return SweepOutcome(sweep_id, run_dir, spec.mlflow_tracking_uri, spec.results_url, compute, results,
-                            failed, tables, parent, stopped, split, skipped)
+                            failed, tables, parent, stopped, split, skipped, failures)
     except KeyboardInterrupt:   # between Tune's phases (inside one, Tune takes the signal itself)
         if tracker is not None:
             tracker.end_sweep("KILLED")
@@ -691,7 +750,10 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
     finally:
         signals.close()
         ctx.close()
-        unlock_run_dir(spec.run_path)
+        if refused:
+            _forget(spec, engine, created)
+        else:
+            unlock_run_dir(spec.run_path)
 
 
 def write_record(record, path: Path) -> None:

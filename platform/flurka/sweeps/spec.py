@@ -22,10 +22,10 @@ from typing import Any, Sequence
 import yaml
 
 from flurka import configs
-from flurka.cli import OneLineParser as ArgumentParser, one_line   # the sweep's parser: errors in one line
+from flurka.cli import OneLineParser as ArgumentParser, one_line, writable_dir   # errors in one line
 from flurka.configs.base import MAX_INT as MAX_STEPS
 from flurka.configs.overrides import parse_assignments
-from flurka.catalogue.mechanisms import BASES, FLURKA, MECHANISMS
+from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
@@ -44,40 +44,75 @@ class SpecError(ValueError):
         super().__init__(one_line(message, bare=False))
 
 
+def _field(default: Any, kind: str, help: str, **flag: Any) -> Any:
+    """A SweepSpec field with what its YAML key and flag need: ``kind`` (the value's type, a row of
+    ``_CONVERT``), ``help``, and argparse's ``flag`` options where they differ from ``--NAME``
+    (``option``, ``choices``, ``metavar``). A new field is one line here; its flag follows."""
+    meta = {"kind": kind, "help": help, "flag": flag}
+    if default is dataclasses.MISSING:      # required
+        return dataclasses.field(metadata=meta)
+    if isinstance(default, (dict, list)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepSpec:
-    benchmarks: tuple[str, ...]
-    variants: tuple[str, ...] = ()          # () = every FLuRKA variant
-    # α per variant: one list for all, or {variant: list} (a variant not named: PAPER_ALPHAS)
-    alphas: tuple[float, ...] | dict[str, tuple[float, ...]] = PAPER_ALPHAS
-    d_k: tuple[int, ...] = ()               # () = each benchmark config's own d_k
-    # the up-training base per variant: one for all, or {variant: base} (not named: "low-rank")
-    base: str | dict[str, str] = "low-rank"
-    search: str = "grid"
-    scheduler: str = "none"
-    num_samples: int = 1                    # optuna: samples per (variant, benchmark); grid: repeats
-    seeds: tuple[int, ...] = (0,)
-    steps: int | None = None                # T; None = the benchmark config's
-    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)  # passed to get_config
-    baselines: bool = True                  # the constituents (and full) in the same sweep
-    full: bool = True                       # full attention among the baselines, as a reference
-    control: bool = True                    # the no-attention control among them: the task's floor
-    e_init: str | None = None               # E1/E2's init (None: the configs' default, pooled)
-    branching: bool = True                  # fork α branches from one base run
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    max_failures: int = 2
-    name: str = "uptrain"
-    run_dir: str = "runs/uptrain"
-    address: str | None = None
-    mlflow_uri: str | None = None           # default sqlite:///<run_dir>/mlflow.db
-    results_db: str | None = None           # default sqlite:///<run_dir>/results.db
-    num_cpus: int | None = None             # embedded Ray only
-    resume: bool = False
-    new: bool = False                       # a run dir holding a sweep: move that one aside first
-    checkpoint_every: int | None = None     # extra checkpoints (beyond fork points) for fault recovery
-    compilation_cache: str | None = None    # JAX's persistent cache; default below, "off": none
-    verbose: bool = False                   # Tune's trial table instead of one progress line
+    """One sweep: its YAML keys and flags are these fields (``--d-k`` is ``d_k``); each field's
+    type and help are declared beside it, and :func:`add_arguments` makes the flags from them."""
+
+    benchmarks: tuple[str, ...] = _field(dataclasses.MISSING, "strs", "comma-separated benchmark names")
+    variants: tuple[str, ...] = _field((), "strs", "FLuRKA variants (default: all)")
+    alphas: tuple[float, ...] | dict[str, tuple[float, ...]] = _field(
+        PAPER_ALPHAS, "floats per variant",
+        "up-training fractions (default 0.125..0.875); per variant in a sweep file: alphas: {flurka-rnn: [0.64]}")
+    d_k: tuple[int, ...] = _field((), "ints", "d_k values to search, comma-separated: the lengths E1, E2 compress "
+                                              "the sequence to (default: each benchmark config's own)")
+    base: str | dict[str, str] = _field(
+        DEFAULT_BASE, "str per variant",
+        f"base model of the up-training ({' or '.join(BASES)}), one for every variant or per variant "
+        "(flurka-rnn=kernel; a variant not named: low-rank)", metavar="BASE|VARIANT=BASE,...")
+    search: str = _field("grid", "str", "grid: every planned α branch; optuna: --num-samples branches chosen by "
+                                        "Optuna's TPE on the benchmark's metric (default grid)", choices=SEARCHES)
+    scheduler: str = _field("none", "str", "asha stops α branches whose training loss trails the others' "
+                                           "(default none: every trial runs its T steps)", choices=SCHEDULERS)
+    num_samples: int = _field(1, "int", "optuna samples (grid: repeats)")
+    seeds: tuple[int, ...] = _field((0,), "ints", "comma-separated seeds (default 0)")
+    steps: int | None = _field(None, "int?", "training steps T per run (default: each benchmark config's own)")
+    overrides: dict[str, Any] = _field(
+        {}, "overrides", "benchmark config override, repeatable; VALUE as `flurka train --set` reads it "
+                         "(a Python literal: 1e6, 16, [1, 2], {'d_k': 16}; else the text)",
+        option="--set", action="append", metavar="KEY=VALUE")
+    baselines: bool = _field(True, "bool", "train only the FLuRKA variants and their bases, not the constituents, "
+                                           "full attention and the control they are judged against")
+    full: bool = _field(True, "bool", "leave full attention out of the baselines")
+    control: bool = _field(True, "bool", "leave the no-attention control (linformer at d_k 1, each table's floor "
+                                         "row) out of the baselines")
+    e_init: str | None = _field(None, "str?", "E1/E2's initialisation (default pool; gaussian: the paper's)",
+                                choices=E_INITS)
+    branching: bool = _field(True, "bool", "train every α independently (the paper's way)")
+    cpus_per_trial: float = _field(1.0, "float", "CPU cores reserved per trial (default 1)")
+    gpus_per_trial: float = _field(0.0, "float", "fractions share one GPU")
+    max_failures: int = _field(2, "int", "retries of a failed trial (default 2)")
+    name: str = _field("uptrain", "str", "the sweep's name: its MLflow experiment and results-DB label "
+                                         "(default uptrain)")
+    run_dir: str = _field("runs/uptrain", "str", "where Tune, MLflow and the results DB write")
+    address: str | None = _field(None, "str?", "Ray cluster (default: RAY_ADDRESS, else embedded)")
+    mlflow_uri: str | None = _field(None, "str?", "MLflow tracking URI (default sqlite:///<run-dir>/mlflow.db); "
+                                                  "a password in it is never stored, as --results-db's")
+    results_db: str | None = _field(None, "str?", "SQLAlchemy URL of the results database; a password in it is "
+                                                  "never stored (sweep.json and MLflow keep it masked): give the "
+                                                  "flag again with --resume")
+    num_cpus: int | None = _field(None, "int?", "CPUs of the embedded Ray")
+    resume: bool = _field(False, "bool", "restore an interrupted sweep")
+    new: bool = _field(False, "bool", "the run dir holds a sweep: move it aside to <run-dir>.<its sweep id> and "
+                                      "start afresh")
+    checkpoint_every: int | None = _field(None, "int?", "extra checkpoints every this many steps, for recovery "
+                                                        "(default: the fork points only)")
+    compilation_cache: str | None = _field(None, "str?", "JAX's persistent compilation cache the trials share "
+                                                         "(default: $JAX_COMPILATION_CACHE_DIR if set, else "
+                                                         "<run-dir>/jax-cache; off: none)", metavar="DIR|off")
+    verbose: bool = _field(False, "bool", "Tune's table of every trial as it runs (default: one progress line)")
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -229,17 +264,11 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
 
 
 def _writable_dir(path: Path, what: str) -> None:
-    """``path`` is a writable directory, or one that can be made: its nearest existing ancestor
-    is a writable directory. Creates nothing."""
-    p = path
-    while not p.exists():
-        if p.parent == p:
-            break
-        p = p.parent
-    if not p.is_dir():
-        raise SpecError(f"{what} {path}: {p} is not a directory")
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise SpecError(f"{what} {path}: {p} is not writable" + ("" if p == path else " (cannot create it)"))
+    """:func:`flurka.cli.writable_dir`, as a SpecError."""
+    try:
+        writable_dir(path, what)
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def check_paths(spec: SweepSpec) -> None:
@@ -310,18 +339,11 @@ def d_k_of(cfg: Any) -> int | None:
 
 # -- CLI / YAML ---------------------------------------------------------------------------------
 #
-# Every field's type, one row each: what a YAML value or a flag's text must be. ``_normalize``
-# converts (a comma-separated string to a tuple, "3" to 3) and refuses anything else in one line
+# Every field's type (its ``kind``, declared beside it): what a YAML value or a flag's text must
+# be. ``_normalize`` converts (a comma-separated string to a tuple, "3" to 3) and refuses anything else in one line
 # naming the key; ``validate`` runs the same check on a SweepSpec built in Python.
 
-_KINDS: dict[str, str] = {
-    "benchmarks": "strs", "variants": "strs", "alphas": "floats per variant", "d_k": "ints", "seeds": "ints",
-    "base": "str per variant", "search": "str", "scheduler": "str", "num_samples": "int", "steps": "int?",
-    "overrides": "overrides", "baselines": "bool", "full": "bool", "control": "bool", "e_init": "str?", "branching": "bool",
-    "cpus_per_trial": "float", "gpus_per_trial": "float", "max_failures": "int", "name": "str",
-    "run_dir": "str", "address": "str?", "mlflow_uri": "str?", "results_db": "str?", "num_cpus": "int?",
-    "resume": "bool", "new": "bool", "checkpoint_every": "int?", "compilation_cache": "str?", "verbose": "bool",
-}
+_KINDS: dict[str, str] = {f.name: f.metadata["kind"] for f in dataclasses.fields(SweepSpec)}
 _WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "true or false",
           "str per variant": "a string, or a mapping of variants to strings (flurka-rnn=kernel,flurka-eva=low-rank)",
           "floats per variant": "numbers (a list, or comma-separated), or a mapping of variants to such lists",
@@ -422,7 +444,7 @@ _CONVERT = {"str": _str, "int": _int, "float": _float, "bool": _bool, "overrides
             "str per variant": _per_variant(_str), "floats per variant": _per_variant(lambda v: _items(v, _float)),
             "strs": lambda v: _items(v, _str), "floats": lambda v: _items(v, _float),
             "ints": lambda v: _items(v, _int)}
-assert set(_KINDS) == {f.name for f in dataclasses.fields(SweepSpec)}, "every SweepSpec field needs a _KINDS row"
+assert set(_KINDS.values()) <= {k.rstrip("?") for k in _CONVERT} | {k + "?" for k in _CONVERT}
 
 
 def _convert(key: str, value: Any, source: str) -> Any:
@@ -443,72 +465,22 @@ def _check_types(spec: SweepSpec) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags mirror the YAML keys (dashes for underscores); a flag given wins over the file.
-    Flags are read as text and converted with the YAML keys' rules (``_normalize``), so a wrong
-    value is the same one line from either."""
+    """A flag per SweepSpec field (``--NAME``, dashes for underscores; a true-by-default switch is
+    ``--no-NAME``), mirroring the YAML keys; a flag given wins over the file. Flags are read as
+    text and converted with the YAML keys' rules (``_normalize``), so a wrong value is the same
+    one line from either."""
     S = argparse.SUPPRESS  # absent flags stay absent, so YAML/defaults fill them
     p.add_argument("--config", metavar="NAME|YAML",
                    help="sweep spec with the same keys as the flags: a YAML file, or the name of one "
                         f"installed with flurka ({', '.join(installed_configs())}; default: none, the "
                         "flags and SweepSpec's defaults)")
-    p.add_argument("--benchmarks", default=S, help="comma-separated benchmark names")
-    p.add_argument("--variants", default=S, help="FLuRKA variants (default: all)")
-    p.add_argument("--alphas", default=S, help="up-training fractions (default 0.125..0.875); per variant in a "
-                                                "sweep file: alphas: {flurka-rnn: [0.64]}")
-    p.add_argument("--d-k", dest="d_k", default=S,
-                   help="d_k values to search, comma-separated: the lengths E1, E2 compress the sequence to "
-                        "(default: each benchmark config's own)")
-    p.add_argument("--base", default=S, metavar="BASE|VARIANT=BASE,...",
-                   help=f"base model of the up-training ({' or '.join(BASES)}), one for every variant or per "
-                        "variant (flurka-rnn=kernel; a variant not named: low-rank)")
-    p.add_argument("--search", choices=SEARCHES, default=S,
-                   help="grid: every planned α branch; optuna: --num-samples branches chosen by Optuna's "
-                        "TPE on the benchmark's metric (default grid)")
-    p.add_argument("--scheduler", choices=SCHEDULERS, default=S,
-                   help="asha stops α branches whose training loss trails the others' (default none: every "
-                        "trial runs its T steps)")
-    p.add_argument("--num-samples", default=S, help="optuna samples (grid: repeats)")
-    p.add_argument("--seeds", default=S, help="comma-separated seeds (default 0)")
-    p.add_argument("--steps", default=S, help="training steps T per run (default: each benchmark config's own)")
-    p.add_argument("--set", dest="overrides", action="append", default=S, metavar="KEY=VALUE",
-                   help="benchmark config override, repeatable; VALUE as `flurka train --set` reads it "
-                        "(a Python literal: 1e6, 16, [1, 2], {'d_k': 16}; else the text)")
-    p.add_argument("--no-baselines", dest="baselines", action="store_false", default=S,
-                   help="train only the FLuRKA variants and their bases, not the constituents, full attention "
-                        "and the control they are judged against")
-    p.add_argument("--no-full", dest="full", action="store_false", default=S,
-                   help="leave full attention out of the baselines")
-    p.add_argument("--no-control", dest="control", action="store_false", default=S,
-                   help="leave the no-attention control (linformer at d_k 1, each table's floor row) out of the "
-                        "baselines")
-    p.add_argument("--e-init", choices=("pool", "gaussian"), default=S,
-                   help="E1/E2's initialisation (default pool; gaussian: the paper's)")
-    p.add_argument("--no-branching", dest="branching", action="store_false", default=S,
-                   help="train every α independently (the paper's way)")
-    p.add_argument("--cpus-per-trial", default=S, help="CPU cores reserved per trial (default 1)")
-    p.add_argument("--gpus-per-trial", default=S, help="fractions share one GPU")
-    p.add_argument("--max-failures", default=S, help="retries of a failed trial (default 2)")
-    p.add_argument("--name", default=S, help="the sweep's name: its MLflow experiment and results-DB label "
-                                             "(default uptrain)")
-    p.add_argument("--run-dir", default=S, help="where Tune, MLflow and the results DB write")
-    p.add_argument("--address", default=S, help="Ray cluster (default: RAY_ADDRESS, else embedded)")
-    p.add_argument("--mlflow-uri", default=S,
-                   help="MLflow tracking URI (default sqlite:///<run-dir>/mlflow.db); a password in it is "
-                        "never stored, as --results-db's")
-    p.add_argument("--results-db", default=S,
-                   help="SQLAlchemy URL of the results database; a password in it is never stored "
-                        "(sweep.json and MLflow keep it masked): give the flag again with --resume")
-    p.add_argument("--num-cpus", default=S, help="CPUs of the embedded Ray")
-    p.add_argument("--checkpoint-every", default=S,
-                   help="extra checkpoints every this many steps, for recovery (default: the fork points only)")
-    p.add_argument("--compilation-cache", metavar="DIR|off", default=S,
-                   help="JAX's persistent compilation cache the trials share (default: "
-                        "$JAX_COMPILATION_CACHE_DIR if set, else <run-dir>/jax-cache)")
-    p.add_argument("--resume", action="store_true", default=S, help="restore an interrupted sweep")
-    p.add_argument("--new", action="store_true", default=S,
-                   help="the run dir holds a sweep: move it aside to <run-dir>.<its sweep id> and start afresh")
-    p.add_argument("--verbose", action="store_true", default=S,
-                   help="Tune's table of every trial as it runs (default: one progress line)")
+    for f in dataclasses.fields(SweepSpec):
+        options = dict(f.metadata["flag"])
+        option = options.pop("option", "--" + f.name.replace("_", "-"))
+        if f.metadata["kind"] == "bool":
+            option = option.replace("--", "--no-", 1) if f.default else option
+            options["action"] = "store_false" if f.default else "store_true"
+        p.add_argument(option, dest=f.name, default=S, help=f.metadata["help"], **options)
 
 
 _FIELDS = set(_KINDS)

@@ -14,6 +14,18 @@ planned run, and two trainings writing one checkpoint directory collide (orbax's
 empty" on the shared temporary checkpoint). The repeated trial waits, then resumes from the first
 one's checkpoints — the same deterministic run — and reports its result.
 
+A damaged checkpoint (the trial's own on a retry or ``--resume``, or the base's that an α branch
+forks from) cannot be read on any retry: the trial ends at once, reporting the one-line
+:class:`~flurka.training.checkpoints.CorruptCheckpoint` under ``failure`` (no result), rather
+than raising: Tune retries every error a trial raises (``FailureConfig`` has no per-error
+choice) and logs each one's traceback. The driver records the trial as failed with that reason.
+
+Each training entry's report carries the trial's system metrics (``system/…``: CPU use and resident
+set of its process; on a GPU its allocator's bytes in use and, with ``pynvml``, the card's
+utilisation), which the driver's MLflow callback logs beside the training metrics; the final
+result says where the trial ran and its peak memory (``placement``:
+:func:`flurka.sweeps.system_metrics.placement`), which the results database keeps per trial.
+
 A CPU-only trial first pins its process to as many cores of its own as it was given
 (``flurka.cluster.cores``): Ray counts CPUs but does not assign them.
 
@@ -41,13 +53,15 @@ from flurka.cluster import cores, quiet_termination
 from flurka.configs import get_config
 from flurka.catalogue.mechanisms import base_family
 from flurka.sweeps.branching import PlannedRun
+from flurka.sweeps.system_metrics import Sampler, placement
 from flurka.training import compilation
-from flurka.training.checkpoints import Checkpointer
+from flurka.training.checkpoints import Checkpointer, CorruptCheckpoint
 
 # = flurka.tracking.callback's RESULT_KEY and EVAL_PREFIX (Tune's name of an eval metric), not
 # imported: that module brings MLflow, which a trial does not need
 RESULT_KEY = "result_json"
 EVAL_PREFIX = "eval_"
+FAILURE_KEY = "failure"   # = flurka.tracking.callback's: why a trial ended without a result
 
 
 def work_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
@@ -118,7 +132,12 @@ def resolve(trial_config: dict[str, Any]) -> dict[str, Any]:
     if "cfg" in trial_config:
         return trial_config["cfg"]
     c = trial_config
-    return c["table"][f"{c['benchmark']}|{c['variant']}|{c['alpha']:g}|{c['d_k']}|{c['seed']}"]
+    return c["table"][branch_id(c["benchmark"], c["variant"], c["alpha"], c["d_k"], c["seed"])]
+
+
+def branch_id(benchmark: str, attention: str, alpha: float, d_k: int | None, seed: int) -> str:
+    """An α branch's key in an Optuna search's table: what a sample draws (:func:`resolve`)."""
+    return f"{benchmark}|{attention}|{alpha:g}|{d_k}|{seed}"
 
 
 def _trainable(trial_config: dict[str, Any]) -> None:
@@ -145,6 +164,7 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     run, cfg = build_config(trial_config)
     Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
     device = device_name()
+    sampler = Sampler(jax.devices())
     stop = run.stop_step
     last = {"step": 0}
 
@@ -156,7 +176,8 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
         if kind == "eval":
             values = {f"{EVAL_PREFIX}{k}": v for k, v in values.items()}
         last["step"] = step
-        tune.report({**values, "step": step, "stream": kind, "device": device})
+        system = sampler.sample() if kind == "train" else {}
+        tune.report({**values, **system, "step": step, "stream": kind, "device": device})
 
     start = time.time()
     with exclusive(Path(cfg.workdir)), \
@@ -165,10 +186,15 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
             result = training.run(cfg, callback=on_entry)
         except _StopAfterFork as exc:   # the loop's time split so far rides on the exception
             result = _base_result(run, cfg, last["step"], time.time() - start, getattr(exc, "time_split", None))
+        except CorruptCheckpoint as exc:   # no retry can read it: end the trial, saying why
+            tune.report({"step": last["step"], "stream": "final", "device": device, FAILURE_KEY: str(exc)})
+            return
+    where = placement(jax.devices(), node_ip=ray.util.get_node_ip_address(),
+                      node_id=ray.get_runtime_context().get_node_id())
     tune.report({"step": last["step"], "stream": "final", "device": device,
                  **{f"final_{k}": v for k, v in (result.get("final_metrics") or {}).items()
                     if isinstance(v, (int, float))},
-                 RESULT_KEY: json.dumps({**result, "device": device, "compilation": compiled,
+                 RESULT_KEY: json.dumps({**result, "device": device, "placement": where, "compilation": compiled,
                                           "cores": list(pinned) if pinned else None})})
 
 
@@ -189,4 +215,5 @@ def _base_result(run: PlannedRun, cfg, step: int, wall: float,
             "config": meta["config"]}
 
 
-__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "resolve", "RESULT_KEY"]
+__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "resolve", "RESULT_KEY",
+           "FAILURE_KEY"]

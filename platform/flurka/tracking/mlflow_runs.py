@@ -3,7 +3,9 @@
 Every write goes through one :class:`SweepTracker` in one process (the sweep's driver), so a
 SQLite tracking store never sees two writers. Writes are idempotent across retries and
 ``--resume``: runs are found again by tag, a step already logged is not logged twice, a
-finished trial is not finished twice, and a table logged again replaces the first one.
+finished trial is not finished twice, and a table logged again replaces the first one. So each
+is retried through a server's restart (:mod:`flurka.tracking.retrying`); a run is found or
+created as one retried unit, so a lost answer to its creation never makes a second one.
 
 What the MLflow UI shows (the names are made here, in one place):
 
@@ -34,7 +36,6 @@ import logging
 import math
 import platform as _stdlib_platform
 import re
-import subprocess
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -48,8 +49,11 @@ from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT,
                                       MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER)
 from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH, MAX_TAG_VAL_LENGTH
 
+from flurka import source as code_source
 from flurka.catalogue.mechanisms import is_control
 from flurka.results.db import mask_url
+from flurka.results.retry import StoreUnavailable
+from flurka.tracking.retrying import RetryingClient, mlflow_store
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # the UI's model-training view
 
@@ -75,11 +79,14 @@ def source_tags(source: str) -> dict[str, str]:
         tags[MLFLOW_USER] = getpass.getuser()
     except (KeyError, OSError):
         pass
-    commit = git_commit()
-    if commit != "unknown":
-        tags[MLFLOW_GIT_COMMIT] = commit
+    src = code_source.describe()
+    if src.commit:
+        tags[MLFLOW_GIT_COMMIT] = src.commit
+        if src.dirty is not None:
+            tags[GIT_DIRTY_TAG] = str(src.dirty).lower()
     return tags
 
+GIT_DIRTY_TAG = "flurka.git_dirty"   # "true" / "false": the tree differed from mlflow.source.git.commit
 SWEEP_TAG = "flurka.sweep_id"
 TRIAL_TAG = "flurka.trial_key"
 KIND_TAG = "flurka.kind"
@@ -88,16 +95,11 @@ PARENT_TAG = "mlflow.parentRunId"
 PACKAGES = ("flurka", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ray", "mlflow", "numpy", "optuna")
 
 
-@functools.cache
-def git_commit(start: str | None = None) -> str:
-    """The checkout's commit ('unknown' outside git, e.g. a Ray job's unpacked working_dir)."""
-    cwd = start or str(Path(__file__).resolve().parent)
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
-                             text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+def git_commit() -> str:
+    """The commit of the code that runs, ``-dirty`` where its tree differed from it: git's in a
+    checkout; in a Ray job's unpacked working dir (no ``.git``) what ``flurka submit`` recorded at
+    submit time (:mod:`flurka.source`); else 'unknown'."""
+    return code_source.describe().describe()
 
 
 @functools.cache
@@ -136,11 +138,14 @@ DECIMAL_POINT = "\u00b7"                          # "·": 12.5% -> 12·5% in a t
 
 def metric_name(stream: str, key: str) -> str | None:
     """The MLflow name of training's metric ``key`` in ``stream`` ("train" | "eval"); None for an
-    evaluation entry that repeats the train stream (:data:`EVAL_CONTEXT`)."""
+    evaluation entry that repeats the train stream (:data:`EVAL_CONTEXT`). A trial's ``system/``
+    samples (CPU, memory, device) keep their name: MLflow's UI groups ``system/`` as its own."""
     if stream not in STREAMS:
         raise ValueError(f"unknown metric stream {stream!r}; one of {STREAMS}")
     if stream == "eval" and key in EVAL_CONTEXT:
         return None
+    if key.startswith("system/"):
+        return key
     return f"{stream}/{METRIC_ALIASES.get(key, key)}"
 
 
@@ -262,10 +267,10 @@ class SweepTracker:
         self.uri = tracking_uri
         if mask_url(tracking_uri) != tracking_uri:
             _REAL_URIS[mask_url(tracking_uri)] = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
+        self.client = self._client()
         self.sweep_id = sweep_id
         # MLflow 3 refuses ./mlruns; with a SQLite store artifacts go next to it (absolute).
-        self.experiment_id = experiment_id(self.client, experiment, artifact_root)
+        self.experiment_id = self.store.call(experiment_id, self.client, experiment, artifact_root)
         self.parent_id: str | None = None
         self._runs: dict[str, str] = {}        # trial key -> run id
         self._last_step: dict[tuple[str, str], int] = {}   # (run id, stream) -> last step logged
@@ -274,13 +279,21 @@ class SweepTracker:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state.pop("client", None)           # it holds the URI too; made again on unpickling
+        state.pop("store", None)
         state["uri"] = mask_url(self.uri)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.uri = _REAL_URIS.get(state["uri"], state["uri"])
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = self._client()
+
+    def _client(self) -> RetryingClient:
+        """The MLflow client, each call retried through an outage of the store (``self.store``)."""
+        scheme = self.uri.split(":", 1)[0].lower()
+        what = "MLflow server at" if scheme in ("http", "https") else "MLflow store"
+        self.store = mlflow_store(f"{what} {mask_url(self.uri)}")
+        return RetryingClient(MlflowClient(tracking_uri=self.uri), self.store)
 
     # -- runs ---------------------------------------------------------------------------------
     def _trial_runs(self, trial_key: str) -> list:
@@ -292,16 +305,23 @@ class SweepTracker:
 
     def start_sweep(self, name: str, params: Mapping[str, Any]) -> str:
         """The sweep's parent run: created once, found again on --resume."""
-        found = [r for r in self._find(f"tags.`{SWEEP_TAG}` = '{self.sweep_id}'")
-                 if PARENT_TAG not in r.data.tags]
-        if found:
-            self.parent_id = found[0].info.run_id
-            if found[0].info.status != "RUNNING":
+        created = []
+
+        def find_or_create():
+            found = [r for r in self._find(f"tags.`{SWEEP_TAG}` = '{self.sweep_id}'")
+                     if PARENT_TAG not in r.data.tags]
+            if found:
+                return found[0]
+            created.append(True)
+            return self.client.create_run(self.experiment_id, run_name=name, tags={
+                SWEEP_TAG: self.sweep_id, KIND_TAG: "sweep", **source_tags("flurka sweep")})
+
+        run = self.store.call(find_or_create)
+        self.parent_id = run.info.run_id
+        if not created:
+            if run.info.status != "RUNNING":
                 self.client.update_run(self.parent_id, status="RUNNING")
             return self.parent_id
-        run = self.client.create_run(self.experiment_id, run_name=name,
-                                     tags={SWEEP_TAG: self.sweep_id, KIND_TAG: "sweep", **source_tags("flurka sweep")})
-        self.parent_id = run.info.run_id
         self._log_params(self.parent_id, {**flatten(params, "spec."), "git_commit": git_commit(),
                                           **{f"version.{k}": v for k, v in package_versions().items()}})
         return self.parent_id
@@ -313,22 +333,28 @@ class SweepTracker:
         if trial_key in self._runs:
             return self._runs[trial_key]
         assert self.parent_id, "start_sweep first"
-        found = self._trial_runs(trial_key)
-        if found:
-            run = found[0]
-            run_id = run.info.run_id
+        created = []     # a creation tried (its answer may have been lost: then the retry finds it)
+
+        def find_or_create():
+            found = self._trial_runs(trial_key)
+            if found:
+                return found[0]
+            created.append(True)
+            return self.client.create_run(self.experiment_id, run_name=name or trial_key, tags={
+                **{k: str(v) for k, v in (tags or {}).items()},
+                PARENT_TAG: self.parent_id, SWEEP_TAG: self.sweep_id, TRIAL_TAG: trial_key, KIND_TAG: kind,
+                **source_tags("flurka sweep")})
+
+        run = self.store.call(find_or_create)
+        run_id = run.info.run_id
+        if created:      # params logged again are the same params: nothing changes
+            self._log_params(run_id, {**flatten(params), "git_commit": git_commit(),
+                                      **{f"version.{k}": v for k, v in package_versions().items()}})
+        else:
             for stream in STREAMS:
                 self._last_step[run_id, stream] = self._max_logged_step(run_id, run.data.metrics, stream)
             if run.info.status == "FINISHED":
                 self._finished.add(run_id)
-        else:
-            run = self.client.create_run(self.experiment_id, run_name=name or trial_key, tags={
-                **{k: str(v) for k, v in (tags or {}).items()},
-                PARENT_TAG: self.parent_id, SWEEP_TAG: self.sweep_id, TRIAL_TAG: trial_key, KIND_TAG: kind,
-                **source_tags("flurka sweep")})
-            run_id = run.info.run_id
-            self._log_params(run_id, {**flatten(params), "git_commit": git_commit(),
-                                      **{f"version.{k}": v for k, v in package_versions().items()}})
         self._runs[trial_key] = run_id
         return run_id
 
@@ -461,7 +487,12 @@ class SweepTracker:
 
     def end_sweep(self, status: str = "FINISHED") -> None:
         if self.parent_id:
-            self.client.set_terminated(self.parent_id, status=status)
+            try:
+                self.client.set_terminated(self.parent_id, status=status)
+            except StoreUnavailable:
+                if status == "FINISHED":
+                    raise
+                # a sweep failing already (perhaps on this outage): its own error says what happened
 
     # -- reading back -------------------------------------------------------------------------
     def nested_runs(self) -> list:
@@ -483,4 +514,4 @@ def artifact_root_for(tracking_uri: str, run_dir: Path) -> str | None:
 
 __all__ = ["SweepTracker", "log_tables", "git_commit", "package_versions", "flatten", "artifact_root_for", "metric_name",
            "trial_run_name", "table_column", "viewer_table", "SWEEP_TAG", "TRIAL_TAG", "KIND_TAG",
-           "BENCHMARK_TAG", "PARENT_TAG", "RunStatus", "mlflow"]
+           "BENCHMARK_TAG", "PARENT_TAG", "GIT_DIRTY_TAG", "RunStatus", "mlflow"]

@@ -25,7 +25,9 @@ def probe_tracking(uri: str, will_create: Path | None = None) -> None:
             probe(uri, will_create=will_create)
         except DatabaseUnreachable as exc:
             raise DatabaseUnreachable(f"MLflow store: {exc}") from None
-    elif scheme in ("http", "https"):
+    elif scheme in ("http", "https", "databricks"):
+        if scheme == "databricks":
+            return      # its own credentials and workspace: MLflow's client says what is wrong
         try:
             urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=PROBE_TIMEOUT_S).close()
         except urllib.error.HTTPError:
@@ -34,6 +36,10 @@ def probe_tracking(uri: str, will_create: Path | None = None) -> None:
             reason = getattr(exc, "reason", exc)
             raise DatabaseUnreachable(f"cannot reach the MLflow server at {mask_url(uri)}: "
                                       f"{' '.join(str(reason).split())}") from None
+    else:   # a file store ("file:", a bare path): MLflow 3 refuses it, after Ray would have started
+        raise DatabaseUnreachable(f"MLflow store {mask_url(uri)!r}: not a database or server; MLflow 3 keeps "
+                                  "no new runs in file stores: give sqlite:///PATH.db, postgresql://… or "
+                                  "http(s)://HOST:PORT")
 
 
 ARTIFACTS = "mlartifacts"   # a SQLite store's artifacts: beside it (flurka.tracking.mlflow_runs.artifact_root_for)

@@ -557,6 +557,17 @@ def check_train_workdir(cmd: Command, ctx: Ctx) -> None:
     assert step == 6 and meta["attention"] == "performer"
 
 
+def check_train_init_from(cmd: Command, ctx: Ctx) -> None:
+    """As written, in the workspace, from the README's trained run (its tiny sizes appended, 2 steps)."""
+    argv = tokens(cmd)[1:]
+    run_dir = ctx.trained_run.relative_to(ctx.ws.root)
+    code, out, err = flurka([*argv, "--steps", "2", *TINY_SET, "--set", "num_layers=2", "--json", "--no-progress"],
+                            ctx.ws.root)
+    assert code == 0, err[-3000:]
+    lineage = json.loads(out)["init_from"]
+    assert lineage["workdir"] == str(run_dir) and lineage["step"] == 6 and lineage["copied"] > 0
+
+
 def check_theory_from_run(cmd: Command, ctx: Ctx) -> None:
     """As written, on the README's trained run (tiny), with a small grid appended."""
     from flurka.reports import sources
@@ -798,6 +809,8 @@ def check_ray(cmd: Command, ctx: Ctx) -> None:
     env, argv = env_prefix(tokens(cmd))
     if ">" in argv:   # a redirection is the shell's, not Ray's
         argv = argv[:argv.index(">")]
+    if argv[:2] == ["flurka", "submit"]:   # ray job submit with the same arguments (after stamping the source)
+        argv = ["ray", "job", *argv[1:]]
     _check_auth_env(env)
     params = ray_parse(argv if argv[1:] != ["up"] else [*argv, "infra/ray/cluster-aws-gpu.yaml"])
     sub = " ".join(argv[1:3])
@@ -814,7 +827,7 @@ def check_ray(cmd: Command, ctx: Ctx) -> None:
         spec = check_sweep_args(entry[2:])
         assert spec.gpus_per_trial == 0.5
         covered_by("tests/platform/test_job_submit.py::test_ray_job_submit_runs_the_sweep",
-                   "experiments/uptrain_sweep.py", "--runtime-env-json", "--working-dir")
+                   "experiments/uptrain_sweep.py", "--runtime-env-json", "--working-dir", '"flurka"), "submit"')
     elif argv[1] == "up":
         assert Path(params["cluster_config_file"]).name == "cluster-aws-gpu.yaml"
         covered_by("tests/infra/test_infra_files.py::test_ray_cluster_config_passes_rays_validation")
@@ -996,8 +1009,8 @@ COVERAGE: list[Cover] = [
           "test_token_auth_cluster_path [slow]"),
     Cover(SH, r"export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH=~/\.ray/auth_token", "parse", check_export,
           "bash -n; the names are Ray's auth variables; used by test_token_auth_cluster_path [slow]"),
-    Cover(SH, r"ray job submit --address http://<head>:8265 .*-- python experiments/uptrain_sweep\.py .*", "parse",
-          check_ray, "Ray's click parser, runtime-env JSON, entrypoint through the sweep's parser + "
+    Cover(SH, r"flurka submit --address http://<head>:8265 .*-- python experiments/uptrain_sweep\.py .*", "parse",
+          check_ray, "flurka submit = ray job submit: Ray's click parser, runtime-env JSON, entrypoint through the sweep's parser + "
           "validation; submitted with the token by test_token_auth_cluster_path [slow]; the sweep "
           "through job submission: tests/platform/test_job_submit.py [slow]"),
     Cover(IN, r"RAY_AUTH_MODE=disabled --dashboard-host 127\.0\.0\.1", "covered", check_dev_head,
@@ -1045,6 +1058,12 @@ COVERAGE: list[Cover] = [
     Cover(SH, r"flurka train --benchmark \S+ --attention \S+ --steps \d+ --workdir \S+ --checkpoint-every \d+",
           "run", check_train_workdir, "README flags validated as written, then run with 6 steps of a 2-layer "
           "d_model 16 model into the workspace (the next command's run)", slow=True),
+    Cover(SH, r"flurka train --benchmark \S+ --attention \S+ --init-from \S+ --seed \d+", "run", check_train_init_from,
+          "in the workspace from the previous command's run (tiny), 2 steps; its lineage in the result", slow=True),
+    Cover(IN, r"flurka train --init-from RUN_DIR", "covered",
+          lambda cmd, ctx: covered_by("tests/training/test_training_init_from.py::"
+                                      "test_the_trunk_is_loaded_exactly_and_the_head_is_new", "init_from"),
+          "the trunk loaded exactly, the head new, other architectures refused; runs:/ URIs too"),
     Cover(SH, r"python -m flurka\.theory --from-run \S+ --out \S+\.json", "run", check_theory_from_run,
           "subprocess in the workspace on that run, a small grid appended; per-layer rows read by the "
           "report's loader", slow=True),
@@ -1221,12 +1240,13 @@ def test_token_auth_cluster_path(tmp_path):
         "generate": r"ray get-auth-token --generate > /dev/null", "chmod": r"chmod 600 .*",
         "head": r"RAY_AUTH_MODE=token ray start --head .*",
         "worker": r"RAY_AUTH_MODE=token .*ray start --address .*", "export": r"export .*",
-        "submit": r"ray job submit .*"}.items()}
+        "submit": r"flurka submit .*"}.items()}
     home = tmp_path / "home"
     home.mkdir()
     temp_dir = tempfile.mkdtemp(prefix="frt-", dir="/tmp")  # short: unix sockets live here
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    base_env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0")
+    base_env.update(HOME=str(home), RAY_USAGE_STATS_ENABLED="0",
+                    RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")   # else a SIGTERMed node waits 30 s to drain
 
     gen = shell(["bash", "-c", by["generate"].text.replace("ray ", f"{BIN / 'ray'} ", 1)], tmp_path, 120,
                 base_env)

@@ -67,7 +67,8 @@ def test_an_output_that_cannot_be_written_is_one_line_before_any_compute(argv, f
     out = tmp_path / "afile" / "out"
     code, stdout, err = flurka([a.replace("{out}", str(out)) for a in argv], tmp_path)
     assert (code, stdout) == (2, ""), err
-    assert err.splitlines() == [f"flurka {argv[0]}: error: {flag} {out}: {tmp_path / 'afile'} is not a directory"]
+    prefix = f"flurka {argv[0]}: " + ("" if argv[0] == "report" else "error: ")   # report's lines, as tables'
+    assert err.splitlines() == [f"{prefix}{flag} {out}: {tmp_path / 'afile'} is not a directory"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 

@@ -865,9 +865,11 @@ def check_chmod(cmd: Command, ctx: Ctx) -> None:
 
 
 def check_dev_head(cmd: Command, ctx: Ctx) -> None:
-    """The prose's loopback-only dev head: what the job-submission test starts."""
+    """The prose's dev head: what the job-submission test starts (and checks the dashboard of
+    with ss: the one port that stays on loopback)."""
     covered_by("tests/platform/test_job_submit.py::test_ray_job_submit_runs_the_sweep",
-               'RAY_AUTH_MODE="disabled"', '"--dashboard-host", "127.0.0.1"')
+               'RAY_AUTH_MODE="disabled"', '"--node-ip-address", "127.0.0.1"', '"--dashboard-host", "127.0.0.1"',
+               '["ss", "-ltnH"]')
 
 
 def check_tfds(cmd: Command, ctx: Ctx) -> None:
@@ -1013,8 +1015,8 @@ COVERAGE: list[Cover] = [
           check_ray, "flurka submit = ray job submit: Ray's click parser, runtime-env JSON, entrypoint through the sweep's parser + "
           "validation; submitted with the token by test_token_auth_cluster_path [slow]; the sweep "
           "through job submission: tests/platform/test_job_submit.py [slow]"),
-    Cover(IN, r"RAY_AUTH_MODE=disabled --dashboard-host 127\.0\.0\.1", "covered", check_dev_head,
-          "the loopback dev head of tests/platform/test_job_submit.py [slow]"),
+    Cover(IN, r"RAY_AUTH_MODE=disabled --node-ip-address 127\.0\.0\.1 --dashboard-host 127\.0\.0\.1", "covered",
+          check_dev_head, "the dev head of tests/platform/test_job_submit.py, its dashboard checked with ss [slow]"),
     Cover(IN, r"ray (start|job submit)( --[\w-]+( [^-\s]\S*)?)*", "parse", check_ray_fragment,
           "named in prose: Ray has the command and each flag"),
     Cover(IN, r"make|flurka", "parse", check_tool, "named in prose: installed (make on PATH, flurka in the venv)"),

@@ -72,6 +72,10 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
     try:
         address = f"http://127.0.0.1:{dash}"
         wait_ray_node(head, lambda: _answers(f"{address}/api/version"), f"the dashboard at {address}", 180)
+        # the one port --dashboard-host keeps on loopback (README: what the rest expose)
+        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout.split()
+        assert f"127.0.0.1:{dash}" in listening
+        assert not {f"0.0.0.0:{dash}", f"*:{dash}", f"[::]:{dash}"} & set(listening)
         run_dir = tmp_path / "run"
         tree, head_sha = _edited_copy(tmp_path)
         job = subprocess.run(

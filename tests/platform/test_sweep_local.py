@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +12,34 @@ import pytest
 
 from flurka.sweeps.runner import run_sweep, summary
 from flurka.sweeps.spec import SweepSpec
+from flurka.sweeps.system_metrics import PREFIX
+
+
+def check_placement(out, client, branch) -> None:
+    """What a finished sweep ``out`` records of where its trials ran: each result's placement, the
+    results DB's trial rows and environment, the sweep record, and ``branch``'s MLflow run's
+    system metrics and node tag (issue 58)."""
+    host = socket.gethostname()
+    for key, r in out.results.items():   # the base run too: its result says where it ran
+        p = r["placement"]
+        assert (p["node"], p["device"], p["platform"], p["device_count"]) == (host, "cpu", "cpu", 1), key
+        assert p["peak_host_bytes"] > 0 and p["peak_device_bytes"] is None and p["node_id"], key
+    engine = sa.create_engine(out.results_url)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT node, device, device_count, peak_host_bytes, peak_device_bytes "
+                                    "FROM trials")).all()
+        env_host = conn.execute(sa.text("SELECT host FROM environments")).scalar_one()
+    engine.dispose()
+    assert rows and all(r.node == host and r.device == "cpu" and r.device_count == 1 and r.peak_host_bytes > 0
+                        and r.peak_device_bytes is None for r in rows), rows
+    assert env_host == host                               # the trials' node(s), not merely the driver's
+    record = json.loads((out.run_dir / "sweep-record.json").read_text())
+    assert all(t["node"] == host and t["peak_host_bytes"] > 0 for t in record["trials"])
+    system = {k for k in branch.data.metrics if k.startswith(PREFIX)}
+    assert {"system/cpu_percent", "system/host_rss_bytes", "system/peak_host_bytes"} <= system
+    history = client.get_metric_history(branch.info.run_id, "system/host_rss_bytes")
+    assert len(history) >= 2 and all(m.value > 0 for m in history)
+    assert branch.data.tags["node"] == host and branch.data.tags["device"]
 
 
 @pytest.mark.slow
@@ -64,6 +93,7 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
         local = client.download_artifacts(out.parent_run_id, path, str(tmp_path / "dl"))
         assert not [c for c in json.loads(Path(local).read_text())["columns"] if "." in c], path
     assert parents[0].data.metrics["uptrain_compute_ratio"] == pytest.approx(14 / 16)
+    check_placement(out, client, client.get_run(branch.info.run_id))   # where each trial ran (issue 58)
     # the best trial's model (the branch with the best final accuracy), logged on its run and
     # named on the parent, loads back
     import mlflow

@@ -321,7 +321,7 @@ def test_a_sweep_goes_through_an_mlflow_server_restart(tmp_path, tiny_overrides,
     thread = threading.Thread(target=restart, daemon=True)
     thread.start()
     try:
-        spec = SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-rnn",), alphas=(0.5,), steps=20,
+        spec = SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-rnn",), alphas=(0.5,), steps=8,
                          overrides={**tiny_overrides, "log_every": 2}, baselines=False,
                          run_dir=str(tmp_path / "run"), num_cpus=2, name="restart", mlflow_uri=server.uri)
         out = run_sweep(spec)

@@ -461,7 +461,7 @@ def test_cli_errors(tmp_path, capsys):
     assert cli.run(_args(db=url, out=str(tmp_path / "o"), mlflow_uri=f"http://u:pw@127.0.0.1:{port}",
                          experiment="uptrain")) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"flurka report: error: cannot reach the MLflow server at http://u@127.0.0.1:{port}")
+    assert err.startswith(f"flurka report: cannot reach the MLflow server at http://u@127.0.0.1:{port}")
     assert "\n" not in err and "pw" not in err and time.monotonic() - start < 30
     assert not (tmp_path / "o").exists()
 

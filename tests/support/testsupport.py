@@ -33,7 +33,6 @@ def pids_naming(marker: str) -> list[int]:
     return [p for p in out if p != os.getpid()]
 
 
-@contextlib.contextmanager
 def wait_ray_node(proc: subprocess.Popen, ready, what: str, timeout_s: float) -> None:
     """Poll ``ready()`` (a port that answers, a URL) until it holds; an AssertionError with `ray
     start`'s output if the node exits first, or naming ``what`` after ``timeout_s``."""
@@ -73,6 +72,7 @@ def stop_ray_node(proc: subprocess.Popen, temp_dir: str) -> list[int]:
     return leftovers
 
 
+@contextlib.contextmanager
 def scratch_postgres_database(admin_url: str, prefix: str) -> Iterator[str]:
     """URL of a fresh database on the server of ``admin_url`` (FLURKA_TEST_POSTGRES_URL), dropped
     on exit even if connections are still open."""

@@ -56,10 +56,10 @@ def writable_dir(path: str | os.PathLike, what: str, *, named: str | os.PathLike
     while not p.exists() and p.parent != p:
         p = p.parent
     if not p.is_dir():
-        raise ValueError(one_line(f"{what} {shown}: {p} is not a directory"))
+        raise ValueError(one_line(f"{what} {shown}: {p} is not a directory", bare=False))
     if not os.access(p, os.W_OK | os.X_OK):
         raise ValueError(one_line(f"{what} {shown}: {p} is not writable" + ("" if p == path.absolute()
-                                                                            else " (cannot create it)")))
+                                                                            else " (cannot create it)"), bare=False))
     return path
 
 
@@ -68,10 +68,10 @@ def writable_file(path: str | os.PathLike, what: str) -> Path:
     accepts, and writable itself if it exists. Creates nothing."""
     path = Path(path).expanduser()
     if path.is_dir():
-        raise ValueError(one_line(f"{what} {path} is a directory, not a file"))
+        raise ValueError(one_line(f"{what} {path} is a directory, not a file", bare=False))
     writable_dir(path.absolute().parent, what, named=path)
     if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(one_line(f"{what} {path} is not writable"))
+        raise ValueError(one_line(f"{what} {path} is not writable", bare=False))
     return path
 
 

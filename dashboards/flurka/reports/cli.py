@@ -49,7 +49,7 @@ def _without_password(uri: str) -> str:
 
 
 def _fail(msg: str, code: int) -> int:
-    print(f"flurka report: error: {msg}", file=sys.stderr)
+    print(f"flurka report: {msg}", file=sys.stderr)
     return code
 
 

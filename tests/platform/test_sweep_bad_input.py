@@ -167,7 +167,7 @@ CASES = [
          "MLflow store 'file://{tmp}/mlruns': not a database or server; MLflow 3 keeps no new runs in file stores"),
     Case("cpus-beyond-embedded-ray", None,
          ("--benchmarks", "lra-listops-small", "--num-cpus", "2", "--cpus-per-trial", "3"),
-         "--cpus-per-trial 3 exceeds the 2 CPUs of the embedded Ray (--num-cpus)"),
+         "--cpus-per-trial 3 exceeds the cluster's 2 CPUs"),
     Case("mlflow-server-down", None, ("--benchmarks", "lra-listops-small", "--mlflow-uri", "http://127.0.0.1:{port}"),
          "cannot reach the MLflow server at http://127.0.0.1:{port}"),
     # -- resumes that cannot be
@@ -359,3 +359,14 @@ def test_flurka_sweep_is_the_scripts_parser_and_refuses_alike(tmp_path, capsys, 
     code = ("import sys, flurka.sweeps as s; assert callable(s.run_sweep); "
             "assert 'ray' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_gpus_beyond_the_embedded_ray_are_one_line_before_it_starts(tmp_path, capsys, no_ray, monkeypatch):
+    """Issue 60: the GPU count Ray would detect is asked before Ray starts (here: none visible)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code, out, err = _sweep_main(["--benchmarks", "lra-listops-small", "--gpus-per-trial", "1",
+                                  "--run-dir", str(tmp_path / "run")], capsys)
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "--gpus-per-trial 1 requested but the Ray cluster has no GPUs" in err
+    assert list(tmp_path.iterdir()) == []

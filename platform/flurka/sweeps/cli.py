@@ -7,8 +7,9 @@ sweep of FLuRKA up-training α and d_k from a YAML spec and flags, its tables pr
 
 From Python the same is ``flurka.sweeps.run_sweep(spec)`` with a
 :class:`~flurka.sweeps.SweepSpec`. A bad spec, an unreachable store or cluster, or a GPU request
-on a GPU-less cluster is one line and exit 2 before any trial (all but the cluster's checks
-before Ray starts); a sweep with failed or skipped trials exits 1.
+on a GPU-less cluster is one line and exit 2 before any trial (before Ray starts, but for the
+checks a connected cluster answers: its size, whether its nodes share the run dir); a sweep with
+failed or skipped trials exits 1.
 """
 
 from __future__ import annotations

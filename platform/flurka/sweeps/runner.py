@@ -576,19 +576,23 @@ def preflight(spec: SweepSpec):
         raise
 
 
-def _check_embedded_cpus(spec: SweepSpec) -> None:
-    """A trial must fit the embedded Ray, which is sized now: refuse before starting it (a real
-    cluster's size is known once connected, :func:`flurka.cluster.check_resources`)."""
+def _check_embedded_resources(spec: SweepSpec) -> None:
+    """A trial must fit the embedded Ray, whose size is known before it starts: its CPUs
+    (``--num-cpus`` or this machine's) and the GPUs Ray would detect (its own accelerator
+    manager, what ``ray.init`` asks). Refused as a connected cluster is
+    (:func:`flurka.cluster.check_resources`), but before Ray starts; a real cluster's size is
+    known once connected."""
     if (spec.address or os.environ.get("RAY_ADDRESS") or "local") != "local":
         return
-    cpus = spec.num_cpus or os.cpu_count() or 1
-    if spec.cpus_per_trial > cpus:
-        raise SpecError(f"--cpus-per-trial {spec.cpus_per_trial:g} exceeds the {cpus} CPUs of the embedded Ray "
-                        f"({'--num-cpus' if spec.num_cpus else 'this machine'})")
+    from ray._private.accelerators import get_accelerator_manager_for_resource   # Ray's own GPU count
+
+    gpus = get_accelerator_manager_for_resource("GPU").get_current_node_num_accelerators()
+    resources = {"CPU": float(spec.num_cpus or os.cpu_count() or 1), "GPU": float(gpus)}
+    cluster.check_resources(resources, cpus_per_trial=spec.cpus_per_trial, gpus_per_trial=spec.gpus_per_trial)
 
 
 def _checked(spec: SweepSpec):
-    _check_embedded_cpus(spec)
+    _check_embedded_resources(spec)
     aside = check_fresh_run_dir(spec)
     if spec.resume:
         _stored_state(spec)

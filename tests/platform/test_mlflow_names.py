@@ -16,7 +16,8 @@ from flurka.sweeps import runner
 from flurka.sweeps.branching import make_plan
 from flurka.sweeps.spec import SweepSpec
 from flurka.tracking import SweepTracker
-from flurka.tracking.callback import RESULT_KEY, MLflowTrialCallback
+from flurka.sweeps.trial_report import RESULT_KEY
+from flurka.tracking.callback import MLflowTrialCallback
 from flurka.tracking.mlflow_runs import BENCHMARK_TAG, TRIAL_TAG, metric_name, table_column, trial_run_name
 
 

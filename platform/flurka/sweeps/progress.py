@@ -16,9 +16,9 @@ from typing import Any
 from ray.tune import ProgressReporter
 
 from flurka.sweeps.branching import PlannedRun
+from flurka.sweeps.trial_report import trial_failure
 
 _FAILED = ("ERROR",)
-FAILURE_KEY = "failure"   # = flurka.sweeps.trainable's: a trial's report of why it ended without a result
 _DONE = ("TERMINATED",)
 
 
@@ -97,7 +97,7 @@ class ProgressLine(ProgressReporter):
         steps = planned = 0
         for t in trials:
             # a trial that ended on a failure it reported (a corrupt checkpoint) is done to Tune
-            failed = t.status in _FAILED or (t.status in _DONE and bool((t.last_result or {}).get(FAILURE_KEY)))
+            failed = t.status in _FAILED or (t.status in _DONE and trial_failure(t.last_result) is not None)
             counts["done"] += t.status in _DONE and not failed
             counts["running"] += t.status == "RUNNING"
             counts["failed"] += failed

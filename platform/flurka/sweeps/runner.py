@@ -58,7 +58,8 @@ from flurka.sweeps.search import FinalMetricOptuna
 from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields, password_warnings,
                                 stored_dict, validate)
 from flurka.sweeps.trainable import WORKER_SETUP_HOOK, _trainable, branch_id, build_config, resolve, train_overrides, work_dir
-from flurka.tracking.callback import STATUS_TAG, MLflowTrialCallback, trial_failure, trial_result
+from flurka.sweeps.trial_report import trial_failure, trial_result
+from flurka.tracking.callback import STATUS_TAG, MLflowTrialCallback
 from flurka.tracking.mlflow_runs import (BENCHMARK_TAG, SweepTracker, artifact_root_for, git_commit, package_versions,
                                          trial_run_name)
 from flurka.tracking.store import probe_tracking, relocate_artifacts

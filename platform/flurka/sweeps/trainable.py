@@ -54,14 +54,10 @@ from flurka.configs import get_config
 from flurka.catalogue.mechanisms import base_family
 from flurka.sweeps.branching import PlannedRun
 from flurka.sweeps.system_metrics import Sampler, placement
+from flurka.sweeps.trial_report import EVAL_PREFIX, FAILURE_KEY, RESULT_KEY
 from flurka.training import compilation
 from flurka.training.checkpoints import Checkpointer, CorruptCheckpoint
 
-# = flurka.tracking.callback's RESULT_KEY and EVAL_PREFIX (Tune's name of an eval metric), not
-# imported: that module brings MLflow, which a trial does not need
-RESULT_KEY = "result_json"
-EVAL_PREFIX = "eval_"
-FAILURE_KEY = "failure"   # = flurka.tracking.callback's: why a trial ended without a result
 
 
 def work_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
@@ -215,5 +211,4 @@ def _base_result(run: PlannedRun, cfg, step: int, wall: float,
             "config": meta["config"]}
 
 
-__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "resolve", "RESULT_KEY",
-           "FAILURE_KEY"]
+__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "resolve"]

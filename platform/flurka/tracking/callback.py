@@ -5,7 +5,7 @@ come from one process however many trials (and nodes) there are. The trial's pla
 (``config["run"]``) identifies its nested MLflow run by key and names it
 (:func:`~flurka.tracking.mlflow_runs.trial_run_name`); a retried or restored trial lands in the
 same nested run and replays no step twice. A trial that ended on a failure it reported (a corrupt
-checkpoint: :func:`trial_failure`) is FAILED with the reason in its ``flurka.status`` tag.
+checkpoint: :func:`flurka.sweeps.trial_report.trial_failure`) is FAILED with the reason in its ``flurka.status`` tag.
 
 An MLflow server that restarts mid-sweep costs nothing: each write is retried through the outage
 (:mod:`flurka.tracking.retrying`); one that outlasts the retry budget never stops the sweep —
@@ -18,35 +18,20 @@ the phase, which also logs from Tune's results whatever a trial's run still lack
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from ray.tune import Callback
 from ray.tune.result import AUTO_RESULT_KEYS
 
 from flurka.results.retry import StoreUnavailable
+from flurka.sweeps.trial_report import EVAL_PREFIX, RESULT_KEY, trial_failure, trial_result
 from flurka.tracking.mlflow_runs import BENCHMARK_TAG, SweepTracker, trial_run_name
 
-RESULT_KEY = "result_json"          # the trainable's final report carries training.run's result
-EVAL_PREFIX = "eval_"               # the trainable reports an evaluation's metrics to Tune as eval_<name>
-FAILURE_KEY = "failure"             # its last report's one line on why it ended without a result
 STATUS_TAG = "flurka.status"        # a trial's reason for having no result (failed: …, skipped: …)
 _SKIP = set(AUTO_RESULT_KEYS) | {"done", "trial_id", "experiment_tag", "step", "should_checkpoint", "stream",
                                  "iterations_since_restore", "time_since_restore", "warmup_time", "device"}
-
-
-def trial_result(result: dict[str, Any] | None) -> dict[str, Any] | None:
-    """training.run's result dict from a trial's last reported metrics (None if it never finished)."""
-    if not result or not result.get(RESULT_KEY):
-        return None
-    return json.loads(result[RESULT_KEY])
-
-
-def trial_failure(result: dict[str, Any] | None) -> str | None:
-    """The one line a trial reported on ending without a result (a corrupt checkpoint), if any."""
-    return (result or {}).get(FAILURE_KEY) or None
 
 
 def _timed(method):
@@ -176,5 +161,5 @@ class _Settled:
     def __init__(self, config: dict):
         self.config = config
 
-__all__ = ["MLflowTrialCallback", "trial_result", "trial_failure", "RESULT_KEY", "EVAL_PREFIX", "FAILURE_KEY",
-           "STATUS_TAG"]
+
+__all__ = ["MLflowTrialCallback", "STATUS_TAG"]

@@ -11,17 +11,13 @@ from training_helpers import tiny
 from flurka.training import run
 from flurka.training.checkpoints import Checkpointer
 from flurka.training.init_from import TRUNK
+from flurka.training.state import by_path
 
 
 def _params(workdir) -> dict[str, np.ndarray]:
     with Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True) as ckpt:
         state, _ = ckpt.restore_saved(ckpt.latest_step())
-
-    def flat(tree, prefix=""):
-        if isinstance(tree, dict):
-            return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}{key}/").items()}
-        return {prefix.rstrip("/"): np.asarray(tree)}
-    return flat(state["params"])
+    return {k: np.asarray(v) for k, v in by_path(state["params"]).items()}
 
 
 @pytest.fixture(scope="module")

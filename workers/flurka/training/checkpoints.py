@@ -219,9 +219,10 @@ class Checkpointer:
         self.close()
 
 
-def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
-    """(step, metadata) of a run's checkpoint (default: its latest); one-line ValueError when the
-    directory holds none — cheap, so the CLI checks it before any compute."""
+@contextlib.contextmanager
+def run_checkpoint(workdir: str, step: int | None = None) -> Iterator[tuple[Checkpointer, int]]:
+    """A run's checkpoints, read-only, and the step to read (default: its latest); one-line
+    ValueError when the directory holds none — cheap, so the CLI checks it before any compute."""
     directory = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(directory):
         raise ValueError(f"{workdir} is not a training work dir with checkpoints "
@@ -230,4 +231,10 @@ def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
         step = ckpt.latest_step() if step is None else step
         if step is None:
             raise ValueError(f"{directory} holds no checkpoint yet")
+        yield ckpt, step
+
+
+def checkpoint_meta(workdir: str, step: int | None = None) -> tuple[int, dict]:
+    """(step, metadata) of a run's checkpoint (default: its latest; :func:`run_checkpoint`)."""
+    with run_checkpoint(workdir, step) as (ckpt, step):
         return step, ckpt.meta(step)

@@ -13,12 +13,12 @@ before any step.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-from flurka.training.checkpoints import Checkpointer, checkpoint_meta
+from flurka.training.checkpoints import run_checkpoint
+from flurka.training.state import by_path
 
 TRUNK = ("embedding/", "encoder/")     # what pre-training hands on; the rest is the task's own
 POSITIONS = "embedding/position"       # learned positions: a longer pre-trained table is cut
@@ -27,20 +27,10 @@ NEW_IN_PAIRS = ("embedding/segment",)  # sentence-pair segment embeddings a pre-
 
 def load_trunk(workdir: str) -> tuple[dict[str, np.ndarray], int, dict]:
     """(trunk parameters by path, step, metadata) of ``workdir``'s latest checkpoint."""
-    step, meta = checkpoint_meta(workdir)
-    with Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True) as ckpt:
-        state, _ = ckpt.restore_saved(step)
-    params = _flat(state["params"])
-    return {k: v for k, v in params.items() if k.startswith(TRUNK)}, step, meta
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
-    if isinstance(tree, dict):
-        out: dict[str, np.ndarray] = {}
-        for k, v in tree.items():
-            out.update(_flat(v, f"{prefix}{k}/"))
-        return out
-    return {prefix.rstrip("/"): np.asarray(tree)}
+    with run_checkpoint(workdir) as (ckpt, step):
+        state, meta = ckpt.restore_saved(step)
+    params = by_path(state["params"])
+    return {k: np.asarray(v) for k, v in params.items() if k.startswith(TRUNK)}, step, meta
 
 
 def with_trunk(params: dict[str, Any], trunk: dict[str, np.ndarray], source: str) -> tuple[dict[str, Any], list[str]]:

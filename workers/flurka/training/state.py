@@ -40,6 +40,13 @@ def _flatten(state: nnx.State) -> tuple[list[str], Any, list[jax.Array]]:
     return names, treedef, [leaf for _, leaf in with_path]
 
 
+def by_path(tree: Any) -> Flat:
+    """A state's (or a checkpoint's nested dict's) leaves by their path names, ``a/b/c``: the names
+    a model's flat parameters and checkpoints use."""
+    names, _, leaves = _flatten(tree)
+    return dict(zip(names, leaves))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ModelParts:
     """The static half of a split model; :meth:`merge` rebuilds a module from flat dicts."""
@@ -69,8 +76,7 @@ class ModelParts:
 
     def other_of(self, model: nnx.Module) -> Flat:
         """The non-trainable, non-RNG variables of ``model`` (after a call may have changed them)."""
-        names, _, leaves = _flatten(nnx.state(model, _OTHER))
-        return dict(zip(names, leaves))
+        return by_path(nnx.state(model, _OTHER))
 
 
 _OTHER = nnx.Not(nnx.Any(nnx.Param, nnx.RngState))

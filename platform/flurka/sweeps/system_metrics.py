@@ -27,6 +27,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import psutil   # what flurka.cluster reads processes with
+
 PREFIX = "system/"
 
 
@@ -36,19 +38,9 @@ def peak_host_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def host_rss_bytes() -> int | None:
-    """The process's resident set now, in bytes (/proc on Linux, else psutil; None where neither is)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-    except Exception:  # noqa: BLE001 -- no psutil either
-        return None
+def host_rss_bytes() -> int:
+    """The process's resident set now, in bytes."""
+    return int(psutil.Process().memory_info().rss)
 
 
 def _memory_stats(device) -> dict[str, Any] | None:
@@ -129,9 +121,7 @@ class Sampler:
         values: dict[str, float] = {"peak_host_bytes": float(peak_host_bytes())}
         if now > then:
             values["cpu_percent"] = 100.0 * (cpu - cpu_then) / (now - then)
-        rss = host_rss_bytes()
-        if rss is not None:
-            values["host_rss_bytes"] = float(rss)
+        values["host_rss_bytes"] = float(host_rss_bytes())
         memory = device_memory(self.devices)
         if "bytes_in_use" in memory:
             values["device_bytes_in_use"] = float(memory["bytes_in_use"])

@@ -39,6 +39,7 @@ from typing import Any
 os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "5")
 
 from ray import tune
+from ray._private.accelerators import get_accelerator_manager_for_resource   # the GPUs ray.init counts
 from ray.tune.schedulers import ASHAScheduler
 from sqlalchemy import select
 
@@ -585,8 +586,6 @@ def _check_embedded_resources(spec: SweepSpec) -> None:
     known once connected."""
     if (spec.address or os.environ.get("RAY_ADDRESS") or "local") != "local":
         return
-    from ray._private.accelerators import get_accelerator_manager_for_resource   # Ray's own GPU count
-
     gpus = get_accelerator_manager_for_resource("GPU").get_current_node_num_accelerators()
     resources = {"CPU": float(spec.num_cpus or os.cpu_count() or 1), "GPU": float(gpus)}
     cluster.check_resources(resources, cpus_per_trial=spec.cpus_per_trial, gpus_per_trial=spec.gpus_per_trial)

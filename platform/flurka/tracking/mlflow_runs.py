@@ -72,6 +72,15 @@ def experiment_id(client, name: str, artifact_location: str | None = None) -> st
     return exp_id
 
 
+GIT_DIRTY_TAG = "flurka.git_dirty"   # "true" / "false": the tree differed from mlflow.source.git.commit
+SWEEP_TAG = "flurka.sweep_id"
+TRIAL_TAG = "flurka.trial_key"
+KIND_TAG = "flurka.kind"
+BENCHMARK_TAG = "flurka.benchmark"
+PARENT_TAG = "mlflow.parentRunId"
+PACKAGES = ("flurka", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ray", "mlflow", "numpy", "optuna")
+
+
 def source_tags(source: str) -> dict[str, str]:
     """MLflow's own Source, git and user fields of a run."""
     tags = {MLFLOW_SOURCE_NAME: source, MLFLOW_SOURCE_TYPE: "LOCAL"}
@@ -85,14 +94,6 @@ def source_tags(source: str) -> dict[str, str]:
         if src.dirty is not None:
             tags[GIT_DIRTY_TAG] = str(src.dirty).lower()
     return tags
-
-GIT_DIRTY_TAG = "flurka.git_dirty"   # "true" / "false": the tree differed from mlflow.source.git.commit
-SWEEP_TAG = "flurka.sweep_id"
-TRIAL_TAG = "flurka.trial_key"
-KIND_TAG = "flurka.kind"
-BENCHMARK_TAG = "flurka.benchmark"
-PARENT_TAG = "mlflow.parentRunId"
-PACKAGES = ("flurka", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ray", "mlflow", "numpy", "optuna")
 
 
 def git_commit() -> str:

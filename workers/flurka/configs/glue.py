@@ -8,6 +8,10 @@ GLUE's: Matthews corr. (CoLA), F1 + accuracy (MRPC, QQP),
 Pearson + Spearman (STS-B), accuracy otherwise; MNLI evaluates its mismatched dev set beside the
 matched one (same ``eval_batches``) and records it as ``accuracy_mismatched`` (Table 2's MNLI-mm;
 ``flurka.data.tfds_sets.GLUE_EXTRA_EVALS``).
+
+Tokens are MLM pre-training's: WikiText-103's SentencePiece vocabulary (``mlm.SHARED_VOCAB``; GLUE's
+own text never trains one), so ``--init-from`` a WikiText-103 MLM run has the embedding it needs;
+it needs WikiText-103 under the data dir, or ``dataset_options={"vocab": "<its .model file>"}``.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import math
 
 from flurka.configs.base import TrainConfig, register
-from flurka.configs.mlm import bert_base
+from flurka.configs.mlm import SHARED_VOCAB, bert_base
 
 # task -> (train examples, classes, metrics)
 TASKS: dict[str, tuple[int, int, tuple[str, ...]]] = {
@@ -30,6 +34,7 @@ TASKS: dict[str, tuple[int, int, tuple[str, ...]]] = {
 }
 LR_RANGE = (1e-4, 5e-4)
 BATCH = 1024
+MAX_LEN = 128   # subword tokens, [CLS] a [SEP] b [SEP]
 
 
 def _glue(task: str) -> TrainConfig:
@@ -38,7 +43,8 @@ def _glue(task: str) -> TrainConfig:
     return TrainConfig(
         benchmark=f"glue-{task}", dataset=f"glue-{task}",
         task="regression" if task == "stsb" else "classification", model="classifier",
-        metrics=metrics, **bert_base(max_len=128, attention_options={"d_k": 64, "num_features": 64}), pooling="cls",
+        metrics=metrics, **bert_base(max_len=MAX_LEN, attention_options={"d_k": 64, "num_features": 64}), pooling="cls",
+        dataset_options={**SHARED_VOCAB, "max_len": MAX_LEN},
         learning_rate=LR_RANGE[0], schedule="linear", warmup_steps=math.ceil(0.06 * steps),
         weight_decay=0.1, grad_clip=1.0, b2=0.98, eps=1e-6,
         batch_size=BATCH, steps=steps, eval_every=max(1, steps // 5), log_every=10,

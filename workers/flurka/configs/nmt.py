@@ -6,18 +6,29 @@ T5-base (12 encoder + 12 decoder layers, 220M parameters, as the table's count s
 FLuRKA/efficient mechanism is in the encoder only (appendix). Not in the paper: 4000 warm-up
 steps, Adam β2 0.98 and ε 1e-9, label smoothing 0.1 (Vaswani et al.), 256-token sequences,
 beam 4 with length penalty 0.6 for BLEU.
+
+Tokens are SentencePiece subwords, as in t5x: one 32k unigram vocabulary shared by source and
+target (Table 6's 220M and 60.5M parameter counts are those of a shared 32k vocabulary), trained
+once on each language pair's training split and cached under the data dir
+(:mod:`flurka.data.subword`; ``dataset_options={"vocab": "path/to/sentencepiece.model"}`` uses a
+given one, ``{"vocab": "bytes"}`` the byte level of before). BLEU is sacrebleu's corpus BLEU with its
+standard ``13a`` tokenization on detokenized text (the decoded pieces), as t5x reports it.
 """
 
 from __future__ import annotations
 
 from flurka.configs.base import TrainConfig, register
 
+MAX_LEN = 256            # subword tokens per side
+VOCAB = {"vocab": "sentencepiece"}   # the pair's 32k vocabulary (flurka.data.subword.DEFAULT_VOCAB_SIZE)
+
 
 def _nmt(name: str, dataset: str) -> TrainConfig:
     return TrainConfig(
         benchmark=name, dataset=dataset, task="translation", model="seq2seq",
         metrics=("bleu", "perplexity", "accuracy"),
-        d_model=768, num_heads=12, num_layers=12, num_decoder_layers=12, d_ff=3072, max_len=256,
+        d_model=768, num_heads=12, num_layers=12, num_decoder_layers=12, d_ff=3072, max_len=MAX_LEN,
+        dataset_options={**VOCAB, "max_len": MAX_LEN}, bleu_tokenize="13a",
         dropout_rate=0.1, attention_options={"d_k": 128, "num_features": 128},
         learning_rate=1.0, schedule="inverse_sqrt", warmup_steps=4000, weight_decay=0.0,
         b2=0.98, eps=1e-9, label_smoothing=0.1,

@@ -8,11 +8,17 @@ Layout under ``<data_dir>`` (argument, else ``$FLURKA_DATA_DIR``, else ``~/flurk
 
 The LRA files are those of the LRA release archive ``lra_release.gz``
 (google-research/long-range-arena); WikiText-103 is the Salesforce/Smerity zip.
+
+WikiText-103 MLM is bytes unless ``vocab`` says otherwise: ``vocab="sentencepiece"`` (what its
+config declares) is the ``wikitext103`` SentencePiece vocabulary, trained once on the train file
+and cached under ``<data_dir>/vocabularies/`` (:mod:`flurka.data.subword`), which GLUE fine-tuning
+reuses; the LRA sets stay bytes (LRA's definition).
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import sys
 from pathlib import Path
 
@@ -28,10 +34,11 @@ from flurka.data.core import (
     pad_to,
     resolve_data_dir,
 )
-from flurka.data.mlm import byte_mlm_dataset
-from flurka.data.tokenizers import BYTES, PixelTokenizer
+from flurka.data.mlm import byte_mlm_dataset, mask_tokens
+from flurka.data.subword import encoded_stream, sample_texts, text_tokenizer
+from flurka.data.tokenizers import BYTES, PixelTokenizer, SentencePieceTokenizer
 
-WIKITEXT_MAX_LEN = 512
+WIKITEXT_MAX_LEN = 512  # bytes or subword tokens
 RETRIEVAL_MAX_LEN = 4000  # bytes per document incl. [CLS] (LRA / Skyformer)
 PATHFINDER_DIRS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9", "hard": "curv_contour_length_14"}
 
@@ -54,15 +61,86 @@ def wikitext103_files(root: Path) -> dict[str, Path]:
     )
 
 
+def wikitext103_tokenizer(vocab: str = "sentencepiece", *, data_dir=None, vocab_size: int | None = None,
+                          model_type: str = "unigram", train: bytes | None = None, user: str = "mlm-wikitext103"):
+    """The ``wikitext103`` vocabulary family: MLM pre-training's and GLUE fine-tuning's. ``vocab``
+    as :func:`flurka.data.subword.text_tokenizer` takes it; a trained one learns from the train
+    file's lines (``train``: its bytes, when already read). ``user`` names who asked, in the
+    error when WikiText-103 is missing."""
+
+    def corpus(max_chars: int) -> list[str]:
+        data = train
+        if data is None:
+            try:
+                data = wikitext103_files(resolve_data_dir(data_dir))["train"].read_bytes()
+            except DataNotFoundError as err:
+                raise DataNotFoundError(
+                    f"{user} with vocab='sentencepiece' uses WikiText-103's vocabulary (MLM pre-training's, so "
+                    f"a pre-trained model fine-tunes with its own ids), trained on its train file: {err} "
+                    f"Or pass vocab=<that vocabulary's .model file> (under <data_dir>/vocabularies/), or "
+                    f"vocab='bytes'.") from None
+        lines = data.split(b"\n")
+        return sample_texts(len(lines), lambda idx: [lines[i].decode("utf-8", errors="replace") for i in idx],
+                            max_chars)
+
+    return text_tokenizer(vocab, family="wikitext103", corpus=corpus, data_dir=data_dir, vocab_size=vocab_size,
+                          model_type=model_type)
+
+
 def build_wikitext103(
-    *, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = WIKITEXT_MAX_LEN
+    *, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = WIKITEXT_MAX_LEN,
+    vocab: str = "bytes", vocab_size: int | None = None, vocab_model_type: str = "unigram",
 ) -> Dataset:
-    """mlm-wikitext103: byte-level MLM over fixed-length windows of the article stream."""
+    """mlm-wikitext103: MLM over fixed-length windows of the article stream, bytes by default;
+    ``vocab="sentencepiece"`` (or a ``.model`` path): windows of ``max_len`` subword tokens of the
+    stream of its non-empty lines, encoded once and cached beside the vocabulary."""
     _check_choice("eval_split", eval_split, ("validation", "test"))
     files = wikitext103_files(resolve_data_dir(data_dir))
     train = files["train"].read_bytes()
-    eval = files["valid" if eval_split == "validation" else "test"].read_bytes()
-    return byte_mlm_dataset("mlm-wikitext103", train, eval, max_len=max_len, seed=seed)
+    split = "valid" if eval_split == "validation" else "test"
+    eval = files[split].read_bytes()
+    tok = wikitext103_tokenizer(vocab, data_dir=data_dir, vocab_size=vocab_size, model_type=vocab_model_type,
+                                train=train)
+    if tok is BYTES:
+        return byte_mlm_dataset("mlm-wikitext103", train, eval, max_len=max_len, seed=seed)
+    return token_mlm_dataset(
+        "mlm-wikitext103",
+        encoded_stream("wikitext103-train", train, tok, data_dir=data_dir),
+        encoded_stream(f"wikitext103-{split}", eval, tok, data_dir=data_dir),
+        tok, max_len=max_len, seed=seed,
+    )
+
+
+def token_mlm_dataset(name: str, train: np.ndarray, eval: np.ndarray, tok: SentencePieceTokenizer, *,
+                      max_len: int, seed: int) -> Dataset:
+    """An MLM dataset whose examples are consecutive ``max_len``-token windows of two id streams
+    (the ragged tail dropped); BERT masking draws its random replacements from the model's
+    ordinary pieces."""
+    info = DatasetInfo(
+        name=name,
+        task="mlm",
+        vocab_size=tok.vocab_size,
+        max_len=max_len,
+        num_classes=tok.vocab_size,
+        pad_id=tok.pad_id,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+        mask_id=tok.mask_id,
+        cls_id=None,
+        sep_id=tok.sep_id,
+    )
+
+    def windows(ids: np.ndarray) -> ArrayExamples:
+        n = len(ids) // max_len
+        return ArrayExamples({"ids": ids[: n * max_len].reshape(n, max_len)})
+
+    mask = functools.partial(_mask_token_rows, mask_id=tok.mask_id, low=tok.first_piece_id, high=tok.piece_size)
+    return Dataset(info, windows(train), windows(eval), seed=seed, transform=mask, decode=tok.decode)
+
+
+def _mask_token_rows(batch, rng, *, mask_id: int, low: int, high: int):
+    ids = batch["ids"].astype(np.int32)
+    return mask_tokens(ids, np.ones(ids.shape, bool), rng, mask_id=mask_id, low=low, high=high)
 
 
 def read_aan_tsv(path: Path) -> list[tuple[int, bytes, bytes]]:

@@ -5,6 +5,15 @@ data prepared in the ``array_record`` format; nothing is ever downloaded. A set
 prepared as TFRecord is read through ``tfds.load`` when TensorFlow is installed.
 Examples are encoded lazily, one batch at a time, so ImageNet and WMT never sit
 in memory.
+
+Text is bytes unless a loader's ``vocab`` option says otherwise. GLUE and WMT'14 also take
+``vocab="sentencepiece"`` (subwords, trained once on the family's training text and cached,
+:mod:`flurka.data.subword`) or a ``.model`` file's path, with ``vocab_size`` / ``vocab_model_type``
+for the trained one. As in t5x, where a task's gin config declares its vocabulary, the paper-scale
+configs (``flurka.configs.nmt``, ``glue``) declare ``vocab="sentencepiece"``; the loaders default to
+bytes, which needs no training text (LRA's convention, kept for lra-text). ``max_len`` counts
+tokens of the chosen vocabulary: by default 256 bytes or 128 subwords for GLUE, 256 either way per
+side for WMT'14.
 """
 
 from __future__ import annotations
@@ -24,11 +33,13 @@ from flurka.data.core import (
     pad_to,
     resolve_data_dir,
 )
+from flurka.data.subword import MAX_CHARS, sample_texts, text_tokenizer
 from flurka.data.tokenizers import BYTES, PixelTokenizer
 
 GLUE_MAX_LEN = 256  # bytes, [CLS] a [SEP] b [SEP]
+GLUE_MAX_TOKENS = 128  # subwords, likewise (the config's 128-token pairs)
 LRA_TEXT_MAX_LEN = 4000  # bytes incl. [CLS] (LRA / Skyformer)
-WMT_MAX_LEN = 256  # bytes per side
+WMT_MAX_LEN = 256  # bytes or subword tokens per side
 IMAGENET_SIZE, IMAGENET_RESIZE = 224, 256
 IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
@@ -89,24 +100,38 @@ def _text(value) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode("utf-8")
 
 
+def _str(value) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def source_texts(source, fields: tuple[str, ...], max_chars: int = MAX_CHARS) -> list[str]:
+    """A vocabulary's training text from a TFDS split: ``fields`` of its examples in a fixed
+    shuffled order until ``max_chars`` characters (:func:`flurka.data.subword.sample_texts`; about
+    40k WMT pairs, read one by one in seconds)."""
+    return sample_texts(len(source), lambda idx: [_str(source[int(i)][f]) for i in idx for f in fields], max_chars)
+
+
 def truncate_pair(a: np.ndarray, b: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:
     """Cut the longer of two sequences first until both fit in ``budget`` tokens together."""
     n_a = min(len(a), max(budget - len(b), budget // 2))
     return a[:n_a], b[: budget - n_a]
 
 
-def encode_glue(example, fields: tuple[str, ...], *, max_len: int, regression: bool) -> dict[str, np.ndarray]:
-    """[CLS] a [SEP] (b [SEP]) as bytes; segments 0 for the first part, 1 for the second."""
-    parts = [BYTES.encode(_text(example[f])) for f in fields]
+def encode_glue(example, fields: tuple[str, ...], *, max_len: int, regression: bool,
+                tokenizer=BYTES) -> dict[str, np.ndarray]:
+    """[CLS] a [SEP] (b [SEP]) as bytes (or ``tokenizer``'s ids); segments 0 for the first part, 1
+    for the second."""
+    tok = tokenizer
+    parts = [tok.encode(_text(example[f])) for f in fields]
     if len(parts) == 1:
-        seq = np.concatenate([[BYTES.cls_id], parts[0][: max_len - 2], [BYTES.sep_id]])
+        seq = np.concatenate([[tok.cls_id], parts[0][: max_len - 2], [tok.sep_id]])
         segments = np.zeros(len(seq), np.int32)
     else:
         a, b = truncate_pair(parts[0], parts[1], max_len - 3)
-        first = np.concatenate([[BYTES.cls_id], a, [BYTES.sep_id]])
-        seq = np.concatenate([first, b, [BYTES.sep_id]])
+        first = np.concatenate([[tok.cls_id], a, [tok.sep_id]])
+        seq = np.concatenate([first, b, [tok.sep_id]])
         segments = np.concatenate([np.zeros(len(first), np.int32), np.ones(len(b) + 1, np.int32)])
-    inputs, mask = pad_to(seq, max_len, BYTES.pad_id)
+    inputs, mask = pad_to(seq, max_len, tok.pad_id)
     out = {
         "inputs": inputs,
         "mask": mask,
@@ -118,35 +143,47 @@ def encode_glue(example, fields: tuple[str, ...], *, max_len: int, regression: b
 
 
 def build_glue(
-    *, task: str, seed: int = 0, data_dir=None, eval_split: str | None = None, max_len: int = GLUE_MAX_LEN
+    *, task: str, seed: int = 0, data_dir=None, eval_split: str | None = None, max_len: int | None = None,
+    vocab: str = "bytes", vocab_size: int | None = None, vocab_model_type: str = "unigram",
 ) -> Dataset:
-    """glue-<task>: byte-level [CLS] a [SEP] b [SEP]; eval on the task's dev split, plus its
+    """glue-<task>: [CLS] a [SEP] b [SEP]; eval on the task's dev split, plus its
     ``GLUE_EXTRA_EVALS`` (MNLI: matched, and mismatched beside it). An ``eval_split`` other than the
-    default evaluates that split alone."""
+    default evaluates that split alone.
+
+    ``vocab="sentencepiece"`` is WikiText-103's vocabulary, the one MLM pre-training uses
+    (:func:`flurka.data.local_sets.wikitext103_tokenizer`): fine-tuning a pre-trained run
+    (``--init-from``) needs the ids it was pre-trained with, so GLUE's own text never trains one.
+    It needs WikiText-103 under the data dir, or pass that vocabulary's ``.model`` path as ``vocab``."""
+    from flurka.data.local_sets import wikitext103_tokenizer
+
     fields, num_classes, default_eval = GLUE[task]
     name = f"glue/{task}"
     train = tfds_source(name, "train", data_dir)
     eval = tfds_source(name, eval_split or default_eval, data_dir)
     extra = GLUE_EXTRA_EVALS.get(task, {}) if eval_split in (None, default_eval) else {}
     extra_sources = {split: tfds_source(name, tfds_split, data_dir) for split, tfds_split in extra.items()}
+    tok = wikitext103_tokenizer(vocab, data_dir=data_dir, vocab_size=vocab_size, model_type=vocab_model_type,
+                                user=f"glue-{task}")
+    if max_len is None:
+        max_len = GLUE_MAX_LEN if tok is BYTES else GLUE_MAX_TOKENS
     regression = num_classes == 1
     info = DatasetInfo(
         name=f"glue-{task}",
         task="regression" if regression else "classification",
-        vocab_size=BYTES.vocab_size,
+        vocab_size=tok.vocab_size,
         max_len=max_len,
         num_classes=num_classes,
         pair="concat" if len(fields) == 2 else None,
-        pad_id=BYTES.pad_id,
-        mask_id=BYTES.mask_id,
-        cls_id=BYTES.cls_id,
-        sep_id=BYTES.sep_id,
+        pad_id=tok.pad_id,
+        mask_id=tok.mask_id,
+        cls_id=tok.cls_id,
+        sep_id=tok.sep_id,
     )
 
     def encode(ex):
-        return encode_glue(ex, fields, max_len=max_len, regression=regression)
+        return encode_glue(ex, fields, max_len=max_len, regression=regression, tokenizer=tok)
 
-    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=BYTES.decode,
+    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=tok.decode,
                    extra_evals={split: EncodedExamples(source, encode) for split, source in extra_sources.items()})
 
 
@@ -205,38 +242,46 @@ def build_lra_image(*, seed: int = 0, data_dir=None, eval_split: str = "test") -
 
 
 def build_wmt14(
-    *, target: str, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = WMT_MAX_LEN
+    *, target: str, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = WMT_MAX_LEN,
+    vocab: str = "bytes", vocab_size: int | None = None, vocab_model_type: str = "unigram",
 ) -> Dataset:
-    """nmt-wmt14-en{de,fr}: English -> target, bytes; validation = newstest2013, test = newstest2014."""
+    """nmt-wmt14-en{de,fr}: English -> target; validation = newstest2013, test = newstest2014.
+
+    Bytes by default; ``vocab="sentencepiece"``: one vocabulary shared by source and target (T5's,
+    Flax examples/wmt's), trained on both sides of the pair's training split (family
+    ``wmt14-en{target}``), or a ``.model`` file's path. ``decode`` gives detokenized text, on which
+    BLEU is scored with sacrebleu's own tokenization (``bleu_tokenize="13a"``)."""
     if eval_split not in ("validation", "test"):
         raise ValueError(f"eval_split must be 'validation' or 'test', got {eval_split!r}")
     name = f"wmt14_translate/{target}-en"
     train = tfds_source(name, "train", data_dir)
     eval = tfds_source(name, eval_split, data_dir)
+    tok = text_tokenizer(vocab, family=f"wmt14-en{target}", corpus=lambda chars: source_texts(train, ("en", target), chars),
+                         data_dir=data_dir, vocab_size=vocab_size, model_type=vocab_model_type)
     info = DatasetInfo(
         name=f"nmt-wmt14-en{target}",
         task="translation",
-        vocab_size=BYTES.vocab_size,
+        vocab_size=tok.vocab_size,
         max_len=max_len,
         num_classes=0,
-        target_vocab_size=BYTES.vocab_size,
+        target_vocab_size=tok.vocab_size,
         target_max_len=max_len,
-        pad_id=BYTES.pad_id,
-        bos_id=BYTES.bos_id,
-        eos_id=BYTES.eos_id,
+        pad_id=tok.pad_id,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
     )
 
     def encode(ex):
         return encode_translation(
-            BYTES.encode(_text(ex["en"])),
-            BYTES.encode(_text(ex[target])),
+            tok.encode(_text(ex["en"])),
+            tok.encode(_text(ex[target])),
             max_len=max_len,
             target_max_len=max_len,
-            bos_id=BYTES.bos_id,
-            eos_id=BYTES.eos_id,
+            bos_id=tok.bos_id,
+            eos_id=tok.eos_id,
         )
 
-    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=BYTES.decode)
+    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=tok.decode)
 
 
 def resize_and_center(image: np.ndarray, size: int) -> np.ndarray:

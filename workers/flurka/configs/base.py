@@ -16,6 +16,7 @@ from flurka.catalogue import metrics as metric_catalogue
 from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS, SETTINGS
 from flurka.catalogue.metrics import METRICS, SEQUENCE_METRICS, TASK_METRICS
 from flurka.cli import one_line
+from flurka.data.prefetch import MAX_PREFETCH
 
 TASKS = ("classification", "regression", "mlm", "translation", "image")
 MODELS = ("classifier", "mlm", "seq2seq", "vit")
@@ -77,6 +78,10 @@ class TrainConfig:
     bleu_tokenize: str = "13a"         # sacrebleu tokenizer ("char" for one-word sentences)
     beam_size: int = 1                 # translation: 1 = greedy decoding
     log_every: int = 50
+    # Input pipeline: training batches built this many steps ahead by worker threads and put on the
+    # device there (flurka.data.prefetch); 0 = each built on the training thread when it is due.
+    # The batches, and so the run, are the same either way (batch k is pure in (seed, k)).
+    prefetch: int = 2
     checkpoint_every: int = 0          # 0 = none; checkpoints (and resume) only with a workdir
     checkpoint_steps: tuple[int, ...] = ()   # also these steps (where up-training branches fork)
     keep_checkpoints: int | None = None
@@ -269,6 +274,9 @@ def validate(config: TrainConfig) -> TrainConfig:
     for name in ("warmup_steps", "eval_every", "eval_batches", "checkpoint_every", "num_decoder_layers",
                  "handover_steps"):
         _positive(name, getattr(c, name), zero_ok=True)
+    _positive("prefetch", c.prefetch, zero_ok=True)
+    if c.prefetch > MAX_PREFETCH:
+        raise ValueError(f"prefetch={c.prefetch} exceeds {MAX_PREFETCH} batches ahead (each one held in memory)")
     for step in c.checkpoint_steps:
         _positive("checkpoint_steps", step)
     if c.checkpoint_steps and not c.checkpoint_every:

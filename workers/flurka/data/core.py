@@ -4,7 +4,9 @@ Batch ``k`` of a training stream is a pure function of ``(seed, k)``: examples
 are read through a per-epoch permutation drawn from
 ``default_rng((seed, 0, epoch))`` and any per-batch randomness (MLM masking,
 crop/flip) from ``default_rng((seed, 1, step))``. Resuming at ``start_step=k``
-therefore replays exactly what an uninterrupted run saw from step ``k`` on.
+therefore replays exactly what an uninterrupted run saw from step ``k`` on, and
+building batches ahead on other threads (``train_batches(prefetch=n)``,
+:mod:`flurka.data.prefetch`) changes none of them.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from flurka.data.prefetch import Prefetcher
 
 Batch = dict[str, np.ndarray]
 Transform = Callable[[Batch, np.random.Generator], Batch]
@@ -193,10 +196,17 @@ class Dataset:
             batch = self._transform(batch, step_rng(self.seed, step))
         return batch
 
-    def train_batches(self, batch_size: int, start_step: int = 0) -> Iterator[Batch]:
+    def train_batches(self, batch_size: int, start_step: int = 0, *, stop_step: int | None = None,
+                      prefetch: int = 0, place: Callable[[Batch], Any] | None = None) -> Prefetcher:
+        """Training batches ``start_step, start_step+1, ...`` (before ``stop_step`` if given).
+
+        ``prefetch``: how many batches worker threads build ahead (:mod:`flurka.data.prefetch`);
+        0 builds each on the caller's thread. The batches are the same either way. ``place`` (e.g.
+        a device put) runs on each batch where it is built. Close the iterator (``with``) to join
+        its threads before they run out."""
         _check_batch_size(batch_size)
-        for step in itertools.count(start_step):
-            yield self.train_batch(step, batch_size)
+        return Prefetcher(functools.partial(self.train_batch, batch_size=batch_size), start=start_step,
+                          stop=stop_step, depth=prefetch, place=place)
 
     def eval_batches(self, batch_size: int, split: str | None = None) -> Iterator[Batch]:
         """One deterministic pass over the eval split (``split``: one of ``extra_evals``); padding

@@ -16,7 +16,8 @@
   ``handover`` in the switch entry); ``base_checkpoint`` starts right at the switch from another
   run's checkpoint (forking many FLuRKA branches from one base run).
 * Time split: the run's wall time by part (``time_split`` in the result, carried by checkpoints
-  like ``wall_time_s``): ``data`` (loading, batches), ``setup`` (models, optimizer, switches),
+  like ``wall_time_s``): ``data`` (loading, batches; with ``prefetch``, the wait for the next one),
+  ``setup`` (models, optimizer, switches),
   ``compile/<phase>`` (each phase's first step in this process, waited for: trace + compile, a
   load from JAX's persistent cache, or nothing for a step this process has compiled already, +
   its run), ``train_steps`` (the other steps; async dispatch moves a step's device time to the
@@ -565,19 +566,33 @@ def _train_stage(loop: _Loop, stage: uptrain.Stage) -> None:
     """The steps from the current one to ``stage.end``, in ``stage``'s phase."""
     _enter_phase(loop, stage.attention, stage.handover_from)
     step_flops: dict[tuple, int] = {}   # a step's FLOPs by its batch's shapes
-    batches = loop.dataset.train_batches(loop.config.batch_size, start_step=loop.run.step)
-    loop.clock.lap("setup")
-    loop.part = _compile_part(stage)
-    while loop.run.step < stage.end:
-        batch = _device_batch(next(batches), loop.mesh)
-        loop.clock.lap("data")
-        _train_step(loop, stage, batch, step_flops)
-        _at_intervals(loop, stage)
-        loop.clock.lap(loop.part)
-        loop.part = "train_steps"
-        if loop.stop is not None and loop.stop.is_set():
-            _save(loop)
-            raise Stopped(loop.run.step, saved=loop.ckpt is not None)
+    with _train_batches(loop, stage) as batches:   # closed (its threads joined) however the stage ends
+        loop.clock.lap("setup")
+        loop.part = _compile_part(stage)
+        while loop.run.step < stage.end:
+            batch = next(batches)
+            loop.clock.lap("data")
+            _train_step(loop, stage, batch, step_flops)
+            _at_intervals(loop, stage)
+            loop.clock.lap(loop.part)
+            loop.part = "train_steps"
+            if loop.stop is not None and loop.stop.is_set():
+                _save(loop)
+                raise Stopped(loop.run.step, saved=loop.ckpt is not None)
+
+
+def _train_batches(loop: _Loop, stage: uptrain.Stage):
+    """The stage's training batches, device-ready: with ``config.prefetch`` > 0 built that many
+    steps ahead by worker threads, which also put them on the device (the copy overlaps the running
+    step); else on this thread when due. The same batches either way (batch k is pure in (seed, k))."""
+    mesh, ahead = loop.mesh, loop.config.prefetch > 0
+
+    def place(batch: dict) -> dict:
+        batch = _device_batch(batch, mesh)
+        return jax.device_put(batch) if ahead and mesh is None else batch
+
+    return loop.dataset.train_batches(loop.config.batch_size, start_step=loop.run.step, stop_step=stage.end,
+                                      prefetch=loop.config.prefetch, place=place)
 
 
 def _compile_part(stage: uptrain.Stage) -> str:

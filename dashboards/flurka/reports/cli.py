@@ -12,16 +12,20 @@ it (the report creates no database).
 
 Exit codes: 0 written; 1 a bad option or theory file; 2 no database (none given and no run dir
 holds one, or a missing SQLite file), the database or MLflow cannot be reached, or the database is
-not at this code's schema (one line on stderr, never the password).
+not at this code's schema (one line on stderr, never the password); 130 / 143 stopped by SIGINT /
+SIGTERM (one line: whether the report was written; ``--out`` holds the whole new report or the
+one it held before, never a mix).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from flurka.cli import writable_dir
+from flurka.cli import stopping_on_signals, writable_dir
 from flurka.reports import TITLE, build_report
 from flurka.results import db, rundirs
 
@@ -53,7 +57,26 @@ def _fail(msg: str, code: int) -> int:
     return code
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """What tells one written file from the one that replaced it (a rename: a new inode)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
 def run(args: argparse.Namespace) -> int:
+    with stopping_on_signals(raising=True) as stop:   # pure Python and SQL: Ctrl-C unwinds it
+        index = Path(args.out) / "index.html"
+        before = _identity(index)
+        stop.line = lambda: (f"stopped; nothing written to {args.out}" if _identity(index) == before
+                             else f"stopped after writing {index}"
+                             + (" (its MLflow logging not finished)" if args.mlflow_uri else ""))
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.mlflow_uri and not (args.run_id or args.experiment):
         return _fail("--mlflow-uri needs --run-id, or --experiment (with --sweep-id for the sweep's run)", 1)
     if (args.run_id or args.experiment or args.sweep_id) and not args.mlflow_uri:

@@ -12,10 +12,16 @@ format (the table's ``attrs["floatfmt"]``, else two decimals, "--" for a missing
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import html
+import os
 import re
-from collections.abc import Sequence
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -148,26 +154,75 @@ def latex(tables: Sequence[Table]) -> str:
 
 def write(sections: Sequence[Section], out_dir: str | Path, *, title: str, source: str) -> Path:
     """Write the report into ``out_dir`` (created; an earlier report's figures and tables there
-    are removed first, so none goes stale); returns the path of ``index.html``."""
+    are removed first, so none goes stale); returns the path of ``index.html``.
+
+    Whole or not at all: every file is written into a folder of its own inside ``out_dir`` first,
+    then moved into place with SIGINT / SIGTERM held (renames: an earlier report is replaced at
+    once, never left half old and half new). An exception or a signal before that leaves
+    ``out_dir`` as it was (removed again if this call created it)."""
     out = Path(out_dir)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    (out / "tables").mkdir(exist_ok=True)
-    for old in [*(out / "figures").glob("*.png"), *(out / "tables").glob("*.md"), *(out / "tables").glob("*.tex"),
-                *(out / "tables").glob("*.csv")]:
-        old.unlink()
     meta = f"Generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M UTC} from {source}."
     items = [i for s in sections for i in s.items]
     keys = [i.key for i in items]
     if len(set(keys)) != len(keys):
         raise ValueError(f"report item keys repeat: {sorted({k for k in keys if keys.count(k) > 1})}")
-    for i in items:
-        if isinstance(i, Table):
-            for fmt, ext in (("markdown", "md"), ("latex", "tex"), ("csv", "csv")):
-                (out / "tables" / f"{i.key}.{ext}").write_text(format_table(i.df, fmt))
-        else:
-            (out / "figures" / f"{i.key}.png").write_bytes(F.png(i.fig))
-    (out / "tables.tex").write_text(latex([i for i in items if isinstance(i, Table)]))
-    (out / "report.md").write_text(markdown(sections, title, meta))
-    index = out / "index.html"
-    index.write_text(page(sections, title, meta))
-    return index
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=".report-partial-", dir=out))
+    try:
+        (staged / "figures").mkdir()
+        (staged / "tables").mkdir()
+        for i in items:
+            if isinstance(i, Table):
+                for fmt, ext in (("markdown", "md"), ("latex", "tex"), ("csv", "csv")):
+                    (staged / "tables" / f"{i.key}.{ext}").write_text(format_table(i.df, fmt))
+            else:
+                (staged / "figures" / f"{i.key}.png").write_bytes(F.png(i.fig))
+        (staged / "tables.tex").write_text(latex([i for i in items if isinstance(i, Table)]))
+        (staged / "report.md").write_text(markdown(sections, title, meta))
+        (staged / "index.html").write_text(page(sections, title, meta))
+    except BaseException:
+        shutil.rmtree(out if created else staged, ignore_errors=True)
+        raise
+    try:
+        with _signals_held():
+            _move_into_place(staged, out)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return out / "index.html"
+
+
+REPLACED = {"figures": ("*.png",), "tables": ("*.md", "*.tex", "*.csv")}
+
+
+def _move_into_place(staged: Path, out: Path) -> None:
+    """The staged report into ``out``: the earlier report's figures and tables removed, every new
+    file renamed in (the same file system: no copy), ``index.html`` last."""
+    for sub, patterns in REPLACED.items():
+        (out / sub).mkdir(exist_ok=True)
+        for old in [f for pattern in patterns for f in (out / sub).glob(pattern)]:
+            old.unlink()
+        for new in (staged / sub).iterdir():
+            os.replace(new, out / sub / new.name)
+    for name in ("tables.tex", "report.md", "index.html"):
+        os.replace(staged / name, out / name)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """A SIGINT or SIGTERM that comes inside the block is delivered when it ends (to the handler
+    it would have reached): a Ctrl-C there lands after the last rename, not between two. (Not a
+    signal mask: that holds a signal back from one thread, and JAX's threads would take it.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: came.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        if came:
+            signal.raise_signal(came[0])

@@ -20,7 +20,7 @@ and LaTeX; CSV is the table alone).
 Exit codes: 0 printed; 1 nothing to build the table from or a bad option; 2 no database (none
 given and no run dir holds one, or a missing SQLite file), or it cannot be reached, is no database
 (a text file, a corrupt SQLite file) or is not at this code's schema (one line on stderr, never
-the password).
+the password); 130 / 143 stopped by SIGINT / SIGTERM (one line; nothing printed to stdout).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import sys
 
 import sqlalchemy as sa
 
+from flurka.cli import stopping_on_signals
 from flurka.configs import get_config
 from flurka.results import db, quality_tables, rundirs, speed_tables, tables
 from flurka.results.models import CurvePoint, Sweep, Trial
@@ -291,6 +292,12 @@ def build(engine, args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    with stopping_on_signals(raising=True) as stop:   # pure SQL and pandas: Ctrl-C unwinds it
+        stop.line = "stopped before the table was printed"
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     url = database_url(args)
     if url is None:
         return 2

@@ -18,7 +18,9 @@ Speed and theory documents also go to MLflow, one run each in the experiments ``
 skips it.
 
 Idempotent: ingesting a file twice adds nothing (in MLflow either). Every file is read and validated before any is
-written (a bad one names itself and nothing is added); then each file is one transaction.
+written (a bad one names itself and nothing is added); then each file is one transaction. SIGINT / SIGTERM
+stop it with one line and exit 130 / 143: the file in progress is rolled back (its MLflow run, once begun, is
+logged whole), the files before it stay in, and the same command adds the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from flurka.cli import stopping_on_signals
 from flurka.results import db, rundirs
 from flurka.results.ingest import ingest_parsed, parse_file
 
@@ -54,6 +57,12 @@ def _tracking_uri(flag: str | None, results_url: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with stopping_on_signals(raising=True) as stop:   # SQL: Ctrl-C unwinds it, the transaction rolls back
+        stop.line = "stopped before any file was ingested; nothing added"
+        return _run(args, stop)
+
+
+def _run(args: argparse.Namespace, stop) -> int:
     parsed = [(path, parse_file(path)) for path in args.files]   # ValueError: one line, by main
     url = args.db
     if url is None:
@@ -70,19 +79,25 @@ def run(args: argparse.Namespace) -> int:
             from flurka.tracking.store import probe_tracking   # MLflow: 1.4 s, only for documents that go to it
 
             probe_tracking(tracking)
-        engine = db.open_results(url)
+        with stop.held():   # a database created (migrated) whole or not at all
+            engine = db.open_results(url)
     except db.DatabaseUnreachable as e:
         print(f"flurka ingest: {e}", file=sys.stderr)
         return 2
     try:
-        for path, records in parsed:
+        for done, (path, records) in enumerate(parsed):
+            stop.line = (f"stopped after {done} of {len(parsed)} files; {path} rolled back "
+                         "(the same command adds the rest)")
             report = ingest_parsed(engine, records)
+            stop.line = (f"stopped after {done + 1} of {len(parsed)} files"
+                         + ("" if done + 1 == len(parsed) else " (the same command adds the rest)"))
             updated = f", updated {report.updated} (FLOP-model fields re-derived)" if report.updated else ""
             print(f"{path}: added {report.added}, already present {report.skipped}{updated}")
             if tracking is not None:
                 from flurka.tracking.documents import log_document   # MLflow, as probe_tracking above
 
-                logged = log_document(tracking, path, Path(path).read_text())
+                with stop.held():   # an MLflow run half logged would pass for the whole one next time
+                    logged = log_document(tracking, path, Path(path).read_text())
                 if logged is not None:
                     print(f"{path}: MLflow run {logged[0]} ({'logged' if logged[1] else 'already there'})")
     except db.database_errors() as e:  # a page corrupt past the schema: the file's transaction rolled back

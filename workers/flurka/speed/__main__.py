@@ -4,7 +4,8 @@
     python -m flurka.speed --sweep tiny --mechanisms full,flurka-rnn --modes forward --repeats 3
     python -m flurka.speed --sweep dk-sweep --list          # print the points and their indices
 
-Writes ONE JSON file (rewritten after each point, so an interrupted run keeps its rows):
+Writes ONE JSON file (rewritten after each point, so an interrupted run keeps its rows; SIGINT
+or SIGTERM stops before the next point with one line and exit 130 / 143, a second at once):
 
 ``schema``      "flurka.speed/1"
 ``sweep``       sweep name; ``created`` UTC ISO time
@@ -14,6 +15,7 @@ Writes ONE JSON file (rewritten after each point, so an interrupted run keeps it
                 cuda_runtime, cudnn, cuda_driver}
 ``settings``    {warmup, repeats, calls_per_sample (null: sized per point), memory_budget_bytes,
                 runner ("local" or "ray"), stopped_at_deadline (present and true when --time-budget-min cut the list),
+                stopped_by_signal (present and true when SIGINT / SIGTERM did),
                 interleaved (present and true with --interleave; each row then has it too)}
 ``ceilings``    {dtype: {matmul_flops_per_s, copy_bytes_per_s, matmul: {n, flops, median_s, …},
                 copy: {array_bytes, bytes, median_s, …}}} — measured on this card
@@ -49,7 +51,7 @@ import sys
 import time
 
 from flurka.attention import FUSABLE, PROJECTABLE
-from flurka.cli import module_main, writable_file
+from flurka.cli import module_main, stopping_on_signals, writable_file
 from flurka.kernels.ffn import ONE_KERNEL, FfnTiling, use_ffn_tiling
 from flurka.speed.configs import DTYPES, MODES, SCOPES, SWEEP_NAMES, points, select, xla_option
 
@@ -166,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
             print(i, p)
         return 0
     writable_file(args.out, "--out")
+    with stopping_on_signals() as stop:   # polled between points: no exception inside JAX
+        return _run(args, indices, pts, stop)
+
+
+def _run(args: argparse.Namespace, indices: list[int], pts, stop) -> int:
     # imported here, not above (a measured start-up cost): they load optax, the models and the
     # training room, which --list and --help do not need
     from flurka.speed.bench import check_compile_options, freeze_survivors
@@ -178,7 +185,12 @@ def run(args: argparse.Namespace) -> int:
     deadline = (None if args.time_budget_min is None
                 else time.monotonic() + 60 * args.time_budget_min)
 
+    done: list[dict] = []
+    stop.line = lambda: (f"stopped after {len(done)} of {len(pts)} points; " + (
+        f"{len(done)} row{'' if len(done) == 1 else 's'} in {args.out}" if done else f"nothing written to {args.out}"))
+
     def progress(row: dict) -> None:
+        done.append(row)
         t = row.get("median_s")
         print(f"[{row['index']}] {row['mechanism']:>16} {row['mode']:>7} {row['scope']:>5} "
               f"N={row['seq_len']} d_model={row['d_model']} d_k={row['d_k']}: {row['status']}"
@@ -193,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
                         memory_budget_bytes=budget,
                         with_ceilings=not args.no_ceilings, progress=progress,
                         deadline=deadline, profile_steps=args.profile_steps,
-                        interleave=args.interleave)
+                        interleave=args.interleave, stop=stop)
+    if stop.is_set():
+        return stop.finish()
     statuses = [r["status"] for r in doc["results"]]
     print(f"wrote {args.out}: {len(statuses)} points, "
           + ", ".join(f"{s} {statuses.count(s)}" for s in ("ok", "oom", "error")))

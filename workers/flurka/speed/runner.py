@@ -138,12 +138,13 @@ def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, ou
               memory_budget_bytes: int | None = None, with_ceilings: bool = True,
               progress: Callable[[dict], None] | None = None,
               deadline: float | None = None, profile_steps: int = 0,
-              interleave: bool = False) -> dict[str, Any]:
+              interleave: bool = False, stop=None) -> dict[str, Any]:
     """Time each point in this process; rewrite ``out`` after every point (``interleave``:
     every group of :func:`side_by_side` points, timed by :func:`~flurka.speed.bench.run_interleaved`)
     so an interrupted run keeps what it measured. ``deadline`` (a ``time.monotonic()`` value)
     stops before the next point or group once passed: a lease of fixed length ends with a
-    complete file, not a kill."""
+    complete file, not a kill. ``stop`` (a ``threading.Event``: ``python -m flurka.speed`` sets it
+    on SIGINT / SIGTERM) stops there too; the file then says ``stopped_by_signal``."""
     dtypes = sorted({p.dtype for p in points})
     ceilings = ({d: measured_ceilings(d) for d in dtypes} if with_ceilings else None)
     settings = {"warmup": warmup, "repeats": repeats, "calls_per_sample": per_sample,
@@ -152,6 +153,12 @@ def run_sweep(points: Sequence[Point], indices: Iterable[int], *, sweep: str, ou
     groups = side_by_side(points, indices) if interleave else [[ip] for ip in zip(indices, points)]
     results: list[dict] = []
     for group in groups:
+        if stop is not None and stop.is_set():
+            settings["stopped_by_signal"] = True
+            if out and results:
+                write_json(document(sweep=sweep, results=results, ceilings=ceilings,
+                                    settings=settings), out)
+            break
         if deadline is not None and time.monotonic() > deadline:
             settings["stopped_at_deadline"] = True
             break

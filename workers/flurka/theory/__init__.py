@@ -28,7 +28,7 @@ paper's claims evaluated at that shape, so a regime boundary can be checked agai
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -109,7 +109,22 @@ def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
                          seeds: Sequence[int] = (0, 1, 2), batch: int = 2,
                          x: jax.Array | None = None, mask: jax.Array | None = None,
                          full: nnx.Module | None = None) -> list[dict[str, Any]]:
-    """Error of every mechanism vs full attention over a grid of d_k and m, per seed.
+    """Error of every mechanism vs full attention over a grid of d_k and m, per seed: the rows of
+    :func:`iter_approximation_errors` (same arguments) as a list."""
+    return list(iter_approximation_errors(d_model=d_model, num_heads=num_heads, seq_len=seq_len,
+                                          d_k_values=d_k_values, m_values=m_values,
+                                          mechanisms=mechanisms, seeds=seeds, batch=batch, x=x,
+                                          mask=mask, full=full))
+
+
+def iter_approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
+                              d_k_values: Sequence[int], m_values: Sequence[int],
+                              mechanisms: Sequence[str] = tuple(flop_model.MECHANISMS),
+                              seeds: Sequence[int] = (0, 1, 2), batch: int = 2,
+                              x: jax.Array | None = None, mask: jax.Array | None = None,
+                              full: nnx.Module | None = None) -> Iterator[dict[str, Any]]:
+    """Error of every mechanism vs full attention over a grid of d_k and m, per seed, one row at
+    a time (a caller may stop between rows: ``flurka theory`` on a signal).
 
     Rows: {mechanism, d_k, m, seed, rel_error, inf_error}; mechanisms that use neither d_k nor m
     appear once per seed with d_k = m = None. FLuRKA rows add Theorem 1's two terms (relative,
@@ -120,7 +135,6 @@ def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
     each (d_k, m) one linformer, one of each kernel, and FLuRKA layers reusing those draws (see
     the module docstring).
     """
-    rows = []
     for seed in seeds:
         ref_layer = full or make_attention("full", d_model=d_model, num_heads=num_heads,
                                            max_len=seq_len, rngs=nnx.Rngs(seed))
@@ -161,8 +175,7 @@ def approximation_errors(*, d_model: int, num_heads: int, seq_len: int,
                     low = output("linformer", d_k, None)
                     row["kernel_term"] = float(_rel(out - low, ref).mean())
                     row["lowrank_term"] = float(_rel(low - ref, ref).mean())
-                rows.append(row)
-    return rows
+                yield row
 
 
 def mean_error(rows: Sequence[dict], metric: str = "rel_error", **where) -> float:

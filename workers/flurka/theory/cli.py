@@ -30,7 +30,9 @@ vary only the random draws (E, ω), and rank rows of the trained mechanism itsel
 Matmuls run at ``highest`` precision by default, so TF32 on a GPU does not show up as
 approximation error. Bad input (unknown mechanism, d_k longer than the
 sequence, heads not dividing d_model) is one line on stderr and exit status 2, before anything is
-compiled.
+compiled. SIGINT / SIGTERM stop it between two rows: one line (``stopped after N of M rows;
+nothing written``, a partial document would read as a whole one) and exit 130 / 143; ``--out``
+is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 from flax import nnx
@@ -50,7 +52,7 @@ from flax import nnx
 from flurka import theory
 from flurka.attention import flops as flop_model
 from flurka.attention import make_attention
-from flurka.cli import module_main, writable_file
+from flurka.cli import module_main, stopping_on_signals, writable_file
 from flurka.theory.flops_cli import positive_int
 
 PROG = "python -m flurka.theory"
@@ -184,7 +186,10 @@ def _check_layer(mech: str, **kw) -> None:
 
 def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any]]:
     """Numerical rank of φ(Q)φ(K)ᵀ for every rank mechanism, seed, example and head."""
-    rows = []
+    return list(_iter_rank_rows(args, p))
+
+
+def _iter_rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for seed in args.seeds:
         x = jax.random.normal(jax.random.key(seed), (args.batch, args.seq_len, args.d_model))
         for mech in p["rank_mechanisms"]:
@@ -192,26 +197,57 @@ def rank_rows(args: argparse.Namespace, p: dict[str, Any]) -> list[dict[str, Any
             layer = _build(mech, d_model=args.d_model, num_heads=args.heads, seq_len=args.seq_len,
                            d_k=p["rank_d_k"] if uses_dk else None,
                            m=p["rank_m"] if uses_m else None, seed=seed)
-            rows += [{**row, "seed": seed} for row in theory.rank_rows(layer, x)]
-    return rows
+            yield from [{**row, "seed": seed} for row in theory.rank_rows(layer, x)]
 
 
-def _trained_rows(args: argparse.Namespace, p: dict[str, Any]) -> tuple[list[dict], list[dict]]:
-    """Error and rank rows on the captured inputs of ``--from-run``'s model (updates ``p`` with
-    what the document's config says about the inputs)."""
+def _row_counts(args: argparse.Namespace, p: dict[str, Any], inputs: int, examples: int) -> int:
+    """How many rows the document will hold: errors and ranks per input set (``inputs``: 1, or the
+    trained model's layers) of ``examples`` examples."""
+    grid = 0
+    for mech in p["mechanisms"]:
+        uses_dk, uses_m = theory.uses(mech)
+        grid += (len(p["d_k"]) if uses_dk else 1) * (len(p["m"]) if uses_m else 1)
+    per_rank_layer = examples * p["num_heads"]
+    rank_layers = len(p["rank_mechanisms"]) * (1 if args.from_run is not None else len(args.seeds))
+    return inputs * (len(args.seeds) * grid + rank_layers * per_rank_layer)
+
+
+def _random_rows(args: argparse.Namespace, p: dict[str, Any]) -> tuple[Iterator[dict], Iterator[dict], int]:
+    """Error and rank rows on standard-normal inputs, as they are measured, and how many."""
+    errors = theory.iter_approximation_errors(d_model=args.d_model, num_heads=args.heads,
+                                              seq_len=args.seq_len, d_k_values=p["d_k"], m_values=p["m"],
+                                              mechanisms=p["mechanisms"], seeds=args.seeds,
+                                              batch=args.batch)
+    return errors, _iter_rank_rows(args, p), _row_counts(args, p, 1, args.batch)
+
+
+def _trained_rows(args: argparse.Namespace, p: dict[str, Any]) -> tuple[Iterator[dict], Iterator[dict], int]:
+    """Error and rank rows on the captured inputs of ``--from-run``'s model, as they are
+    measured, and how many (updates ``p`` with what the document's config says about the inputs)."""
     from flurka.theory import trained   # Orbax, as in plan()
     from flurka.training import load_run
 
     run = load_run(args.from_run, p["step"])
     captured = trained.capture(run, args.batch)
+    examples = int(captured[0].x.shape[0])
     p["inputs"] = f"captured: {run.describe()}"
     p["source"] = {"workdir": os.path.abspath(args.from_run), "step": run.step,
                    "benchmark": run.config.benchmark, "attention": run.attention,
-                   "layers": len(captured), "examples": int(captured[0].x.shape[0])}
-    errors = trained.error_rows(captured, d_k_values=p["d_k"], m_values=p["m"],
-                                mechanisms=p["mechanisms"], seeds=args.seeds)
-    ranks = trained.rank_rows(captured, p["rank_mechanisms"], d_k=p["rank_d_k"], m=p["rank_m"])
-    return errors, ranks
+                   "layers": len(captured), "examples": examples}
+    errors = trained.iter_error_rows(captured, d_k_values=p["d_k"], m_values=p["m"],
+                                     mechanisms=p["mechanisms"], seeds=args.seeds)
+    ranks = trained.iter_rank_rows(captured, p["rank_mechanisms"], d_k=p["rank_d_k"], m=p["rank_m"])
+    return errors, ranks, _row_counts(args, p, len(captured), examples)
+
+
+def _until_stopped(rows: Iterator[dict], into: list[dict], stop) -> bool:
+    """``rows`` into ``into`` until they end (True) or ``stop`` is set (polled before each row)."""
+    while not stop.is_set():
+        row = next(rows, None)
+        if row is None:
+            return True
+        into.append(row)
+    return False
 
 
 def document(args: argparse.Namespace, p: dict[str, Any], errors: list[dict], ranks: list[dict]) -> dict[str, Any]:
@@ -239,23 +275,32 @@ def _write(doc: dict[str, Any], path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with stopping_on_signals() as stop:   # polled between rows: no exception inside JAX
+        return _run(args, stop)
+
+
+def _run(args: argparse.Namespace, stop) -> int:
     p = plan(args)  # ValueError before any compute
     writable_file(args.out, "--out")
     start = time.perf_counter()
+    errors: list[dict] = []
+    ranks: list[dict] = []
+    total: list[int] = []
+    stop.line = lambda: (f"stopped after {len(errors) + len(ranks)}"
+                         + (f" of {total[0]}" if total else "") + f" rows; nothing written to {args.out}")
+    complete = False
     with jax.default_matmul_precision(args.matmul_precision):
-        if args.from_run is not None:
-            errors, ranks = _trained_rows(args, p)
-        else:
-            errors = theory.approximation_errors(d_model=args.d_model, num_heads=args.heads,
-                                                 seq_len=args.seq_len, d_k_values=p["d_k"], m_values=p["m"],
-                                                 mechanisms=p["mechanisms"], seeds=args.seeds,
-                                                 batch=args.batch)
-            ranks = rank_rows(args, p)
+        if args.from_run is None or not stop.is_set():   # a trained model is loaded first
+            error_rows, rank_rows_, count = (_trained_rows if args.from_run is not None else _random_rows)(args, p)
+            total.append(count)
+            complete = _until_stopped(error_rows, errors, stop) and _until_stopped(rank_rows_, ranks, stop)
+    if not complete:
+        return stop.finish()
     doc = document(args, p, errors, ranks)
     _write(doc, args.out)
     print(f"wrote {args.out}: {len(errors)} approximation-error rows ({len(p['mechanisms'])} mechanisms), "
           f"{len(ranks)} rank rows, on {doc['device']['name']} in {time.perf_counter() - start:.1f}s")
-    return 0
+    return stop.finish(f"stopped after the last row; {args.out} written whole") if stop.is_set() else 0
 
 
 def main(argv: list[str] | None = None) -> int:

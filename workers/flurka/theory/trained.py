@@ -13,7 +13,7 @@ carrying its trained projections.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -94,14 +94,17 @@ def error_rows(captured: Sequence[Captured], **grid) -> list[dict[str, Any]]:
     """``theory.approximation_errors`` per captured layer (``grid``: d_k_values, m_values,
     mechanisms, seeds), against full attention with the layer's trained projections; rows gain
     ``layer``."""
-    rows = []
+    return list(iter_error_rows(captured, **grid))
+
+
+def iter_error_rows(captured: Sequence[Captured], **grid) -> Iterator[dict[str, Any]]:
+    """:func:`error_rows` one row at a time."""
     for c in captured:
         full = with_projections(c.attention, "full")
-        for row in theory.approximation_errors(
+        for row in theory.iter_approximation_errors(
                 d_model=c.attention.d_model, num_heads=c.attention.num_heads,
                 seq_len=c.x.shape[1], x=c.x, mask=c.mask, full=full, **grid):
-            rows.append({**row, "layer": c.layer})
-    return rows
+            yield {**row, "layer": c.layer}
 
 
 def rank_rows(captured: Sequence[Captured], mechanisms: Sequence[str], *, d_k: int, m: int,
@@ -109,7 +112,12 @@ def rank_rows(captured: Sequence[Captured], mechanisms: Sequence[str], *, d_k: i
     """Ranks of φ(Q)φ(K)ᵀ per captured layer, example and head: the trained layer itself when
     its mechanism is one of ``mechanisms`` (``trained: True``), else a ``mechanisms`` layer with
     its projections (d_k / m as given)."""
-    rows = []
+    return list(iter_rank_rows(captured, mechanisms, d_k=d_k, m=m, tol=tol))
+
+
+def iter_rank_rows(captured: Sequence[Captured], mechanisms: Sequence[str], *, d_k: int, m: int,
+                   tol: float | None = None) -> Iterator[dict[str, Any]]:
+    """:func:`rank_rows`, one layer's rows (examples × heads) after another."""
     for c in captured:
         for mech in mechanisms:
             own = mech == c.attention.mechanism
@@ -119,6 +127,5 @@ def rank_rows(captured: Sequence[Captured], mechanisms: Sequence[str], *, d_k: i
                 uses_dk, uses_m = theory.uses(mech)
                 layer = with_projections(c.attention, mech, **theory.layer_options(
                     d_k if uses_dk else None, m if uses_m else None))
-            rows += [{**row, "layer": c.layer, "trained": own, "seed": None}
-                     for row in theory.rank_rows(layer, c.x, c.mask, tol)]
-    return rows
+            yield from [{**row, "layer": c.layer, "trained": own, "seed": None}
+                        for row in theory.rank_rows(layer, c.x, c.mask, tol)]

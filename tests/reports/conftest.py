@@ -227,6 +227,30 @@ def main_job(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def one_alpha_job(tmp_path_factory) -> str:
+    """URL of the main job's database with one α per row (α = 37.5 % alone): no best α to star."""
+    record = main_job_record(np.random.default_rng(1))
+    record["trials"] = [t for t in record["trials"] if t["alpha"] in (None, 0.375)]
+    url = f"sqlite:///{tmp_path_factory.mktemp('one-alpha') / 'results.db'}"
+    engine = open_results(url)
+    ingest_sweep(engine, record)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def no_full_job(tmp_path_factory) -> str:
+    """URL of the main job's database as `make sweep` trains it: no full attention (no target loss)."""
+    record = main_job_record(np.random.default_rng(1))
+    record["trials"] = [t for t in record["trials"] if t["attention"] != "full"]
+    url = f"sqlite:///{tmp_path_factory.mktemp('no-full') / 'results.db'}"
+    engine = open_results(url)
+    ingest_sweep(engine, record)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
 def populated(tmp_path_factory):
     """(database URL, theory file) of the full synthetic data set, ingested once per session."""
     root = tmp_path_factory.mktemp("report-data")

@@ -206,9 +206,13 @@ def test_main_job_report_leads_with_uptraining(main_job_served, tmp_path, chromi
     first = check["first"]
     assert first["id"] == "uptraining" and first["items"] == [
         "table cells uptraining-nmt-small", "plot uptraining-nmt-small-fig", "table prose uptraining-nmt-small-observations",
-        "table cells uptraining-nmt-small-observations-rows"]
+        "table cells uptraining-nmt-small-observations-rows", "table cells uptraining-nmt-small-loss",
+        "table cells uptraining-quality"]
     ci_cells = [c for c in first["cells"] if re.fullmatch(r"\d+\.\d ± \d+\.\d \(n=3\)( \*)?", c)]
-    assert len(ci_cells) == 4 * 6, first["cells"]            # 4 rows (variant, d_k) × kernel, low-rank, 4 α
+    # BLEU cells: Table 5's 4 rows (variant, d_k) × kernel, low-rank, 4 α; the quality table's 7 mechanisms
+    assert len(ci_cells) == 4 * 6 + 7, first["cells"]
+    loss_cells = [c for c in first["cells"] if re.fullmatch(r"0\.\d{3} ± 0\.\d{3} \(n=3\)( \*)?", c)]
+    assert len(loss_cells) == 4 * 6, first["cells"]         # Table 5 on the eval loss, the sweep's table
     assert sum(c.endswith(" *") for c in ci_cells) == 4      # each row's best α
     assert Path(check["images"][0]["src"]).name == "uptraining-nmt-small-fig.png"
     assert all(img["complete"] and img["std"] > 10 and img["ink"] > 0.01 for img in check["images"]), check["images"]

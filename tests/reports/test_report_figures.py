@@ -15,6 +15,7 @@ import matplotlib
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as st
 
 matplotlib.use("Agg")
 
@@ -248,6 +249,16 @@ def test_main_job_figures_are_legible(main_job_plots):
     assert not problems, "\n".join(problems)
 
 
+def _legend_texts(fig) -> list[str]:
+    """The figure's one legend (no panel has its own), its entries at least 8 pt, none twice."""
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    texts = fig.legends[0].get_texts()
+    assert all(t.get_fontsize() >= 8 for t in texts)
+    labels = [t.get_text() for t in texts]
+    assert len(set(labels)) == len(labels), labels
+    return labels
+
+
 def _hue(colour) -> float:
     return colorsys.rgb_to_hsv(*to_rgb(colour))[0]
 
@@ -286,7 +297,7 @@ def test_alpha_figure_has_a_ci_band_per_variant_and_tells_it_from_its_kernel(mai
         hues = [_hue(line.get_color()) for line in (own, ref_k, ref_l)]
         gaps = [min(abs(a - b), 1 - abs(a - b)) for a, b in ((hues[0], hues[1]), (hues[0], hues[2]), (hues[1], hues[2]))]
         assert min(gaps) > 0.15, (ax.get_title(), [own.get_color(), ref_k.get_color(), ref_l.get_color()])
-        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        legend = _legend_texts(fig)
         assert any(t.startswith(f"{variant}: up-trained (n=3)") for t in legend), legend
         assert any(t.startswith(f"{kernel}: kernel") for t in legend) and any(t.startswith(f"linformer {d_k}") for t in legend)
 
@@ -329,14 +340,27 @@ def test_alpha_figure_draws_the_raw_trials_means_and_t_intervals(main_job_plots,
         assert len(stars) == 1
         best = max(means, key=means.get)
         assert (stars[0].get_xdata()[0], stars[0].get_ydata()[0]) == (pytest.approx(best), pytest.approx(means[best]))
-        assert stars[0].get_label() == f"best α = {best:g}%"
+        assert stars[0].get_label() == figures.BEST_ALPHA_LABEL
+
+
+def _main_curves(main_job) -> pd.DataFrame:
+    engine = connect(main_job)
+    try:
+        return quality_tables.curves(engine, "nmt-small", ["loss", "train_flops"])
+    finally:
+        engine.dispose()
+
+
+def _mean_lines(ax) -> list:
+    """The panel's labelled curves (seed means): not the faint seeds, fork dots or the target."""
+    return [line for line in ax.get_lines() if not line.get_label().startswith(("_", "target"))]
 
 
 def test_loss_vs_flops_draws_a_mean_curve_per_mechanism_in_readable_flops(main_job_plots, main_job):
     """From scratch: one bold curve per mechanism (and d_k), the mean of its three seeds (drawn
-    faint), read back from the database; each up-trained variant's α branches in a panel of their
+    faint), read back from the database; each up-trained variant's α branches in a row of their
     own; FLOPs in the SI unit the data calls for (600 steps at ~1.5e11: TFLOP), tick labels plain
-    numbers and no offset text on either axis."""
+    numbers and no offset text on either axis; one legend for the figure, 8 pt, each entry once."""
     fig = main_job_plots["loss-vs-flops-nmt-small"].fig
     FigureCanvasAgg(fig).draw()
     scratch, *branches = fig.axes
@@ -345,26 +369,122 @@ def test_loss_vs_flops_draws_a_mean_curve_per_mechanism_in_readable_flops(main_j
         assert ax.xaxis.get_offset_text().get_text() == "" and ax.yaxis.get_offset_text().get_text() == ""
         ticks = [t.get_text() for t in _shown_ticklabels(ax, "x")]
         assert len(ticks) >= 3 and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in ticks), ticks
-    bold = {line.get_label().split(" (")[0]: line for line in scratch.get_lines()
-            if not line.get_label().startswith(("_", "target"))}
+    bold = {line.get_label().split(" (")[0]: line for line in _mean_lines(scratch)}
     assert sorted(bold) == ["eva", "full", "linformer d_k=16", "linformer d_k=32", "performer", "rnn"]
-    assert all(line.get_linewidth() >= 1.5 for line in bold.values())
+    assert all(line.get_linewidth() >= 1.5 and line.get_label().endswith("(mean of 3 seeds)") for line in bold.values())
     faint = [line for line in scratch.get_lines() if (line.get_alpha() or 1) < 0.5]
     assert len(faint) == 6 * 3 and all(line.get_linewidth() < 1 for line in faint)
-    engine = connect(main_job)
-    curves = quality_tables.curves(engine, "nmt-small", ["loss", "train_flops"])
-    engine.dispose()
+    curves = _main_curves(main_job)
     for label, query in (("full", "attention == 'full'"), ("linformer d_k=32", "attention == 'linformer' and d_k == 32")):
         want = curves.query(query).groupby("step")[["train_flops", "loss"]].mean()
         assert curves.query(query)["trial_id"].nunique() == 3
         assert np.allclose(bold[label].get_xdata(), want["train_flops"] / 1e12)
         assert np.allclose(bold[label].get_ydata(), want["loss"])
     assert max(max(line.get_xdata()) for line in scratch.get_lines()) == pytest.approx(144, rel=0.01)
-    assert [ax.get_title().split(":")[0] for ax in branches] == ["flurka-performer", "flurka-rnn"]
-    for ax in branches:
-        labels = [line.get_label() for line in ax.get_lines()]
+    rows = [ax for ax in branches if "α branches" in ax.get_title()]
+    assert [ax.get_title().split(" ")[0] for ax in rows] == ["flurka-performer", "flurka-rnn"]
+    for ax in rows:
+        labels = [line.get_label() for line in _mean_lines(ax)]
         assert sum(label.startswith("α = ") for label in labels) == 4 * 2     # 4 α × 2 d_k, each a seed mean
-        assert sum("(base, mean of 3)" in label for label in labels) == 2     # the Linformer base at each d_k
+        assert {"linformer d_k=16 (mean of 3 seeds)", "linformer d_k=32 (mean of 3 seeds)"} <= set(labels)
+    legend = _legend_texts(fig)     # the curves once each (α entries shared by both rows), then what explains them
+    assert sum(t.startswith("α = ") for t in legend) == 4 * 2
+    assert legend[-2:] == ["target: full attention's final train loss, 0.3177", figures.CURVE_BAND_LABEL]
+
+
+def test_loss_vs_flops_names_its_loss_and_holds_every_curve(main_job_plots):
+    """The y axis says which loss and that it is log-scaled; no mean curve leaves its panel: every
+    point of every curve inside the panel's x range lies inside its y limits (the issue's curves
+    ran above the top tick and off the panel)."""
+    fig = main_job_plots["loss-vs-flops-nmt-small"].fig
+    FigureCanvasAgg(fig).draw()
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log"
+        if ax.get_subplotspec().is_first_col():
+            assert ax.get_ylabel() == "train loss (log scale)"
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        lines = _mean_lines(ax)
+        assert lines
+        for line in lines:
+            x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+            inside = y[(x >= x0) & (x <= x1)]
+            assert inside.size and y0 < inside.min() and inside.max() < y1, (ax.get_title(), line.get_label(),
+                                                                             (y0, y1), (inside.min(), inside.max()))
+
+
+def _curve_band(ax, line):
+    """The CI band (a PolyCollection) drawn in ``line``'s colour, as (x, low, high) per x point."""
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection) and len(c.get_paths())
+             and np.allclose(c.get_facecolor()[0][:3], to_rgb(line.get_color()))
+             and np.allclose(c.get_paths()[0].vertices[0, 0], line.get_xdata()[0])]
+    assert bands, line.get_label()
+    vertices = bands[0].get_paths()[0].vertices
+    out = {}
+    for x, y in vertices:
+        lo, hi = out.get(round(float(x), 9), (np.inf, -np.inf))
+        out[round(float(x), 9)] = (min(lo, y), max(hi, y))
+    return out
+
+
+def test_loss_vs_flops_bands_are_t_intervals_over_the_seeds(main_job_plots, main_job):
+    """Each mean of three seeds sits in a band whose bounds, at a logged step, are scipy's 95 % t
+    interval (2 degrees of freedom) of the three seeds' losses there, worked out here from the
+    database: full attention from scratch, and an α branch after its fork."""
+    fig = main_job_plots["loss-vs-flops-nmt-small"].fig
+    curves = _main_curves(main_job)
+    scratch = fig.axes[0]
+    row = next(ax for ax in fig.axes if ax.get_title().startswith("flurka-rnn from"))
+    for ax, label, query in (
+            (scratch, "full (mean of 3 seeds)", "attention == 'full'"),
+            (row, "α = 50%, d_k=32 (mean of 3 seeds)", "attention == 'flurka-rnn' and d_k == 32 and alpha == 0.5")):
+        line = next(line for line in ax.get_lines() if line.get_label() == label)
+        band = _curve_band(ax, line)
+        raw = curves.query(query)
+        assert raw["trial_id"].nunique() == 3
+        checked = 0
+        for step in (400, 500, 600):
+            at = raw[raw["step"] == step]
+            values = at["loss"].to_numpy(float)
+            low, high = st.t.interval(0.95, len(values) - 1, loc=values.mean(), scale=st.sem(values))
+            x = round(float(at["train_flops"].mean() / 1e12), 9)
+            assert x in band, (label, step)
+            assert band[x] == (pytest.approx(low, rel=1e-9), pytest.approx(high, rel=1e-9))
+            assert low < np.interp(x, line.get_xdata(), line.get_ydata()) < high
+            checked += 1
+        assert checked == 3
+
+
+def test_loss_vs_flops_branches_start_at_their_fork_in_a_window_that_shows_them(main_job_plots, main_job):
+    """An α branch is drawn from its fork on (before it, it is its base's curve); a variant's row
+    starts shortly before its earliest fork's FLOPs, not at 0; where the last branch would still be
+    a sliver (α = 75 % of flurka-rnn) a right-hand panel starts shortly before the last fork."""
+    fig = main_job_plots["loss-vs-flops-nmt-small"].fig
+    curves = _main_curves(main_job)
+    for variant in ("flurka-performer", "flurka-rnn"):
+        ax = next(a for a in fig.axes if a.get_title().startswith(f"{variant} from"))
+        forks = {}
+        for alpha in (0.25, 0.375, 0.5, 0.75):
+            part = curves.query(f"attention == '{variant}' and d_k == 16 and alpha == {alpha}")
+            fork = part[part["step"] == round(alpha * 600)]["train_flops"].mean() / 1e12
+            line = next(line for line in ax.get_lines() if line.get_label() == f"α = {alpha * 100:g}%, d_k=16 (mean of 3 seeds)")
+            assert line.get_xdata()[0] == pytest.approx(fork)
+            forks[alpha] = fork
+        left, right = ax.get_xlim()
+        assert forks[0.25] - 0.1 * (right - forks[0.25]) < left < forks[0.25]
+    end = next(a for a in fig.axes if a.get_title() == "flurka-rnn: from the last fork")
+    last = curves.query("attention == 'flurka-rnn' and alpha == 0.75 and step == 450")["train_flops"].mean() / 1e12
+    assert last - 0.15 * (end.get_xlim()[1] - last) < end.get_xlim()[0] < last
+
+
+def test_loss_vs_flops_of_one_seed_says_so_and_draws_no_band(synthetic_plots):
+    """The synthetic data set trains each curve once: its labels say "1 seed", and no CI band is
+    drawn (one value has no interval)."""
+    fig = next(p for p in synthetic_plots if p.key == "loss-vs-flops-nmt-wmt14-ende").fig
+    (ax,) = fig.axes
+    labels = [line.get_label() for line in _mean_lines(ax)]
+    assert labels and all(label.endswith("(1 seed)") for label in labels), labels
+    assert not [c for c in ax.collections if isinstance(c, PolyCollection) and len(c.get_paths())]
+    assert figures.CURVE_BAND_LABEL not in _legend_texts(fig)
 
 
 @pytest.mark.parametrize("largest, unit", [(4.2e11, "GFLOP"), (1.44e14, "TFLOP"), (9.99e14, "TFLOP"),
@@ -402,5 +522,5 @@ def test_alpha_figure_with_one_alpha_draws_its_ci_as_an_error_bar():
         (segment,) = bar.lines[2][0].get_segments()
         np.testing.assert_allclose(segment, [[37.5, 94.9 + shift], [37.5, 96.1 + shift]])
         assert not [line for line in ax.get_lines() if line.get_marker() == "*"]
-        legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert "bar and bands: 95 % CI over seeds" in legend
+        assert ax.get_legend() is None
+    assert "bar and bands: 95 % CI over seeds" in _legend_texts(fig)

@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 from matplotlib import ticker
 from matplotlib.figure import Figure
+from scipy import stats as st
 
 from flurka.results.records import MECHANISMS
-from flurka.catalogue.mechanisms import KERNEL_OF, LOW_RANK, base_mechanism
+from flurka.catalogue.mechanisms import CONTROL, CONTROL_LABEL, KERNEL_OF, LOW_RANK, base_mechanism, is_control
 from flurka.results.quality_tables import NO_VALUE
 
 STYLE = {  # mechanism -> (colour, marker)
@@ -48,14 +49,20 @@ def _panels(n: int, width: float = 4.6, height: float = 3.4) -> tuple[Figure, li
     return fig, axes[:n]
 
 
-def _legend(fig: Figure, axes) -> None:
-    """One legend for the whole figure, outside the plots (panels share their mechanisms)."""
+LEGEND_PT = 8  # legend text (points): the smallest a printed page reads
+
+
+def _legend(fig: Figure, axes, *, loc: str = "outside right upper", ncols: int = 1, last: tuple[str, ...] = ()) -> None:
+    """One legend for the whole figure, outside the plots (panels share their mechanisms): each
+    label once, with the first panel's handle for it; labels that start with one of ``last``
+    (what explains the others: bands, a target line) after the curves."""
     seen: dict[str, object] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
+    seen = dict(sorted(seen.items(), key=lambda item: item[0].startswith(last) if last else False))
     if seen:
-        fig.legend(list(seen.values()), list(seen), loc="outside right upper", fontsize=7, frameon=False)
+        fig.legend(list(seen.values()), list(seen), loc=loc, ncols=ncols, fontsize=LEGEND_PT, frameon=False)
 
 
 class PlainLogLocator(ticker.Locator):
@@ -265,12 +272,16 @@ def _dk_label(d_k) -> str:
     return "d_k —" if _no_dk(d_k) else f"d_k={int(d_k)}"
 
 
+BEST_ALPHA_LABEL = "the row's best α (its best mean)"
+
+
 def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
     """Table 5 as a figure: one panel per FLuRKA variant (rows) and d_k (columns; one d_k: the
     variants two to a row), the variant's seed mean against α with its 95 % CI band, its kernel
     constituent (orange family, dashed) and Linformer at that d_k (blue, dotted) trained from
-    scratch as horizontal lines with their own bands; the row's best α starred; each panel's
-    legend, below it, names every line. ``stats``: :func:`flurka.results.quality_tables.uptraining_stats`'
+    scratch as horizontal lines with their own bands; the row's best α starred (a row of one α
+    compares nothing: no star); one legend below the panels names every line once (panels share
+    the variant's and its kernel's entries). ``stats``: :func:`flurka.results.quality_tables.uptraining_stats`'
     frame (one row per variant, d_k and column "kernel", "low-rank" or an α, with ``mechanism``,
     ``alpha``, ``mean``, ``low``, ``high``, ``n`` and ``best``); ``label``: the y axis's (default
     the frame's ``attrs["metric"]``)."""
@@ -326,7 +337,7 @@ def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
         for _, best in curve[curve["best"].astype(bool) & (len(x) > 1)].iterrows():
             ax.plot([best["alpha"] * 100], [best["mean"]], linestyle="none", marker="*", markersize=12,
                     color=colour, markeredgecolor="#222222", markeredgewidth=0.6,
-                    label=f"best α = {best['alpha'] * 100:g}%")
+                    label=BEST_ALPHA_LABEL)
         ax.set_xlim(*span)
         ax.set_xticks(x, [f"{v:g}" for v in x])
         ax.set_title(f"{variant}{'' if base == 'low-rank' else f' ({base} base)'}, {_dk_label(d_k)}", fontsize=10)
@@ -334,7 +345,8 @@ def uptraining(stats: pd.DataFrame, label: str | None = None) -> Figure:
         if c == 0:
             ax.set_ylabel(f"{label or stats.attrs.get('metric', 'value')}, mean ± 95 % CI")
         ax.grid(True, alpha=0.25)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=6.5, frameon=False)
+    _legend(fig, grid, loc="outside lower center", ncols=2 if cols == 1 else min(3, cols + 1),
+            last=("bands: ", "bar and bands: ", BEST_ALPHA_LABEL))
     return fig
 
 
@@ -357,10 +369,10 @@ def _full_length(part: pd.DataFrame) -> pd.DataFrame:
     return part[part["trial_id"].isin(last[last == last.max()].index)]
 
 
-def mean_curve(part: pd.DataFrame, y: str, x: str = "train_flops", points: int = 200):
-    """(grid, mean, runs): the seeds' mean of ``y`` against ``x``, on the seeds' common x points
-    where they share them, else interpolated on ``points`` x values spanning the range every seed
-    covers; ``runs`` each trial's own (x, y)."""
+def _seed_values(part: pd.DataFrame, y: str, x: str, points: int):
+    """(grid, values, runs): each seed's ``y`` on one x grid (``values``: seeds × grid points),
+    the seeds' common x points where they share them, else ``points`` x values spanning the range
+    every seed covers, each seed interpolated there; ``runs`` each trial's own (x, y)."""
     runs = [(g[x].to_numpy(float), g[y].to_numpy(float)) for _, g in part.sort_values("step").groupby("trial_id")]
     first = runs[0][0]
     if all(len(r[0]) == len(first) and np.allclose(r[0], first) for r in runs):
@@ -368,8 +380,39 @@ def mean_curve(part: pd.DataFrame, y: str, x: str = "train_flops", points: int =
     else:
         lo, hi = max(r[0][0] for r in runs), min(r[0][-1] for r in runs)
         grid = np.linspace(lo, hi, points) if hi > lo else first
-    mean = np.mean([np.interp(grid, rx, ry) for rx, ry in runs], axis=0)
-    return grid, mean, runs
+    return grid, np.array([np.interp(grid, rx, ry) for rx, ry in runs]), runs
+
+
+def mean_curve(part: pd.DataFrame, y: str, x: str = "train_flops", points: int = 200):
+    """(grid, mean, runs): the seeds' mean of ``y`` against ``x``, on the seeds' common x points
+    where they share them, else interpolated on ``points`` x values spanning the range every seed
+    covers; ``runs`` each trial's own (x, y)."""
+    grid, values, runs = _seed_values(part, y, x, points)
+    return grid, values.mean(axis=0), runs
+
+
+CONFIDENCE = 0.95
+
+
+def seed_interval(values) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, low, high) over the seeds (axis 0 of ``values``) at each point: scipy's Student t
+    interval at 95 % with n − 1 degrees of freedom around the mean, scaled by the standard error
+    (``scipy.stats.sem``); low = high = mean where the seeds agree; NaN bounds with one seed."""
+    values = np.atleast_2d(np.asarray(values, float))
+    n, mean = len(values), values.mean(axis=0)
+    if n < 2:
+        return mean, np.full_like(mean, np.nan), np.full_like(mean, np.nan)
+    sem = st.sem(values, axis=0)
+    spread = sem > 0
+    low, high = st.t.interval(CONFIDENCE, n - 1, loc=mean, scale=np.where(spread, sem, 1.0))
+    return mean, np.where(spread, low, mean), np.where(spread, high, mean)
+
+
+def mean_band(part: pd.DataFrame, y: str, x: str = "train_flops", points: int = 200):
+    """(grid, mean, low, high, runs): :func:`mean_curve` with its 95 % CI over the seeds at each
+    grid point (:func:`seed_interval`)."""
+    grid, values, runs = _seed_values(part, y, x, points)
+    return (grid, *seed_interval(values), runs)
 
 
 def _group_label(mech: str, d_k, num_features, many_m: bool) -> str:
@@ -381,73 +424,156 @@ def _group_label(mech: str, d_k, num_features, many_m: bool) -> str:
     return label
 
 
-def loss_vs_flops(curves: pd.DataFrame, loss: str, target: float | None) -> Figure:
-    """Training ``loss`` against cumulative training FLOPs (Table 1), in an SI unit chosen from the
-    data. Top panel: every mechanism trained from scratch, its mean over seeds bold, each seed
-    faint; then one panel per up-trained FLuRKA variant: the mean over seeds of each α branch
-    (darker = larger α) beside the Linformer base and the kernel constituent it sits between.
-    Line style tells d_k apart; the dashed grey line is the target loss (full attention's)."""
+def _seeds(n: int) -> str:
+    """A mean curve's legend suffix: how many seeds it averages (one: no mean, no band)."""
+    return "1 seed" if n == 1 else f"mean of {n} seeds"
+
+
+CURVE_BAND_ALPHA = 0.16
+CONTROL_COLOUR = "#9e9e9e"   # the no-attention control: grey, dotted
+CURVE_BAND_LABEL = "bands: 95 % CI over seeds (Student t)"
+
+
+def _log_limits(values, target: float | None = None, pad: float = 0.06) -> tuple[float, float]:
+    """Log-axis limits holding every finite positive value (and the target), padded by ``pad`` of
+    the span in log space on each side (a flat set: ±10 %)."""
+    v = np.concatenate([np.ravel(np.asarray(a, float)) for a in values] + [np.array([target or np.nan])])
+    v = v[np.isfinite(v) & (v > 0)]
+    lo, hi = np.log10(v.min()), np.log10(v.max())
+    margin = pad * (hi - lo) if hi > lo else 0.04
+    return 10 ** (lo - margin), 10 ** (hi + margin)
+
+
+def _fork(g: pd.DataFrame, alpha: float) -> float:
+    """An α branch's fork, in training FLOPs: its seeds' mean at the last logged step at or before
+    round(α · steps) (flurka.configs.switch_step; steps: the branch's last logged step), where
+    its curve, the base's until then, becomes its own."""
+    steps = int(g["step"].max())
+    before = g[g["step"] <= int(round(alpha * steps))]
+    if before.empty:
+        return float(g["train_flops"].min())
+    return float(before.sort_values("step").groupby("trial_id").tail(1)["train_flops"].mean())
+
+
+def loss_vs_flops(curves: pd.DataFrame, loss: str, target: float | None, *, kind: str = "train") -> Figure:
+    """``kind`` (training) ``loss`` against cumulative training FLOPs (Table 1: what a mechanism's
+    loss costs), in an SI unit chosen from the data; the y axes log-scaled, their limits from the
+    curves drawn (and the target) with a margin, so no curve leaves its panel.
+
+    Top panel: every mechanism trained from scratch over its whole run, each seed faint, the mean
+    over seeds bold inside its 95 % CI band (:func:`seed_interval`; "1 seed": no band). Then a row
+    per up-trained FLuRKA variant, drawn for what Table 1 asks of it (how low its loss has come for
+    the FLOPs spent, against its constituents and the target): each α branch's seed mean (darker
+    green = larger α) in its band, from its fork (•) on, since before the fork a branch *is* its
+    base run, whose curve is drawn beside it with the kernel constituent's. So that the part after
+    the fork is not a few pixels at the right end, the row's x axis starts shortly before the
+    earliest fork's FLOPs and its y axis spans what is drawn there; where the last fork still
+    leaves its branch under a third of that width, a second panel to the right shows the run from
+    shortly before the last fork to the end, where every branch runs on its own. Line style tells
+    d_k apart; the dashed grey line is the target loss (full attention's final loss). One legend for
+    the figure: a curve drawn in several panels is one entry."""
     up = curves["alpha"].notna() & (curves["alpha"] > 0) & (curves["alpha"] < 1)
-    scratch, branches = curves[~up], curves[up]
+    scratch, branches = curves[~up], curves[up].assign(alpha=curves.loc[up, "alpha"].round(6))
     variants = _ordered(branches["attention"].unique())
     scale, unit = flop_unit(float(curves["train_flops"].max()))
-    dks = sorted(curves["d_k"].dropna().unique())
+    control = [is_control(a, d) for a, d in zip(curves["attention"], curves["d_k"])]
+    dks = sorted(curves.loc[~np.array(control, dtype=bool), "d_k"].dropna().unique())
     dk_line = {d: DK_LINES[i % len(DK_LINES)] for i, d in enumerate(dks)}
-    n_panels = (not scratch.empty) + len(variants)
-    fig = Figure(figsize=(8.4, 3.1 * n_panels + 0.3), layout="constrained")
-    axes = fig.subplots(n_panels, 1, squeeze=False, sharex=True).ravel().tolist()
-    key = ["attention", "d_k", "num_features"]
-    means = {}
-    for k, part in scratch.groupby(key, dropna=False, sort=False):
-        grid, mean, runs = mean_curve(_full_length(part), loss)
-        means[k] = (grid / scale, mean, len(runs), runs)
+    alphas = sorted(branches["alpha"].unique())
+    cmap = matplotlib.colormaps["Greens"]
+    shade = {a: cmap(0.45 + 0.5 * i / max(len(alphas) - 1, 1)) for i, a in enumerate(alphas)}
     many_m = scratch.groupby("attention")["num_features"].nunique().to_dict()
 
-    def line(d_k):
-        return dk_line.get(d_k, "-")
-
-    panels = iter(axes)
-    if not scratch.empty:
-        ax = next(panels)
-        order = _ordered({k[0] for k in means})
-        for k in sorted(means, key=lambda k: (order.index(k[0]), -1 if k[1] != k[1] else k[1])):
-            x, mean, n, runs = means[k]
-            style = {**_style(k[0]), "marker": None}
-            for rx, ry in runs:
-                ax.plot(rx / scale, ry, color=style["color"], linestyle=line(k[1]), linewidth=0.6, alpha=0.3)
-            ax.plot(x, mean, linestyle=line(k[1]), color=style["color"], linewidth=1.8,
-                    label=f"{_group_label(*k, many_m.get(k[0], 0) > 1)} (mean of {n})")
-        ax.set_title("trained from scratch: mean over seeds (bold), each seed (faint)", fontsize=10)
+    means = {}   # from scratch: (attention, d_k, m) -> (x, mean, low, high, runs, label, colour, line style)
+    for k, part in scratch.groupby(["attention", "d_k", "num_features"], dropna=False, sort=False):
+        grid, mean, low, high, runs = mean_band(_full_length(part), loss)
+        ctrl = is_control(k[0], k[1])
+        name = f"{CONTROL_LABEL}: {LOW_RANK} d_k={CONTROL[1]}" if ctrl else _group_label(*k, many_m.get(k[0], 0) > 1)
+        means[k] = (grid / scale, mean, low, high, runs, f"{name} ({_seeds(len(runs))})",
+                    CONTROL_COLOUR if ctrl else _style(k[0])["color"], ":" if ctrl else dk_line.get(k[1], "-"))
+    rows = []    # per variant: its reference curves, its branches and the x window
     for variant in variants:
-        ax = next(panels)
         part = branches[branches["attention"] == variant]
-        alphas = sorted(part["alpha"].round(6).unique())
-        shades = [0.45 + 0.5 * i / max(len(alphas) - 1, 1) for i in range(len(alphas))]
-        cmap = matplotlib.colormaps["Greens"]
         bases = {base_mechanism(variant, b) for b in part["base"].dropna()} or {LOW_RANK}
-        for ref, ls_label in [*((b, "base") for b in sorted(bases)), (KERNEL_OF.get(variant), "kernel")]:
-            for k in [k for k in means if k[0] == ref and (k[1] != k[1] or k[1] in set(part["d_k"]))]:
-                x, mean, n, _ = means[k]
-                ax.plot(x, mean, linestyle=line(k[1]), color=STYLE.get(ref, ("#555555",))[0], linewidth=1.2,
-                        label=f"{_group_label(*k, many_m.get(k[0], 0) > 1)} ({ls_label}, mean of {n})")
-        for (d_k, alpha), g in part.assign(alpha=part["alpha"].round(6)).groupby(["d_k", "alpha"], dropna=False):
-            grid, mean, runs = mean_curve(_full_length(g), loss)
-            shade = shades[alphas.index(alpha)]
-            ax.plot(grid / scale, mean, color=cmap(shade), linestyle=line(d_k), linewidth=1.5,
-                    label=f"α = {alpha * 100:g}%, {_dk_label(d_k)} (mean of {len(runs)})")
-        base = ", ".join(sorted(bases))
-        ax.set_title(f"{variant}: α branches forked from the {base} base (mean over seeds)", fontsize=10)
-    for ax in axes:
-        if target is not None:
-            ax.axhline(target, color="#999999", linestyle="--", linewidth=0.9, label=f"target {loss} {target:.4g}")
-        _log(ax, "y")
-        ax.xaxis.set_major_formatter(ticker.FuncFormatter(plain_number))
+        kernel = KERNEL_OF.get(variant)
+        refs = [means[k] for ref in [*sorted(bases), kernel] for k in means
+                if k[0] == ref and not is_control(k[0], k[1]) and (k[1] != k[1] or k[1] in set(part["d_k"]))]
+        curves_here = []
+        for (d_k, alpha), g in part.groupby(["d_k", "alpha"], dropna=False):
+            g = _full_length(g)
+            grid, mean, low, high, runs = mean_band(g, loss)
+            fork = _fork(g, alpha)
+            after = grid >= fork * (1 - 1e-9)
+            curves_here.append((grid[after] / scale, mean[after], low[after], high[after], runs,
+                                f"α = {alpha * 100:g}%, {_dk_label(d_k)} ({_seeds(len(runs))})", shade[alpha],
+                                dk_line.get(d_k, "-"), fork / scale))
+        end = max(float(c[0].max()) for c in [*refs, *curves_here])
+        first, last = min(c[8] for c in curves_here), max(c[8] for c in curves_here)
+        left = max(0.0, first - 0.05 * (end - first))
+        zoom = max(0.0, last - 0.08 * (end - last)) if end - last < (end - left) / 3 else None
+        rows.append((variant, bases, kernel, refs, curves_here, (left, end), zoom))
+
+    zoomed = any(r[6] is not None for r in rows)
+    layout = [["scratch"] * (1 + zoomed)] if not scratch.empty else []
+    layout += [[v, f"{v} end"] if z is not None else [v] * (1 + zoomed) for v, *_, z in rows]
+    fig = Figure(figsize=(10.4, 3.3 * len(layout) + 0.3), layout="constrained")
+    panels = fig.subplot_mosaic(layout, width_ratios=[2, 1] if zoomed else None)
+    def draw(ax, curve, lw=1.8):
+        x, mean, low, high, runs, label, colour, style = curve[:8]
+        ax.plot(x, mean, linestyle=style, color=colour, linewidth=lw, label=label)
+        if len(runs) >= 2:   # a band's floor above 0: a log axis draws nothing at or below 0
+            _band(ax, x, np.maximum(low, mean * 1e-3), high, colour, alpha=CURVE_BAND_ALPHA)
+
+    def window(ax, drawn, lo, hi):
+        ax.set_xlim(lo, hi + 0.02 * (hi - lo))
+        ax.set_ylim(*_log_limits([c[1][(c[0] >= lo) & (c[0] <= hi)] for c in drawn], target))
+
+    shown = []
+    if not scratch.empty:
+        ax = panels["scratch"]
+        order = _ordered({k[0] for k in means})
+        for k in sorted(means, key=lambda k: (is_control(k[0], k[1]), order.index(k[0]), -1 if k[1] != k[1] else k[1])):
+            for rx, ry in means[k][4]:
+                ax.plot(rx / scale, ry, color=means[k][6], linestyle=means[k][7], linewidth=0.6, alpha=0.3)
+            draw(ax, means[k])
         ax.set_xlim(left=0)
-        ax.set_ylabel(loss)
-        ax.grid(True, which="both", alpha=0.25)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=6.5, frameon=False)
+        ax.set_ylim(*_log_limits([m[1] for m in means.values()] + [r[1] for m in means.values() for r in m[4]], target))
+        ax.set_title("trained from scratch: each seed (faint), their mean (bold) and its 95 % CI", fontsize=10)
         ax.set_xlabel(f"training FLOPs ({unit})")
-        ax.tick_params(labelbottom=True)
+        shown.append(ax)
+    for variant, bases, kernel, refs, here, (left, end), zoom in rows:
+        targets = [(panels[variant], left)]
+        if zoom is not None:
+            targets.append((panels[f"{variant} end"], zoom))
+        for ax, lo in targets:
+            for curve in refs:
+                draw(ax, curve)
+            for curve in here:
+                draw(ax, curve, lw=1.6)
+            for x, mean, *_, colour, _style_, _fork_ in here:
+                ax.plot(x[:1], mean[:1], marker="o", markersize=3.5, linestyle="none", color=colour)
+            window(ax, [*refs, *here], lo, end)
+            ax.set_xlabel(f"training FLOPs ({unit})")
+            shown.append(ax)
+        panels[variant].set_title(f"{variant} from its {', '.join(sorted(bases))} base: α branches from their "
+                                  f"fork (•)", fontsize=10)
+        if zoom is not None:
+            panels[f"{variant} end"].set_title(f"{variant}: from the last fork", fontsize=10)
+    for ax in shown:
+        if target is not None:
+            ax.axhline(target, color="#999999", linestyle="--", linewidth=0.9,
+                       label=f"target: full attention's final {kind} {loss}, {target:.4g}")
+        bottom, top = ax.get_ylim()
+        _log(ax, "y")
+        ax.set_ylim(bottom, top)
+        ax.xaxis.set_major_formatter(ticker.FuncFormatter(plain_number))
+        ax.grid(True, which="both", alpha=0.25)
+    if any(len(c[4]) >= 2 for c in [*means.values(), *(h for r in rows for h in r[4])]):
+        _band(shown[0], [], [], [], "#777777", label=CURVE_BAND_LABEL, alpha=0.3)   # the legend's grey swatch
+    for ax in shown:
+        if ax.get_subplotspec().is_first_col():
+            ax.set_ylabel(f"{kind} {loss} (log scale)")
+    _legend(fig, shown, loc="outside lower center", ncols=3 if zoomed else 2, last=(CURVE_BAND_LABEL, "target: "))
     return fig
 
 

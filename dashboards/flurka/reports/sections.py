@@ -5,7 +5,9 @@ the theory files.
 The main job's result leads: the up-training table (each FLuRKA variant and d_k: kernel,
 low-rank and every α as mean ± 95 % CI over seeds), the α figure and the paper's three
 observations on it, all as ``flurka tables`` computes them (``uptraining_table``,
-``uptraining_stats``, ``uptraining_observations``), then loss against training FLOPs. A section
+``uptraining_stats``, ``uptraining_observations``), the tables the sweep prints at its end
+(Table 5 on the eval loss and other reported metrics, the quality table: the same builders),
+then loss against training FLOPs. A section
 this database cannot fill carries ``missing``, the command that fills it, and is shown as one
 line. Every item's caption names the device(s) and the configuration that produced it, read
 from the database rows (or the theory file).
@@ -20,6 +22,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from sqlalchemy.engine import Engine
 
+from flurka.configs import BENCHMARKS as CONFIGS
 from flurka.configs import primary_metric
 from flurka.catalogue.mechanisms import KERNEL_OF, LOW_RANK
 from flurka.reports import figures as F
@@ -104,12 +107,18 @@ def _quality(key: str, title: str, about: str, build: Callable[[], pd.DataFrame]
     return section
 
 
+NOT_REACHED = "not reached"   # an iso-FLOPs cell of a mechanism none of whose seeds gets to the target
+
+
 def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
+    """Per benchmark with training curves: the loss-vs-FLOPs figure (:func:`flurka.reports.figures.loss_vs_flops`)
+    and, where full attention was trained (its final loss is the target), Table 1 as ``flurka tables``
+    builds it (:func:`flurka.results.quality_tables.isoflops_table`), "not reached" where no seed
+    gets there. The section's text promises the FLOPs-to-target table only where it is shown."""
     section = Section("isoflops", "Loss vs training FLOPs (Table 1)",
                       "Training loss against cumulative training FLOPs: a mean curve per mechanism over its "
-                      "seeds, the up-training branches in their own panels; and the training FLOPs each "
-                      "mechanism needs to reach full attention's final loss.")
-    refused = []
+                      "seeds with its 95 % CI, the up-training branches in their own panels.")
+    refused, shown_for, no_target = [], [], []
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
         try:
             curves = quality_tables.curves(engine, bench, ["loss", "train_flops"])
@@ -123,23 +132,37 @@ def isoflops_section(engine: Engine, prov: pd.DataFrame) -> Section:
             table = quality_tables.isoflops_table(engine, benchmark=bench)
         except tables.NoResults:  # no full attention to take the target from
             table, target = None, None
+            no_target.append(bench)
         else:
             target = table.attrs.get("target_loss")
-        caption = bench + (f", target loss {target:.4g} (full attention's final loss)." if target is not None else ".")
+            shown_for.append(bench)
+        caption = (f"{bench}. Bands: 95 % CI over seeds (Student t at each point). α branches drawn from their "
+                   "fork (•) on, their panels' x axes from shortly before the first fork (a right-hand panel, "
+                   "where there is one: from shortly before the last)."
+                   + (f" Dashed grey: the target, full attention's final train loss {target:.4g}." if target is not None
+                      else " No full attention trained here: no target loss."))
         provenance = trial_caption(prov, [bench])
         section.items.append(Plot(f"loss-vs-flops-{bench}", f"Loss vs training FLOPs, {bench}", caption,
-                                  F.loss_vs_flops(curves, "loss", target), provenance))
+                                  F.loss_vs_flops(curves, "loss", target, kind="train"), provenance))
         if table is not None:
             shown = table.copy()
             if "EFLOPs" in shown:
                 label = f"training FLOPs ({unit})"
-                shown = shown.rename(columns={"EFLOPs": label})
-                shown[label] = shown[label] * (1e18 / scale)
+                flops = shown["EFLOPs"] * (1e18 / scale)
+                shown = shown.drop(columns="EFLOPs").rename(columns={"Loss": "train loss there"})
+                shown[label] = [NOT_REACHED if v != v else v for v in flops]
             shown.attrs.update(table.attrs)
             section.items.append(Table(f"isoflops-{bench}", f"Iso-FLOPs, {bench}",
-                                       f"The training FLOPs each mechanism's curve above takes to reach "
-                                       f"{target:.4g}, full attention's final loss (the first point at or "
-                                       f"below it).", shown, provenance))
+                                       f"Per mechanism (its best configuration): the training FLOPs at each seed's "
+                                       f"first logged point at or below {target:.4g}, full attention's final train "
+                                       f"loss, averaged over the seeds that get there, and the loss at that point; "
+                                       f"{NOT_REACHED}: no seed's curve gets there.", shown, provenance))
+    if shown_for:
+        section.about += (" The iso-FLOPs table: the training FLOPs each mechanism needs to reach full attention's "
+                          f"final loss ({', '.join(shown_for)}).")
+    if no_target:
+        section.about += (f" No full attention trained on {', '.join(no_target)}: no target loss, so no "
+                          "FLOPs-to-target table there.")
     return _refusals(section, refused)
 
 
@@ -165,16 +188,44 @@ def observations_table(obs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def reported_metrics(bench: str) -> tuple[str, ...]:
+    """The metrics a sweep's summary reports of ``bench`` (its config's ``reported_metrics``:
+    BLEU and exact match for translation, else the first metric)."""
+    return CONFIGS[bench].config().reported_metrics if bench in CONFIGS else (primary_metric(bench),)
+
+
+def summary_columns(benches) -> list[tuple[str, str, str]]:
+    """The quality table's columns as the sweep's summary builds them: per benchmark, each
+    reported metric ("nmt-small: BLEU (0–100)")."""
+    return [(f"{bench}: {quality_tables.metric_label(m, bench)}", bench, m) for bench in benches
+            for m in reported_metrics(bench)]
+
+
+SUMMARY_TITLE = "Quality (mean ± 95 % CI over seeds, n)"   # the sweep summary's title for its quality table
+
+
+def _one_alpha_only(cells: pd.DataFrame) -> bool:
+    """Whether every row of an ``uptraining_stats`` frame has a single α (then no best α is starred)."""
+    ups = cells[cells["alpha"].notna()]
+    by = [c for c in ("variant", "base", "d_k") if c in ups]
+    return ups.empty or int(ups.groupby(by, dropna=False)["alpha"].nunique().max()) <= 1
+
+
 def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
     """Table 5 (``flurka.results.quality_tables.uptraining_table``), its α figure (drawn from
     ``uptraining_stats``) and the paper's three observations on it (``uptraining_observations``
-    and ``observation_lines``) per benchmark with up-trained FLuRKA: what ``flurka tables`` says."""
+    and ``observation_lines``) per benchmark with up-trained FLuRKA: what ``flurka tables`` says.
+    Then the tables the sweep prints at its end (``flurka.sweeps.runner.summary``), from the same
+    builders: Table 5 on each other reported metric and on the eval loss, and the quality table
+    (``metric_table`` over those benchmarks' reported metrics)."""
     section = Section("uptraining", "Up-training α (Table 5): the main job's result",
                       "Each FLuRKA variant up-trained from its base model (the row's base: Linformer, or its kernel "
                       "constituent) for a fraction α of the steps, "
                       "beside its kernel and low-rank constituents trained from scratch: every cell the mean "
-                      "over seeds ± its 95 % CI (n seeds), the row's best α starred.")
-    refused = []
+                      "over seeds ± its 95 % CI (n seeds); in a row of several α, the best starred. Then the "
+                      "same table on the eval loss (and on every other metric the sweep reports), and the quality "
+                      "table the sweep prints at its end.")
+    refused, benches = [], []
     for bench in [b for b in BENCHMARKS if b in set(prov["benchmark"])]:
         metric = primary_metric(bench)
         try:
@@ -184,6 +235,7 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
         except quality_tables.MixedSetups as e:
             refused.append(str(e))
             continue
+        benches.append(bench)
         table = quality_tables.uptraining_table(engine, benchmark=bench, metric=metric)
         table.attrs["html_class"] = "cells"  # "mean ± CI (n)" cells, not wrapped
         obs = quality_tables.uptraining_observations(engine, benchmark=bench, metric=metric)
@@ -195,8 +247,9 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
                    f"low-rank: Linformer at the row's d_k, both from scratch.{_note(table)}")
         section.items.append(Table(f"uptraining-{bench}", f"Up-training α, {bench}: {label}", caption, table, provenance))
         # the items below show what the table above does: their captions say only what is new
+        star = "" if _one_alpha_only(cells) else "; the star: the row's best α"
         section.items.append(Plot(f"uptraining-{bench}-fig", f"{label} vs α, {bench}", "The table above, drawn: "
-                                  "a line per row; bands: 95 % CI over seeds; the star: the row's best α.",
+                                  f"a line per row; bands: 95 % CI over seeds{star}.",
                                   F.uptraining(cells, label), provenance))
         about = (" (1) counts the α cells whose mean lies strictly between their row's kernel and low-rank means "
                  "(judged: rows with both); (2) takes the table's best α cell and pairs it against each "
@@ -209,6 +262,31 @@ def uptraining_section(engine: Engine, prov: pd.DataFrame) -> Section:
         section.items.append(Table(f"uptraining-{bench}-observations-rows",
                                    f"The paper's observations on {bench}, per row", "The evidence behind "
                                    "each observation, row by row.", rows, provenance))
+        for other in [m for m in reported_metrics(bench) if m != metric] + ["loss"]:
+            try:
+                more = quality_tables.uptraining_table(engine, benchmark=bench, metric=other)
+            except tables.NoResults:
+                continue   # not recorded by these trials (the sweep's summary leaves it out too)
+            more.attrs["html_class"] = "cells"
+            name = quality_tables.metric_label(other, bench)
+            section.items.append(Table(f"uptraining-{bench}-{other.replace('_', '-')}",
+                                       f"Up-training α, {bench}: {name}",
+                                       f"{more.attrs['title']}. Cells as in the first table of this section.",
+                                       more, provenance))
+    if benches:
+        try:
+            quality = quality_tables.metric_table(engine, summary_columns(benches))
+        except tables.NoResults:
+            quality = None
+        if quality is not None:
+            quality.attrs["html_class"] = "cells"
+            section.items.append(Table("uptraining-quality",
+                                       f"{quality.attrs.get('title', SUMMARY_TITLE)}: {', '.join(benches)}",
+                                       f"Every mechanism trained on {', '.join(benches)} (each at its best "
+                                       f"configuration: α, d_k), on "
+                                       f"each metric the sweep reports, as the sweep prints it at its end. "
+                                       f"Percent for fractions; {QUALITY_AGG}.{_note(quality)}", quality,
+                                       trial_caption(prov, benches)))
     return _refusals(section, refused)
 
 

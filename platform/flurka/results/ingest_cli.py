@@ -32,6 +32,7 @@ from pathlib import Path
 from flurka.cli import stopping_on_signals
 from flurka.results import db, rundirs
 from flurka.results.ingest import ingest_parsed, parse_file
+from flurka.results.retry import StoreUnavailable, db_store
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +75,10 @@ def _run(args: argparse.Namespace, stop) -> int:
         print(rundirs.picked_line("flurka ingest", found, "--db"), file=sys.stderr)
         url = str(found)
     tracking = _tracking_uri(args.mlflow_uri, url)
+    # Reaching the database at all is checked once, at once (as a sweep's preflight does: a wrong port
+    # or password is bad input); a server restarting once the files are going in (maintenance, a
+    # failover) is waited out, a line when it goes and one when it is back ($FLURKA_STORE_RETRY_S).
+    store = db_store(url, gave_up="nothing added (the same command adds the files when it is back)")
     try:
         if tracking is not None:
             from flurka.tracking.store import probe_tracking   # MLflow: 1.4 s, only for documents that go to it
@@ -88,7 +93,9 @@ def _run(args: argparse.Namespace, stop) -> int:
         for done, (path, records) in enumerate(parsed):
             stop.line = (f"stopped after {done} of {len(parsed)} files; {path} rolled back "
                          "(the same command adds the rest)")
-            report = ingest_parsed(engine, records)
+            store.gave_up_line = (f"{done} of {len(parsed)} files added; {path} rolled back (the same command "
+                                  "adds the rest when it is back)")
+            report = store.call(ingest_parsed, engine, records)   # one transaction: retried whole
             stop.line = (f"stopped after {done + 1} of {len(parsed)} files"
                          + ("" if done + 1 == len(parsed) else " (the same command adds the rest)"))
             updated = f", updated {report.updated} (FLOP-model fields re-derived)" if report.updated else ""
@@ -100,6 +107,8 @@ def _run(args: argparse.Namespace, stop) -> int:
                     logged = log_document(tracking, path, Path(path).read_text())
                 if logged is not None:
                     print(f"{path}: MLflow run {logged[0]} ({'logged' if logged[1] else 'already there'})")
+    except StoreUnavailable:   # said in the store's line
+        return 2
     except db.database_errors() as e:  # a page corrupt past the schema: the file's transaction rolled back
         print(f"flurka ingest: {db.database_error(engine.url, e)}", file=sys.stderr)
         return 2

@@ -10,7 +10,8 @@ locked SQLite file — never a bad request) starts an outage, said in one line o
 and the write is tried again, 0.5 s later, then 1, 2, 4 ... (at most 15 s apart), until it
 passes (``[flurka] MLflow server at ... is back after 7 s``) or the budget is spent: then
 :class:`StoreUnavailable` (one line) is raised, and every later write is tried once, without
-waiting, until one passes. The budget is ``$FLURKA_STORE_RETRY_S`` seconds (default 300).
+waiting, until one passes. The budget is ``$FLURKA_STORE_RETRY_S`` seconds (default 300; 0: no
+retrying, the outage said in one line with what happens now).
 
 A write must be idempotent to be retried (a lost answer to one that did land is retried too); a
 unit of several writes that is idempotent as a whole (find a run, else create it) is one
@@ -28,7 +29,7 @@ from typing import Any, Callable, TypeVar
 
 import sqlalchemy as sa
 
-from flurka.results.db import DatabaseUnreachable, redact
+from flurka.results.db import DatabaseUnreachable, mask_url, redact
 
 BUDGET_ENV = "FLURKA_STORE_RETRY_S"
 DEFAULT_BUDGET_S = 300.0
@@ -55,8 +56,21 @@ def budget_s() -> float:
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\"\])]+)")
 
 
+def _driver_error(exc: BaseException) -> BaseException:
+    """The SQLAlchemy error behind a :class:`DatabaseUnreachable` from ``db.connect`` (raised
+    ``from None``: its context still holds it), else ``exc``."""
+    if isinstance(exc, DatabaseUnreachable) and isinstance(exc.__context__, sa.exc.DBAPIError):
+        return exc.__context__
+    return exc
+
+
+# libpq's "connection to server at "127.0.0.1", port 5432 failed: Connection refused": the last part
+_LIBPQ_FAILED = re.compile(r"^(?:connection failed: )?connection to server .*? failed: ")
+
+
 def reason(exc: BaseException) -> str:
     """What went wrong, in a few words: "Connection refused", "database is locked", "HTTP 503"."""
+    exc = _driver_error(exc)
     text = " ".join(str(exc).split())
     found = _ERRNO.search(text)
     if found:
@@ -65,8 +79,9 @@ def reason(exc: BaseException) -> str:
     if status:
         return f"HTTP {status}"
     orig = getattr(exc, "orig", None)     # SQLAlchemy's: the driver's own message, without the SQL
-    if orig is not None:
-        text = " ".join(str(orig).split())
+    if orig is not None:                  # its first line: libpq's hint ("Is the server running...") left out
+        text = next((" ".join(line.split()) for line in str(orig).splitlines() if line.strip()), "")
+        text = _LIBPQ_FAILED.sub("", text)
     text = text.split(" [SQL:")[0] or type(exc).__name__
     return text if len(text) <= 160 else text[:157] + "..."
 
@@ -115,7 +130,12 @@ class Store:
                 now = self.clock()
                 if self.down_since is None:
                     self.down_since, self.outages = now, self.outages + 1
-                    _say(f"{self.what} unreachable ({reason(exc)}); retrying for up to {budget:g} s")
+                    if budget <= 0:         # no retrying: the one line says what now
+                        self.given_up = True
+                        _say(f"{self.what} unreachable ({reason(exc)})"
+                             + (f"; {self.gave_up_line}" if self.gave_up_line else ""))
+                    else:
+                        _say(f"{self.what} unreachable ({reason(exc)}); retrying for up to {budget:g} s")
                 left = self.down_since + budget - now
                 if self.given_up or left <= 0:
                     if not self.given_up:
@@ -138,26 +158,44 @@ class Store:
 _SQLITE_TRANSIENT = ("locked", "busy")
 
 
+# A server that answers "no" (libpq gives these no SQLSTATE at connect time): a wrong password, a
+# user or database that does not exist, pg_hba.conf refusing the host. No restart ends them.
+_SERVER_REFUSED = ("authentication failed", "no password supplied", "does not exist", "pg_hba.conf",
+                   "permission denied")
+
+
 def db_transient(exc: BaseException) -> bool:
-    """A database error worth retrying: a lost or refused connection, a server shutting down, a
-    SQLite file locked by another writer; not a constraint, a missing table or bad SQL."""
+    """A database error worth retrying: a lost or refused connection, a server starting or shutting
+    down, a SQLite file locked by another writer; not a wrong password or database name, a
+    constraint, a missing table or bad SQL. Also a :class:`DatabaseUnreachable` from
+    ``db.connect`` (a command's first connection), by the error behind it."""
+    exc = _driver_error(exc)
     if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
         return True
     if isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError)):
         orig = getattr(exc, "orig", None)
+        text = str(orig).lower()
         if type(orig).__module__.startswith("sqlite3"):
-            return any(word in str(orig).lower() for word in _SQLITE_TRANSIENT)
-        return True
+            return any(word in text for word in _SQLITE_TRANSIENT)
+        return not any(words in text for words in _SERVER_REFUSED)
     return isinstance(exc, sa.exc.TimeoutError)   # the pool's: no connection came back in time
 
 
-def db_store(engine) -> Store:
-    """The retrying :class:`Store` of a results database (its engine pings each pooled
-    connection before use, :func:`flurka.results.db.connect`, so a restarted server's stale
-    connections are replaced, not failed on)."""
-    return Store(f"results DB {redact(engine.url)}", db_transient,
-                 gave_up="the sweep's results stay in its run dir (sweep-record.json): `flurka ingest` or "
-                         "--resume loads them when it is back")
+SWEEP_GAVE_UP = ("the sweep's results stay in its run dir (sweep-record.json): `flurka ingest` or --resume loads "
+                 "them when it is back")
+
+
+def db_store(engine_or_url, gave_up: str = SWEEP_GAVE_UP) -> Store:
+    """The retrying :class:`Store` of a results database, named by its engine or URL (its engine
+    pings each pooled connection before use, :func:`flurka.results.db.connect`, so a restarted
+    server's stale connections are replaced, not failed on). ``gave_up``: what the line on a spent
+    budget adds (default: the sweep's)."""
+    url = getattr(engine_or_url, "url", engine_or_url)
+    try:
+        name = redact(url)
+    except Exception:   # no URL: the first connection says so, in its own line
+        name = mask_url(str(url))
+    return Store(f"results DB {name}", db_transient, gave_up=gave_up)
 
 
 __all__ = ["Store", "StoreUnavailable", "budget_s", "reason", "db_transient", "db_store", "BUDGET_ENV"]

@@ -23,13 +23,21 @@ from flurka.sweeps import spec
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     spec.add_arguments(parser)
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan (trials, steps per benchmark and in all) and start nothing: "
-                             "no Ray, no store, no file")
+                        help="print the plan (trials, steps per benchmark and in all), each trial's training "
+                             "FLOPs and its predicted time on the cards with step times on record, and start "
+                             "nothing: no Ray, no store, no file")
+    parser.add_argument("--step-times", default=None, metavar="FILE|DIR",
+                        help="--dry-run: the speed harness's JSON documents the predicted time reads (default: "
+                             "benchmarks/results/ of this checkout)")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="--dry-run: the cards the predicted wall time assumes (default 8)")
 
 
-def dry_run(sweep: spec.SweepSpec) -> str:
-    """The validated spec's plan, in a few lines: what ``run_sweep`` would train, nothing started."""
-    from flurka.sweeps.branching import describe, make_plan   # the configs (no JAX, no Ray)
+def dry_run(sweep: spec.SweepSpec, *, step_times: str | None = None, gpus: int | None = None) -> str:
+    """The validated spec's plan, in a few lines: what ``run_sweep`` would train, each trial's
+    training FLOPs and its predicted time (:mod:`flurka.sweeps.forecast`), nothing started."""
+    from flurka.sweeps.branching import describe, make_plan   # the configs (no Ray)
+    from flurka.sweeps.forecast import forecast_lines         # the FLOP model (JAX, not Ray)
 
     sweep = spec.validate(sweep)
     plan = make_plan(sweep)
@@ -42,20 +50,22 @@ def dry_run(sweep: spec.SweepSpec) -> str:
                      f"d_model {config.d_model}, {config.num_layers} layers, N = {config.max_len}; "
                      f"{sum(r.executed_steps for r in mine)} steps to train")
     total = plan.compute()["total_steps"]
-    lines.append(f"in all: {len(runs)} trials, {total} training steps over {len(sweep.seeds)} seed(s); "
-                 f"time = steps × the step time on your card (`flurka train --benchmark B --steps 50 "
-                 f"--json` times one)")
+    lines.append(f"in all: {len(runs)} trials, {total} training steps over {len(sweep.seeds)} seed(s)")
+    lines += forecast_lines(sweep, plan, step_times=step_times, gpus=gpus)
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace, prog: str = "flurka sweep") -> int:
     args = argparse.Namespace(**vars(args))
     plan_only = getattr(args, "dry_run", False)
+    step_times, gpus = vars(args).pop("step_times", None), vars(args).pop("gpus", None)
     vars(args).pop("dry_run", None)
     try:
         sweep = spec.from_args(args)
+        if gpus is not None and gpus < 1:
+            raise spec.SpecError(f"--gpus must be a positive integer, got {gpus}")
         if plan_only:
-            print(dry_run(sweep))
+            print(dry_run(sweep, step_times=step_times, gpus=gpus))
             return 0
     except (spec.SpecError, FileNotFoundError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

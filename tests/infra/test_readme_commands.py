@@ -939,6 +939,20 @@ def check_gpu_session(cmd: Command, ctx: Ctx) -> None:
                '"--tiny"')
 
 
+def check_input_pipeline(cmd: Command, ctx: Ctx) -> None:
+    """The input-pipeline benchmark, as the README gives it but on one shipped set with a short
+    budget: it writes its JSON (device, versions, a row with serial and threaded examples/s)."""
+    argv = tokens(cmd)
+    out = ctx.tmp / "input-pipeline.json"
+    _load_script(argv[1]).main(["--out", str(out), "--benchmarks", "nmt-list-small", "--processes", "",
+                                "--budget-s", "0.2"])
+    doc = json.loads(out.read_text())
+    assert doc["device"]["platform"] == "cpu" and doc["versions"]["jax"]
+    (row,) = doc["results"]
+    assert row["benchmark"] == "nmt-list-small" and row["serial"]["examples_per_s"] > 0
+    assert row["delivered_examples_per_s"] > 0
+
+
 def check_gpu_lease(cmd: Command, ctx: Ctx) -> None:
     """The one-call lease script: tests/speed starts it (driver --help through it, flags checked)."""
     assert (ROOT / "benchmarks" / "gpu_lease.sh").is_file()
@@ -1096,6 +1110,8 @@ COVERAGE: list[Cover] = [
           check_speed_ray_cpu, "tests/speed/test_speed_ray.py [slow] runs it (two mechanisms); --list here"),
     Cover(IN, r"python benchmarks/gpu_session\.py --out DIR( --[a-z-]+( [\w.,'-]+)?)+", "covered", check_gpu_session,
           "GPU lease script: its --help knows the flags; tests/speed/test_speed_gpu_session.py runs it (--tiny)"),
+    Cover(SH, r"python benchmarks/input_pipeline\.py --out benchmarks/results/cpu/DIR/input-pipeline\.json", "run",
+          check_input_pipeline, "one shipped set, 0.2 s a mode, into a tmp dir (the full run: under 3 min)"),
     Cover(IN, r"OUT=DIR bash benchmarks/gpu_lease\.sh", "covered", check_gpu_lease,
           "the lease script: tests/speed/test_speed_gpu_session.py starts it (--help) and checks its flags"),
     Cover(SH, r"python -m flurka\.theory --seq-len \d+ .* --out benchmarks/\S+\.json", "parse",

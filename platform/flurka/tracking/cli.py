@@ -29,6 +29,7 @@ from mlflow.tracking import MlflowClient
 from flurka.results import rundirs
 from flurka.results.db import mask_url
 from flurka.tracking.store import relocate_artifacts
+from flurka.tracking.view import VIEW_KEY, VIEW_TAG, view_url
 
 HOST = "127.0.0.1"
 # MLflow 3's UI takes its view from the URL's workflowType, else from the browser's localStorage,
@@ -125,11 +126,16 @@ def run(args: argparse.Namespace) -> int:
 
 def landing_url(store: str, port: int) -> str:
     """The page to open: the newest experiment other than MLflow's empty Default (a sweep's, whose
-    description holds its result), in the model-training view (:data:`MODEL_TRAINING_VIEW`)."""
+    description holds its result), in the model-training view (:data:`MODEL_TRAINING_VIEW`), its
+    runs table opened on the sweep's saved view where the sweep wrote one (the result's columns,
+    best first: :mod:`flurka.tracking.view`)."""
     found = [e for e in MlflowClient(tracking_uri=store).search_experiments(order_by=["creation_time DESC"])
              if e.name != "Default"]
-    page = f"experiments/{found[0].experiment_id}" if found else "experiments"
-    return f"http://{HOST}:{port}/#/{page}?{MODEL_TRAINING_VIEW}"
+    base = f"http://{HOST}:{port}"
+    if not found:
+        return f"{base}/#/experiments?{MODEL_TRAINING_VIEW}"
+    exp = found[0]
+    return view_url(base, exp.experiment_id, MODEL_TRAINING_VIEW, VIEW_KEY if VIEW_TAG in exp.tags else None)
 
 
 class _Terminated(Exception):

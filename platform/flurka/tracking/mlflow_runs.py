@@ -25,6 +25,10 @@ What the MLflow UI shows (the names are made here, in one place):
   as a nested path (TanStack ``accessorKey``) and shows it blank, so a decimal point between
   digits becomes a middle dot (``12.5%`` -> ``12·5%``) and any other dot an underscore. Only
   the viewer's JSON table is renamed; the CSV beside it keeps the table's own names.
+* **The runs table** (:meth:`SweepTracker.share_view`, at the sweep's end): a saved view of the
+  experiment — the metrics and α, d_k, seed as columns, best first — that ``flurka ui``'s URL
+  opens (:mod:`flurka.tracking.view`). A sweep's own SQLite store lists no empty "Default"
+  experiment (:func:`hide_default_experiment`).
 """
 
 from __future__ import annotations
@@ -36,14 +40,18 @@ import logging
 import math
 import platform as _stdlib_platform
 import re
+import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+from urllib.parse import unquote, urlparse
 
 import mlflow
 import pandas as pd
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunStatus, RunTag, ViewType
+from mlflow.entities.lifecycle_stage import LifecycleStage
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (MLFLOW_DATASET_CONTEXT, MLFLOW_GIT_COMMIT, MLFLOW_LOGGED_ARTIFACTS, MLFLOW_RUN_NOTE,
                                       MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER)
@@ -51,8 +59,10 @@ from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH, MAX_TAG_VAL_L
 
 from flurka import source as code_source
 from flurka.catalogue.mechanisms import is_control
+from flurka.catalogue.metrics import TASK_METRICS, lower_is_better
 from flurka.results.db import mask_url
 from flurka.results.retry import StoreUnavailable
+from flurka.tracking import view
 from flurka.tracking.retrying import RetryingClient, mlflow_store
 
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")   # the UI's model-training view
@@ -70,6 +80,45 @@ def experiment_id(client, name: str, artifact_location: str | None = None) -> st
     if exp is None or exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
         client.set_experiment_tag(exp_id, *EXPERIMENT_KIND)
     return exp_id
+
+
+DEFAULT_EXPERIMENT = ("0", "Default")
+
+
+def own_sqlite_store(tracking_uri: str, artifact_root: str | None) -> Path | None:
+    """The SQLite file of a sweep's own store — ``<run dir>/mlflow.db`` beside the run dir's
+    artifact root (:func:`artifact_root_for`) — else None (a server, or a store of someone else's)."""
+    if not tracking_uri.startswith("sqlite:///") or not (artifact_root or "").startswith("file:"):
+        return None
+    db = Path(tracking_uri.removeprefix("sqlite:///").split("?", 1)[0])
+    root = Path(unquote(urlparse(artifact_root).path))
+    return db if db.parent.resolve() == root.parent.resolve() else None
+
+
+def create_sqlite_store(tracking_uri: str, artifact_root: str) -> None:
+    """Create a new SQLite store whose default root is ``artifact_root``: MLflow puts its
+    experiment 0 at the default root's ``0`` (the cwd's ``./mlruns/0`` unless told)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    SqlAlchemyStore(tracking_uri, artifact_root)     # its engine is MLflow's, shared with the client's
+
+
+def hide_default_experiment(client) -> bool:
+    """Soft-delete MLflow's ``Default`` experiment (id 0, which every SQL store gets) while it is
+    empty, so a sweep's own store lists only the sweep's experiment. MLflow 3.17 tolerates it: the
+    store finds a deleted experiment 0 on opening and does not make another; the UI's home page and
+    experiment list show active experiments only. Returns whether it deleted it."""
+    exp_id, name = DEFAULT_EXPERIMENT
+    try:
+        exp = client.get_experiment(exp_id)
+    except MlflowException:
+        return False
+    if exp.lifecycle_stage != LifecycleStage.ACTIVE or exp.name != name:
+        return False
+    if client.search_runs([exp_id], run_view_type=ViewType.ALL, max_results=1):
+        return False            # someone logged a run there: it stays
+    client.delete_experiment(exp_id)
+    return True
 
 
 GIT_DIRTY_TAG = "flurka.git_dirty"   # "true" / "false": the tree differed from mlflow.source.git.commit
@@ -268,10 +317,17 @@ class SweepTracker:
         self.uri = tracking_uri
         if mask_url(tracking_uri) != tracking_uri:
             _REAL_URIS[mask_url(tracking_uri)] = tracking_uri
+        # The sweep's own SQLite store (in its run dir): MLflow's "Default" experiment, made with
+        # every store, goes under the run dir's artifacts, and is hidden (hide_default_experiment).
+        own = own_sqlite_store(tracking_uri, artifact_root)
+        if own is not None and not own.exists():        # before MlflowClient, which creates it
+            create_sqlite_store(tracking_uri, artifact_root)
         self.client = self._client()
         self.sweep_id = sweep_id
         # MLflow 3 refuses ./mlruns; with a SQLite store artifacts go next to it (absolute).
         self.experiment_id = self.store.call(experiment_id, self.client, experiment, artifact_root)
+        if own is not None:
+            self.store.call(hide_default_experiment, self.client.raw)
         self.parent_id: str | None = None
         self._runs: dict[str, str] = {}        # trial key -> run id
         self._last_step: dict[tuple[str, str], int] = {}   # (run id, stream) -> last step logged
@@ -486,9 +542,55 @@ class SweepTracker:
     def log_sweep_dict(self, d: Mapping[str, Any], name: str) -> None:
         self.client.log_dict(self.parent_id, _jsonable(d), name)
 
+    def share_view(self) -> str | None:
+        """The runs table of the sweep's experiment as a saved view (:mod:`flurka.tracking.view`),
+        under the experiment's one key (:data:`~flurka.tracking.view.VIEW_KEY`): written again
+        (``--resume``, the next sweep) it replaces the value and keeps its creation time. The
+        columns: each benchmark's task metrics as its trials' config lists them (the catalogue's,
+        where a run has no ``config.metrics``), those logged, then ``eval/loss``; the α, d_k and
+        seed params where a run has one; sorted by the first benchmark's primary metric, best
+        first. Returns the tag's key, or None where the sweep has no trial run yet."""
+        runs = sorted(self.nested_runs(), key=lambda r: r.info.start_time or 0)
+        if not runs:
+            return None
+        logged = {k for r in runs for k in r.data.metrics}
+        declared: list[str] = []
+        for r in runs:
+            for m in _listed(r.data.params.get("config.metrics")):
+                if m not in declared:
+                    declared.append(m)
+        task = [m for m in declared or TASK_METRICS if metric_name("eval", m) in logged]
+        shown = [metric_name("eval", m) for m in task]
+        if metric_name("eval", "loss") in logged:
+            shown.append(metric_name("eval", "loss"))
+        primary = task[0] if task else ("loss" if shown else None)
+        params = [p for p in view.SHOWN_PARAMS if any(r.data.params.get(p, "None") not in ("None", "") for r in runs)]
+        names = [r.info.run_name or "" for r in runs]
+        if self.parent_id:
+            names.append(self.client.get_run(self.parent_id).info.run_name or "")
+        state = view.sweep_view_state(shown, primary and metric_name("eval", primary),
+                                      bool(primary) and lower_is_better(primary), params, names)
+        now = int(time.time() * 1000)
+        old = self.client.get_experiment(self.experiment_id).tags.get(view.VIEW_TAG)
+        try:
+            created = int(view.read_envelope(old)[0].get("createdAt", now)) if old else now
+        except (ValueError, TypeError):
+            created = now
+        title = f"Result: {primary and metric_name('eval', primary)}, best first" if primary else "Result"
+        self.client.set_experiment_tag(self.experiment_id, view.VIEW_TAG, view.envelope(title, state, created, now))
+        return view.VIEW_TAG
+
     def end_sweep(self, status: str = "FINISHED") -> None:
+        """The parent run ended with ``status``; a sweep that ran to its end (FINISHED, FAILED)
+        first writes the runs table's view (:meth:`share_view`)."""
         if self.parent_id:
             try:
+                if status != "KILLED":
+                    try:
+                        self.share_view()
+                    except MlflowException as exc:   # a refused write (not an outage): said, not fatal
+                        print(f"[flurka] MLflow: the runs table's saved view was not written: "
+                              f"{' '.join(str(exc.message).split())[:300]}", file=sys.stderr, flush=True)
                 self.client.set_terminated(self.parent_id, status=status)
             except StoreUnavailable:
                 if status == "FINISHED":
@@ -498,6 +600,15 @@ class SweepTracker:
     # -- reading back -------------------------------------------------------------------------
     def nested_runs(self) -> list:
         return [r for r in self._find(f"tags.`{SWEEP_TAG}` = '{self.sweep_id}'") if PARENT_TAG in r.data.tags]
+
+
+def _listed(text: str | None) -> list[str]:
+    """A param logged from a list (``config.metrics``: '["bleu", "exact_match"]'), as the list."""
+    try:
+        value = json.loads(text) if text else []
+    except ValueError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
 
 
 def _default_index(df) -> bool:
@@ -513,6 +624,7 @@ def artifact_root_for(tracking_uri: str, run_dir: Path) -> str | None:
     return (Path(run_dir) / "mlartifacts").resolve().as_uri() if tracking_uri.startswith("sqlite:") else None
 
 
-__all__ = ["SweepTracker", "log_tables", "git_commit", "package_versions", "flatten", "artifact_root_for", "metric_name",
+__all__ = ["SweepTracker", "log_tables", "hide_default_experiment", "own_sqlite_store",
+           "git_commit", "package_versions", "flatten", "artifact_root_for", "metric_name",
            "trial_run_name", "table_column", "viewer_table", "SWEEP_TAG", "TRIAL_TAG", "KIND_TAG",
            "BENCHMARK_TAG", "PARENT_TAG", "GIT_DIRTY_TAG", "RunStatus", "mlflow"]

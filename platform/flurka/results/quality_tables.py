@@ -88,7 +88,7 @@ class MixedSetups(ValueError):
 # A trial's config fields that are not its setup: a cell's own axes (the mechanism, seed, α, base;
 # d_k and num_features in attention_options) and bookkeeping (where it wrote, how often it logged).
 NOT_SETUP = ("attention", "seed", "alpha", "base", "base_checkpoint", "workdir", "data_dir", "checkpoint_every",
-             "checkpoint_steps", "keep_checkpoints", "log_every", "eval_every", "prefetch", "notes")
+             "checkpoint_steps", "keep_checkpoints", "log_every", "eval_every", "curve_batches", "prefetch", "notes")
 CELL_OPTIONS = ("d_k", "num_features")
 
 

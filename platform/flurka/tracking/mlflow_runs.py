@@ -60,6 +60,7 @@ from mlflow.utils.validation import MAX_EXPERIMENT_TAG_VAL_LENGTH, MAX_TAG_VAL_L
 from flurka import source as code_source
 from flurka.catalogue.mechanisms import is_control
 from flurka.catalogue.metrics import TASK_METRICS, lower_is_better
+from flurka.configs.base import CURVE_POINT
 from flurka.results.db import mask_url
 from flurka.results.retry import StoreUnavailable
 from flurka.tracking import view
@@ -182,7 +183,7 @@ STREAMS = ("train", "eval")
 METRIC_ALIASES = {"train_flops": "flops"}        # train/train_flops reads twice
 # Entries of an evaluation that describe the training state, not the evaluation: already in the
 # train stream (one name per quantity), so not logged again under eval/.
-EVAL_CONTEXT = ("train_flops", "handover_beta")
+EVAL_CONTEXT = ("train_flops", "handover_beta", CURVE_POINT)   # curve_point: a cheap evaluation (curve_batches)
 DECIMAL_POINT = "\u00b7"                          # "·": 12.5% -> 12·5% in a table column
 
 

@@ -18,6 +18,9 @@ from flurka.catalogue.metrics import METRICS, SEQUENCE_METRICS, TASK_METRICS
 from flurka.cli import one_line
 from flurka.data.prefetch import MAX_PREFETCH
 
+# The key of an eval history entry made with ``curve_batches`` (a subset, no decoding): such an
+# entry is a point of the eval curve, never a run's final metrics.
+CURVE_POINT = "curve_point"
 TASKS = ("classification", "regression", "mlm", "translation", "image")
 MODELS = ("classifier", "mlm", "seq2seq", "vit")
 SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
@@ -74,6 +77,9 @@ class TrainConfig:
     steps: int = 1000
     eval_every: int = 500              # 0 = only at the end
     eval_batches: int = 0              # 0 = the whole eval split
+    # Evaluations before the last (every eval_every steps: the eval curve): at most this many eval
+    # batches and no decoding, so a curve costs little; 0 = each one as the last (its batches, BLEU).
+    curve_batches: int = 0             # its eval history entries carry CURVE_POINT: True
     bleu_batches: int = 1              # translation: eval batches decoded for BLEU
     bleu_tokenize: str = "13a"         # sacrebleu tokenizer ("char" for one-word sentences)
     beam_size: int = 1                 # translation: 1 = greedy decoding
@@ -271,7 +277,7 @@ def validate(config: TrainConfig) -> TrainConfig:
     if c.batch_size % c.grad_accumulation:
         raise ValueError(f"grad_accumulation={c.grad_accumulation} must divide batch_size={c.batch_size} "
                          "(equal slices of each batch)")
-    for name in ("warmup_steps", "eval_every", "eval_batches", "checkpoint_every", "num_decoder_layers",
+    for name in ("warmup_steps", "eval_every", "eval_batches", "curve_batches", "checkpoint_every", "num_decoder_layers",
                  "handover_steps"):
         _positive(name, getattr(c, name), zero_ok=True)
     _positive("prefetch", c.prefetch, zero_ok=True)

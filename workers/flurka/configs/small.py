@@ -71,6 +71,9 @@ def nmt_list_small() -> TrainConfig:
     match (sequence accuracy) over the whole eval split of 1024 examples, an exact-match rate's
     standard error there at most 1.6 points. The main job's task: ``make sweep``.
 
+    The eval curve: loss and token accuracy on 4 eval batches every 100 steps (no decoding), so MLflow
+    draws a curve for the cost of a few steps; the final evaluation as above.
+
     No dropout, learning rate 2e-3, batch 32, 600 steps: what the mechanisms need to separate
     beyond their seeds' spread in 600 steps (with one decoder layer instead of two, the seeds tied
     every pair of constituents: benchmarks/results/cpu/NOTES.md); about 80 s a Linformer run on one core.
@@ -80,5 +83,5 @@ def nmt_list_small() -> TrainConfig:
         benchmark="nmt-list-small", dataset="nmt-list-small", task="translation", model="seq2seq",
         metrics=("bleu", "exact_match", "perplexity", "accuracy"), max_len=128, num_decoder_layers=2,
         bleu_tokenize="char", attention_options={"d_k": 16, "num_features": 32}, **small,
-        batch_size=32, steps=600, warmup_steps=60, eval_every=0, eval_batches=0, bleu_batches=32,
+        batch_size=32, steps=600, warmup_steps=60, eval_every=100, curve_batches=4, eval_batches=0, bleu_batches=32,
         log_every=50, notes=_NOTES + "; nmt-list-small: no dropout, learning rate 2e-3")

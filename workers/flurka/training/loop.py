@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from flurka.attention.base import cast_floating
 
-from flurka.configs.base import TrainConfig, validate
+from flurka.configs.base import CURVE_POINT, TrainConfig, validate
 from flurka.data import get_dataset
 from flurka.data.core import split_metric
 from flurka.models import build_model as build_network
@@ -276,28 +276,33 @@ def _compile(config: TrainConfig, info, parts: state_lib.ModelParts, task: Task,
 # ------------------------------------------------------------------------------------------------
 # Evaluation
 # ------------------------------------------------------------------------------------------------
-def evaluate(config: TrainConfig, dataset, task: Task, phase: Phase) -> dict[str, float]:
+def evaluate(config: TrainConfig, dataset, task: Task, phase: Phase, curve: bool = False) -> dict[str, float]:
     """The eval split's metrics, over at most ``eval_batches`` batches (BLEU over ``bleu_batches``),
     and the config's metrics on each of the data set's ``extra_evals``, also over at most
-    ``eval_batches`` batches, named by ``split_metric`` (MNLI's mismatched dev set: ``accuracy_mismatched``)."""
-    metrics = _evaluate_split(config, dataset, task, phase)
+    ``eval_batches`` batches, named by ``split_metric`` (MNLI's mismatched dev set: ``accuracy_mismatched``).
+    ``curve`` (an evaluation before the last) with ``curve_batches``: that many batches, no decoding."""
+    metrics = _evaluate_split(config, dataset, task, phase, curve=curve)
     for split in dataset.extra_evals:
-        on_split = _evaluate_split(config, dataset, task, phase, split)
+        on_split = _evaluate_split(config, dataset, task, phase, split, curve=curve)
         metrics.update({split_metric(m, split): on_split[m] for m in config.metrics if m in on_split})
     return metrics
 
 
-def _evaluate_split(config: TrainConfig, dataset, task: Task, phase: Phase, split: str | None = None) -> dict[str, float]:
+def _evaluate_split(config: TrainConfig, dataset, task: Task, phase: Phase, split: str | None = None,
+                    curve: bool = False) -> dict[str, float]:
     """The task's metrics on the eval split (``split``: one of the data set's ``extra_evals``, no BLEU)."""
     stats: dict[str, list] = {}
     hyps, refs = [], []
+    cheap = curve and config.curve_batches > 0
+    limit = config.curve_batches if cheap else config.eval_batches
     for i, batch in enumerate(dataset.eval_batches(config.batch_size, split)):
-        if config.eval_batches and i >= config.eval_batches:
+        if limit and i >= limit:
             break
         dev = _device_batch(batch, phase.mesh)
         for k, v in jax.device_get(phase.eval_step(phase.params, phase.other, dev)).items():
             stats.setdefault(k, []).append(np.asarray(v))
-        if split is None and phase.decode is not None and "bleu" in config.metrics and i < config.bleu_batches:
+        if (split is None and not cheap and phase.decode is not None and "bleu" in config.metrics
+                and i < config.bleu_batches):
             out = np.asarray(phase.decode(phase.params, phase.other, dev["inputs"], dev["mask"]))
             for row, target, w in zip(out, batch["targets"], batch["example_weight"]):
                 if w > 0:
@@ -652,7 +657,7 @@ def _at_intervals(loop: _Loop, stage: uptrain.Stage) -> None:
     if step % config.log_every == 0 or step == stage.end:
         _log(loop)
     if config.eval_every and step % config.eval_every == 0 and not last:
-        _between_steps(loop, _evaluate, "eval")
+        _between_steps(loop, _curve_point, "eval")
     if loop.ckpt is not None and (step % config.checkpoint_every == 0 or step in config.checkpoint_steps) and not last:
         _between_steps(loop, _save, "checkpoints")
 
@@ -674,13 +679,20 @@ def _log(loop: _Loop) -> None:
     _emit(loop, "train", entry, loop.part)
 
 
-def _evaluate(loop: _Loop) -> None:
+def _curve_point(loop: _Loop) -> None:
+    """An evaluation before the last: a point of the eval curve (``curve_batches``)."""
+    _evaluate(loop, curve=True)
+
+
+def _evaluate(loop: _Loop, curve: bool = False) -> None:
     """An eval history entry at the current step (once a step), reported to the callback."""
     run, phase = loop.run, loop.phase
     if run.eval_history and run.eval_history[-1]["step"] == run.step:
         return
-    metrics = evaluate(loop.config, loop.dataset, loop.task, phase)
+    metrics = evaluate(loop.config, loop.dataset, loop.task, phase, curve=curve)
     entry = {"step": run.step, "train_flops": run.train_flops, "attention": phase.attention, **metrics}
+    if curve and loop.config.curve_batches:   # a cheap curve point: never a run's final metrics
+        entry[CURVE_POINT] = True
     if phase.handover_from is not None:     # evaluated mid-hand-over: the blended model
         entry["handover_beta"] = uptrain.handover_beta(loop.config, run.step - 1)
     run.eval_history.append(entry)
@@ -714,8 +726,8 @@ def _close(loop: _Loop) -> None:
 def _result(loop: _Loop, status: str, diverged_step: int | None) -> dict:
     config, run, phase = loop.config, loop.run, loop.phase
     not_metrics = ("step", "train_flops", "attention", "handover_beta")
-    final = {k: v for k, v in run.eval_history[-1].items()
-             if k not in not_metrics} if run.eval_history else {}
+    full = [e for e in run.eval_history if not e.get(CURVE_POINT)]
+    final = {k: v for k, v in full[-1].items() if k not in not_metrics} if full else {}
     return {
         "status": status,
         "benchmark": config.benchmark,

@@ -27,7 +27,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
-import orbax.checkpoint as ocp
+
+
+def _orbax():
+    """``orbax.checkpoint``, imported by the first :class:`Checkpointer`, not with this module: it
+    is 0.13 s of CPU (0.3 s wall) of ``flurka train``'s start-up on the 2-core VM, which a run
+    without a work dir never checkpoints (benchmarks/first_step.py; the measured exception to
+    importing at the top, issue 56)."""
+    import orbax.checkpoint as ocp
+
+    return ocp
 
 
 class _ReadOnlyNotice(logging.Filter):
@@ -140,6 +149,7 @@ class Checkpointer:
         self.directory = os.path.abspath(os.fspath(directory))
         if read_only and not os.path.isdir(self.directory):
             raise FileNotFoundError(f"no checkpoint directory {self.directory}")
+        ocp = _orbax()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=None if read_only else max_to_keep, create=not read_only,
             save_interval_steps=0 if read_only else 1, enable_async_checkpointing=False,
@@ -154,18 +164,21 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: Any, meta: dict) -> None:
+        ocp = _orbax()
         self.manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
         self.manager.wait_until_finished()
 
     def meta(self, step: int) -> dict:
         self._require(step)
+        ocp = _orbax()
         with self._reading(step):
             return dict(self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
 
     def restore(self, step: int, target: Any) -> tuple[Any, dict]:
         """State shaped like ``target`` (arrays or ShapeDtypeStructs) and the step's metadata."""
         self._require(step)
+        ocp = _orbax()
         abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target)
         with self._reading(step):
             out = self.manager.restore(step, args=ocp.args.Composite(
@@ -178,6 +191,7 @@ class Checkpointer:
         """The state as saved (nested dicts of host arrays, no target to shape it: another
         model's checkpoint) and the step's metadata."""
         self._require(step)
+        ocp = _orbax()
         with self._reading(step):
             out = self.manager.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))

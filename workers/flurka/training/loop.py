@@ -184,9 +184,11 @@ def make_phase(config: TrainConfig, info, attention: str, task: Task, tx, mesh=N
     if key not in _COMPILED:
         if len(_COMPILED) >= _COMPILED_MAX:
             _COMPILED.pop(next(iter(_COMPILED)))
-        _COMPILED[key] = _compile(config, info, parts, task, tx)
-    train_step, eval_step, decode = _COMPILED[key]
-    phase = Phase(attention, parts, train_step, eval_step, decode, params, other, tx.init(params), mesh,
+        # the optimizer's zeros (AdamW's mu, nu, its count) as one program: eagerly, one per
+        # distinct parameter shape (zeros either way)
+        _COMPILED[key] = (*_compile(config, info, parts, task, tx), jax.jit(tx.init))
+    train_step, eval_step, decode, init_opt = _COMPILED[key]
+    phase = Phase(attention, parts, train_step, eval_step, decode, params, other, init_opt(params), mesh,
                   handover_from)
     phase.load(phase.state())   # replicated over the mesh (no-op on one device)
     return phase

@@ -34,7 +34,7 @@ from flurka.data.core import (
     pad_to,
     resolve_data_dir,
 )
-from flurka.data.mlm import byte_mlm_dataset, mask_tokens
+from flurka.data.mlm import byte_mlm_dataset, mask_tokens, mlm_info
 from flurka.data.subword import encoded_stream, sample_texts, text_tokenizer
 from flurka.data.tokenizers import BYTES, PixelTokenizer, SentencePieceTokenizer
 
@@ -116,19 +116,7 @@ def token_mlm_dataset(name: str, train: np.ndarray, eval: np.ndarray, tok: Sente
     """An MLM dataset whose examples are consecutive ``max_len``-token windows of two id streams
     (the ragged tail dropped); BERT masking draws its random replacements from the model's
     ordinary pieces."""
-    info = DatasetInfo(
-        name=name,
-        task="mlm",
-        vocab_size=tok.vocab_size,
-        max_len=max_len,
-        num_classes=tok.vocab_size,
-        pad_id=tok.pad_id,
-        bos_id=tok.bos_id,
-        eos_id=tok.eos_id,
-        mask_id=tok.mask_id,
-        cls_id=None,
-        sep_id=tok.sep_id,
-    )
+    info = mlm_info(name, tok, max_len)
 
     def windows(ids: np.ndarray) -> ArrayExamples:
         n = len(ids) // max_len

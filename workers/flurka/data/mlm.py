@@ -40,21 +40,27 @@ def _mask_byte_rows(batch: Batch, rng: np.random.Generator) -> Batch:
     )
 
 
-def byte_mlm_dataset(name: str, train: bytes, eval: bytes, *, max_len: int, seed: int) -> Dataset:
-    """An MLM dataset whose examples are fixed-length byte windows of two text streams."""
-    info = DatasetInfo(
+def mlm_info(name: str, tok, max_len: int) -> DatasetInfo:
+    """What an MLM model needs of ``name``, whose ids come from the tokenizer ``tok`` (bytes or
+    subword pieces): the vocabulary is also the set of classes; no [CLS] (no pooling)."""
+    return DatasetInfo(
         name=name,
         task="mlm",
-        vocab_size=BYTES.vocab_size,
+        vocab_size=tok.vocab_size,
         max_len=max_len,
-        num_classes=BYTES.vocab_size,
-        pad_id=BYTES.pad_id,
-        bos_id=BYTES.bos_id,
-        eos_id=BYTES.eos_id,
-        mask_id=BYTES.mask_id,
+        num_classes=tok.vocab_size,
+        pad_id=tok.pad_id,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+        mask_id=tok.mask_id,
         cls_id=None,
-        sep_id=BYTES.sep_id,
+        sep_id=tok.sep_id,
     )
+
+
+def byte_mlm_dataset(name: str, train: bytes, eval: bytes, *, max_len: int, seed: int) -> Dataset:
+    """An MLM dataset whose examples are fixed-length byte windows of two text streams."""
+    info = mlm_info(name, BYTES, max_len)
     return Dataset(
         info,
         ArrayExamples({"bytes": chunk_bytes(train, max_len)}),

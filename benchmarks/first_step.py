@@ -31,11 +31,9 @@ Wall times on a shared host depend on its load (recorded); CPU times much less s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import json
 import os
-import platform as _platform
 import re
 import resource
 import shutil
@@ -44,7 +42,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
 SCHEMA = "flurka.first_step/1"
@@ -166,21 +163,6 @@ def summary(runs: list[dict]) -> dict:
                   "max": max(r[key] for r in runs), "n": len(runs)} for key in SUMMARISED}
 
 
-def host() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), _platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"name": "cpu", "platform": "cpu", "count": 1, "host": _platform.node(), "cpu_model": model,
-            "cores": os.cpu_count()}
-
-
-def versions() -> dict:
-    out = {"python": sys.version.split()[0]}
-    for dist in ("jax", "jaxlib", "flax", "optax", "numpy", "ml_dtypes", "orbax-checkpoint"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[dist] = metadata.version(dist)
-    return out
-
-
 def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
 
@@ -227,9 +209,12 @@ def main(argv: list[str] | None = None) -> None:
                           f"{row['programs_before_first_step']} programs; load {row['load_average_before_after'][0]:.1f}",
                           flush=True)
     results = [r.pop("_result") for r in runs]
+    # here, not at the top: a --child run of this file must import only what `flurka train` does
+    from flurka.speed.runner import device_info, host_info, versions
+
     doc = {"schema": SCHEMA, "sweep": "first-step",
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "device": host(), "versions": versions(),
+           "device": {**device_info(), **host_info()}, "versions": versions(extra=("ml_dtypes", "orbax-checkpoint")),
            "config": {"command": ["flurka", *command], "runs": args.runs, "caches": caches,
                       "sources": {k: v or str(REPO / "workers") for k, v in sources.items()},
                       "commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain"))},

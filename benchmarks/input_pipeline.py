@@ -47,13 +47,10 @@ import io
 import json
 import multiprocessing
 import os
-import platform as _platform
-import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from unittest import mock
 
@@ -334,21 +331,6 @@ def step_floor(config, info, dataset) -> dict:
     return out
 
 
-def host() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), _platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"name": "cpu", "platform": "cpu", "count": 1, "host": _platform.node(), "cpu_model": model,
-            "cores": os.cpu_count()}
-
-
-def versions() -> dict:
-    out = {"python": sys.version.split()[0]}
-    for dist in ("numpy", "jax", "pillow", "tensorflow-datasets", "scikit-learn"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[dist] = metadata.version(dist)
-    return out
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="the JSON document to write")
@@ -401,9 +383,12 @@ def main(argv=None) -> None:
                   + (f"  processes {timed['processes']['examples_per_s']:10.0f}" if "processes" in timed else "")
                   + f"  needed@floor H100 {floor['h100']['needed_at_floor']:10.0f} ex/s  "
                   f"({row['delivered_over_needed_h100']:.2f}x)", flush=True)
+    # here, not at the top: the worker processes this file spawns import it, and need no JAX
+    from flurka.speed.runner import device_info, host_info, versions
+
     doc = {"schema": SCHEMA, "sweep": "input-pipeline",
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "device": host(), "versions": versions(),
+           "device": {**device_info(), **host_info()}, "versions": versions(extra=("pillow", "tensorflow-datasets", "scikit-learn")),
            "settings": {"prefetch": PREFETCH, "budget_s": args.budget_s, "processes": sorted(with_processes),
                         "records": {card: str(path.relative_to(ROOT.parent)) for card, path in RECORDS.items()},
                         "wall_s": time.perf_counter() - started,

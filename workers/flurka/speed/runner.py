@@ -12,6 +12,7 @@ import functools
 import importlib.metadata
 import json
 import os
+from pathlib import Path
 import platform as _platform  # stdlib (the project never defines a `platform` module)
 import sys
 import time
@@ -33,11 +34,12 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def versions() -> dict[str, Any]:
-    """Library versions, and CUDA/cuDNN where a CUDA plugin is installed."""
+def versions(extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Library versions (the JAX stack, and ``extra`` distributions a benchmark depends on), and
+    CUDA/cuDNN where a CUDA plugin is installed."""
     out: dict[str, Any] = {"python": sys.version.split()[0], "jax": jax.__version__}
     for dist in ("jaxlib", "flax", "optax", "numpy", "jax-cuda12-plugin", "jax-cuda13-plugin",
-                 "nvidia-cudnn-cu12", "nvidia-cudnn-cu13"):
+                 "nvidia-cudnn-cu12", "nvidia-cudnn-cu13", *extra):
         v = _version(dist)
         if v is not None:
             out[dist] = v
@@ -61,6 +63,14 @@ def device_info() -> dict[str, Any]:
     return {"name": getattr(d, "device_kind", str(d)), "platform": d.platform,
             "count": len(devices), "host": _platform.node(),
             "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def host_info() -> dict[str, Any]:
+    """The host's CPU model and core count: what a CPU-bound benchmark (data loading, start-up) ran on."""
+    cpuinfo = Path("/proc/cpuinfo")
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                  if line.startswith("model name")), "") if cpuinfo.exists() else ""
+    return {"cpu_model": model or _platform.processor(), "cores": os.cpu_count()}
 
 
 @functools.lru_cache(maxsize=4)

@@ -216,38 +216,33 @@ def main_job_record(rng: np.random.Generator) -> dict:
             "trials": trials}
 
 
+def _main_job_db(tmp_path_factory, name: str, keep=lambda trial: True) -> str:
+    """URL of a new database holding the main job's sweep, the trials ``keep`` keeps."""
+    record = main_job_record(np.random.default_rng(1))
+    record["trials"] = [t for t in record["trials"] if keep(t)]
+    url = f"sqlite:///{tmp_path_factory.mktemp(name) / 'results.db'}"
+    engine = open_results(url)
+    ingest_sweep(engine, record)
+    engine.dispose()
+    return url
+
+
 @pytest.fixture(scope="session")
 def main_job(tmp_path_factory) -> str:
     """URL of a database holding only the main job's sweep (nmt-small, 3 seeds, 2 d_k, 2 variants × 4 α)."""
-    url = f"sqlite:///{tmp_path_factory.mktemp('main-job') / 'results.db'}"
-    engine = open_results(url)
-    ingest_sweep(engine, main_job_record(np.random.default_rng(1)))
-    engine.dispose()
-    return url
+    return _main_job_db(tmp_path_factory, "main-job")
 
 
 @pytest.fixture(scope="session")
 def one_alpha_job(tmp_path_factory) -> str:
     """URL of the main job's database with one α per row (α = 37.5 % alone): no best α to star."""
-    record = main_job_record(np.random.default_rng(1))
-    record["trials"] = [t for t in record["trials"] if t["alpha"] in (None, 0.375)]
-    url = f"sqlite:///{tmp_path_factory.mktemp('one-alpha') / 'results.db'}"
-    engine = open_results(url)
-    ingest_sweep(engine, record)
-    engine.dispose()
-    return url
+    return _main_job_db(tmp_path_factory, "one-alpha", lambda t: t["alpha"] in (None, 0.375))
 
 
 @pytest.fixture(scope="session")
 def no_full_job(tmp_path_factory) -> str:
     """URL of the main job's database as `make sweep` trains it: no full attention (no target loss)."""
-    record = main_job_record(np.random.default_rng(1))
-    record["trials"] = [t for t in record["trials"] if t["attention"] != "full"]
-    url = f"sqlite:///{tmp_path_factory.mktemp('no-full') / 'results.db'}"
-    engine = open_results(url)
-    ingest_sweep(engine, record)
-    engine.dispose()
-    return url
+    return _main_job_db(tmp_path_factory, "no-full", lambda t: t["attention"] != "full")
 
 
 @pytest.fixture(scope="session")

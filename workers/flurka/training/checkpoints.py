@@ -30,10 +30,9 @@ import jax
 
 
 def _orbax():
-    """``orbax.checkpoint``, imported by the first :class:`Checkpointer`, not with this module: it
-    is 0.13 s of CPU (0.3 s wall) of ``flurka train``'s start-up on the 2-core VM, which a run
-    without a work dir never checkpoints (benchmarks/first_step.py; the measured exception to
-    importing at the top, issue 56)."""
+    """``orbax.checkpoint``, imported by the first :class:`Checkpointer`, not with this module: its
+    import is a measurable part of ``flurka train``'s start-up (benchmarks/first_step.py), and a
+    run without a work dir never checkpoints. The measured exception to importing at the top."""
     import orbax.checkpoint as ocp
 
     return ocp

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import browser
 import pytest
-from testsupport import flurka, free_ports, pids_naming, ray_node_ports, scratch_postgres_database
+from testsupport import JoiningNode, flurka, free_ports, pids_naming, ray_node_ports, scratch_postgres_database
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -1305,10 +1305,10 @@ def test_token_auth_cluster_path(tmp_path):
         worker_home = token_home("worker-home")
         worker_env = {k: v.replace("~", str(worker_home), 1) for k, v in worker_env.items()}
         worker_argv = [a.replace("<head>:6379", f"127.0.0.1:{gcs}") for a in worker_argv]
-        worker = subprocess.Popen(
+        worker = JoiningNode(lambda: subprocess.Popen(
             [str(BIN / "ray"), *worker_argv[1:], *common, *worker_ports],
             env={**base_env, "HOME": str(worker_home), **worker_env}, cwd=tmp_path,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True))
 
         client_env = {k: v for k, v in base_env.items()}
         client_env["HOME"] = str(tmp_path)  # the client has no token file yet
@@ -1338,11 +1338,11 @@ def test_token_auth_cluster_path(tmp_path):
             status = shell(["ray", "status", "--address", f"127.0.0.1:{gcs}"], tmp_path, 60, client_env)
             if status.stdout.count("node_") >= 2 or time.monotonic() > deadline:
                 break
-            assert worker.poll() is None, worker.stdout.read()[-3000:]
+            worker.check()
             time.sleep(2)
         assert status.stdout.count("node_") >= 2, (status.stdout + status.stderr)[-3000:]
     finally:
-        stop_group(worker, head, grace_s=5)  # a throwaway cluster: SIGKILL after 5 s
+        stop_group(worker and worker.proc, head, grace_s=5)  # a throwaway cluster: SIGKILL after 5 s
         leftovers = wait_gone(temp_dir, 10)   # only processes of this test's two nodes
         shutil.rmtree(temp_dir, ignore_errors=True)
     assert not leftovers, f"node processes survived the stop: {leftovers}"

@@ -21,7 +21,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from testsupport import ray_node_ports, stop_ray_node, wait_ray_node
+from testsupport import JoiningNode, ray_node_ports, stop_ray_node, wait_ray_node
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -62,6 +62,7 @@ def two_nodes():
     popen = dict(env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     procs: list[tuple[subprocess.Popen, str]] = []
     leftovers: list[int] = []
+    node = None
     try:
         head = subprocess.Popen([str(BIN / "ray"), "start", "--head", *common, *head_flags,
                                  "--include-dashboard", "false", "--temp-dir", head_tmp], **popen)
@@ -73,8 +74,7 @@ def two_nodes():
         if refused is None:   # the second node's own view of the file system: `hidden` is an empty tmpfs there
             node_cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                         'mount -t tmpfs none "$0" && exec "$@"', str(hidden), *node_cmd]
-        node = subprocess.Popen(node_cmd, **popen)
-        procs.append((node, node_tmp))
+        node = JoiningNode(lambda: subprocess.Popen(node_cmd, **popen))
         with mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}):
             os.environ.pop("RAY_ADDRESS", None)
             ray.init(address=address, configure_logging=False, log_to_driver=False)
@@ -84,7 +84,7 @@ def two_nodes():
                     alive = [n for n in ray.nodes() if n["Alive"]]
                     if len(alive) == 2:
                         break
-                    assert node.poll() is None, f"the second node exited:\n{node.stdout.read()[-3000:]}"
+                    node.check()
                     assert time.monotonic() < deadline, f"the second node did not join: {alive}"
                     time.sleep(1)
                 second = next(n for n in alive if n["NodeManagerPort"] == node_ports["node-manager-port"])
@@ -93,6 +93,8 @@ def two_nodes():
             finally:
                 ray.shutdown()
     finally:
+        if node is not None:
+            procs.append((node.proc, node_tmp))
         for proc, temp_dir in reversed(procs):
             leftovers += stop_ray_node(proc, temp_dir)
         shutil.rmtree(hidden, ignore_errors=True)

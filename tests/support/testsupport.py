@@ -50,6 +50,24 @@ def wait_ray_node(proc: subprocess.Popen, ready, what: str, timeout_s: float) ->
         time.sleep(0.5)
 
 
+class JoiningNode:
+    """A ``ray start --address`` child (``start()`` launches it) given one more try when Ray's fixed 30 s
+    wait for a joining raylet to register runs out on a loaded host; the operator's answer is the same:
+    run the same command again. Any other exit, or a second one, fails with its output."""
+
+    def __init__(self, start):
+        self._start, self.proc, self.restarted = start, start(), False
+
+    def check(self) -> None:
+        if self.proc.poll() is None:
+            return
+        out = self.proc.stdout.read()
+        assert "timed out during startup" in out and not self.restarted, f"the joining node exited:\n{out[-3000:]}"
+        with contextlib.suppress(ProcessLookupError):   # its raylet, where it outlived `ray start`
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc, self.restarted = self._start(), True
+
+
 def stop_ray_node(proc: subprocess.Popen, temp_dir: str) -> list[int]:
     """Stop one `ray start --block` by its process group (it stops what it started), then kill
     whatever of its node is left (processes naming its own ``temp_dir``: never another's) and

@@ -18,7 +18,8 @@ from flurka.sweeps.spec import SweepSpec
 from flurka.tracking import SweepTracker
 from flurka.sweeps.trial_report import RESULT_KEY
 from flurka.tracking.callback import MLflowTrialCallback
-from flurka.tracking.mlflow_runs import BENCHMARK_TAG, TRIAL_TAG, metric_name, table_column, trial_run_name
+from flurka.tracking.mlflow_runs import (BENCHMARK_TAG, RUN_COLOR_TAG, TRIAL_TAG, metric_name, run_colors, shown,
+                                         table_column, trial_run_name)
 
 
 @pytest.fixture
@@ -153,13 +154,14 @@ def test_nested_runs_named_and_each_metric_under_one_name(tracker):
 
     nested = tracker.nested_runs()
     assert len(nested) == len(runs)
+    assert not any(RUN_COLOR_TAG in r.data.tags for r in nested)   # no plan's colours given: MLflow's own
     by_key = {r.data.tags[TRIAL_TAG]: r for r in nested}
     assert set(by_key) == {r.key for r in runs}                 # the key stays the identifier
     assert {r.key: by_key[r.key].info.run_name for r in runs} == {
         r.key: trial_run_name(r.to_dict(), benchmark=False) for r in runs}
     assert {r.data.tags[BENCHMARK_TAG] for r in nested} == {"lra-listops-small"}
 
-    want = {"train/loss", "train/accuracy", "train/grad_norm", "train/flops", "train/learning_rate",
+    want = {"train/loss", "train/accuracy", "train/grad_norm", "train/tflop", "train/learning_rate",
             "eval/loss", "eval/accuracy", "compilation.compiles", "compilation.cache_hits", "compilation.compile_s"}
     client = tracker.client
     for r in nested:
@@ -172,15 +174,45 @@ def test_nested_runs_named_and_each_metric_under_one_name(tracker):
             assert r.data.metrics[f"eval/{name}"] == pytest.approx(result["final_metrics"][name])
         train = client.get_metric_history(r.info.run_id, "train/loss")
         assert [m.step for m in train] == [2, 4, 6, 8]
-        assert math.isclose(r.data.metrics["train/flops"], 8e9)
+        assert math.isclose(r.data.metrics["train/tflop"], 8e9 / 1e12)       # TFLOP: the chart axis reads 0.008
 
 
 def test_metric_name_rule():
     assert metric_name("train", "loss") == "train/loss" and metric_name("eval", "bleu") == "eval/bleu"
-    assert metric_name("train", "train_flops") == "train/flops"
+    assert metric_name("train", "train_flops") == "train/tflop"
     assert metric_name("eval", "train_flops") is None and metric_name("eval", "handover_beta") is None
     with pytest.raises(ValueError):
         metric_name("final", "loss")
+
+
+def test_values_are_logged_as_a_reader_reads_them():
+    assert shown("train_flops", 2_100_000_000_000.0) == 2.1                  # TFLOP
+    assert shown("bleu", 67.61068837534667) == 67.611 and shown("loss", 0.2918663909156933) == 0.29187
+    assert shown("learning_rate", 5.5555105973326135e-06) == 5.5555e-06      # significant digits, not decimals
+    assert shown("time/other_s", 0.00035115998616674915) == 0.0 and shown("compile_s", 49.68743266) == 49.687
+
+
+def test_each_configuration_one_colour_its_seeds_lighter(tracker):
+    plan = _plan(benchmarks=("lra-listops-small", "nmt-small"))
+    runs = [r.to_dict() for r in plan.baselines + plan.bases + plan.branches]
+    colors = run_colors(runs)
+    assert set(colors) == {r["key"] for r in runs}
+    config = {r["key"]: (r["benchmark"], r["attention"], r["alpha"], r["d_k"]) for r in runs}
+    by_config: dict = {}
+    for r in runs:
+        by_config.setdefault(config[r["key"]], {})[r["seed"]] = colors[r["key"]]
+    firsts = [seeds[0] for c, seeds in by_config.items() if c[1:] != ("linformer", None, 1)]
+    assert len(set(firsts)) == len(firsts) == 10        # 5 configurations x 2 benchmarks: no hue twice
+    for c, seeds in by_config.items():
+        assert seeds[0] != seeds[1]                     # the second seed lighter ...
+        dark, light = (sum(int(seeds[s][i:i + 2], 16) for i in (1, 3, 5)) for s in (0, 1))
+        assert light > dark
+        if c[1:] == ("linformer", None, 1):             # ... and the no-attention control grey
+            assert seeds[0] == "#7f7f7f"
+    # the tracker sets them as it creates the runs
+    tracker.color_runs(runs)
+    run_id = tracker.trial_run(runs[0]["key"], runs[0]["kind"], {}, name="x")
+    assert tracker.client.get_run(run_id).data.tags[RUN_COLOR_TAG] == colors[runs[0]["key"]]
 
 
 def test_resume_finds_the_run_by_key_and_skips_logged_steps(tracker):

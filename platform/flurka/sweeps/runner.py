@@ -668,8 +668,9 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
         with _timed(driver, "mlflow"):
             tracker, parent = open_tracking(spec, sweep_id, ctx.address)
             tracker.log_sweep_metrics(compute)
-            tracker.log_sweep_dict({"plan": [r.to_dict() for r in plan.baselines + plan.bases + plan.branches],
-                                    "compute": compute}, "plan.json")
+            planned_runs = [r.to_dict() for r in plan.baselines + plan.bases + plan.branches]
+            tracker.color_runs(planned_runs)
+            tracker.log_sweep_dict({"plan": planned_runs, "compute": compute}, "plan.json")
         storage = run_dir / "tune"
         results: dict[str, dict[str, Any]] = {}
         runs: dict[str, dict[str, Any]] = {}

@@ -16,8 +16,8 @@ What the MLflow UI shows (the names are made here, in one place):
   last when the sweep has several. The planned run's key (``flurka.trial_key`` tag, ``run.*``
   params) stays the identifier: resume finds runs by it, never by name.
 * **Metrics** (:func:`metric_name`): one name per quantity, grouped by stream — ``train/loss``,
-  ``train/accuracy``, ``train/grad_norm``, ``train/learning_rate``, ``train/flops`` (the
-  training FLOPs so far); ``eval/loss``, ``eval/accuracy``, ``eval/bleu`` ... The final value of
+  ``train/accuracy``, ``train/grad_norm``, ``train/learning_rate``, ``train/tflop`` (the
+  training TFLOPs so far); ``eval/loss``, ``eval/accuracy``, ``eval/bleu`` ... The final value of
   a metric is the last point of its ``eval/`` series (training evaluates at its last step; the
   run's metric summary shows exactly that), not a copy under another name. What compiling cost:
   ``compilation.<name>``, once.
@@ -128,6 +128,7 @@ TRIAL_TAG = "flurka.trial_key"
 KIND_TAG = "flurka.kind"
 BENCHMARK_TAG = "flurka.benchmark"
 PARENT_TAG = "mlflow.parentRunId"
+RUN_COLOR_TAG = "mlflow.runColor"       # the colour MLflow's UI draws a run in (its own palette repeats)
 PACKAGES = ("flurka", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ray", "mlflow", "numpy", "optuna")
 
 
@@ -180,7 +181,12 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 # -- names: runs, metrics, table columns (see the module docstring) ---------------------------------
 
 STREAMS = ("train", "eval")
-METRIC_ALIASES = {"train_flops": "flops"}        # train/train_flops reads twice
+# MLflow prints a metric's float as it is (axis ticks, the runs table, a run's overview): the
+# training FLOPs go in TFLOP (2.1, not 2100000000000), and values are rounded where logged
+# (:func:`shown`). The results database keeps every value whole.
+METRIC_UNITS = {"train_flops": ("tflop", 1e-12)}
+SHOWN_DIGITS = 5                                  # significant digits of a logged metric
+SECONDS_DECIMALS = 3                              # a duration (``*_s``) to the millisecond
 # Entries of an evaluation that describe the training state, not the evaluation: already in the
 # train stream (one name per quantity), so not logged again under eval/.
 EVAL_CONTEXT = ("train_flops", "handover_beta", CURVE_POINT)   # curve_point: a cheap evaluation (curve_batches)
@@ -197,7 +203,16 @@ def metric_name(stream: str, key: str) -> str | None:
         return None
     if key.startswith("system/"):
         return key
-    return f"{stream}/{METRIC_ALIASES.get(key, key)}"
+    return f"{stream}/{METRIC_UNITS.get(key, (key,))[0]}"
+
+
+def shown(key: str, value: float) -> float:
+    """Training's metric ``key`` as MLflow shows it: in its unit (:data:`METRIC_UNITS`), a duration to
+    the millisecond, anything else to :data:`SHOWN_DIGITS` significant digits."""
+    value *= METRIC_UNITS.get(key, (key, 1.0))[1]
+    if key.endswith("_s"):
+        return round(value, SECONDS_DECIMALS)
+    return float(f"{value:.{SHOWN_DIGITS}g}")
 
 
 def trial_run_name(run: Mapping[str, Any], *, benchmark: bool = True) -> str:
@@ -218,6 +233,38 @@ def trial_run_name(run: Mapping[str, Any], *, benchmark: bool = True) -> str:
     if benchmark:
         parts.append(str(run["benchmark"]))
     return " ".join(parts)
+
+
+# Hues of matplotlib's tab20 (its dark half, then its light half; the greys left for the control).
+HUES = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
+        "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
+CONTROL_HUE = "#7f7f7f"
+LIGHTEST_SEED = 0.6                       # the last seed's mix with white
+
+
+def run_colors(runs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """A colour per planned run (by key) for MLflow's charts: one hue per configuration (benchmark,
+    mechanism, α, d_k: a base run shares its baseline's) in plan order, each further seed lighter,
+    so a configuration's seeds read as one band; the no-attention control grey."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["benchmark"], run["attention"], run.get("alpha"), run.get("d_k")), []).append(run)
+    colors, hue = {}, 0
+    for (_, attention, _, d_k), members in groups.items():
+        if is_control(attention, d_k):
+            base = CONTROL_HUE
+        else:
+            base, hue = HUES[hue % len(HUES)], hue + 1
+        seeds = sorted({r["seed"] for r in members})
+        for run in members:
+            i = seeds.index(run["seed"])
+            colors[run["key"]] = _lighter(base, LIGHTEST_SEED * i / max(1, len(seeds) - 1))
+    return colors
+
+
+def _lighter(hex_color: str, white: float) -> str:
+    rgb = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * white):02x}" for c in rgb)
 
 
 def table_column(name: Any) -> str:
@@ -295,7 +342,8 @@ def dataset_input(described: Mapping[str, Any], context: str = "training") -> Da
 
 
 def _finite_numbers(metrics: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items()
+    """The finite numbers of ``metrics``, each as MLflow shows it (:func:`shown`)."""
+    return {k: shown(k, float(v)) for k, v in metrics.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
@@ -331,6 +379,7 @@ class SweepTracker:
             self.store.call(hide_default_experiment, self.client.raw)
         self.parent_id: str | None = None
         self._runs: dict[str, str] = {}        # trial key -> run id
+        self._colors: dict[str, str] = {}      # trial key -> its colour in the UI (color_runs)
         self._last_step: dict[tuple[str, str], int] = {}   # (run id, stream) -> last step logged
         self._finished: set[str] = set()
 
@@ -384,6 +433,11 @@ class SweepTracker:
                                           **{f"version.{k}": v for k, v in package_versions().items()}})
         return self.parent_id
 
+    def color_runs(self, runs: Iterable[Mapping[str, Any]]) -> None:
+        """Give the planned ``runs`` (dicts with key, benchmark, attention, alpha, d_k, seed) their
+        colours (:func:`run_colors`), set as each run is created."""
+        self._colors = run_colors(runs)
+
     def trial_run(self, trial_key: str, kind: str, params: Mapping[str, Any], *, name: str | None = None,
                   tags: Mapping[str, Any] | None = None) -> str:
         """The nested run of one planned trial (one per key, however often Tune retries it), named
@@ -398,7 +452,9 @@ class SweepTracker:
             if found:
                 return found[0]
             created.append(True)
+            color = getattr(self, "_colors", {}).get(trial_key)   # (a tracker pickled before colours had none)
             return self.client.create_run(self.experiment_id, run_name=name or trial_key, tags={
+                **({RUN_COLOR_TAG: color} if color else {}),
                 **{k: str(v) for k, v in (tags or {}).items()},
                 PARENT_TAG: self.parent_id, SWEEP_TAG: self.sweep_id, TRIAL_TAG: trial_key, KIND_TAG: kind,
                 **source_tags("flurka sweep")})
@@ -435,8 +491,8 @@ class SweepTracker:
         twice."""
         if step <= self._last_step.get((run_id, stream), -1):
             return False
-        named = ((metric_name(stream, k), v) for k, v in metrics.items() if k != "step")
-        values = _finite_numbers({k: v for k, v in named if k is not None})
+        values = {metric_name(stream, k): v for k, v in _finite_numbers(metrics).items() if k != "step"}
+        values.pop(None, None)
         if values:
             self.client.log_batch(run_id, metrics=[Metric(k, v, timestamp_ms, step) for k, v in values.items()])
         self._last_step[run_id, stream] = step

@@ -370,17 +370,77 @@ def test_sweep_filter(seeded, sweep_dict, make_trial):
 
 def test_isoflops_table(seeded):
     # Target = full's final loss averaged over seeds: (0.2 + 0.3) / 2 = 0.25.
-    # full: seed 0 first reaches <= 0.25 at step 3 (0.2, 3 EFLOPs), seed 1 at step 2 (0.25, 2 EFLOPs).
-    # linformer ends at 0.5: never. flurka-eva reaches 0.24 at step 2 after 1 EFLOP.
+    # full: seed 0 first reaches <= 0.25 at step 3 (0.2, 3 EFLOPs), seed 1 at step 2 (0.25, 2 EFLOPs):
+    # 2.5 ± T1 * 0.5 over both. linformer: its one seed with a curve ends at 0.5, never (0/1).
+    # flurka-eva reaches 0.24 at step 2 after 1 EFLOP, one seed.
     df = quality_tables.isoflops_table(seeded)
     assert df.attrs["target_loss"] == pytest.approx(0.25)
-    assert_frame(df, ["full", "linformer", "flurka-eva"], ["Loss", "EFLOPs"],
-                 [[0.225, 2.5], [nan, nan], [0.24, 1.0]])
+    assert_frame(df, ["full", "linformer", "flurka-eva"], ["reached", "Loss", "EFLOPs"],
+                 [["2/2", 0.225, f"2.50 ± {T1 * 0.5:.2f} (n=2)"], ["0/1", nan, quality_tables.NOT_REACHED],
+                  ["1/1", 0.24, "1.00 (1 seed)"]])
+    assert "loss <= 0.25 (full's final loss)" in df.attrs["title"]
     # An explicit target of 0.5: everyone's step 2.
     assert_frame(quality_tables.isoflops_table(seeded, target_loss=0.5), ["full", "linformer", "flurka-eva"],
-                 ["Loss", "EFLOPs"], [[0.375, 2.0], [0.5, 2.0], [0.24, 1.0]])
+                 ["reached", "Loss", "EFLOPs"], [["2/2", 0.375, "2.00 ± 0.00 (n=2)"], ["1/1", 0.5, "2.00 (1 seed)"],
+                                                 ["1/1", 0.24, "1.00 (1 seed)"]])
     with pytest.raises(tables.NoResults, match="no 'rnn' trials"):
         quality_tables.isoflops_table(seeded, reference="rnn")
+
+
+def _isoflops_runs(make_trial, runs) -> list[dict]:
+    """nmt-small trials with loss / train_flops curves: {(mechanism, seed): [(loss, EFLOPs), ...]}."""
+    return [make_trial(f"{m}-{seed}-{d_k}", m, "nmt-small", {"bleu": 50.0}, seed=seed, d_k=d_k,
+                       curve=[{"step": i + 1, "loss": loss, "train_flops": flops * 1e18}
+                              for i, (loss, flops) in enumerate(points)])
+            for (m, seed, d_k), points in runs.items()]
+
+
+def test_isoflops_says_how_many_seeds_reach_the_target(engine, sweep_dict, make_trial):
+    """One seed of three never gets to the target: the table says 2/3 and its FLOPs are the mean and
+    Student's t interval over the two that do (scipy's, worked here); a mechanism none of whose
+    seeds gets there says 0/3 and "not reached", not a bare NaN."""
+    from flurka.results import ingest_sweep
+
+    runs = {("full", s, None): [(1.0, 1.0), (0.5, 2.0), (l, 3.0)] for s, l in enumerate((0.2, 0.3, 0.25))}
+    # target 0.25; performer: seed 0 at 2 EFLOPs, seed 1 at 3, seed 2 never (ends at 0.4)
+    runs.update({("performer", 0, None): [(0.9, 1.0), (0.25, 2.0), (0.2, 3.0)],
+                 ("performer", 1, None): [(0.9, 1.0), (0.5, 2.0), (0.22, 3.0)],
+                 ("performer", 2, None): [(0.9, 1.0), (0.5, 2.0), (0.4, 3.0)]})
+    runs.update({("rnn", s, None): [(2.0, 1.0), (1.0, 2.0), (0.9, 3.0)] for s in range(3)})
+    ingest_sweep(engine, {**sweep_dict, "trials": _isoflops_runs(make_trial, runs)})
+    df = quality_tables.isoflops_table(engine, benchmark="nmt-small")
+    two = [2.0, 3.0]
+    low, high = st.t.interval(0.95, 1, loc=np.mean(two), scale=st.sem(two))
+    assert list(df.index) == ["full", "performer", "rnn"]
+    assert df.at["performer", "reached"] == "2/3"
+    assert df.at["performer", "EFLOPs"] == f"2.50 ± {(high - low) / 2:.2f} (n=2)"
+    assert df.at["performer", "Loss"] == pytest.approx((0.25 + 0.22) / 2)
+    # full itself: its seed 1 ends at 0.3, above the mean of the three finals it sets the target by
+    assert (df.at["full", "reached"], df.at["full", "EFLOPs"]) == ("2/3", "3.00 ± 0.00 (n=2)")
+    assert (df.at["rnn", "reached"], df.at["rnn", "EFLOPs"]) == ("0/3", quality_tables.NOT_REACHED)
+    numbers = quality_tables.isoflops_table(engine, benchmark="nmt-small", numbers=True)
+    assert list(numbers.columns) == ["reached", "seeds", "Loss", "EFLOPs mean", "EFLOPs ci_low", "EFLOPs ci_high"]
+    assert numbers.loc["performer", ["reached", "seeds"]].tolist() == [2, 3]
+    assert numbers.at["performer", "EFLOPs ci_low"] == pytest.approx(float(f"{low:.4g}"))
+    assert numbers.loc["rnn", ["reached", "seeds"]].tolist() == [0, 3]
+    assert math.isnan(numbers.at["rnn", "EFLOPs mean"]) and math.isnan(numbers.at["rnn", "Loss"])
+    text = tables.format_table(df, "markdown")
+    assert "| performer   | 2/3       |" in text and "| rnn         | 0/3       | --" in text
+
+
+def test_isoflops_picks_the_configuration_whose_seeds_get_there(engine, sweep_dict, make_trial):
+    """Linformer at d_k 8 reaches the target sooner on one of its three seeds; at d_k 16 all three
+    get there: the row is d_k 16's (3/3), not the lucky seed's (1/3)."""
+    from flurka.results import ingest_sweep
+
+    runs = {("full", s, None): [(1.0, 1.0), (0.5, 2.0), (0.25, 3.0)] for s in range(3)}
+    runs.update({("linformer", s, 8): [(0.2 if s == 0 else 0.9, 1.0), (0.9, 2.0), (0.9, 3.0)] for s in range(3)})
+    runs.update({("linformer", s, 16): [(0.9, 1.0), (0.24 + 0.001 * s, 2.0), (0.2, 3.0)] for s in range(3)})
+    ingest_sweep(engine, {**sweep_dict, "trials": _isoflops_runs(make_trial, runs)})
+    df = quality_tables.isoflops_table(engine, benchmark="nmt-small")
+    assert (df.at["linformer", "reached"], df.at["linformer", "EFLOPs"]) == ("3/3", "2.00 ± 0.00 (n=3)")
+    stats = quality_tables.isoflops_stats(engine, benchmark="nmt-small")
+    assert stats.set_index("mechanism").at["linformer", "config"] == "d_k=16"
 
 
 def test_isoflops_numbers_for_csv_are_rounded(engine, sweep_dict, make_trial):
@@ -390,8 +450,10 @@ def test_isoflops_numbers_for_csv_are_rounded(engine, sweep_dict, make_trial):
     ingest_sweep(engine, {**sweep_dict, "trials": [make_trial("f", "full", "nmt-small", {"bleu": 50.0}, curve=curve)]})
     exact = quality_tables.isoflops_table(engine, benchmark="nmt-small")
     assert exact.at["full", "Loss"] == 0.123456789
-    assert_frame(quality_tables.isoflops_table(engine, benchmark="nmt-small", numbers=True), ["full"], ["Loss", "EFLOPs"],
-                 [[0.1235, 1.235]])
+    assert exact.at["full", "EFLOPs"] == "1.23 (1 seed)"
+    numbers = quality_tables.isoflops_table(engine, benchmark="nmt-small", numbers=True)
+    assert numbers.loc["full", ["reached", "seeds", "Loss", "EFLOPs mean"]].tolist() == [1, 1, 0.1235, 1.235]
+    assert math.isnan(numbers.at["full", "EFLOPs ci_low"])
 
 
 def test_speed_and_speedup_tables(seeded):

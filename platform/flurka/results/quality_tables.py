@@ -24,6 +24,9 @@ a number that measured nothing. Likewise the no-attention control (Linformer at 
 :data:`flurka.catalogue.mechanisms.CONTROL`), where trained: its trials are no Linformer cell but the row
 ``no attention``, the task's floor (mean ± CI over its seeds), and a cell whose CI does not clear the floor's mean says
 "at floor": whatever its attention did, the task did not need it.
+
+The iso-FLOP table (Table 1) says beside each mechanism's FLOPs to the target how many of its seeds
+get there ("2/3"), its mean ± CI being over those alone: a mean over the lucky seeds is no mean over all.
 """
 
 from __future__ import annotations
@@ -732,16 +735,22 @@ def curves(engine: Engine, benchmark: str, names: Sequence[str], *, sweep: str |
     return wide.dropna(subset=list(names)).sort_values(["trial_id", "step"])
 
 
-def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: str = "loss",
+NOT_REACHED = "not reached"   # an iso-FLOPs cell of a mechanism none of whose seeds gets to the target
+ISOFLOPS = ("EFLOPs", 1e18)     # the FLOPs column's label and its unit in FLOPs
+
+
+def isoflops_stats(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: str = "loss",
                    reference: str = "full", target_loss: float | None = None,
-                   sweep: str | None = None, numbers: bool = False) -> pd.DataFrame:
-    """Table 1: training FLOPs each mechanism needs to reach a target loss.
+                   sweep: str | None = None) -> pd.DataFrame:
+    """Table 1's cells, long: one row per mechanism, the FLOPs to target said with how many seeds got there.
 
     The target is ``target_loss`` or the reference mechanism's final loss (its best configuration's
-    seed mean). Per trial: the first curve point with loss <= target gives ``Loss`` and the
-    cumulative ``train_flops`` there (``EFLOPs`` = 1e18 FLOPs); per mechanism the configuration
-    with the fewest seed-mean FLOPs is reported; NaN where no trial reached the target.
-    ``numbers``: rounded to the 4 significant digits the table shows (for CSV).
+    seed mean). A seed reaches it at its first curve point with loss <= target (a seed run twice:
+    where a run of it does, those runs averaged). Per mechanism the configuration most of whose seeds reach it (then the
+    fewest mean FLOPs) is chosen: a lucky seed of one configuration does not stand for the mechanism.
+    Columns: mechanism, config, seeds (the configuration's), of (how many), reached (how many get
+    there), loss (the mean loss at those first points), mean, low, high, n (FLOPs to target over
+    the seeds that reach it, 95 % CI; n = reached, NaN where none). ``attrs["target_loss"]``.
     """
     df = curves(engine, benchmark, [loss, "train_flops"], sweep=sweep)
     if df.empty:
@@ -757,14 +766,70 @@ def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: s
         hit = trial[trial[loss] <= target_loss + 1e-12]
         first = hit.iloc[0] if not hit.empty else None
         rows.append({**trial.iloc[0][["attention", "seed", *CONFIG]].to_dict(),
-                     "Loss": float("nan") if first is None else first[loss],
-                     "EFLOPs": float("nan") if first is None else first["train_flops"] / 1e18})
+                     "loss": math.nan if first is None else float(first[loss]),
+                     "flops": math.nan if first is None else float(first["train_flops"])})
     per_trial = pd.DataFrame(rows)
-    per_config = per_trial.groupby(["attention", *CONFIG], dropna=False)[["Loss", "EFLOPs"]].mean().reset_index()
-    per_config = per_config.sort_values("EFLOPs", na_position="last")
-    out = per_config.groupby("attention").head(1).set_index("attention")[["Loss", "EFLOPs"]]
-    out = out.reindex(pd.Index(mechanism_order(out.index), name="mechanism"))
+    out = []
+    for mechanism, part in per_trial.groupby("attention", sort=False):
+        candidates = []
+        for cfg, trials in part.groupby(CONFIG, dropna=False, sort=True):
+            by_seed = trials.groupby("seed", dropna=False)[["loss", "flops"]].mean()
+            got = by_seed.dropna(subset=["flops"])
+            cell = Cell(_config(cfg), got["flops"].to_dict(), mean_ci(got["flops"].tolist()))
+            candidates.append((cell, by_seed, got))
+        cell, by_seed, got = min(candidates, key=lambda c: (-len(c[2]) / len(c[1]), -len(c[2]),
+                                                            c[0].estimate.mean if len(c[2]) else math.inf))
+        out.append({"mechanism": mechanism, "config": cell.config_text(),
+                    "seeds": ",".join(str(s) for s in sorted(by_seed.index)), "of": len(by_seed),
+                    "reached": len(got), "loss": float(got["loss"].mean()) if len(got) else math.nan,
+                    "mean": cell.estimate.mean, "low": cell.estimate.low, "high": cell.estimate.high,
+                    "n": cell.estimate.n})
+    stats = pd.DataFrame(out, columns=["mechanism", "config", "seeds", "of", "reached", "loss",
+                                       "mean", "low", "high", "n"])
+    stats = stats.set_index("mechanism").reindex(mechanism_order(stats["mechanism"])).reset_index()
+    stats.attrs.update(target_loss=target_loss, benchmark=benchmark)
+    return stats
+
+
+def _flops_text(est: Estimate) -> str:
+    """FLOPs to target as text: 3 significant digits of the mean, the CI's half-width never shown as 0."""
+    if est.n == 0:
+        return NOT_REACHED
+    return est.format(max(significant_decimals(est.mean), significant_decimals(est.half_width, 1)))
+
+
+def isoflops_table(engine: Engine, *, benchmark: str = "nmt-wmt14-ende", loss: str = "loss",
+                   reference: str = "full", target_loss: float | None = None,
+                   sweep: str | None = None, numbers: bool = False,
+                   flops: tuple[str, float] = ISOFLOPS) -> pd.DataFrame:
+    """Table 1: training FLOPs each mechanism needs to reach a target loss (:func:`isoflops_stats`).
+
+    Rows: mechanisms; columns "reached" ("2/3": of the chosen configuration's seeds, those that
+    get there; "0/3" and :data:`NOT_REACHED` where none does), "Loss" (the mean loss where they
+    first get there) and the FLOPs, "mean ± CI (n=…)" over the seeds that get there ("1 seed" for
+    one), in ``flops`` = (label, unit in FLOPs), default EFLOPs. ``numbers``: for CSV, "reached"
+    and "seeds" as counts and the FLOPs as "<label> mean", "ci_low", "ci_high", to 4 significant
+    digits. ``attrs``: target_loss, title.
+    """
+    stats = isoflops_stats(engine, benchmark=benchmark, loss=loss, reference=reference, target_loss=target_loss,
+                           sweep=sweep)
+    label, scale = flops
+    ests = [Estimate(r.mean / scale, r.low / scale, r.high / scale, int(r.n)) for r in stats.itertuples()]
+    index = pd.Index(stats["mechanism"], name="mechanism")
     if numbers:
-        out = out.map(lambda v: v if v != v else float(f"{v:.4g}"))
-    out.attrs.update(target_loss=target_loss, floatfmt=".4g")
+        four = lambda v: v if v != v else float(f"{v:.4g}")  # noqa: E731
+        out = pd.DataFrame({"reached": stats["reached"].to_numpy(), "seeds": stats["of"].to_numpy(),
+                            "Loss": [four(v) for v in stats["loss"]],
+                            f"{label} mean": [four(e.mean) for e in ests],
+                            f"{label} ci_low": [four(e.low) for e in ests],
+                            f"{label} ci_high": [four(e.high) for e in ests]}, index=index)
+    else:
+        out = pd.DataFrame({"reached": [f"{r}/{n}" for r, n in zip(stats["reached"], stats["of"])],
+                            "Loss": stats["loss"].to_numpy(), label: [_flops_text(e) for e in ests]}, index=index)
+    target = stats.attrs["target_loss"]
+    source = f"{reference}'s final {loss}" if target_loss is None else "given"
+    out.attrs.update(target_loss=target, floatfmt=".4g",
+                     title=f"Training FLOPs to reach {loss} <= {target:.4g} ({source}), {benchmark}: per mechanism "
+                           f"the configuration most of whose seeds get there; reached: how many of its seeds do; "
+                           f"{label}: mean ± 95 % CI over those seeds")
     return out

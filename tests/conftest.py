@@ -65,6 +65,11 @@ if _missing and not _known_to_xla(*_missing):
 if _missing:
     os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""), *_missing]).strip()
 
+# Ray waits ~20 s (this many 1 s tries) for a new head's GCS to answer; two xdist workers each
+# starting a cluster beside JAX compiles on 2 cores have run past that ("Failed to start GCS").
+# Tests and the Ray nodes they start (which inherit it) wait up to 60 s.
+os.environ.setdefault("RAY_NUM_REDIS_GET_RETRIES", "60")
+
 _OWN_CACHE = None
 if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     _OWN_CACHE = tempfile.mkdtemp(prefix="flurka-tests-jax-cache-")

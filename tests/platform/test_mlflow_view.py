@@ -30,7 +30,7 @@ from testsupport import free_ports
 from flurka.sweeps.trial_report import RESULT_KEY
 from flurka.tracking.callback import MLflowTrialCallback
 from flurka.tracking.cli import landing_url
-from flurka.tracking.mlflow_runs import SweepTracker, artifact_root_for, trial_run_name
+from flurka.tracking.mlflow_runs import SweepTracker, artifact_root_for, run_colors, trial_run_name
 from flurka.tracking.view import RUN_NAME_COLUMN, VIEW_KEY, VIEW_TAG, name_width, read_envelope
 
 EXPERIMENT = "uptrain-small"
@@ -41,6 +41,13 @@ TRIALS = [("linformer", None, 16, 0, 21.25), ("linformer", None, 16, 1, 22.75),
           ("flurka-performer", 0.25, 16, 0, 27.5), ("flurka-performer", 0.25, 16, 1, BEST)]
 
 
+def _run(attention, alpha, d_k, seed, bleu) -> dict:
+    """A planned run of :data:`TRIALS`, as the runner's plan has it."""
+    kind = "branch" if alpha else "baseline"
+    return {"kind": kind, "benchmark": "nmt-small", "attention": attention, "seed": seed, "d_k": d_k,
+            "alpha": alpha, "steps": 20, "key": f"{kind}/nmt-small/{attention}/s{seed}/a{alpha}"}
+
+
 def _sweep(run_dir: Path) -> SweepTracker:
     """A finished sweep's store in ``run_dir``, written as the runner writes one: the parent run, a
     nested run per trial through the callback's hooks (train and eval reports, the final result),
@@ -48,10 +55,9 @@ def _sweep(run_dir: Path) -> SweepTracker:
     uri = f"sqlite:///{run_dir / 'mlflow.db'}"
     tracker = SweepTracker(uri, EXPERIMENT, SWEEP, artifact_root=artifact_root_for(uri, run_dir))
     tracker.start_sweep(SWEEP, {"benchmarks": ["nmt-small"]})
+    tracker.color_runs([_run(*t) for t in TRIALS])
     for attention, alpha, d_k, seed, bleu in TRIALS:
-        run = {"kind": "branch" if alpha else "baseline", "benchmark": "nmt-small", "attention": attention,
-               "seed": seed, "d_k": d_k, "alpha": alpha, "steps": 20}
-        run["key"] = f"{run['kind']}/nmt-small/{attention}/s{seed}/a{alpha}"
+        run = _run(attention, alpha, d_k, seed, bleu)
         callback = MLflowTrialCallback(
             tracker, params_of=lambda c: {"run": c["run"], "config": {"metrics": ["bleu", "exact_match"], "steps": 20}},
             name_of=lambda c: trial_run_name(c["run"], benchmark=False))
@@ -198,6 +204,12 @@ def test_a_fresh_browser_opens_on_the_result(sweep_dir, tmp_path, chromium_binar
         width = f"width: {name_width([*names, SWEEP])}px"
         assert width in _header(dom, RUN_NAME_COLUMN), _header(dom, RUN_NAME_COLUMN)
         assert "Error loading shared view state" not in dom
+        # each run's swatch in the sweep's colour for it: the best trial's configuration, its second seed lighter
+        colors = run_colors([_run(*t) for t in TRIALS])
+        swatches = set(re.findall(r"background(?:-color)?:\s*(#[0-9a-f]{6}|rgb\([^)]*\))", dom))
+        for color in colors.values():
+            rgb = "rgb({}, {}, {})".format(*(int(color[i:i + 2], 16) for i in (1, 3, 5)))
+            assert color in swatches or rgb in swatches, (color, sorted(swatches))
         listing = browser.chromium(chromium_binary, tmp_path, "--virtual-time-budget=20000", "--window-size=1600,1000",
                                    "--dump-dom", url.split("#")[0] + "#/experiments?workflowType=machine_learning",
                                    timeout=180).stdout

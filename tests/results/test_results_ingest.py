@@ -57,6 +57,23 @@ def test_round_trip_of_a_trial(engine, sweep_dict):
     assert sweep.created_at.replace(tzinfo=None).isoformat() == "2024-05-01T12:00:00"
 
 
+def test_each_record_column_is_a_trials_column_and_round_trips(engine, sweep_dict):
+    """A trial record's scalar fields are the trials table's own columns, one to one, so that a new
+    field is stored without touching ingestion (and a field without its column fails here)."""
+    from flurka.results.records import TRIAL_COLUMNS
+
+    own = {c.name for c in models.Trial.__table__.columns} - {"id", "sweep_id"}
+    assert set(TRIAL_COLUMNS) == own
+    trial = {**sweep_dict["trials"][0], "node": "node-5", "device": "cpu", "device_count": 2,
+             "peak_host_bytes": 6_100_000_000.0, "wall_time_s": 12.5, "config": {"steps": 3}}
+    record = TrialRecord.from_dict(trial)
+    ingest_sweep(engine, {**sweep_dict, "trials": [trial]})
+    with engine.connect() as conn:
+        row = conn.execute(sa.select(models.Trial)).one()._mapping
+    assert {name: row[name] for name in TRIAL_COLUMNS} == {name: getattr(record, name) for name in TRIAL_COLUMNS}
+    assert row["peak_host_bytes"] == 6_100_000_000 and row["config"] == {"steps": 3}
+
+
 def test_invalid_third_trial_writes_nothing(engine, sweep_dict):
     sweep_dict["trials"][2]["attention"] = "softmax"
     with pytest.raises(ValueError, match=r"trials\[2\] 'p2': attention 'softmax' is not one of full, flash, linformer"):

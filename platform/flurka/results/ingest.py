@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from flurka.results.models import (ApproximationError, CurvePoint, Environment, KernelRank, Metric,
                                     SpeedMeasurement, Sweep, TheoryRun, Trial)
-from flurka.results.records import (EnvironmentRecord, SpeedRecord, SweepRecord, TheoryRecord, TrialRecord,
-                                     is_theory_document, measured_config, speed_records_from_document)
+from flurka.results.records import (TRIAL_COLUMNS, EnvironmentRecord, SpeedRecord, SweepRecord, TheoryRecord,
+                                     TrialRecord, is_theory_document, measured_config, speed_records_from_document)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +41,7 @@ def _environment(session: Session, env: EnvironmentRecord) -> Environment:
 
 def _add_trial(session: Session, sweep: Sweep, t: TrialRecord) -> None:
     trial = Trial(
-        sweep=sweep, trial_key=t.trial_key, attention=t.attention, benchmark=t.benchmark, seed=t.seed,
-        status=t.status, steps=t.steps, alpha=t.alpha, base=t.base, d_k=t.d_k, num_features=t.num_features,
-        train_flops=t.train_flops, wall_time_s=t.wall_time_s, config=t.config, node=t.node, device=t.device,
-        device_count=t.device_count, peak_host_bytes=t.peak_host_bytes, peak_device_bytes=t.peak_device_bytes,
+        sweep=sweep, **{name: getattr(t, name) for name in TRIAL_COLUMNS},
         metrics=[Metric(name=k, value=v) for k, v in t.metrics.items()],
         curve=[CurvePoint(step=p["step"], name=k, value=v) for p in t.curve for k, v in p.items() if k != "step"],
     )

@@ -157,73 +157,73 @@ class EnvironmentRecord:
         return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _checked(check, *, default: Any = dataclasses.MISSING, **options) -> Any:
+    """A record field whose JSON value ``check(where, name, value, **options)`` validates; a field
+    made with it is also a column of its table, stored as it is (:data:`TRIAL_COLUMNS`)."""
+    return dataclasses.field(default=default, metadata={"check": lambda where, name, value: check(
+        where, name, value, **options)})
+
+
+def _bytes(where: str, name: str, value: Any, optional: bool = True) -> int | None:
+    """A byte count: an int (or a whole float, as JSON writers may give a large one) >= 0, or None."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return _int(where, name, value, optional=optional, maximum=INT64)
+
+
+def _opaque(where: str, name: str, value: Any) -> Any:
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class TrialRecord:
-    trial_key: str
-    attention: str
-    benchmark: str
-    seed: int
-    status: str
-    steps: int
-    alpha: float | None = None
-    base: str | None = None
-    d_k: int | None = None
-    num_features: int | None = None
-    train_flops: float | None = None
-    wall_time_s: float | None = None
+    """One trial. A field made with :func:`_checked` is validated by its check and stored in the
+    ``trials`` column of its name: a new one is this line, the ORM column and its migration."""
+    trial_key: str = _checked(_str)
+    attention: str = _checked(_choice, choices=MECHANISMS)
+    benchmark: str = _checked(_choice, choices=BENCHMARKS)
+    seed: int = _checked(_int)
+    status: str = _checked(_str)
+    steps: int = _checked(_int)
+    alpha: float | None = _checked(_float, default=None, optional=True)       # in [0, 1]: from_dict
+    base: str | None = _checked(_choice, default=None, choices=BASES)          # older spellings: from_dict
+    d_k: int | None = _checked(_int, default=None, optional=True, minimum=1)
+    num_features: int | None = _checked(_int, default=None, optional=True, minimum=1)
+    train_flops: float | None = _checked(_float, default=None, optional=True)
+    wall_time_s: float | None = _checked(_float, default=None, optional=True)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     curve: list[dict[str, float]] = dataclasses.field(default_factory=list)
-    config: dict[str, Any] | None = None
-    node: str | None = None
-    device: str | None = None
-    device_count: int | None = None
-    peak_host_bytes: int | None = None
-    peak_device_bytes: int | None = None
+    config: dict[str, Any] | None = _checked(_opaque, default=None)
+    node: str | None = _checked(_str, default=None, optional=True)
+    device: str | None = _checked(_str, default=None, optional=True)
+    device_count: int | None = _checked(_int, default=None, optional=True, minimum=1)
+    peak_host_bytes: int | None = _checked(_bytes, default=None)
+    peak_device_bytes: int | None = _checked(_bytes, default=None)
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "trial") -> TrialRecord:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        required = {"trial_key", "attention", "benchmark", "seed", "status", "steps"}
-        _keys(where, d, required, fields - required)
+        fields = dataclasses.fields(cls)
+        required = {f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        _keys(where, d, required, {f.name for f in fields} - required)
         where = f"{where} {d['trial_key']!r}"
-        alpha = _float(where, "alpha", d.get("alpha"), optional=True)
-        if alpha is not None and not 0.0 <= alpha <= 1.0:
-            _fail(where, f"alpha must be in [0, 1], got {alpha}")
-        base = d.get("base")
-        if base in MECHANISMS:       # files written before the base was stored as --base spells it
+        d = dict(d)
+        if d.get("base") in MECHANISMS:       # files written before the base was stored as --base spells it
             try:
-                base = base_family(base)
+                d["base"] = base_family(d["base"])
             except ValueError as e:
                 _fail(where, str(e))
-        if base is not None:
-            _choice(where, "base", base, BASES)
+        columns = {f.name: f.metadata["check"](where, f.name, d.get(f.name)) for f in fields
+                   if "check" in f.metadata and (f.name in required or d.get(f.name) is not None)}
+        if columns.get("alpha") is not None and not 0.0 <= columns["alpha"] <= 1.0:
+            _fail(where, f"alpha must be in [0, 1], got {columns['alpha']}")
         metrics = d.get("metrics") or {}
         if not isinstance(metrics, dict):
             _fail(where, f"metrics must be an object name -> value, got {metrics!r}")
         curve = [cls._point(where, p) for p in d.get("curve") or []]
         if len({p["step"] for p in curve}) != len(curve):
             _fail(where, "curve has repeated steps")
-        return cls(
-            trial_key=_str(where, "trial_key", d["trial_key"]),
-            attention=_choice(where, "attention", d["attention"], MECHANISMS),
-            benchmark=_choice(where, "benchmark", d["benchmark"], BENCHMARKS),
-            seed=_int(where, "seed", d["seed"]),
-            status=_str(where, "status", d["status"]),
-            steps=_int(where, "steps", d["steps"]),
-            alpha=alpha,
-            base=base,
-            d_k=_int(where, "d_k", d.get("d_k"), optional=True, minimum=1),
-            num_features=_int(where, "num_features", d.get("num_features"), optional=True, minimum=1),
-            train_flops=_float(where, "train_flops", d.get("train_flops"), optional=True),
-            wall_time_s=_float(where, "wall_time_s", d.get("wall_time_s"), optional=True),
-            metrics={_str(where, "metric name", k, max_len=64): _metric(where, k, v) for k, v in metrics.items()},
-            curve=curve,
-            config=d.get("config"),
-            node=_str(where, "node", d.get("node"), optional=True),
-            device=_str(where, "device", d.get("device"), optional=True),
-            device_count=_int(where, "device_count", d.get("device_count"), optional=True, minimum=1),
-            **{k: _bytes(where, k, d.get(k)) for k in ("peak_host_bytes", "peak_device_bytes")},
-        )
+        return cls(**columns, curve=curve,
+                   metrics={_str(where, "metric name", k, max_len=64): _metric(where, k, v) for k, v in metrics.items()})
 
     @staticmethod
     def _point(where: str, p: Any) -> dict[str, float]:
@@ -236,11 +236,8 @@ class TrialRecord:
         return point
 
 
-def _bytes(where: str, name: str, value: Any) -> int | None:
-    """A byte count: an int (or a whole float, as JSON writers may give a large one) >= 0, or None."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return _int(where, name, value, optional=True, maximum=INT64)
+TRIAL_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrialRecord) if "check" in f.metadata)
+PLACEMENT = ("node", "device", "device_count", "peak_host_bytes", "peak_device_bytes")   # where a trial ran
 
 
 def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
@@ -274,7 +271,7 @@ def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
         "metrics": {k: v for k, v in (result.get("final_metrics") or {}).items() if finite(v)},
         "curve": [p for p in curve if "step" in p],
         "config": config,
-        **{k: where.get(k) for k in ("node", "device", "device_count", "peak_host_bytes", "peak_device_bytes")},
+        **{k: where.get(k) for k in PLACEMENT},
     }, where=f"trial result {trial_key!r}")
 
 

@@ -79,3 +79,21 @@ def test_a_train_workdir_holds_the_run_without_checkpoint_every(tmp_path):
                            "--workdir", str(tmp_path / "w"), "--no-progress"], tmp_path)
     assert code == 0, err
     assert sorted(p.name for p in (tmp_path / "w" / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]
+
+
+def test_a_reader_that_leaves_early_is_no_error(tmp_path):
+    """``python -m flurka.speed --sweep n-sweep --list | head -1``: the listing stops where the reader
+    left, exit 0, no BrokenPipeError traceback; a broken pipe that is not standard output's stays an
+    error (tested through the check itself)."""
+    import subprocess
+    import sys
+
+    from flurka import cli
+
+    proc = subprocess.Popen([sys.executable, "-m", "flurka.speed", "--sweep", "n-sweep", "--list"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
+    first = proc.stdout.readline()
+    proc.stdout.close()                      # the reader leaves after one line
+    _, err = proc.communicate(timeout=120)
+    assert first.startswith("0 Point(") and proc.returncode == 0 and "Traceback" not in err, err[-2000:]
+    assert not cli._stdout_reader_gone()     # pytest's own stdout: open

@@ -16,6 +16,7 @@ import importlib
 import importlib.metadata
 import os
 import re
+import select
 import signal
 import sys
 import threading
@@ -355,8 +356,23 @@ def run_reporting_errors(prog: str, module: str, args: argparse.Namespace) -> in
             raise
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        if not _stdout_reader_gone():    # a socket's, not the terminal's: a real error
+            raise
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - the interpreter's flush at exit stays quiet
+        return 0                            # `… --list | head`: the reader had what it wanted
     finally:
         PROG.reset(token)
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (poll says POLLERR)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.__stdout__.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poll.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def module_main(prog: str, module: str, argv: list[str] | None = None) -> int:

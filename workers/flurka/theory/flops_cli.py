@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 
 from flurka.attention import flops as F
@@ -95,8 +94,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"flurka flops: error: {err}", file=sys.stderr)
         return 2
     text = "\n".join(json.dumps(r) for r in records) if args.json else _table(records)
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:  # `flurka flops ... | head`: the reader left; not an error
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep interpreter exit quiet
+    print(text, flush=True)   # `| head` leaving early: flurka.cli.run_reporting_errors
     return 0

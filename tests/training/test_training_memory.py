@@ -41,6 +41,19 @@ def test_floor_scales_with_the_batch_and_splits_over_devices():
     assert split["device"] == big["device"] // 4 and split["host"] == big["host"]
 
 
+def test_the_prefetched_batches_count_on_the_device():
+    ahead, none = (step_floor_bytes(get_config("nmt-small", batch_size=6400, prefetch=p)) for p in (4, 0))
+    assert none["prefetched"] == 0 and ahead["prefetched"] == 4 * ahead["host"]
+    assert step_floor_bytes(get_config("nmt-small", batch_size=6400, prefetch=4), devices=4)["prefetched"] == \
+        ahead["host"]                                            # each device holds its share
+    config = get_config("lra-listops-small", batch_size=1_000_000, prefetch=8)
+    floor = step_floor_bytes(config)
+    card = floor["device"] + floor["prefetched"] // 2            # the step fits, its prefetched batches do not
+    check_fits(config.replace(prefetch=0), host=64 * GIB, device=card)
+    with pytest.raises(ValueError, match=r"and 8 batches prefetched\), the accelerator's memory"):
+        check_fits(config, host=64 * GIB, device=card)
+
+
 def test_check_fits_counts_activations_where_the_step_runs():
     config = get_config("lra-listops-small", batch_size=1_000_000)   # ~20 GiB of activations
     floor = step_floor_bytes(config)

@@ -168,7 +168,7 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
                 base = base_mechanism(variant, spec.base_of(variant))
                 base_dk = d_k if base == LOW_RANK else None
                 alphas = spec.alphas_of(variant)
-                forks = sorted({switch_step(a, T) for a in alphas} & set(range(1, T)))
+                forks = sorted(s for s in {switch_step(a, T) for a in alphas} if 0 < s < T)   # inside the run: no range(T)
                 base_key = None
                 if spec.branching and forks:
                     if spec.baselines:

@@ -4,8 +4,8 @@ A batch size that cannot fit must fail in one line, not after minutes of buildin
 growing memory. The test here is a floor, not an estimate: the bytes one step cannot do without
 whatever XLA rematerialises — one batch on the host, and on the device the largest single
 activation one layer makes (the FFN's hidden [B, N, d_ff], softmax's weights [B, h, N, N],
-the queries, keys and values) — so a refusal is never wrong, and any real training step needs
-more than the floor.
+the queries, keys and values) and the batches the input pipeline has put there ahead — so a
+refusal is never wrong, and any real training step needs more than the floor.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ _MATERIALISED_WEIGHTS = ("full",)
 def step_floor_bytes(config: TrainConfig, devices: int = 1) -> dict[str, int]:
     """{"host": one batch of token ids and masks, "device": the largest activation of one layer
     on each of ``devices`` data-parallel devices, for one of the ``grad_accumulation`` slices a
-    step computes at a time} in bytes (remat keeps that activation: it is the floor either way)."""
+    step computes at a time (remat keeps that activation: it is the floor either way),
+    "prefetched": each device's share of the ``prefetch`` batches already put there} in bytes."""
     b, n = config.batch_size, config.max_len
     per_device = -(-b // max(devices, 1) // config.grad_accumulation)
     act = np.dtype("float32").itemsize if config.compute_dtype == "float32" else 2
@@ -33,7 +34,8 @@ def step_floor_bytes(config: TrainConfig, devices: int = 1) -> dict[str, int]:
     widest = max(config.d_ff, 3 * config.d_model)
     if config.attention in _MATERIALISED_WEIGHTS:
         widest = max(widest, config.num_heads * n)
-    return {"host": int(host), "device": int(per_device * n * widest * act)}
+    prefetched = config.prefetch * -(-host // max(devices, 1))
+    return {"host": int(host), "device": int(per_device * n * widest * act), "prefetched": int(prefetched)}
 
 
 def machine_bytes() -> int | None:
@@ -70,13 +72,15 @@ def check_fits(config: TrainConfig, *, devices: int = 1, host: int | None = None
     floor = step_floor_bytes(config, devices)
     host = machine_bytes() if host is None else host
     device = device_bytes() if device == MEASURE else device
-    need_host = floor["host"] + (floor["device"] if device is None else 0)
+    on_device = floor["device"] + floor["prefetched"]
+    need_host = floor["host"] + (on_device if device is None else 0)
     where = [("this machine's memory", need_host, host)]
     if device is not None:
-        where.append(("the accelerator's memory", floor["device"], device))
+        where.append(("the accelerator's memory", on_device, device))
     for what, need, have in where:
         if have is not None and need > have:
             raise ValueError(
                 f"batch_size={config.batch_size} cannot fit: one {config.benchmark} training step "
-                f"needs at least {_gib(need)} (a batch of {config.max_len} tokens and one layer's "
-                f"widest activation), {what} is {_gib(have)}; lower batch_size or max_len")
+                f"needs at least {_gib(need)} (a batch of {config.max_len} tokens, one layer's widest "
+                f"activation and {config.prefetch} batches prefetched), {what} is {_gib(have)}; lower "
+                f"batch_size or max_len")

@@ -129,11 +129,11 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
 
 
 @pytest.mark.slow
-def test_a_base_and_alpha_per_variant_are_honoured_end_to_end(tmp_path, tiny_overrides, monkeypatch):
+def test_a_base_and_alpha_per_variant_are_honoured_end_to_end(tmp_path, tiny_overrides):
     """The paper's appendix as a sweep: flurka-rnn up-trained from its kernel constituent (rnn) at
     its own α, flurka-performer from Linformer at another; each branch starts from its own base's
-    checkpoint, is recorded with its base, and Table 5 names each row's base."""
-    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    checkpoint, is recorded with its base, and Table 5 names each row's base. (The tests' shared
+    compilation cache: the default layout is test_local_sweep_end_to_end's.)"""
     spec = SweepSpec(benchmarks=("lra-listops-small",), variants=("flurka-performer", "flurka-rnn"),
                      base={"flurka-rnn": "kernel"}, alphas={"flurka-performer": (0.25,), "flurka-rnn": (0.5,)},
                      steps=8, overrides=tiny_overrides, baselines=False, run_dir=str(tmp_path / "run"), num_cpus=2,

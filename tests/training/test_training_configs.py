@@ -45,6 +45,13 @@ def test_table6_settings(name):
     assert _row(get_config(name)) == TABLE6[name]
 
 
+@pytest.mark.parametrize("name", ["nmt-wmt14-ende", "nmt-wmt14-enfr", "nmt-ablation-ende"])
+def test_paper_nmt_scores_bleu_on_every_newstest_sentence(name):
+    c = get_config(name)
+    assert c.eval_batches == 0 and c.bleu_batches * c.batch_size >= 3_003     # newstest2014, whole
+    assert 0 < c.curve_batches < c.bleu_batches                               # the curve's cheap evaluations
+
+
 def test_steps_and_metrics():
     assert get_config("mlm-wikitext103").steps == 120_000
     assert get_config("nmt-wmt14-ende").steps == 128_000

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, prog: str = "flurka sweep") -> int:
     step_times, gpus = vars(args).pop("step_times", None), vars(args).pop("gpus", None)
     vars(args).pop("dry_run", None)
     try:
-        sweep = spec.from_args(args)
+        sweep = spec.validate(spec.from_args(args))   # before the driver's stack: a bad spec answers at once
         if gpus is not None and gpus < 1:
             raise spec.SpecError(f"--gpus must be a positive integer, got {gpus}")
         if plan_only:

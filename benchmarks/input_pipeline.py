@@ -16,15 +16,18 @@ batch size, timed three ways:
 
 The paper's data sets are not on this machine (nothing is downloaded), so each loader reads what
 can be built offline, in its documented layout: files written under a temporary data dir
-(WikiText-103 raw text, the LRA release's AAN TSVs, ListOps TSVs, the Pathfinder array cache), or,
+(WikiText-103 raw text, the LRA release's AAN TSVs, ListOps TSVs, Pathfinder's PNGs), or,
 for the TFDS sets, the loader's TFDS split replaced by records decoded on access as
 ``tfds.data_source`` decodes them (images stored as JPEG/PNG bytes, decoded by TFDS's own
 ``Image`` feature; text as bytes): reading the array_record file and parsing its protos is not
-measured. Text is the CPython standard library's sources cut to the sets' typical lengths;
-ImageNet's JPEGs are 500x375 crops of scikit-learn's two sample photos (quality 90). Each row
-says what it read (``source``). SentencePiece vocabularies the configs ask for are trained on that
-text (fewer pieces than 32k: ``build_warnings``), which shrinks the output layer in the FLOP count
-below: the need is overstated by it, never understated.
+measured. The LRA loaders decode a split once into arrays under the data dir
+(:mod:`flurka.data.cache`; a stand-in split keyed by its name, split and size): ``build_s``
+includes that, ``rebuild_s`` (a second build) reads them back; ``--no-cache`` times the
+per-example decode instead (``cache=False``). Text is the CPython standard library's sources cut
+to the sets' typical lengths; ImageNet's JPEGs are 500x375 crops of scikit-learn's two sample
+photos (quality 90). Each row says what it read (``source``). SentencePiece vocabularies the
+configs ask for are trained on that text (fewer pieces than 32k: ``build_warnings``), which
+shrinks the output layer in the FLOP count below: the need is overstated by it, never understated.
 
 The step's side: ``benchmarks/results/{h100,h200}`` time lone attention layers and one 6-layer model
 at N = 52.5k, batch 1 (flash comparison): no whole-model training step of any benchmark is on
@@ -96,8 +99,9 @@ class Corpus:
 class Records(Sequence):
     """A TFDS split stand-in: ``size`` examples over a pool of records, each decoded on access."""
 
-    def __init__(self, pool: list[dict], size: int, decode=None):
+    def __init__(self, pool: list[dict], size: int, decode=None, *, name: str = "", split: str = ""):
         self.pool, self.size, self.decode = pool, size, decode
+        self.name, self.split = name, split
 
     def __len__(self) -> int:
         return self.size
@@ -148,21 +152,23 @@ def tfds_stand_ins(corpus: Corpus) -> dict[str, dict[str, Records]]:
         pool = [{**{f: t for f, t in zip(fields, corpus.pieces(len(fields), LENGTHS["glue"]))},
                  "label": float(rng.random() * 5) if classes == 1 else int(rng.integers(classes))} for _ in range(512)]
         splits = ["train", eval_split, "validation_mismatched"]
-        out[f"glue/{task}"] = {s: Records(pool, TRAIN_SIZES[task] if s == "train" else 64) for s in splits}
+        out[f"glue/{task}"] = {s: Records(pool, TRAIN_SIZES[task] if s == "train" else 64, name=f"glue/{task}", split=s)
+                               for s in splits}
     imdb = [{"text": t, "label": int(rng.integers(2))} for t in corpus.pieces(256, LENGTHS["imdb"])]
-    out["imdb_reviews/plain_text"] = {s: Records(imdb, TRAIN_SIZES["imdb"] if s == "train" else 64)
-                                      for s in ("train", "test")}
+    out["imdb_reviews/plain_text"] = {s: Records(imdb, TRAIN_SIZES["imdb"] if s == "train" else 64,
+                                                 name="imdb_reviews/plain_text", split=s) for s in ("train", "test")}
     for target in ("de", "fr"):
         pool = [{"en": a, target: b} for a, b in zip(corpus.pieces(512, LENGTHS["wmt14"]),
                                                      corpus.pieces(512, LENGTHS["wmt14"]))]
-        out[f"wmt14_translate/{target}-en"] = {s: Records(pool, TRAIN_SIZES["wmt14"] if s == "train" else 64)
+        out[f"wmt14_translate/{target}-en"] = {s: Records(pool, TRAIN_SIZES["wmt14"] if s == "train" else 64,
+                                                          name=f"wmt14_translate/{target}-en", split=s)
                                                for s in ("train", "validation", "test")}
     cifar = [{"image": b, "label": int(rng.integers(10))} for b in _encoded_images("png", 256)]
-    out["cifar10"] = {s: Records(cifar, TRAIN_SIZES["cifar10"] if s == "train[:90%]" else 64, decode_image)
-                      for s in ("train[:90%]", "test", "train[90%:]")}
+    out["cifar10"] = {s: Records(cifar, TRAIN_SIZES["cifar10"] if s == "train[:90%]" else 64, decode_image,
+                                 name="cifar10", split=s) for s in ("train[:90%]", "test", "train[90%:]")}
     imagenet = [{"image": b, "label": int(rng.integers(1000))} for b in _encoded_images("jpeg", 64)]
-    out["imagenet2012"] = {s: Records(imagenet, TRAIN_SIZES["imagenet2012"] if s == "train" else 64, decode_image)
-                           for s in ("train", "validation")}
+    out["imagenet2012"] = {s: Records(imagenet, TRAIN_SIZES["imagenet2012"] if s == "train" else 64, decode_image,
+                                      name="imagenet2012", split=s) for s in ("train", "validation")}
     return out
 
 
@@ -181,11 +187,7 @@ def write_local_files(root: Path, corpus: Corpus) -> None:
             f"{docs[2 * i + 1].decode('utf-8', 'replace')}\n" for i in range(256)]
     for split in ("train", "eval", "test"):
         (tsv / f"new_aan_pairs.{split}.tsv").write_text("".join(rows), encoding="utf-8")
-    path = root / "lra_release" / "pathfinder32"
-    path.mkdir(parents=True)
-    rng = np.random.default_rng(3)
-    np.savez(path / "pathfinder32_hard.npz", pixels=rng.integers(0, 256, (20_000, 1024), dtype=np.uint8),
-             labels=rng.integers(0, 2, 20_000).astype(np.int32))
+    write_pathfinder(root / "lra_release" / "pathfinder32" / "curv_contour_length_14", 20_000)
     release = root / "lra_release" / "listops-1000"
     release.mkdir(parents=True)
     trees = listops.generate(240, **{k: listops.FULL[k] for k in ("max_depth", "max_args", "min_length",
@@ -194,10 +196,30 @@ def write_local_files(root: Path, corpus: Corpus) -> None:
         (release / f"basic_{split}.tsv").write_text("Source\tTarget\n" + "".join(f"{s}\t{v}\n" for s, v in part))
 
 
+def write_pathfinder(folder: Path, n: int, per_dir: int = 1000, unique: int = 1000) -> None:
+    """``n`` random 32x32 grayscale PNGs and the metadata files naming them, as the release has them
+    (``unique`` images, the rest hard links to them: each still opened and decoded on its own)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    (folder / "metadata").mkdir(parents=True)
+    for d in range(-(-n // per_dir)):
+        (folder / "imgs" / str(d)).mkdir(parents=True)
+        lines = []
+        for i in range(d * per_dir, min(n, (d + 1) * per_dir)):
+            path = folder / "imgs" / str(d) / f"sample_{i}.png"
+            if i < unique:
+                Image.fromarray(rng.integers(0, 256, (32, 32), dtype=np.uint8)).save(path)
+            else:
+                os.link(folder / "imgs" / str((i % unique) // per_dir) / f"sample_{i % unique}.png", path)
+            lines.append(f"imgs/{d} sample_{i}.png 0 {int(rng.integers(2))} 1 2\n")
+        (folder / "metadata" / f"{d}.npy").write_text("".join(lines))
+
+
 SOURCES = {
     "mlm-wikitext103": "local files: 2 MB of standard-library text as wikitext-103-raw/wiki.train.raw",
     "lra-retrieval": "local files: 256 AAN TSV rows of 2-12 kB standard-library text per document",
-    "lra-pathfinder": "local files: the loader's decoded-array cache, 20k random 32x32 images",
+    "lra-pathfinder": "local files: 20k 32x32 grayscale PNGs (1k random ones, linked) and their metadata",
     "lra-listops": "local files: 200 generated ListOps trees (LRA's settings) as the release TSV",
     "imagenet": "TFDS stand-in: 500x375 JPEGs (q90, sample photos) decoded by tfds.features.Image",
     "lra-image": "TFDS stand-in: 32x32 PNGs decoded by tfds.features.Image",
@@ -229,23 +251,31 @@ class Offline:
         def tfds_source(name, split, data_dir=None):
             return stand_ins[name][split]
 
+        def source_fingerprint(source):   # a stand-in's identity, for the loaders' array caches
+            return {"stand-in": source.name, "split": source.split, "examples": len(source)}
+
         self._stack.enter_context(mock.patch("flurka.data.tfds_sets.tfds_source", tfds_source))
+        self._stack.enter_context(mock.patch("flurka.data.tfds_sets.source_fingerprint", source_fingerprint))
         return self
 
     def __exit__(self, *exc) -> None:
         self._stack.close()
 
 
-def dataset_for(config, data_dir):
-    """``config``'s data set by its own loader; its max_len the config's where the loader takes one."""
+def dataset_for(config, data_dir, cache: bool = True):
+    """``config``'s data set by its own loader; its max_len the config's where the loader takes one;
+    ``cache=False`` to a loader that caches decoded arrays: the per-example decode."""
     from flurka.data import get_dataset
     from flurka.data.registry import _BUILDERS   # the builder's signature: does it take max_len?
 
     module, function, _ = _BUILDERS[config.dataset]
     builder = getattr(__import__(module, fromlist=[function]), function)
     options = dict(config.dataset_options)
-    if config.task != "image" and "max_len" in inspect.signature(builder).parameters:
+    params = inspect.signature(builder).parameters
+    if config.task != "image" and "max_len" in params:
         options.setdefault("max_len", config.max_len)
+    if not cache and "cache" in params:
+        options["cache"] = False
     return get_dataset(config.dataset, seed=config.seed, data_dir=str(data_dir), **options)
 
 
@@ -253,13 +283,13 @@ def dataset_for(config, data_dir):
 _WORKER: dict = {}
 
 
-def _worker_init(benchmark: str, data_dir: str) -> None:
+def _worker_init(benchmark: str, data_dir: str, cache: bool) -> None:
     from flurka.configs import get_config
 
     warnings.simplefilter("ignore")
     offline = Offline(data_dir).__enter__()   # lives as long as the worker process
     config = get_config(benchmark)
-    _WORKER.update(offline=offline, dataset=dataset_for(config, offline.data_dir), batch_size=config.batch_size)
+    _WORKER.update(offline=offline, dataset=dataset_for(config, offline.data_dir, cache), batch_size=config.batch_size)
 
 
 def _worker_batch(step: int) -> dict:
@@ -281,20 +311,21 @@ def _timed(next_batch, budget_s: float, max_batches: int, bs: int, min_batches: 
             "examples_per_cpu_s": n * bs / cpu if cpu > 0 else None, "cpu_per_wall": cpu / wall}
 
 
-def measure(name: str, config, dataset, *, budget_s: float, processes: int | None, data_dir: Path) -> dict:
+def measure(name: str, config, dataset, *, budget_s: float, processes: int | None, data_dir: Path,
+            cache: bool = True, max_batches: int = 32) -> dict:
     bs = config.batch_size
     dataset.train_batch(0, bs)   # the epoch permutation, caches
     out = {}
     step = iter(range(1, 10**9))
-    out["serial"] = _timed(lambda: dataset.train_batch(next(step), bs), budget_s, 32, bs)
+    out["serial"] = _timed(lambda: dataset.train_batch(next(step), bs), budget_s, max_batches, bs)
     with dataset.train_batches(bs, start_step=1000, prefetch=PREFETCH) as it:
         next(it)   # the threads' start
-        out["threads"] = _timed(lambda: next(it), budget_s, 32, bs)
+        out["threads"] = _timed(lambda: next(it), budget_s, max_batches, bs)
     out["threads"].update(prefetch=PREFETCH, threads=default_workers(PREFETCH))
     if processes:
         ctx = multiprocessing.get_context("spawn")
         with concurrent.futures.ProcessPoolExecutor(processes, mp_context=ctx, initializer=_worker_init,
-                                                    initargs=(name, str(data_dir))) as pool:
+                                                    initargs=(name, str(data_dir), cache)) as pool:
             list(pool.map(_worker_batch, range(2000, 2000 + processes)))   # every worker started
             steps = iter(range(3000, 10**9))
             pending = [pool.submit(_worker_batch, next(steps)) for _ in range(PREFETCH)]
@@ -303,7 +334,7 @@ def measure(name: str, config, dataset, *, budget_s: float, processes: int | Non
                 pending.append(pool.submit(_worker_batch, next(steps)))
                 return pending.pop(0).result()
 
-            out["processes"] = _timed(take, budget_s, 32, bs)   # CPU: the consumer's alone
+            out["processes"] = _timed(take, budget_s, max_batches, bs)   # CPU: the consumer's alone
         out["processes"]["processes"] = processes
     return out
 
@@ -338,6 +369,11 @@ def main(argv=None) -> None:
     parser.add_argument("--processes", default=",".join(DEFAULT_PROCESSES),
                         help="benchmarks also timed with worker processes ('' for none)")
     parser.add_argument("--budget-s", type=float, default=1.0, help="seconds per benchmark and mode")
+    parser.add_argument("--max-batches", type=int, default=32,
+                        help="at most this many batches per mode (a fast loader's 32 take milliseconds: raise it "
+                             "to time those over the budget)")
+    parser.add_argument("--no-cache", dest="cache", action="store_false",
+                        help="loaders that cache decoded arrays decode per example instead (cache=False)")
     args = parser.parse_args(argv)
 
     from flurka.configs import BENCHMARKS, get_config
@@ -354,10 +390,13 @@ def main(argv=None) -> None:
             t0 = time.perf_counter()
             with warnings.catch_warnings(record=True) as caught:   # e.g. a vocabulary cut to its text
                 warnings.simplefilter("always")
-                dataset = dataset_for(config, offline.data_dir)
-            build_s = time.perf_counter() - t0
+                dataset = dataset_for(config, offline.data_dir, args.cache)
+                build_s = time.perf_counter() - t0
+                dataset_for(config, offline.data_dir, args.cache)   # again: what caches give a later start
+                rebuild_s = time.perf_counter() - t0 - build_s
             timed = measure(name, config, dataset, budget_s=args.budget_s,
-                            processes=cores if name in with_processes else None, data_dir=offline.data_dir)
+                            processes=cores if name in with_processes else None, data_dir=offline.data_dir,
+                            cache=args.cache, max_batches=args.max_batches)
             floor = step_floor(config, dataset.info, dataset)
             delivered = timed["threads"]["examples_per_s"]
             row = {"benchmark": name, "family": BENCHMARKS[name].family, "dataset": config.dataset,
@@ -365,7 +404,7 @@ def main(argv=None) -> None:
                    "dataset_options": dict(config.dataset_options), "vocab_size": dataset.info.vocab_size,
                    "build_warnings": sorted({str(w.message) for w in caught if w.category is not DeprecationWarning}),
                    "source": SOURCES.get(config.dataset, "ships with the package (real data)"),
-                   "build_s": build_s, **timed,
+                   "build_s": build_s, "rebuild_s": rebuild_s, **timed,
                    "delivered_examples_per_s": delivered,
                    "step_time_on_record": None,
                    "step_time_note": "no whole-model training step of this benchmark is in benchmarks/results/",
@@ -390,6 +429,7 @@ def main(argv=None) -> None:
            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "device": {**device_info(), **host_info()}, "versions": versions(extra=("pillow", "tensorflow-datasets", "scikit-learn")),
            "settings": {"prefetch": PREFETCH, "budget_s": args.budget_s, "processes": sorted(with_processes),
+                        "cache": args.cache, "max_batches": args.max_batches,
                         "records": {card: str(path.relative_to(ROOT.parent)) for card, path in RECORDS.items()},
                         "wall_s": time.perf_counter() - started,
                         "load_average_before_after": [load_before[0], os.getloadavg()[0]]},

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import hashlib
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -89,6 +89,17 @@ class ArrayExamples:
 
     def get(self, indices: np.ndarray) -> Batch:
         return {k: v[indices] for k, v in self.arrays.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedExamples(ArrayExamples):
+    """A split held as compact arrays (:mod:`flurka.data.cache`'s), a gathered batch of which
+    ``unpack`` turns into the fields its encoder gives, so batches match the encoder's exactly."""
+
+    unpack: Callable[[Batch], Batch]
+
+    def get(self, indices: np.ndarray) -> Batch:
+        return self.unpack(super().get(indices))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +295,42 @@ def pad_batch(seqs: Sequence[Sequence[int]], length: int, pad_id: int = 0) -> tu
         s = np.asarray(s, dtype=np.int32)[:length]
         ids[i, : len(s)] = s
         mask[i, : len(s)] = True
+    return ids, mask
+
+
+def pack_sequences(seqs: Iterable[Sequence[int] | np.ndarray], n: int, length: int,
+                   pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` id sequences cut at ``length``, as rows padded with ``pad_id`` in the smallest unsigned
+    dtype that holds them (byte ids of UTF-8 text: uint8) and as wide as the longest, and their
+    lengths (int32): what a cache keeps so that :func:`unpack_sequences` of gathered rows is
+    :func:`pad_to` of each sequence."""
+    rows = np.full((n, length), pad_id, np.min_scalar_type(pad_id))   # widened when an id needs it
+    lengths = np.zeros(n, np.int32)
+    count = 0
+    for i, seq in enumerate(seqs):
+        seq = np.asarray(seq)[:length]
+        if seq.size:
+            if seq.min() < 0:
+                raise ValueError(f"sequence {i} has a negative id ({seq.min()})")
+            top = int(seq.max())
+            if top > np.iinfo(rows.dtype).max:
+                rows = rows.astype(np.min_scalar_type(top))
+        rows[i, : len(seq)] = seq
+        lengths[i] = len(seq)
+        count = i + 1
+    if count != n:
+        raise ValueError(f"expected {n} sequences, got {count}")
+    return np.ascontiguousarray(rows[:, : max(1, int(lengths.max(initial=0)))]), lengths
+
+
+def unpack_sequences(rows: np.ndarray, lengths: np.ndarray, length: int,
+                     pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of :func:`pack_sequences` -> (int32 ids [n, length], bool mask [n, length])."""
+    width = rows.shape[1]
+    ids = np.empty((len(rows), length), np.int32)   # filled once, not padded then overwritten
+    ids[:, :width] = rows
+    ids[:, width:] = pad_id
+    mask = np.arange(length, dtype=np.int32) < np.asarray(lengths, np.int32)[:, None]
     return ids, mask
 
 

@@ -12,7 +12,8 @@ The LRA files are those of the LRA release archive ``lra_release.gz``
 WikiText-103 MLM is bytes unless ``vocab`` says otherwise: ``vocab="sentencepiece"`` (what its
 config declares) is the ``wikitext103`` SentencePiece vocabulary, trained once on the train file
 and cached under ``<data_dir>/vocabularies/`` (:mod:`flurka.data.subword`), which GLUE fine-tuning
-reuses; the LRA sets stay bytes (LRA's definition).
+reuses; the LRA sets stay bytes (LRA's definition). LRA retrieval and pathfinder are decoded once
+into arrays kept under ``<data_dir>/arrays/`` (:mod:`flurka.data.cache`): their batches are gathers.
 """
 
 from __future__ import annotations
@@ -25,14 +26,18 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from flurka.data.cache import cached_arrays, file_identity
 from flurka.data.core import (
     ArrayExamples,
     DataNotFoundError,
     Dataset,
     DatasetInfo,
     EncodedExamples,
+    PackedExamples,
+    pack_sequences,
     pad_to,
     resolve_data_dir,
+    unpack_sequences,
 )
 from flurka.data.mlm import byte_mlm_dataset, mask_tokens, mlm_info
 from flurka.data.subword import encoded_stream, sample_texts, text_tokenizer
@@ -139,20 +144,53 @@ def read_aan_tsv(path: Path) -> list[tuple[int, bytes, bytes]]:
         return [(int(float(r[0])), r[3].encode(), r[4].encode()) for r in rows if len(r) >= 5]
 
 
+def retrieval_ids(text: bytes, *, max_len: int) -> np.ndarray:
+    """One tower's sequence before padding: [CLS] + the document's bytes (LRA cuts a document at
+    10k bytes, then max_len)."""
+    return np.concatenate([[BYTES.cls_id], BYTES.encode(text[:10_000], max_bytes=max_len - 1)])
+
+
 def encode_retrieval(example: tuple[int, bytes, bytes], *, max_len: int) -> dict[str, np.ndarray]:
-    """Two towers, each [CLS] + document bytes (LRA cuts a document at 10k bytes, then max_len)."""
+    """Two towers, each [CLS] + document bytes."""
     label, a, b = example
     out = {"label": np.asarray(label, np.int32)}
     for suffix, text in (("", a), ("2", b)):
-        ids = np.concatenate([[BYTES.cls_id], BYTES.encode(text[:10_000], max_bytes=max_len - 1)])
+        ids = retrieval_ids(text, max_len=max_len)
         out[f"inputs{suffix}"], out[f"mask{suffix}"] = pad_to(ids, max_len, BYTES.pad_id)
     return out
 
 
+RETRIEVAL_CACHE = 1   # the cached arrays' encoding: bump when retrieval_ids changes
+
+
+def _retrieval_arrays(path: Path, max_len: int) -> dict[str, np.ndarray]:
+    rows = read_aan_tsv(path)
+    out = {"label": np.asarray([r[0] for r in rows], np.int32)}
+    for suffix, column in (("", 1), ("2", 2)):
+        ids = (retrieval_ids(r[column], max_len=max_len) for r in rows)
+        out[f"ids{suffix}"], out[f"length{suffix}"] = pack_sequences(ids, len(rows), max_len, BYTES.pad_id)
+    return out
+
+
+def _unpack_retrieval(batch, *, max_len: int):
+    out = {"label": batch["label"]}
+    for suffix in ("", "2"):
+        out[f"inputs{suffix}"], out[f"mask{suffix}"] = unpack_sequences(batch[f"ids{suffix}"], batch[f"length{suffix}"],
+                                                                         max_len, BYTES.pad_id)
+    return out
+
+
 def build_lra_retrieval(
-    *, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = RETRIEVAL_MAX_LEN
+    *, seed: int = 0, data_dir=None, eval_split: str = "validation", max_len: int = RETRIEVAL_MAX_LEN,
+    cache: bool = True,
 ) -> Dataset:
-    """lra-retrieval: ACL Anthology citation matching on byte-level document pairs (two towers)."""
+    """lra-retrieval: ACL Anthology citation matching on byte-level document pairs (two towers).
+
+    Each TSV is read and encoded once into byte-id rows kept under the data dir
+    (:mod:`flurka.data.cache`, keyed by the file's size and mtime), so a batch is a gather and a
+    later build skips the TSV: encoded per batch, a core fed the small model's step half of what
+    it takes. The batches are those of :func:`encode_retrieval` per example, which ``cache=False``
+    uses on access."""
     _check_choice("eval_split", eval_split, ("validation", "test"))
     root = resolve_data_dir(data_dir) / "lra_release" / "tsv_data"
     files = {s: root / f"new_aan_pairs.{s}.tsv" for s in ("train", "eval", "test")}
@@ -162,8 +200,6 @@ def build_lra_retrieval(
             f"LRA retrieval files missing: {', '.join(missing)}. Extract lra_release.gz (LRA release) so that "
             f"{root}/new_aan_pairs.{{train,eval,test}}.tsv exist, or pass data_dir= / set FLURKA_DATA_DIR."
         )
-    train = read_aan_tsv(files["train"])
-    eval = read_aan_tsv(files["eval" if eval_split == "validation" else "test"])
     info = DatasetInfo(
         name="lra-retrieval",
         task="classification",
@@ -174,6 +210,15 @@ def build_lra_retrieval(
         pad_id=BYTES.pad_id,
         cls_id=BYTES.cls_id,
     )
+    paths = (files["train"], files["eval" if eval_split == "validation" else "test"])
+    if cache:
+        unpack = functools.partial(_unpack_retrieval, max_len=max_len)
+        train, eval = (PackedExamples(cached_arrays(
+            f"aan-{path.stem.rsplit('.', 1)[-1]}",
+            {"loader": "lra-retrieval", "version": RETRIEVAL_CACHE, "max_len": max_len, "file": file_identity(path)},
+            lambda path=path: _retrieval_arrays(path, max_len), data_dir=data_dir), unpack) for path in paths)
+        return Dataset(info, train, eval, seed=seed, decode=BYTES.decode)
+    train, eval = (read_aan_tsv(path) for path in paths)
 
     def encode(ex):
         return encode_retrieval(ex, max_len=max_len)
@@ -213,34 +258,38 @@ def read_pathfinder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(images), np.asarray(labels, np.int32)
 
 
+PATHFINDER_CACHE = 1   # the cached arrays' encoding: bump when read_pathfinder changes
+
+
 def build_lra_pathfinder(
-    *, seed: int = 0, data_dir=None, resolution: int = 32, difficulty: str = "hard", eval_split: str = "test"
+    *, seed: int = 0, data_dir=None, resolution: int = 32, difficulty: str = "hard", eval_split: str = "test",
+    cache: bool = True,
 ) -> Dataset:
     """lra-pathfinder: are the two dots connected? Pixel sequences; splits 80/10/10 in file order (LRA).
 
-    Reading ~200k PNGs takes minutes, so the decoded arrays are cached as
-    ``pathfinder{resolution}_{difficulty}.npz`` next to the folder when it is writable.
+    Reading ~200k PNGs takes minutes, so the decoded arrays are kept under the data dir
+    (:mod:`flurka.data.cache`, keyed by the metadata files, which name every image and label);
+    ``cache=False`` decodes them into memory, writing nothing.
     """
     _check_choice("difficulty", difficulty, PATHFINDER_DIRS)
     _check_choice("resolution", resolution, (32, 64, 128, 256))
     _check_choice("eval_split", eval_split, ("validation", "test"))
-    base = resolve_data_dir(data_dir) / "lra_release" / f"pathfinder{resolution}"
-    folder = base / PATHFINDER_DIRS[difficulty]
-    cache = base / f"pathfinder{resolution}_{difficulty}.npz"
-    if cache.is_file():
-        with np.load(cache) as z:
-            pixels, labels = z["pixels"], z["labels"]
-    elif (folder / "metadata").is_dir():
-        pixels, labels = read_pathfinder(folder)
-        try:
-            np.savez(cache, pixels=pixels, labels=labels)
-        except OSError:
-            pass
-    else:
+    folder = resolve_data_dir(data_dir) / "lra_release" / f"pathfinder{resolution}" / PATHFINDER_DIRS[difficulty]
+    metadata = sorted((folder / "metadata").glob("*.npy")) if (folder / "metadata").is_dir() else []
+    if not metadata:
         raise DataNotFoundError(
             f"LRA pathfinder not found: expected {folder}/metadata/*.npy and the images they name. Extract "
             f"lra_release.gz (LRA release) under {resolve_data_dir(data_dir)}, or pass data_dir= / set FLURKA_DATA_DIR."
         )
+
+    def read():
+        pixels, labels = read_pathfinder(folder)
+        return {"pixels": pixels, "labels": labels}
+
+    spec = {"loader": "lra-pathfinder", "version": PATHFINDER_CACHE, "resolution": resolution,
+            "difficulty": difficulty, "metadata": file_identity(*metadata)}
+    arrays = cached_arrays(f"pathfinder{resolution}-{difficulty}", spec, read, data_dir=data_dir, enabled=cache)
+    pixels, labels = arrays["pixels"], arrays["labels"]
     n = len(labels)
     a, b = int(0.8 * n), int(0.9 * n)
     eval = slice(b, n) if eval_split == "test" else slice(a, b)
@@ -260,5 +309,6 @@ def build_lra_pathfinder(
 
 def _pixel_tokens(batch, rng):
     del rng
-    tokens = batch["pixels"].astype(np.int32) + 1  # PIXELS.encode on flat rows
+    tokens = batch["pixels"].astype(np.int32)
+    tokens += 1  # PIXELS.encode on flat rows, in place (a temporary array costs several times more)
     return {"inputs": tokens, "mask": np.ones(tokens.shape, bool), "label": batch["label"]}

@@ -11,10 +11,11 @@ Why threads around the pure function, not grain or tf.data: grain's value (a che
 iterator, index sampling, per-record maps) is what the ``(seed, k)`` contract already gives, and
 tf.data needs TensorFlow (1.3 GB). The decoding that costs mostly frees the GIL (ImageNet's batch
 ~80 % by profile: PIL's decode and resize, NumPy's normalisation; WMT's ~70 %: SentencePiece), and
-where per-example Python holds it (GLUE, the LRA byte loaders) one core builds 30k-80k examples a
-second. Worker processes would need each data set pickled or rebuilt per worker (closures, TFDS
-sources) and a batch pickled back: two measured no faster than two threads (ImageNet's 77 MB
-float32 batch, GLUE-MNLI). Measurements: ``benchmarks/results/cpu/NOTES.md`` (input pipeline).
+where per-example Python holds it (GLUE) one core builds 30k-60k examples a second; the LRA
+loaders gather from arrays decoded once (:mod:`flurka.data.cache`). Worker processes would need
+each data set pickled or rebuilt per worker (closures, TFDS sources) and a batch pickled back: two
+measured no faster than two threads (ImageNet's 77 MB float32 batch, GLUE-MNLI). Measurements:
+``benchmarks/results/cpu/NOTES.md`` (input pipeline).
 
 ``place`` (e.g. ``jax.device_put`` of the batch) runs in the worker too, so a batch's host-to-device
 copy overlaps the running step. A producer's exception is raised again in the consumer, at the

@@ -31,20 +31,20 @@ is exact or a one-line ``ValueError`` saying how many pieces the text supports.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import itertools
 import json
 import os
 import re
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from flurka.data.cache import file_lock as _lock
+from flurka.data.cache import write_atomic
 from flurka.data.core import resolve_data_dir
 from flurka.data.tokenizers import BYTES, ByteTokenizer, SentencePieceTokenizer, _spm_message
 
@@ -182,45 +182,6 @@ def _train(family: str, texts: Sequence[str], options: dict, *, exact: bool) -> 
         raise ValueError(f"vocab_size={options['vocab_size']} is too small for {what}: it needs at least "
                          f"{smaller.group(2)} pieces (its characters and the special ids)")
     raise ValueError(f"training {what} failed: {message or 'sentencepiece gave no reason'}")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``: a reader
-    sees the old file or the whole new one, never a part."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@contextlib.contextmanager
-def _lock(path: Path):
-    """Hold ``path``'s lock file (one process trains, the others then load); yields whether the
-    cache folder is writable."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path.parent / f".{path.name}.lock", "a")
-    except OSError:
-        yield False
-        return
-    with handle:
-        try:
-            import fcntl
-        except ImportError:   # not POSIX: no lock, the rename still keeps files whole
-            yield True
-            return
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def encoded_stream(name: str, data: bytes, tokenizer: SentencePieceTokenizer, *, data_dir=None) -> np.ndarray:

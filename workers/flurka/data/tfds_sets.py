@@ -4,7 +4,8 @@ Read through ``tfds.data_source`` (random access, no TensorFlow needed) from
 data prepared in the ``array_record`` format; nothing is ever downloaded. A set
 prepared as TFRecord is read through ``tfds.load`` when TensorFlow is installed.
 Examples are encoded lazily, one batch at a time, so ImageNet and WMT never sit
-in memory.
+in memory; LRA text and image, whose per-example decoding costs more than their small model's
+step, are decoded once into arrays kept under ``<data_dir>/arrays/`` (:mod:`flurka.data.cache`).
 
 Text is bytes unless a loader's ``vocab`` option says otherwise. GLUE and WMT'14 also take
 ``vocab="sentencepiece"`` (subwords, trained once on the family's training text and cached,
@@ -18,20 +19,27 @@ side for WMT'14.
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import numpy as np
 import tensorflow_datasets as tfds
 import tensorflow_datasets.text.glue  # noqa: F401  (registers GLUE; TFDS skips it without TensorFlow)
 import tensorflow_datasets.translate.wmt14  # noqa: F401  (registers WMT'14, likewise)
 from PIL import Image
 
+from flurka.data.cache import cached_arrays, file_identity
 from flurka.data.core import (
     DataNotFoundError,
     Dataset,
     DatasetInfo,
     EncodedExamples,
+    PackedExamples,
     encode_translation,
+    pack_sequences,
     pad_to,
     resolve_data_dir,
+    unpack_sequences,
 )
 from flurka.data.subword import MAX_CHARS, sample_texts, text_tokenizer
 from flurka.data.tokenizers import BYTES, PixelTokenizer
@@ -187,15 +195,74 @@ def build_glue(
                    extra_evals={split: EncodedExamples(source, encode) for split, source in extra_sources.items()})
 
 
+def lra_text_ids(example, *, max_len: int) -> np.ndarray:
+    """LRA text's sequence before padding: [CLS] + the review's bytes."""
+    return np.concatenate([[BYTES.cls_id], BYTES.encode(_text(example["text"]), max_bytes=max_len - 1)])
+
+
 def encode_lra_text(example, *, max_len: int) -> dict[str, np.ndarray]:
     """LRA text: [CLS] + the review's bytes."""
-    ids = np.concatenate([[BYTES.cls_id], BYTES.encode(_text(example["text"]), max_bytes=max_len - 1)])
-    inputs, mask = pad_to(ids, max_len, BYTES.pad_id)
+    inputs, mask = pad_to(lra_text_ids(example, max_len=max_len), max_len, BYTES.pad_id)
     return {"inputs": inputs, "mask": mask, "label": np.asarray(example["label"], np.int32)}
 
 
-def build_lra_text(*, seed: int = 0, data_dir=None, max_len: int = LRA_TEXT_MAX_LEN) -> Dataset:
-    """lra-text: IMDB reviews, byte level; eval is the IMDB test split (LRA's)."""
+def source_fingerprint(source) -> dict | None:
+    """What identifies a TFDS split's examples without reading them (the key of its cached arrays):
+    the data set's name and version, the split, its size, and its files' names, sizes and mtimes
+    (``files`` None where TFDS names none: ``tfds.testing.mock_data``). None for a source with no
+    ``dataset_info`` (examples already in memory: ``tfds.load``'s), which is not cached on disk."""
+    info = getattr(source, "dataset_info", None)
+    if info is None:
+        return None
+    try:
+        files = []
+        for instruction in info.splits[str(source.split)].file_instructions:
+            path = Path(instruction.filename)
+            if not path.is_absolute():
+                path = Path(info.data_dir) / path
+            stat = file_identity(path)[0][1:] if path.is_file() else None
+            files.append([path.name, instruction.skip, instruction.take, stat])
+    except Exception:  # noqa: BLE001  (TFDS raises several types for a split it cannot resolve)
+        files = None
+    return {"dataset": info.full_name, "split": str(source.split), "examples": len(source), "files": files}
+
+
+def _cached_split(name: str, source, spec: dict, build, *, data_dir) -> dict[str, np.ndarray]:
+    """A TFDS split's arrays, cached under its fingerprint (in memory for a source without one)."""
+    fingerprint = source_fingerprint(source)
+    return cached_arrays(f"{name}-{fingerprint['split'] if fingerprint else 'memory'}",
+                         None if fingerprint is None else {**spec, "source": fingerprint}, build, data_dir=data_dir)
+
+
+LRA_TEXT_CACHE = 1   # the cached arrays' encoding: bump when lra_text_ids changes
+
+
+def _lra_text_arrays(source, max_len: int) -> dict[str, np.ndarray]:
+    n = len(source)
+    labels = np.zeros(n, np.int32)
+
+    def seqs():
+        for i in range(n):
+            example = source[i]
+            labels[i] = np.asarray(example["label"], np.int32)
+            yield lra_text_ids(example, max_len=max_len)
+
+    ids, lengths = pack_sequences(seqs(), n, max_len, BYTES.pad_id)
+    return {"ids": ids, "length": lengths, "label": labels}
+
+
+def _unpack_lra_text(batch, *, max_len: int):
+    inputs, mask = unpack_sequences(batch["ids"], batch["length"], max_len, BYTES.pad_id)
+    return {"inputs": inputs, "mask": mask, "label": batch["label"]}
+
+
+def build_lra_text(*, seed: int = 0, data_dir=None, max_len: int = LRA_TEXT_MAX_LEN, cache: bool = True) -> Dataset:
+    """lra-text: IMDB reviews, byte level; eval is the IMDB test split (LRA's).
+
+    Each split is encoded once into byte-id rows kept under the data dir (:mod:`flurka.data.cache`),
+    so a batch is a gather: encoded per batch, a core fed the small model's step about half of
+    what it takes. The batches are those of :func:`encode_lra_text` per example, which
+    ``cache=False`` uses on access (nothing written)."""
     train = tfds_source("imdb_reviews/plain_text", "train", data_dir)
     eval = tfds_source("imdb_reviews/plain_text", "test", data_dir)
     info = DatasetInfo(
@@ -207,11 +274,17 @@ def build_lra_text(*, seed: int = 0, data_dir=None, max_len: int = LRA_TEXT_MAX_
         pad_id=BYTES.pad_id,
         cls_id=BYTES.cls_id,
     )
+    if not cache:
+        def encode(ex):
+            return encode_lra_text(ex, max_len=max_len)
 
-    def encode(ex):
-        return encode_lra_text(ex, max_len=max_len)
-
-    return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed, decode=BYTES.decode)
+        return Dataset(info, EncodedExamples(train, encode), EncodedExamples(eval, encode), seed=seed,
+                       decode=BYTES.decode)
+    spec = {"loader": "lra-text", "version": LRA_TEXT_CACHE, "max_len": max_len}
+    unpack = functools.partial(_unpack_lra_text, max_len=max_len)
+    train, eval = (PackedExamples(_cached_split("imdb", s, spec, lambda s=s: _lra_text_arrays(s, max_len),
+                                                data_dir=data_dir), unpack) for s in (train, eval))
+    return Dataset(info, train, eval, seed=seed, decode=BYTES.decode)
 
 
 def rgb_to_grayscale(image: np.ndarray) -> np.ndarray:
@@ -228,8 +301,34 @@ def encode_lra_image(example) -> dict[str, np.ndarray]:
     return {"inputs": tokens, "mask": np.ones(tokens.shape, bool), "label": np.asarray(example["label"], np.int32)}
 
 
-def build_lra_image(*, seed: int = 0, data_dir=None, eval_split: str = "test") -> Dataset:
-    """lra-image: CIFAR-10 as 1024 grayscale pixel tokens; train = train[:90%] (LRA), eval test or train[90%:]."""
+LRA_IMAGE_CACHE = 1   # the cached arrays' encoding: bump when rgb_to_grayscale changes
+
+
+def _lra_image_arrays(source) -> dict[str, np.ndarray]:
+    n = len(source)
+    gray, labels = np.zeros((0, 32, 32), np.uint8), np.zeros(n, np.int32)
+    for i in range(n):
+        example = source[i]
+        pixels = rgb_to_grayscale(np.asarray(example["image"]))
+        if i == 0:
+            gray = np.zeros((n, *pixels.shape), np.uint8)
+        gray[i] = pixels
+        labels[i] = np.asarray(example["label"], np.int32)
+    return {"gray": gray, "label": labels}
+
+
+def _unpack_lra_image(batch):
+    tokens = PIXELS.encode(batch["gray"])
+    return {"inputs": tokens, "mask": np.ones(tokens.shape, bool), "label": batch["label"]}
+
+
+def build_lra_image(*, seed: int = 0, data_dir=None, eval_split: str = "test", cache: bool = True) -> Dataset:
+    """lra-image: CIFAR-10 as 1024 grayscale pixel tokens; train = train[:90%] (LRA), eval test or train[90%:].
+
+    Each split's PNGs are decoded once into grayscale uint8 arrays kept under the data dir
+    (:mod:`flurka.data.cache`), so a batch is a gather: decoded per batch, a core fed the small
+    model's step a fiftieth of what it takes. The batches are those of :func:`encode_lra_image`
+    per example, which ``cache=False`` uses on access (nothing written)."""
     splits = {"test": "test", "validation": "train[90%:]"}
     if eval_split not in splits:
         raise ValueError(f"eval_split must be one of {sorted(splits)}, got {eval_split!r}")
@@ -238,7 +337,13 @@ def build_lra_image(*, seed: int = 0, data_dir=None, eval_split: str = "test") -
     info = DatasetInfo(
         name="lra-image", task="classification", vocab_size=PIXELS.vocab_size, max_len=32 * 32, num_classes=10
     )
-    return Dataset(info, EncodedExamples(train, encode_lra_image), EncodedExamples(eval, encode_lra_image), seed=seed)
+    if not cache:
+        return Dataset(info, EncodedExamples(train, encode_lra_image), EncodedExamples(eval, encode_lra_image),
+                       seed=seed)
+    spec = {"loader": "lra-image", "version": LRA_IMAGE_CACHE}
+    train, eval = (PackedExamples(_cached_split("cifar10-gray", s, spec, lambda s=s: _lra_image_arrays(s),
+                                                data_dir=data_dir), _unpack_lra_image) for s in (train, eval))
+    return Dataset(info, train, eval, seed=seed)
 
 
 def build_wmt14(

@@ -131,7 +131,9 @@ class PixelTokenizer:
         pixels = np.asarray(pixels)
         if pixels.min(initial=0) < 0 or pixels.max(initial=0) >= self.levels:
             raise ValueError(f"pixel values must lie in [0, {self.levels})")
-        return pixels.reshape(pixels.shape[:-2] + (-1,)).astype(np.int32) + 1
+        tokens = pixels.reshape(pixels.shape[:-2] + (-1,)).astype(np.int32)
+        tokens += 1   # in place: a second, temporary array made a batch several times slower
+        return tokens
 
 
 class SentencePieceTokenizer:

@@ -25,7 +25,7 @@ from mlflow import MlflowClient
 from mlflow.entities import ViewType
 
 import browser
-from testsupport import free_ports
+from testsupport import free_ports, pids_naming
 
 from flurka.sweeps.trial_report import RESULT_KEY
 from flurka.tracking.callback import MLflowTrialCallback
@@ -138,17 +138,6 @@ def test_a_resumed_sweep_replaces_its_view_and_default_stays_hidden(sweep_dir, t
 
 # -- in a browser ------------------------------------------------------------------------------------
 
-def _ours(marker: str) -> list[int]:
-    """PIDs of the processes whose command line names ``marker`` (this test's own store path)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                if marker in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                    found.append(int(proc.name))
-    return found
-
-
 def _stop(ui: subprocess.Popen, marker: str) -> None:
     """SIGTERM to flurka ui (it stops the MLflow server it started); SIGKILL what is left of ours."""
     if ui.poll() is None:
@@ -158,7 +147,7 @@ def _stop(ui: subprocess.Popen, marker: str) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(ui.pid, signal.SIGKILL)
             ui.wait(10)
-    for pid in _ours(marker):
+    for pid in pids_naming(marker):   # this test's own store path
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 

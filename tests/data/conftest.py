@@ -8,7 +8,9 @@ def _check_batch(batch: dict, info, batch_size: int) -> None:
     """Assert the keys, dtypes and shapes the data contract promises for ``info.task``."""
     B, N = batch_size, info.max_len
     if info.task == "image":
-        assert batch["image"].dtype == np.float32 and batch["image"].shape == (B, *info.image_shape)
+        # uint8 pixels where the data set says how the device normalises them, else float images
+        dtype = np.uint8 if info.pixel_mean else np.float32
+        assert batch["image"].dtype == dtype and batch["image"].shape == (B, *info.image_shape)
         assert batch["label"].dtype == np.int32 and batch["label"].shape == (B,)
         return
     assert batch["inputs"].dtype == np.int32 and batch["inputs"].shape == (B, N)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from flurka.data import get_dataset, local_sets, tfds_sets
-from flurka.data.cache import cached_arrays, entry_path
+from flurka.data.cache import cached_arrays, cached_memmaps, entry_path
 from flurka.data.core import pack_sequences, pad_to, unpack_sequences
 from PIL import Image
 
@@ -78,6 +78,7 @@ CASES = {   # case -> (benchmark, options, batch size); the TFDS sets under mock
     "lra-retrieval": ("lra-retrieval", {"max_len": 40}, 4),
     "lra-retrieval-test": ("lra-retrieval", {"max_len": 300, "eval_split": "test"}, 3),
     "lra-pathfinder": ("lra-pathfinder", {}, 3),
+    "imagenet": ("imagenet", {}, 3),   # resized pixels, a memory map written in place
 }
 
 
@@ -100,7 +101,7 @@ def test_cached_batches_are_the_per_example_decodes(mock, tmp_path, case, seed, 
 def test_cache_false_writes_nothing(mock, tmp_path):
     write_aan(tmp_path, AAN_ROWS)
     write_pathfinder(tmp_path)
-    for name in ("lra-text", "lra-image", "lra-retrieval", "lra-pathfinder"):
+    for name in ("lra-text", "lra-image", "lra-retrieval", "lra-pathfinder", "imagenet"):
         get_dataset(name, data_dir=str(tmp_path), cache=False).train_batch(0, 2)
     assert not (tmp_path / "arrays").exists()
 
@@ -325,3 +326,35 @@ def test_packed_sequences_unpack_to_pad_to():
     assert narrow.shape == (2, 2)   # as wide as the longest
     with pytest.raises(ValueError, match="expected 3 sequences"):
         pack_sequences(iter([[1]]), 3, 4)
+
+
+def test_imagenet_decodes_once_on_threads_then_maps_the_pixels(tmp_path, monkeypatch):
+    encoded = Counter(monkeypatch, tfds_sets, "_encode_imagenet")
+    with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
+        first = get_dataset("imagenet", data_dir=str(tmp_path), threads=3)
+        assert encoded.calls == 2 * MOCK_EXAMPLES   # train and validation, each image once
+        again = get_dataset("imagenet", data_dir=str(tmp_path))
+        assert encoded.calls == 2 * MOCK_EXAMPLES
+        assert isinstance(again.train.arrays["image"].base, np.memmap)   # mapped, not read into memory
+        assert_same(first.train_batch(5, 4), again.train_batch(5, 4))
+
+
+def _fill_rows(arrays):
+    arrays["x"][:] = np.arange(arrays["x"].size, dtype=np.int16).reshape(arrays["x"].shape)
+
+
+def test_memmaps_that_cannot_be_kept_say_so_and_leave_the_decoding_to_the_caller(tmp_path, monkeypatch):
+    layout = {"x": ((10, 100), "int16")}
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would go")
+    with pytest.warns(UserWarning, match="cannot write under .*decoded per batch instead"):
+        assert cached_memmaps("t", {"a": 1}, layout, _fill_rows, data_dir=blocked) is None
+    import shutil
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=1999, total=10**6, used=0))
+    with pytest.warns(UserWarning, match=r"0\.0 GB free, the arrays need 0\.0 GB: the t examples are decoded"):
+        assert cached_memmaps("t", {"a": 1}, layout, _fill_rows, data_dir=tmp_path) is None
+    assert not (tmp_path / "arrays").exists() or not entries(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: types.SimpleNamespace(free=2000, total=10**6, used=0))
+    out = cached_memmaps("t", {"a": 1}, layout, _fill_rows, data_dir=tmp_path)
+    np.testing.assert_array_equal(out["x"], np.arange(1000, dtype=np.int16).reshape(10, 100))
+    assert out["x"].dtype == np.int16 and len(entries(tmp_path)) == 1

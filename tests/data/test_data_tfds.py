@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from flurka.data import get_dataset
-from flurka.data.tfds_sets import tfds_source
+from flurka.data.core import train_indices
+from flurka.data.tfds_sets import _encode_imagenet, tfds_source
 from flurka.data.tokenizers import BYTES
 
 
@@ -84,15 +85,26 @@ def test_lra_image_is_grayscale_pixels(mock, tmp_path, check_batch):
         assert diff.max() <= 1 and (diff == 0).mean() > 0.99
 
 
-def test_imagenet_crops_and_normalizes(mock, tmp_path, check_batch, assert_batches_equal):
+def test_imagenet_crops_uint8_pixels_of_each_resize(mock, tmp_path, check_batch, assert_batches_equal):
+    """Training batches: a 224 window of each image's 256 resize, flipped or not; eval: the
+    centre; uint8, with the mean/std the device normalises by."""
     ds = get_dataset("imagenet", seed=2, data_dir=str(tmp_path))
     assert ds.info.task == "image" and ds.info.image_shape == (224, 224, 3)
+    assert ds.info.pixel_mean == pytest.approx((0.485, 0.456, 0.406)) and len(ds.info.pixel_std) == 3
     batch = next(ds.train_batches(3))
     check_batch(batch, ds.info, 3)
-    assert abs(batch["image"].mean()) < 3 and batch["image"].std() > 0.1
     assert_batches_equal(batch, ds.train_batch(0, 3))
     assert not np.array_equal(ds.train_batch(0, 3)["image"], ds.train_batch(4, 3)["image"])
-    check_batch({k: v for k, v in next(ds.eval_batches(5)).items() if k != "example_weight"}, ds.info, 5)
+    source = tfds_source("imagenet2012", "train", str(tmp_path))
+    for crop, i in zip(batch["image"], train_indices(2, 0, 3, len(source))):
+        full = _encode_imagenet(source[int(i)])["image"]
+        windows = [(t, x, f) for t in range(33) for x in range(33) for f in (False, True)
+                   if np.array_equal(crop, full[t:t + 224, x:x + 224][:, ::-1] if f else full[t:t + 224, x:x + 224])]
+        assert windows, "a training crop is no 224 window of its image's resize"
+    eval_batch = next(ds.eval_batches(5))
+    check_batch({k: v for k, v in eval_batch.items() if k != "example_weight"}, ds.info, 5)
+    source = tfds_source("imagenet2012", "validation", str(tmp_path))
+    np.testing.assert_array_equal(eval_batch["image"][0], _encode_imagenet(source[0])["image"][16:240, 16:240])
 
 
 def test_mnli_evaluates_its_mismatched_dev_set_beside_the_matched_one(mock, tmp_path, monkeypatch, check_batch):

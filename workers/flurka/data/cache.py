@@ -12,7 +12,8 @@ An entry is built in a temporary folder and renamed into place, one process buil
 others wait on a lock file, and an entry whose manifest or files do not match what it records
 (truncated, overwritten) is built again. Entries are memory-mapped read-only, so worker threads
 and processes share one copy in the page cache. A data dir that cannot be written keeps the
-arrays in memory (a warning says so).
+arrays in memory (a warning says so). Arrays larger than memory (ImageNet's pixels) are written
+in place into the entry's memory maps (:func:`cached_memmaps`).
 """
 
 from __future__ import annotations
@@ -130,18 +131,31 @@ def cached_arrays(name: str, spec: Mapping | None, build: Callable[[], dict[str,
 
 
 def _save(folder: Path, key: str, spec: Mapping, arrays: Mapping[str, np.ndarray]) -> None:
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
-    try:
+    def write(tmp: Path) -> dict:
         meta = {}
         for field, value in arrays.items():
-            if not field.isidentifier():
-                raise ValueError(f"array names must be identifiers (file names), got {field!r}")
             value = np.asarray(value)
-            with open(tmp / f"{field}.npy", "wb") as f:
+            with open(tmp / _file(field), "wb") as f:
                 np.save(f, value, allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
             meta[field] = {"dtype": value.dtype.str, "shape": list(value.shape)}
+        return meta
+    _commit(folder, key, spec, write)
+
+
+def _file(field: str) -> str:
+    if not field.isidentifier():
+        raise ValueError(f"array names must be identifiers (file names), got {field!r}")
+    return f"{field}.npy"
+
+
+def _commit(folder: Path, key: str, spec: Mapping, write: Callable[[Path], dict]) -> None:
+    """``write(tmp)`` fills a temporary folder beside ``folder`` and returns each array's
+    dtype and shape; the folder, with its manifest, then replaces ``folder`` whole."""
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        meta = write(tmp)
         manifest = {"key": key, "format": FORMAT, "spec": spec, "arrays": meta}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
         if folder.exists():   # a damaged entry; the lock is held, so nobody else replaces it now
@@ -150,6 +164,45 @@ def _save(folder: Path, key: str, spec: Mapping, arrays: Mapping[str, np.ndarray
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def cached_memmaps(name: str, spec: Mapping, layout: Mapping[str, tuple[tuple[int, ...], str]],
+                   fill: Callable[[dict[str, np.ndarray]], None], *, data_dir=None) -> dict[str, np.ndarray] | None:
+    """:func:`cached_arrays` for arrays larger than memory: ``layout`` gives each array's (shape,
+    dtype), and ``fill(arrays)`` writes the entry's memory-mapped files in place (same key, lock and
+    atomic rename). None, with a warning, where the entry cannot be written (a read-only data dir,
+    less free space than the arrays need): the caller then decodes per access."""
+    folder = entry_path(name, spec, data_dir)
+    key = folder.name.rsplit("-", 1)[-1]
+    arrays = _load(folder, key)
+    if arrays is not None:
+        return arrays
+    need = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in layout.values())
+    with file_lock(folder) as writable:
+        arrays = _load(folder, key)
+        if arrays is not None:
+            return arrays
+        free = shutil.disk_usage(folder.parent).free if writable else 0
+        if not writable or free < need:
+            why = f"cannot write under {folder.parent}" if not writable else (
+                f"{folder.parent} has {free / 1e9:.1f} GB free, the arrays need {need / 1e9:.1f} GB")
+            warnings.warn(f"{why}: the {name} examples are decoded per batch instead", stacklevel=2)
+            return None
+        if folder.exists():
+            warnings.warn(f"cached arrays {folder} are damaged; building them again", stacklevel=2)
+
+        def write(tmp: Path) -> dict:
+            maps = {field: np.lib.format.open_memmap(tmp / _file(field), mode="w+", dtype=np.dtype(dtype),
+                                                    shape=tuple(shape))
+                    for field, (shape, dtype) in layout.items()}
+            fill(maps)
+            for value in maps.values():
+                value.flush()
+                with open(value.filename, "rb+") as f:
+                    os.fsync(f.fileno())
+            return {field: {"dtype": v.dtype.str, "shape": list(v.shape)} for field, v in maps.items()}
+        _commit(folder, key, spec, write)
+    return _load(folder, key)
 
 
 def _load(folder: Path, key: str) -> dict[str, np.ndarray] | None:

@@ -55,6 +55,10 @@ class DatasetInfo:
     target_vocab_size: int = 0
     target_max_len: int = 0
     image_shape: tuple = ()
+    # image: batches hold uint8 pixels, and the model's input is (pixels / 255 - mean) / std per
+    # channel, computed on the device (flurka.training.tasks.ImageTask); empty: float images as given
+    pixel_mean: tuple = ()
+    pixel_std: tuple = ()
     pad_id: int = 0
     bos_id: int | None = None
     eos_id: int | None = None

@@ -3,9 +3,10 @@
 Read through ``tfds.data_source`` (random access, no TensorFlow needed) from
 data prepared in the ``array_record`` format; nothing is ever downloaded. A set
 prepared as TFRecord is read through ``tfds.load`` when TensorFlow is installed.
-Examples are encoded lazily, one batch at a time, so ImageNet and WMT never sit
-in memory; LRA text and image, whose per-example decoding costs more than their small model's
-step, are decoded once into arrays kept under ``<data_dir>/arrays/`` (:mod:`flurka.data.cache`).
+Examples are encoded lazily, one batch at a time, so WMT never sits in memory; LRA text and
+image and ImageNet, whose per-example decoding costs more than their model's step, are decoded
+once into arrays kept under ``<data_dir>/arrays/`` (:mod:`flurka.data.cache`; ImageNet's as a
+memory map, read a batch at a time).
 
 Text is bytes unless a loader's ``vocab`` option says otherwise. GLUE and WMT'14 also take
 ``vocab="sentencepiece"`` (subwords, trained once on the family's training text and cached,
@@ -20,6 +21,9 @@ side for WMT'14.
 from __future__ import annotations
 
 import functools
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +32,9 @@ import tensorflow_datasets.text.glue  # noqa: F401  (registers GLUE; TFDS skips 
 import tensorflow_datasets.translate.wmt14  # noqa: F401  (registers WMT'14, likewise)
 from PIL import Image
 
-from flurka.data.cache import cached_arrays, file_identity
+from flurka.data.cache import cached_arrays, cached_memmaps, file_identity
 from flurka.data.core import (
+    ArrayExamples,
     DataNotFoundError,
     Dataset,
     DatasetInfo,
@@ -407,31 +412,65 @@ def _encode_imagenet(example) -> dict[str, np.ndarray]:
     }
 
 
-def _normalize(images: np.ndarray) -> np.ndarray:
-    return ((images.astype(np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD).astype(np.float32)
-
-
 def _imagenet_train(batch, rng: np.random.Generator):
-    """Random 224 crop of the 256 resize and a random horizontal flip, per example."""
+    """Random 224 crop of the 256 resize and a random horizontal flip, per example; uint8."""
     images = batch["image"]
     n, limit = len(images), IMAGENET_RESIZE - IMAGENET_SIZE + 1
     tops, lefts, flips = rng.integers(0, limit, n), rng.integers(0, limit, n), rng.random(n) < 0.5
-    crops = np.stack([img[t : t + IMAGENET_SIZE, x : x + IMAGENET_SIZE] for img, t, x in zip(images, tops, lefts)])
-    crops[flips] = crops[flips, :, ::-1]
-    return {"image": _normalize(crops), "label": batch["label"]}
+    crops = np.empty((n, IMAGENET_SIZE, IMAGENET_SIZE, images.shape[-1]), images.dtype)
+    for crop, img, t, x, flip in zip(crops, images, tops, lefts, flips):   # one copy each
+        window = img[t : t + IMAGENET_SIZE, x : x + IMAGENET_SIZE]
+        crop[...] = window[:, ::-1] if flip else window
+    return {"image": crops, "label": batch["label"]}
 
 
 def _imagenet_eval(batch, rng):
     del rng
     o = (IMAGENET_RESIZE - IMAGENET_SIZE) // 2
-    return {
-        "image": _normalize(batch["image"][:, o : o + IMAGENET_SIZE, o : o + IMAGENET_SIZE]),
-        "label": batch["label"],
-    }
+    return {"image": np.ascontiguousarray(batch["image"][:, o : o + IMAGENET_SIZE, o : o + IMAGENET_SIZE]),
+            "label": batch["label"]}
 
 
-def build_imagenet(*, seed: int = 0, data_dir=None) -> Dataset:
-    """imagenet: ImageNet-2012 from TFDS's manual dir; 224x224 crops, ImageNet mean/std normalised."""
+IMAGENET_CACHE = 1   # the cached pixels' encoding: bump when resize_and_center changes
+_FILL_BLOCK = 512    # examples decoded per round of the fill's threads
+
+
+def _imagenet_pixels(name: str, source, data_dir, threads: int | None):
+    """``source``'s 256x256 resizes decoded once into a uint8 memory map under the data dir
+    (:func:`flurka.data.cache.cached_memmaps`; 197 kB an image, ~252 GB for ImageNet's train
+    split), or None where they cannot be kept (no identity to key on, a read-only or too full
+    data dir). The decoding runs on ``threads`` threads (default: every core): PIL's JPEG decoder
+    and resize release the GIL."""
+    fingerprint = source_fingerprint(source)
+    if fingerprint is None:
+        return None
+    n = len(source)
+    size = (IMAGENET_RESIZE, IMAGENET_RESIZE, 3)
+
+    def fill(arrays):
+        logging.getLogger(__name__).warning("decoding %s (%d images) once into uint8 arrays under %s",
+                                            name, n, resolve_data_dir(data_dir) / "arrays")
+        images, labels = arrays["image"], arrays["label"]
+        with ThreadPoolExecutor(threads or os.cpu_count() or 1) as pool:
+            for lo in range(0, n, _FILL_BLOCK):
+                idx = range(lo, min(n, lo + _FILL_BLOCK))
+                for i, example in zip(idx, pool.map(lambda i: _encode_imagenet(source[i]), idx)):
+                    images[i], labels[i] = example["image"], example["label"]
+
+    spec = {"loader": "imagenet", "version": IMAGENET_CACHE, "size": IMAGENET_RESIZE, "source": fingerprint}
+    return cached_memmaps(f"{name}-{fingerprint['split']}", spec,
+                          {"image": ((n, *size), "uint8"), "label": ((n,), "int32")}, fill, data_dir=data_dir)
+
+
+def build_imagenet(*, seed: int = 0, data_dir=None, cache: bool = True, threads: int | None = None) -> Dataset:
+    """imagenet: ImageNet-2012 from TFDS's manual dir; 224x224 uint8 crops (random crop and flip for
+    training, the centre for eval) of each image's 256 resize; the model's input is their
+    ImageNet mean/std normalisation, computed on the device (``DatasetInfo.pixel_mean``: a quarter
+    of float32's bytes to build and move).
+
+    Each split's resizes are decoded once into a uint8 memory map under the data dir (``cache``;
+    ``threads`` decode it), so a training batch is a gather and a crop; ``cache=False``, or a data
+    dir that cannot hold them, decodes the JPEGs of each batch (the same batches)."""
     train = tfds_source("imagenet2012", "train", data_dir)
     eval = tfds_source("imagenet2012", "validation", data_dir)
     info = DatasetInfo(
@@ -441,11 +480,18 @@ def build_imagenet(*, seed: int = 0, data_dir=None) -> Dataset:
         max_len=0,
         num_classes=1000,
         image_shape=(IMAGENET_SIZE, IMAGENET_SIZE, 3),
+        pixel_mean=tuple(IMAGENET_MEAN.tolist()),
+        pixel_std=tuple(IMAGENET_STD.tolist()),
     )
+
+    def split(source, name):
+        arrays = _imagenet_pixels(name, source, data_dir, threads) if cache else None
+        return EncodedExamples(source, _encode_imagenet) if arrays is None else ArrayExamples(arrays)
+
     return Dataset(
         info,
-        EncodedExamples(train, _encode_imagenet),
-        EncodedExamples(eval, _encode_imagenet),
+        split(train, "imagenet"),
+        split(eval, "imagenet"),
         seed=seed,
         transform=_imagenet_train,
         eval_transform=_imagenet_eval,

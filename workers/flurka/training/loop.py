@@ -506,7 +506,7 @@ def _set_up(config: TrainConfig, dataset, mesh, callback) -> _Loop:
     dataset = load_dataset(config) if dataset is None else dataset
     clock.lap("data")
     check_against_data(config, dataset.info)
-    loop = _Loop(config=config, dataset=dataset, info=dataset.info, task=make_task(config),
+    loop = _Loop(config=config, dataset=dataset, info=dataset.info, task=make_task(config, dataset.info),
                  tx=make_optimizer(config), schedule=schedule_from_config(config), plan=uptrain.stages(config),
                  mesh=mesh, root_key=jax.random.fold_in(jax.random.key(config.seed), 1),
                  run=_Run(config, dataset.describe()), clock=clock, callback=callback)

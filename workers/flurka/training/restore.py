@@ -53,7 +53,8 @@ def load_run(workdir: str | os.PathLike, step: int | None = None) -> TrainedRun:
         raise ValueError(f"step {step} of {workdir} is mid hand-over (blended "
                          f"{meta['handover_from']} → {meta['attention']}); pick another step")
     config = train_config(meta)
-    dataset, task = load_dataset(config), make_task(config)
+    dataset = load_dataset(config)
+    task = make_task(config, dataset.info)
     phase = make_phase(config, dataset.info, meta["attention"], task, make_optimizer(config),
                        mesh=None)
     with Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True) as ckpt:

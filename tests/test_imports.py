@@ -47,26 +47,73 @@ def test_the_import_graph_has_no_cycle():
         raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
 
 
-def test_each_kernel_module_imports_first_and_sits_below_the_layers():
-    """flurka.kernels (issue 56): every kernel module imports on its own in a fresh interpreter
-    (the attention layers import the kernels, and the kernels the layers' shared pieces), and
-    the kernels import nothing from the models, training or speed rooms."""
+def test_each_kernel_module_imports_first_and_sits_above_the_layers():
+    """flurka.kernels (issue 56): every kernel module imports on its own in a fresh interpreter;
+    the kernels import the attention room, never the models, training or speed rooms, and nothing
+    in the attention or models rooms imports a kernel (the kernels register themselves)."""
     import subprocess
     import sys
 
     mods = flurka_modules()
     kernels = sorted(m for m in mods if m.startswith("flurka.kernels."))
-    assert {f"flurka.kernels.{m}" for m in ("query_side", "compress", "projected_layer", "ffn")
+    assert {f"flurka.kernels.{m}" for m in ("query_side", "compress", "projected_layer", "ffn", "joint_softmax")
             } <= set(kernels)
     rooms_above = ("flurka.models", "flurka.training", "flurka.speed", "flurka.theory")
     for name in kernels:
         above = {m for m in imports_of(name, mods[name], mods) if m.startswith(rooms_above)}
         assert not above, f"{name} imports {sorted(above)}"
+    for name in (m for m in mods if m.startswith(("flurka.attention", "flurka.models"))):
+        below = {m for m in imports_of(name, mods[name], mods) if m.startswith("flurka.kernels")}
+        assert not below, f"{name} imports {sorted(below)}"
     code = ("import importlib, sys\n"
             f"for name in {kernels!r}:\n"
             "    for m in [m for m in sys.modules if m.startswith('flurka')]:\n"
             "        del sys.modules[m]\n"
             "    importlib.import_module(name)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_a_fused_option_without_the_kernels_loaded_says_so_then_works_once_they_are():
+    """The layers and the model build without flurka.kernels; an option that runs a kernel asks
+    for it in one line at construction; a training config that asks for one loads them, and
+    importing flurka.kernels (as flurka.speed does) registers every entry the options call."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from flax import nnx
+import flurka.attention, flurka.models, flurka.training.loop
+from flurka.attention import make_attention
+from flurka.models.config import ModelConfig
+from flurka.models.encoder import EncoderBlock
+assert not [m for m in sys.modules if m.startswith('flurka.kernels')], 'kernels imported by the layers'
+kw = dict(d_model=128, num_heads=2, max_len=16, rngs=nnx.Rngs(0))
+for build in (lambda: make_attention('performer', fused=True, **kw),
+              lambda: make_attention('eva', fused=True, **kw),
+              lambda: EncoderBlock(ModelConfig('full', d_model=128, num_heads=2, d_ff=256, fused_ffn=True),
+                                   max_len=16, rngs=nnx.Rngs(0))):
+    try:
+        build()
+    except ValueError as err:
+        assert 'runs Pallas kernels, which are not loaded: import flurka.kernels first' in str(err), err
+        assert '\\n' not in str(err)
+    else:
+        raise AssertionError('built without the kernels')
+make_attention('performer', **kw)   # the XLA path needs none
+from flurka.configs import get_config
+from flurka.data.core import DatasetInfo
+from flurka.training.loop import build_model
+config = get_config('lra-listops-small').replace(attention_options={'fused': True})
+info = DatasetInfo(name='t', task='classification', vocab_size=20, max_len=config.max_len, num_classes=10)
+build_model(config, info, 'performer')   # a training config that asks for a kernel loads them
+assert 'flurka.kernels' in sys.modules
+import flurka.kernels
+from flurka.kernels.query_side import Tiling
+assert make_attention('performer', fused=True, **kw).fused == Tiling()
+assert make_attention('rnn', fused=True, fused_projections=True, **kw).fused_projections
+EncoderBlock(ModelConfig('full', d_model=128, num_heads=2, d_ff=256, fused_ffn=True), max_len=16, rngs=nnx.Rngs(0))
+"""
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 

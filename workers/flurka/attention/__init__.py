@@ -27,11 +27,11 @@ from flurka.catalogue.mechanisms import (CATALOGUE, COMPRESSED, FLURKA, MECHANIS
                                          check_mechanism, has_setting, resolve)
 from flurka.attention.flurka import FlurkaEVA, FlurkaPerformer, FlurkaRNN, compressed_eva_attention
 from flurka.attention.full import FullAttention, softmax_attention
-from flurka.kernels.projected_layer import ProjectedQuerySide
 from flurka.attention.handover import HandoverBeta, handover_class
 from flurka.attention.linformer import LinformerAttention
 from flurka.attention.lowrank import SeqProjection
 from flurka.attention.performer import PerformerAttention, favor_attention
+from flurka.attention.projected import ProjectedQuerySide
 from flurka.attention.rnn import RNNAttention, elu_attention
 
 
@@ -56,7 +56,8 @@ def _accepted_options(cls: type) -> list[str]:
     return names
 
 
-# Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.kernels.query_side).
+# Mechanisms that accept ``fused=True`` (the query side as a Pallas kernel, flurka.kernels.query_side,
+# loaded through flurka.attention.execution).
 FUSABLE: tuple[str, ...] = tuple(m for m, c in _CLASSES.items() if "fused" in _accepted_options(c))
 # ... and ``fused_projections=True`` too (W_Q and W_O in that kernel, flurka.kernels.projected_layer;
 # flurka-eva takes the option only to refuse it).

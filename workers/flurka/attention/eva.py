@@ -32,7 +32,7 @@ Changed / simplified, and why:
 Speed options: aligned (``align``), d_h is zero-padded like every other dimension, the proposal
 seeing the true columns (:func:`chunk_control_variates`, flurka-eva's too); ``fused``, the
 [N, C] chunk half of the joint softmax runs in the Pallas softmax kernel
-(:func:`_fused_joint_softmax`; flurka-eva's chunk half too).
+(:func:`flurka.kernels.joint_softmax.fused_joint_softmax`; flurka-eva's chunk half too).
 
 Product order (per head; w = window_size, c = chunk_size, C = N/c chunks):
   1. Q, K, V = X W_Q, X W_K, X W_V             3 × [N, d_m] · [d_m, d_m]
@@ -47,8 +47,8 @@ Product order (per head; w = window_size, c = chunk_size, C = N/c chunks):
 
 from __future__ import annotations
 
-import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -57,7 +57,7 @@ from flax import nnx
 from flurka.attention.base import (
     F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, contract, pad_to,
     round_up, zero_padding)
-from flurka.kernels.query_side import BLOCK, Tiling, fused_softmax_attention, layer_tiling
+from flurka.attention.execution import kernel
 from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
@@ -109,7 +109,7 @@ def eva_attention(q, k, v, key_mask, *, window_size: int, chunk_size: int, mu_q,
     (``fused``: v's dtype). Products take operands in q's dtype (softmax weights and chunk
     summaries rounded to it) and accumulate in float32. ``fused`` (a
     :class:`~flurka.kernels.query_side.Tiling`): the chunk half of the joint softmax as a Pallas
-    kernel (:func:`_fused_joint_softmax`)."""
+    kernel (:func:`flurka.kernels.joint_softmax.fused_joint_softmax`)."""
     b, n, h, d = q.shape
     scale = (head_dim or d) ** -0.5
     unit = math.lcm(window_size, chunk_size)
@@ -144,8 +144,8 @@ def joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, fused=None):
     the chunk half in the Pallas kernel, the result in vw's dtype)."""
     args = (local, q, k_tilde, beta, chunk_bias, vw, scale)
     if fused:
-        return _fused_joint_softmax(*args, fused)
-    return _xla_joint_softmax(*args)
+        return kernel("fused_joint_softmax", "fused=True")(*args, fused)
+    return xla_joint_softmax(*args)
 
 
 def window_sum(weights, vw, dtype):
@@ -159,56 +159,10 @@ def window_sum(weights, vw, dtype):
                     dtype).reshape(b, n, h, vw.shape[-1])
 
 
-def _xla_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale):
+def xla_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale):
     """The joint softmax (:func:`_joint_softmax`) from the chunk summaries; float32."""
     chunk = contract("bnhd,bchd->bhnc", q, k_tilde, q.dtype) * scale + chunk_bias[:, None, None, :]
     return _joint_softmax(local, chunk, vw, beta, vw.dtype)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
-def _fused_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling):
-    return _kernel_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling)
-
-
-def _fused_joint_softmax_fwd(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling):
-    """Differentiated, past one block of head dim the chunk half's gradient would be the XLA
-    path's anyway (the backward kernels' float32 dK, dV spill there): the whole joint softmax
-    then runs as XLA's, whose normaliser rides on the A·β product, rather than the join through
-    the lse, whose gradient passes over [N, C] once more."""
-    if q.shape[-1] > BLOCK:
-        def joint(*args):
-            return _xla_joint_softmax(*args, scale).astype(vw.dtype)
-    else:
-        def joint(*args):
-            return _kernel_joint_softmax(*args, scale, tiling)
-    return jax.vjp(joint, local, q, k_tilde, beta, chunk_bias, vw)
-
-
-def _fused_joint_softmax_bwd(scale, tiling, vjp, g):
-    return vjp(g)
-
-
-_fused_joint_softmax.defvjp(_fused_joint_softmax_fwd, _fused_joint_softmax_bwd)
-
-
-def _kernel_joint_softmax(local, q, k_tilde, beta, chunk_bias, vw, scale, tiling):
-    """The joint softmax of :func:`_joint_softmax` with its chunk half — the [N, C] part, C =
-    N / chunk_size — in the Pallas softmax kernel
-    (:func:`~flurka.kernels.query_side.fused_softmax_attention`: flash attention's online softmax
-    over the chunk summaries k̃, β, empty chunks masked by a key bias), so its logits and
-    weights never reach memory (``chunk_bias`` [b, C]: 0, or NEG_INF on empty chunks). The
-    window half [N, w] stays in XLA. The two softmaxes join
-    exactly through their log-normalisers: with Z_c = e^lse_c, Z_w = e^lse_w,
-    out = (Z_c·out_c + Z_w·out_w) / (Z_c + Z_w) = s·out_c + (1 − s)·out_w, s = σ(lse_c − lse_w).
-    Returns [b, n, h, d] in vw's dtype."""
-    dtype = vw.dtype
-    chunked, lse_c = fused_softmax_attention(
-        q, k_tilde.astype(q.dtype), beta.astype(dtype), scale=scale, with_lse=True,
-        bias=chunk_bias, tiling=tiling, out_dtype=dtype)
-    lse_w = jax.nn.logsumexp(local, axis=-1, keepdims=True)                     # [b, h, n, 1]
-    windowed = window_sum(jnp.exp(local - lse_w), vw, dtype)
-    share = jax.nn.sigmoid(lse_c - lse_w[..., 0]).transpose(0, 2, 1)[..., None]   # [b, n, h, 1]
-    return (share * chunked.astype(F32) + (1.0 - share) * windowed).astype(dtype)
 
 
 def _joint_softmax(local, chunk, vw, beta, dtype):
@@ -250,9 +204,10 @@ class EVAAttention(RandomFeatureMixin, AttentionLayer):
     mechanism = "eva"
 
     def __init__(self, *, window_size: int = WINDOW_SIZE, chunk_size: int = CHUNK_SIZE, redraw: bool = False,
-                 deterministic: bool = False, fused: bool | Tiling = False, **kwargs):
+                 deterministic: bool = False, fused: Any = False, **kwargs):
         super().__init__(**kwargs)
-        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
+        self.fused = (kernel("layer_tiling", "fused=True")(self.mechanism, fused, self.padded_head_dim)
+                      if fused else None)
         self.window_size = self.check_window(window_size)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.redraw = bool(redraw)

@@ -39,6 +39,7 @@ through their log-normalisers (EVA's fused path).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +48,6 @@ import numpy as np
 from flurka.attention.base import F32, NEG_INF, contract, pad_to, round_up, zero_padding
 from flurka.attention.eva import (CHUNK_SIZE, WINDOW_SIZE, EVAAttention, chunk_control_variates,
                                   joint_softmax)
-from flurka.kernels.query_side import Tiling
 from flurka.attention.lowrank import LowRankKV
 from flurka.attention.performer import PerformerAttention
 from flurka.attention.rnn import RNNAttention
@@ -132,7 +132,7 @@ class FlurkaEVA(LowRankKV, EVAAttention):
     mechanism = "flurka-eva"
 
     def __init__(self, *, window_size: int = WINDOW_SIZE, chunk_size: int = CHUNK_SIZE,
-                 fused: bool | Tiling = False, fused_projections: bool = False, **kwargs):
+                 fused: Any = False, fused_projections: bool = False, **kwargs):
         if fused_projections:
             raise ValueError("flurka-eva: fused_projections is not available: each query has a "
                              "window of its own, and the projected kernel takes one key set for "

@@ -21,6 +21,7 @@ zeroed and masked out of the key stabilizer, so their features are exact zeros.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 
@@ -28,8 +29,8 @@ from flurka.attention.base import (
     AttentionLayer, RandomFeatures, check_positive_int, pad_to, round_up, zero_padding)
 from flurka.attention.feature_maps import (
     favor_denominator, favor_features, gaussian_orthogonal_matrix, key_side, query_side)
-from flurka.kernels.query_side import Tiling, fused_query_side, layer_tiling
-from flurka.kernels.projected_layer import ProjectedQuerySide
+from flurka.attention.execution import kernel
+from flurka.attention.projected import ProjectedQuerySide
 
 DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
 
@@ -50,10 +51,10 @@ def favor_attention(q, k, v, key_mask, omega, *, head_dim=None, num_features=Non
     sizes = dict(head_dim=head_dim, num_features=num_features)
     kv, k_sum = favor_key_side(k, v, key_mask, omega, **sizes)
     if fused:
-        return fused_query_side(q, kv, k_sum, omega, feature="favor",
-                                head_dim=head_dim or q.shape[-1],
-                                num_features=num_features or omega.shape[0],
-                                tiling=fused, out_dtype=v.dtype)
+        return kernel("fused_query_side", "fused=True")(q, kv, k_sum, omega, feature="favor",
+                                                       head_dim=head_dim or q.shape[-1],
+                                                       num_features=num_features or omega.shape[0],
+                                                       tiling=fused, out_dtype=v.dtype)
     return query_side(q, functools.partial(favor_features, omega=omega, is_query=True, **sizes),
                       kv, k_sum, favor_denominator, v.dtype)
 
@@ -80,14 +81,14 @@ class PerformerAttention(RandomFeatureMixin, ProjectedQuerySide, AttentionLayer)
     feature = "favor"
 
     def __init__(self, *, num_features: int = DEFAULT_NUM_FEATURES, orthogonal: bool = True,
-                 redraw: bool = False, fused: bool | Tiling = False,
+                 redraw: bool = False, fused: Any = False,
                  fused_projections: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.num_features = check_positive_int("num_features", num_features)
         self.orthogonal = bool(orthogonal)
         self.redraw = bool(redraw)
-        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim,
-                                  round_up(self.num_features, self.align))
+        self.fused = kernel("layer_tiling", "fused=True")(
+            self.mechanism, fused, self.padded_head_dim, round_up(self.num_features, self.align)) if fused else None
         self.features = RandomFeatures(self.draw_features(kwargs["rngs"].params()))
         self.init_projections(fused_projections, self.num_features)
 

@@ -17,11 +17,12 @@ Padding: masked keys' features and values are exact zeros.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from flurka.attention.base import AttentionLayer
 from flurka.attention.feature_maps import elu_features, query_side, rnn_denominator, row_key_side
-from flurka.kernels.query_side import Tiling, fused_query_side, layer_tiling
-from flurka.kernels.projected_layer import ProjectedQuerySide
+from flurka.attention.execution import kernel
+from flurka.attention.projected import ProjectedQuerySide
 
 
 def elu_key_side(k, v, key_mask, head_dim=None):
@@ -37,8 +38,8 @@ def elu_attention(q, k, v, key_mask, *, head_dim=None, fused=False):
     side as one Pallas kernel (:mod:`flurka.kernels.query_side`)."""
     kv, k_sum = elu_key_side(k, v, key_mask, head_dim)
     if fused:
-        return fused_query_side(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1],
-                                tiling=fused, out_dtype=v.dtype)
+        return kernel("fused_query_side", "fused=True")(q, kv, k_sum, feature="elu", head_dim=head_dim or q.shape[-1],
+                                                       tiling=fused, out_dtype=v.dtype)
     return query_side(q, functools.partial(elu_features, head_dim=head_dim), kv, k_sum,
                       rnn_denominator, v.dtype)
 
@@ -51,10 +52,11 @@ class RNNAttention(ProjectedQuerySide, AttentionLayer):
     mechanism = "rnn"
     feature = "elu"
 
-    def __init__(self, *, fused: bool | Tiling = False, fused_projections: bool = False,
+    def __init__(self, *, fused: Any = False, fused_projections: bool = False,
                  **kwargs):
         super().__init__(**kwargs)
-        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
+        self.fused = (kernel("layer_tiling", "fused=True")(self.mechanism, fused, self.padded_head_dim)
+                      if fused else None)
         self.init_projections(fused_projections)
 
     def kernel_key_side(self, k, v, key_mask, rng):

@@ -10,15 +10,31 @@ One module per kernel family, named by what it computes rather than by the optio
   φ(q)·Σφ(K)) and the EVAs' chunk softmax, plus the tiling and Pallas helpers the others share;
 * :mod:`flurka.kernels.compress`: the low-rank compression E·x̂ with the block's LayerNorm
   applied as x is loaded (``PreNorm``, row statistics);
-* :mod:`flurka.kernels.projected_layer`: the query side with W_Q and W_O inside it, and the layer
-  mixin (``ProjectedQuerySide``) through which an encoder block hands a layer its LayerNorm;
+* :mod:`flurka.kernels.projected_layer`: the query side with W_Q and W_O inside it (the layers'
+  side of it, through which an encoder block hands a layer its LayerNorm, is
+  :mod:`flurka.attention.projected`);
+* :mod:`flurka.kernels.joint_softmax`: EVA's joint softmax with its chunk half in the softmax kernel;
 * :mod:`flurka.kernels.ffn`: the block's residual + LayerNorm + FFN.
 
-Dependency direction: the kernels import only the shared pieces of :mod:`flurka.attention`
-(``base``, ``feature_maps``); the layer classes and the encoder block import the kernels;
-:mod:`flurka.speed` tunes them. Importing ``flurka.attention.base`` runs the attention package
-first, whose layers import these kernels: so this package loads it before any kernel module, and
-a kernel module imported first (a tuning script, a compile-only check) finds it complete.
+Dependency direction: the kernels import :mod:`flurka.attention` (its shared pieces, and EVA's XLA
+joint softmax, the reference of :mod:`flurka.kernels.joint_softmax`); nothing in
+:mod:`flurka.attention` or :mod:`flurka.models` imports them. Importing this package registers
+each entry point the layers' options call (``fused``, ``fused_projections``, ``fused_ffn``) in
+:mod:`flurka.attention.execution`; :mod:`flurka.speed`, the harness that runs them, imports it.
 """
 
-import flurka.attention  # noqa: F401  (see above: the layers' package before the kernels)
+from flurka.attention import execution
+from flurka.kernels.compress import PreNorm, current_compress_tiling, normalised_compression
+from flurka.kernels.ffn import fused_ffn_block, ffn_tiling
+from flurka.kernels.joint_softmax import fused_joint_softmax
+from flurka.kernels.projected_layer import check_projectable, fused_projected_query_side
+from flurka.kernels.query_side import fused_query_side, layer_tiling
+
+execution.register(
+    fused_query_side=fused_query_side, layer_tiling=layer_tiling,            # fused (kernel layers)
+    fused_joint_softmax=fused_joint_softmax,                                 # fused (eva, flurka-eva)
+    check_projectable=check_projectable, fused_projected_query_side=fused_projected_query_side,
+    PreNorm=PreNorm, current_compress_tiling=current_compress_tiling,        # fused_projections
+    normalised_compression=normalised_compression,
+    ffn_tiling=ffn_tiling, fused_ffn_block=fused_ffn_block,                  # fused_ffn
+)

@@ -409,6 +409,16 @@ def _fused_bwd(eps, tiling, interpret, next_eps, saved, g):
 _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
+def ffn_tiling(fused_ffn, d_model: int, d_ff: int) -> FfnTiling | None:
+    """An encoder block's ``fused_ffn`` option, resolved at construction (True: the tiling
+    :func:`use_ffn_tiling` sets now) and its sizes checked."""
+    if not fused_ffn:
+        return None
+    tiling = fused_ffn if isinstance(fused_ffn, FfnTiling) else current_ffn_tiling()
+    check_fusable(d_model, d_ff, tiling)
+    return tiling
+
+
 def fused_ffn_block(x, a, scale, bias, w1, b1, w2, b2, *, eps: float,
                     tiling: FfnTiling | None = None, interpret: bool = False,
                     next_eps: float | None = None):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.attention import make_attention
-from flurka.kernels.ffn import FfnTiling, check_fusable, current_ffn_tiling, fused_ffn_block
+from flurka.attention.execution import kernel
 from flurka.models.checks import check_mask, check_positive_int
 from flurka.models.config import ModelConfig
 
@@ -29,16 +29,6 @@ class FeedForward(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.fc2(jax.nn.gelu(self.fc1(x)))
-
-
-def ffn_tiling(fused_ffn: bool | FfnTiling, d_model: int, d_ff: int) -> FfnTiling | None:
-    """A block's ``fused_ffn`` option, resolved at construction (True: the tiling
-    :func:`~flurka.kernels.ffn.use_ffn_tiling` sets now) and its sizes checked."""
-    if not fused_ffn:
-        return None
-    tiling = fused_ffn if isinstance(fused_ffn, FfnTiling) else current_ffn_tiling()
-    check_fusable(d_model, d_ff, tiling)
-    return tiling
 
 
 class EncoderBlock(nnx.Module):
@@ -56,7 +46,8 @@ class EncoderBlock(nnx.Module):
         self.ffn_norm = nnx.LayerNorm(c.d_model, rngs=rngs)
         self.ffn = FeedForward(c.d_model, c.d_ff, rngs=rngs)
         self.dropout = nnx.Dropout(c.dropout_rate, rngs=rngs)
-        self.ffn_tiling = ffn_tiling(c.fused_ffn, c.d_model, c.d_ff)
+        self.ffn_tiling = (kernel("ffn_tiling", "fused_ffn=True")(c.fused_ffn, c.d_model, c.d_ff)
+                           if c.fused_ffn else None)
 
     def __call__(self, x: jax.Array, mask: jax.Array | None, *, deterministic: bool,
                  rng: jax.Array | None = None) -> jax.Array:
@@ -82,9 +73,10 @@ class EncoderBlock(nnx.Module):
         if fused_ffn:
             norm, ffn = self.ffn_norm, self.ffn
             x, a = (a, None) if residual else (x, a)
-            out = fused_ffn_block(x, a, norm.scale[...], norm.bias[...], ffn.fc1.kernel[...],
-                                  ffn.fc1.bias[...], ffn.fc2.kernel[...], ffn.fc2.bias[...],
-                                  eps=norm.epsilon, tiling=self.ffn_tiling, next_eps=next_eps)
+            block = kernel("fused_ffn_block", "fused_ffn=True")
+            out = block(x, a, norm.scale[...], norm.bias[...], ffn.fc1.kernel[...], ffn.fc1.bias[...],
+                        ffn.fc2.kernel[...], ffn.fc2.bias[...], eps=norm.epsilon, tiling=self.ffn_tiling,
+                        next_eps=next_eps)
             return out if next_eps is not None else (out, None)
         x = x + a
         return x + self.dropout(self.ffn(self.ffn_norm(x)), deterministic=deterministic), None

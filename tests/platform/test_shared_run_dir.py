@@ -9,19 +9,16 @@ cluster; a run dir anywhere else in /tmp is shared storage."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import types
 from pathlib import Path
-from unittest import mock
 
 import pytest
-from testsupport import JoiningNode, ray_node_ports, stop_ray_node, wait_ray_node
+from testsupport import private_mounts_refused, two_node_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -30,75 +27,19 @@ TINY = ["--benchmarks", "lra-listops-small", "--variants", "flurka-rnn", "--alph
                             for a in ("--set", f"{k}={v}")]]
 
 
-def _private_mounts_refused(folder: Path) -> str | None:
-    """Why this machine cannot hide ``folder`` from one process (no unshare, not permitted), or None."""
-    if shutil.which("unshare") is None:
-        return "no unshare(1) on this machine"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "none",
-                            str(folder)], capture_output=True, text=True, timeout=30)
-    if probe.returncode != 0:
-        return f"cannot mount in a private mount namespace here: {probe.stderr.strip() or probe.returncode}"
-    return None
-
-
 @pytest.fixture(scope="module")
 def two_nodes():
-    """(address, env, hidden folder, the second node's id, why nothing is hidden or None), the test
-    process connected to the cluster as a driver."""
-    import ray
-
+    """(address, env, hidden folder, the second node as check_shared_dir names it, why nothing is
+    hidden or None), the test process connected to the cluster as a driver."""
     hidden = Path(tempfile.mkdtemp(prefix="frk-hid-", dir="/tmp"))
-    refused = _private_mounts_refused(hidden)
-    head_tmp = tempfile.mkdtemp(prefix="frk-h-", dir="/tmp")        # short: unix sockets live here
-    node_tmp = tempfile.mkdtemp(prefix="frk-n-", dir="/tmp")
-    head_flags, head_ports = ray_node_ports(head=True)
-    node_flags, node_ports = ray_node_ports(head=False, avoid=(head_ports["min-worker-port"],
-                                                               head_ports["max-worker-port"]))
-    address = f"127.0.0.1:{head_ports['port']}"
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(RAY_AUTH_MODE="disabled", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", RAY_USAGE_STATS_ENABLED="0",
-               RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")   # else a SIGTERMed node waits 30 s for its drain
-    common = ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
-    popen = dict(env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    procs: list[tuple[subprocess.Popen, str]] = []
-    leftovers: list[int] = []
-    node = None
+    refused = private_mounts_refused(hidden)
     try:
-        head = subprocess.Popen([str(BIN / "ray"), "start", "--head", *common, *head_flags,
-                                 "--include-dashboard", "false", "--temp-dir", head_tmp], **popen)
-        procs.append((head, head_tmp))
-        gcs = head_ports["port"]
-        wait_ray_node(head, lambda: bool(socket.create_connection(("127.0.0.1", gcs), timeout=2).close() or 1),
-                      f"the head's GCS on port {gcs}", 120)
-        node_cmd = [str(BIN / "ray"), "start", "--address", address, *common, *node_flags, "--temp-dir", node_tmp]
-        if refused is None:   # the second node's own view of the file system: `hidden` is an empty tmpfs there
-            node_cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                        'mount -t tmpfs none "$0" && exec "$@"', str(hidden), *node_cmd]
-        node = JoiningNode(lambda: subprocess.Popen(node_cmd, **popen))
-        with mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}):
-            os.environ.pop("RAY_ADDRESS", None)
-            ray.init(address=address, configure_logging=False, log_to_driver=False)
-            try:
-                deadline = time.monotonic() + 120
-                while True:
-                    alive = [n for n in ray.nodes() if n["Alive"]]
-                    if len(alive) == 2:
-                        break
-                    node.check()
-                    assert time.monotonic() < deadline, f"the second node did not join: {alive}"
-                    time.sleep(1)
-                second = next(n for n in alive if n["NodeManagerPort"] == node_ports["node-manager-port"])
-                yield types.SimpleNamespace(address=address, env=env, hidden=hidden, refused=refused,
-                                            second=f"{second['NodeManagerAddress']} (node {second['NodeID'][:8]}")
-            finally:
-                ray.shutdown()
+        with two_node_cluster(hidden, hide=refused is None) as cluster:
+            second = cluster.second
+            yield types.SimpleNamespace(address=cluster.address, env=cluster.env, hidden=hidden, refused=refused,
+                                        second=f"{second['NodeManagerAddress']} (node {second['NodeID'][:8]}")
     finally:
-        if node is not None:
-            procs.append((node.proc, node_tmp))
-        for proc, temp_dir in reversed(procs):
-            leftovers += stop_ray_node(proc, temp_dir)
         shutil.rmtree(hidden, ignore_errors=True)
-    assert not leftovers, f"node processes survived the stop: {leftovers}"
 
 
 @pytest.mark.slow

@@ -13,8 +13,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+import types
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,6 +157,96 @@ def ray_node_ports(head: bool, avoid: tuple[int, int] | None = None) -> tuple[li
     ports = dict(zip(names, free_ports(len(names))))
     ports["min-worker-port"], ports["max-worker-port"] = worker_port_range(avoid=avoid)
     return [a for name, port in ports.items() for a in (f"--{name}", str(port))], ports
+
+
+@contextlib.contextmanager
+def ray_auth_disabled() -> Iterator[None]:
+    """This process as a client of a dev cluster started with ``RAY_AUTH_MODE=disabled``. Ray
+    caches the mode in its process-wide config when a client connects; restoring the variable
+    alone would leave a later local ``ray.init`` of this process (its GCS started in token mode)
+    a client without a token: "Failed to start GCS ... InvalidAuthToken". So the config is read
+    again from the restored environment on the way out."""
+    from unittest import mock
+
+    from ray._raylet import Config
+
+    try:
+        with mock.patch.dict(os.environ, {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}):
+            os.environ.pop("RAY_ADDRESS", None)
+            yield
+    finally:
+        Config.initialize("")
+
+
+def private_mounts_refused(folder: Path) -> str | None:
+    """Why this machine cannot hide ``folder`` from one process (no unshare, not permitted), or None."""
+    if shutil.which("unshare") is None:
+        return "no unshare(1) on this machine"
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "mount", "-t", "tmpfs", "none",
+                            str(folder)], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        return f"cannot mount in a private mount namespace here: {probe.stderr.strip() or probe.returncode}"
+    return None
+
+
+@contextlib.contextmanager
+def two_node_cluster(hidden: Path, *, hide: bool = True, env: dict[str, str] | None = None,
+                     prefix: str = "frk") -> Iterator[types.SimpleNamespace]:
+    """A real 2-node Ray cluster on this machine: a head and a second node on 127.0.0.1 (every
+    port pinned free, own temp dirs, auth disabled; stopped by process group, never ``ray stop``),
+    ``env`` added to the environment both ``ray start`` run in, as a real cluster's nodes carry
+    theirs. With ``hide``, the second node runs in a private mount namespace where an empty tmpfs
+    covers ``hidden``: a folder there is a node-local disk, anywhere else in /tmp shared storage.
+    This process is connected to the head as a driver. Yields (address, env, the second node's
+    ``ray.nodes()`` entry, every alive node's)."""
+    import ray
+
+    bin_dir = Path(sys.executable).parent
+    head_tmp, node_tmp = (tempfile.mkdtemp(prefix=f"{prefix}-{n}-", dir="/tmp") for n in "hn")  # short: sockets
+    head_flags, head_ports = ray_node_ports(head=True)
+    node_flags, node_ports = ray_node_ports(head=False, avoid=(head_ports["min-worker-port"],
+                                                               head_ports["max-worker-port"]))
+    address = f"127.0.0.1:{head_ports['port']}"
+    node_env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    node_env.update(RAY_AUTH_MODE="disabled", PATH=f"{bin_dir}{os.pathsep}{node_env.get('PATH', '')}",
+                    RAY_USAGE_STATS_ENABLED="0", RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0",  # else a drain waits 30 s
+                    **(env or {}))
+    common = ["--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--disable-usage-stats"]
+    popen = dict(env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    procs: list[tuple[subprocess.Popen, str]] = []
+    leftovers: list[int] = []
+    node = None
+    try:
+        head = subprocess.Popen([str(bin_dir / "ray"), "start", "--head", *common, *head_flags,
+                                 "--include-dashboard", "false", "--temp-dir", head_tmp], **popen)
+        procs.append((head, head_tmp))
+        gcs = head_ports["port"]
+        wait_ray_node(head, lambda: bool(socket.create_connection(("127.0.0.1", gcs), timeout=2).close() or 1),
+                      f"the head's GCS on port {gcs}", 120)
+        node_cmd = [str(bin_dir / "ray"), "start", "--address", address, *common, *node_flags, "--temp-dir", node_tmp]
+        if hide:
+            node_cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount -t tmpfs none "$0" && exec "$@"', str(hidden), *node_cmd]
+        node = JoiningNode(lambda: subprocess.Popen(node_cmd, **popen))
+        with ray_auth_disabled():
+            ray.init(address=address, configure_logging=False, log_to_driver=False)
+            try:
+                deadline = time.monotonic() + 120
+                while len(alive := [n for n in ray.nodes() if n["Alive"]]) < 2:
+                    node.check()
+                    assert time.monotonic() < deadline, f"the second node did not join: {alive}"
+                    time.sleep(1)
+                second = next(n for n in alive if n["NodeManagerPort"] == node_ports["node-manager-port"])
+                yield types.SimpleNamespace(address=address, env=node_env, second=second,
+                                            nodes=[n["NodeID"] for n in alive])
+            finally:
+                ray.shutdown()
+    finally:
+        if node is not None:
+            procs.append((node.proc, node_tmp))
+        for proc, temp_dir in reversed(procs):
+            leftovers += stop_ray_node(proc, temp_dir)
+    assert not leftovers, f"node processes survived the stop: {leftovers}"
 
 
 REPO = Path(__file__).resolve().parents[2]

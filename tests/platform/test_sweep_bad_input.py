@@ -97,7 +97,7 @@ CASES = [
     Case("yaml-missing-file", None, ("--config", "{tmp}/nope.yaml"), "cannot read sweep file"),
     Case("config-unknown-name", None, ("--config", "uptrain-smal"),
          "--config uptrain-smal: no such file, nor a sweep config installed with flurka; "
-         "installed: paper-quality-image, paper-quality-lra, paper-quality-mlm, paper-quality-nmt, paper-uptrain, "
+         "installed: paper-quality-glue, paper-quality-image, paper-quality-lra, paper-quality-mlm, paper-quality-nmt, paper-uptrain, "
          "uptrain-full, uptrain-small"),
     # -- wrong flags
     Case("flag-seeds-float", None, ("--benchmarks", "lra-listops-small", "--seeds", "0.5"),

@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_a_name_finds_the_installed_file_from_anywhere(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert spec_lib.installed_configs() == ("paper-quality-image", "paper-quality-lra", "paper-quality-mlm",
-                                            "paper-quality-nmt", "paper-uptrain", "uptrain-full", "uptrain-small")
+    assert spec_lib.installed_configs() == ("paper-quality-glue", "paper-quality-image", "paper-quality-lra",
+                                            "paper-quality-mlm", "paper-quality-nmt", "paper-uptrain", "uptrain-full",
+                                            "uptrain-small")
     path = spec_lib.config_path("uptrain-small")
     assert path == ROOT / "platform/flurka/sweeps/configs/uptrain-small.yaml"
     spec = spec_lib.validate(spec_lib.from_args({"config": "uptrain-small"}))
@@ -56,6 +57,13 @@ def test_every_sweep_file_says_its_command_and_plans_dry(tmp_path, monkeypatch, 
         spec = spec_lib.validate(spec_lib.from_args({"config": name}))
         assert out.startswith(f"{name}: dry run, nothing started\nplan: ")
         assert f"over {len(spec.seeds)} seed(s)" in out and all(f"  {b}: " in out for b in spec.benchmarks)
+        if spec.pretrain:   # a chained file: both phases, their steps, and each phase's predicted time per card
+            assert f"plan: phase 1, pre-training on {spec.pretrain['benchmark']}: " in out
+            assert f"  {spec.pretrain['benchmark']}: phase 1, pre-training; " in out
+            assert all(f"  {b}: phase 2, fine-tuning from phase 1; " in out for b in spec.benchmarks)
+            assert "of them pre-training)" in out
+            assert any(line.startswith("  H") and "(pre-training " in line and "; fine-tuning " in line
+                       for line in out.splitlines())
     assert list(tmp_path.iterdir()) == []
 
 
@@ -75,7 +83,12 @@ def test_the_paper_files_hold_the_appendix_alphas_and_bases():
     assert {v: image.alphas_of(v) for v in image.variants} == {"flurka-performer": (0.167,),
                                                                 "flurka-rnn": (0.333,), "flurka-eva": (0.167,)}
     assert nmt.base == image.base == bases
-    for name in ("paper-quality-lra", "paper-quality-mlm"):
+    for name in ("paper-quality-lra", "paper-quality-mlm", "paper-quality-glue"):
         assert load(name).alphas == (0.0,)
+    glue = load("paper-quality-glue")   # Table 2: every mechanism fine-tuned from its WikiText-103 MLM run
+    assert glue.benchmarks == tuple(f"glue-{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"))
+    assert glue.variants == ("flurka-performer", "flurka-rnn", "flurka-eva") and glue.full and glue.control
+    assert glue.pretrain["benchmark"] == "mlm-wikitext103" and glue.pretrain["full_length"] == ("flurka-eva",)
+    assert glue.seeds == load("paper-quality-mlm").seeds
     assert set(load("paper-quality-lra").benchmarks) == {"lra-listops", "lra-text", "lra-retrieval", "lra-image",
                                                          "lra-pathfinder"}

@@ -40,7 +40,7 @@ def test_migrations_keep_the_results_down_and_up_again(db_url, speed_dicts, theo
     from flurka.results import ingest_speed, ingest_theory
 
     engine = db.upgrade(db_url)
-    assert db.current_revision(engine) == db.head_revision() == "0005"
+    assert db.current_revision(engine) == db.head_revision() == "0006"
     ingest_speed(engine, [dict(r, run="2026-11-29T00:00:00+00:00") for r in speed_dicts])
     added = ingest_theory(engine, theory_doc).added
     assert added == len(theory_doc["approximation_errors"]) + len(theory_doc["ranks"])

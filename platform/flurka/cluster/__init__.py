@@ -283,6 +283,34 @@ def _sees_marker(path: str, token: str, wait_s: float) -> str:
         time.sleep(0.5)
 
 
+def ask_each_node(nodes: list[dict], check, *args, timeout_s: float) -> list[tuple[dict, str]]:
+    """Run ``check(*args)`` once on each of ``nodes`` (a task pinned to it, ``num_cpus=0``: it does
+    not wait for a busy node's cores); the nodes whose answer is not "yes" — their task died, or
+    gave no answer in ``timeout_s`` — with what they said."""
+    remote = ray.remote(num_cpus=0, max_retries=0)(check)
+    refs = {remote.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+            .remote(*args): n for n in nodes}
+    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+    out = []
+    for ref in ready:
+        try:
+            answer = ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - the node's task died: that node is named
+            answer = f"its check failed: {type(exc).__name__}"
+        if answer != "yes":
+            out.append((refs[ref], answer))
+    for ref in late:
+        with contextlib.suppress(Exception):   # a lost node's task may not be cancellable
+            ray.cancel(ref)
+        out.append((refs[ref], f"no answer in {timeout_s:g}s"))
+    return out
+
+
+def name_nodes(failing: list[tuple[dict, str]]) -> str:
+    """The nodes :func:`ask_each_node` found failing, for a one-line error."""
+    return "; ".join(f"{n.get('NodeManagerAddress', '?')} (node {n['NodeID'][:8]}: {why})" for n, why in failing)
+
+
 def check_shared_dir(run_dir: str | os.PathLike, *, embedded: bool, timeout_s: float = 60.0,
                      wait_s: float = SHARED_DIR_WAIT_S) -> None:
     """Every alive node of the cluster must see ``run_dir`` at the same path: forks and the model
@@ -300,29 +328,13 @@ def check_shared_dir(run_dir: str | os.PathLike, *, embedded: bool, timeout_s: f
     token = uuid.uuid4().hex
     marker = run_dir / f".flurka-shared-{token}"
     marker.write_text(token)
-    sees = ray.remote(num_cpus=0, max_retries=0)(_sees_marker)
     try:
-        refs = {sees.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                .remote(str(marker), token, wait_s): n for n in nodes}
-        ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
-        blind = []
-        for ref in ready:
-            try:
-                answer = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - the node's task died: that node is named
-                answer = f"its check failed: {type(exc).__name__}"
-            if answer != "yes":
-                blind.append((refs[ref], answer))
-        for ref in late:
-            with contextlib.suppress(Exception):   # a lost node's task may not be cancellable
-                ray.cancel(ref)
-            blind.append((refs[ref], f"no answer in {timeout_s:g}s"))
+        blind = ask_each_node(nodes, _sees_marker, str(marker), token, wait_s, timeout_s=timeout_s)
     finally:
         marker.unlink(missing_ok=True)
     if blind:
-        named = ", ".join(f"{n.get('NodeManagerAddress', '?')} (node {n['NodeID'][:8]}: {why})" for n, why in blind)
         raise ClusterError(f"--run-dir {run_dir} is not shared with {len(blind)} of the cluster's {len(nodes)} "
-                           f"nodes: {named}; the run dir must be on storage every node mounts at the same "
+                           f"nodes: {name_nodes(blind)}; the run dir must be on storage every node mounts at the same "
                            f"path (NFS, a shared volume): forks and the model upload read <run-dir>/work "
                            f"on whichever node runs them")
 

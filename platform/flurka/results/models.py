@@ -81,6 +81,8 @@ class Trial(Base):
     device_count: Mapped[int | None] = mapped_column(Integer)
     peak_host_bytes: Mapped[int | None] = mapped_column(BigInteger)
     peak_device_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # Lineage (revision 0006): the trial key (a sweep's) or work dir of the run it was fine-tuned from.
+    init_from: Mapped[str | None] = mapped_column(String(1024))
 
     sweep: Mapped[Sweep] = relationship(back_populates="trials")
     metrics: Mapped[list[Metric]] = relationship(cascade="all, delete-orphan")

@@ -199,6 +199,7 @@ class TrialRecord:
     device_count: int | None = _checked(_int, default=None, optional=True, minimum=1)
     peak_host_bytes: int | None = _checked(_bytes, default=None)
     peak_device_bytes: int | None = _checked(_bytes, default=None)
+    init_from: str | None = _checked(_str, default=None, optional=True, max_len=1024)   # lineage: the run it was fine-tuned from
 
     @classmethod
     def from_dict(cls, d: Any, where: str = "trial") -> TrialRecord:
@@ -240,7 +241,7 @@ TRIAL_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TrialR
 PLACEMENT = ("node", "device", "device_count", "peak_host_bytes", "peak_device_bytes")   # where a trial ran
 
 
-def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
+def trial_from_result(trial_key: str, result: dict[str, Any], *, init_from: str | None = None) -> TrialRecord:
     """A trial record from what ``flurka.training.run(config)`` returns inside a Tune trial.
 
     Non-finite final metrics (a diverged run's perplexity) and history points are dropped; the
@@ -248,6 +249,8 @@ def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
     Linformer's or rnn's feature count, which every benchmark config carries) is not recorded, so
     that no table or figure reads a Performer baseline as "d_k=16"; the trial's config keeps it.
     Where the trial ran comes from its ``placement`` (none in a result from before it had one).
+    Its lineage (``init_from``): the run it was fine-tuned from — a sweep passes that run's trial
+    key; else the pre-trained work dir its result names, if any.
     """
     config = result.get("config") or {}
     options = config.get("attention_options") or {}
@@ -272,6 +275,7 @@ def trial_from_result(trial_key: str, result: dict[str, Any]) -> TrialRecord:
         "curve": [p for p in curve if "step" in p],
         "config": config,
         **{k: where.get(k) for k in PLACEMENT},
+        "init_from": init_from or (result.get("init_from") or {}).get("workdir"),
     }, where=f"trial result {trial_key!r}")
 
 

@@ -17,8 +17,8 @@ import itertools
 from typing import Any
 
 from flurka.configs import switch_step
-from flurka.catalogue.mechanisms import CONTROL, KERNEL_OF, LOW_RANK, base_mechanism
-from flurka.sweeps.spec import FULL, SweepSpec, benchmark_config, d_k_of
+from flurka.catalogue.mechanisms import CONTROL, KERNEL_OF, LOW_RANK, base_family, base_mechanism
+from flurka.sweeps.spec import FULL, SweepSpec, benchmark_config, d_k_of, pretrain_spec, seq_len_of
 
 KINDS = ("baseline", "base", "branch")
 
@@ -40,6 +40,8 @@ class PlannedRun:
     base_key: str | None = None        # branch: the base run it forks from
     start_step: int = 0
     stop_step: int | None = None       # base: max(fork_steps); else steps
+    init_from: str | None = None       # fine-tuning: the key of the pre-training run it starts from
+    max_len: int | None = None         # fine-tuning at the pre-training's length (pretrain full_length)
 
     @property
     def key(self) -> str:
@@ -59,6 +61,22 @@ class PlannedRun:
         d["key"] = self.key
         return d
 
+    def overrides(self, sweep_overrides: dict[str, Any], steps: int | None) -> dict[str, Any]:
+        """The ``get_config`` overrides that make this run of its benchmark what it trains: the
+        sweep's (its phase's, ``steps`` where given), then the run's mechanism, seed, d_k, α and
+        base, and its length; not where it writes or starts from (:mod:`flurka.sweeps.trainable`)."""
+        o = dict(sweep_overrides)
+        if steps is not None:
+            o["steps"] = steps
+        o.update(attention=self.attention, seed=self.seed)
+        if self.d_k is not None:
+            o["attention_options"] = {**o.get("attention_options", {}), "d_k": self.d_k}
+        if self.kind == "branch" and self.init_from is None:   # fine-tuning trains its mechanism throughout
+            o.update(alpha=self.alpha, base=base_family(self.base))
+        if self.max_len is not None:
+            o.update(max_len=self.max_len, dataset_options={**o.get("dataset_options", {}), "max_len": self.max_len})
+        return o
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PlannedRun":
         fields = {f.name for f in dataclasses.fields(cls)}
@@ -72,6 +90,24 @@ class Plan:
     baselines: tuple[PlannedRun, ...]
     bases: tuple[PlannedRun, ...]
     branches: tuple[PlannedRun, ...]
+    pretrain: "Plan | None" = None     # a chained sweep's pre-training plan, run before this one
+
+    @property
+    def runs(self) -> tuple[PlannedRun, ...]:
+        """Every planned run, the pre-training plan's first."""
+        pre = self.pretrain.runs if self.pretrain is not None else ()
+        return pre + self.baselines + self.bases + self.branches
+
+    def stages(self, baselines_beside_branches: bool = False,
+               workers: int | None = None) -> tuple[tuple[str, tuple[PlannedRun, ...]], ...]:
+        """The sweep's Tune experiments in order, named: :meth:`phases` ("first", "branches"),
+        after the pre-training plan's ("pretrain", "pretrain-branches") in a chained sweep."""
+        first, second = self.phases(baselines_beside_branches, workers)
+        stages = (("first", first), ("branches", second))
+        if self.pretrain is None:
+            return stages
+        pre_first, pre_second = self.pretrain.phases(baselines_beside_branches, workers)
+        return (("pretrain", pre_first), ("pretrain-branches", pre_second)) + stages
 
     def phases(self, baselines_beside_branches: bool = False,
                workers: int | None = None) -> tuple[tuple[PlannedRun, ...], tuple[PlannedRun, ...]]:
@@ -107,10 +143,16 @@ class Plan:
         vs the same branches each trained from scratch, as in the paper."""
         executed = sum(max(r.fork_steps) for r in self.forked_from) + sum(r.executed_steps for r in self.branches)
         independent = sum(r.steps for r in self.branches)
-        return {"uptrain_steps_executed": executed, "uptrain_steps_independent": independent,
-                "uptrain_compute_ratio": executed / independent if independent else 1.0,
-                "baseline_steps": sum(r.executed_steps for r in self.baselines),
-                "total_steps": sum(r.executed_steps for r in self.baselines + self.bases + self.branches)}
+        out = {"uptrain_steps_executed": executed, "uptrain_steps_independent": independent,
+               "baseline_steps": sum(r.executed_steps for r in self.baselines),
+               "total_steps": sum(r.executed_steps for r in self.baselines + self.bases + self.branches)}
+        if self.pretrain is not None:   # both plans' steps; the pre-training's alone beside them
+            pre = self.pretrain.compute()
+            out = {k: v + pre[k] for k, v in out.items()}
+            out["pretrain_steps"] = pre["total_steps"]
+        out["uptrain_compute_ratio"] = (out["uptrain_steps_executed"] / out["uptrain_steps_independent"]
+                                        if out["uptrain_steps_independent"] else 1.0)
+        return out
 
 
 def _makespan(runs, workers: int) -> int:
@@ -140,6 +182,37 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
     extra. Without them a separate base run stops after the last fork step. α with no step
     strictly inside the run (α·T rounds to 0 or T) has nothing to fork and trains independently.
     """
+    if spec.pretrain:
+        return _chained_plan(spec, steps=steps, d_ks=d_ks)
+    return _plan(spec, steps=steps, d_ks=d_ks)
+
+
+def _identity(run: PlannedRun) -> tuple:
+    """What a fine-tuning run shares with the pre-training run it starts from."""
+    return (run.kind == "branch", run.attention, run.d_k, run.alpha, run.base, run.seed)
+
+
+def _chained_plan(spec: SweepSpec, *, steps=None, d_ks=None) -> Plan:
+    """The pre-training plan, and the fine-tuning runs (no forks) each starting from its match;
+    those of a mechanism in ``full_length`` at the pre-training's sequence length."""
+    pre_spec = pretrain_spec(spec)
+    pre = _plan(pre_spec)
+    started = {_identity(r): r.key for r in pre.baselines + pre.branches}
+    fine = _plan(spec, steps=steps, d_ks=d_ks, forking=False)
+    long = seq_len_of(benchmark_config(pre_spec.benchmarks[0], pre_spec))
+    full_length = set(spec.pretrain.get("full_length") or ())
+
+    def chained(run: PlannedRun) -> PlannedRun:
+        n = seq_len_of(benchmark_config(run.benchmark, spec))
+        return dataclasses.replace(run, init_from=started[_identity(run)],
+                                   max_len=long if run.attention in full_length and n < long else None)
+
+    return Plan(tuple(map(chained, fine.baselines)), (), tuple(map(chained, fine.branches)), pretrain=pre)
+
+
+def _plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
+          d_ks: dict[str, tuple[int, ...]] | None = None, forking: bool = True) -> Plan:
+    """:func:`make_plan` of one benchmark list (``forking=False``: every branch from step 0)."""
     steps = steps or {b: _steps_of(spec, b) for b in spec.benchmarks}
     d_ks = d_ks or {b: _d_ks(spec, b) for b in spec.benchmarks}
     baselines: dict[str, PlannedRun] = {}
@@ -170,7 +243,7 @@ def make_plan(spec: SweepSpec, *, steps: dict[str, int] | None = None,
                 alphas = spec.alphas_of(variant)
                 forks = sorted(s for s in {switch_step(a, T) for a in alphas} if 0 < s < T)   # inside the run: no range(T)
                 base_key = None
-                if spec.branching and forks:
+                if spec.branching and forks and forking:
                     if spec.baselines:
                         base_key = add_forks(baselines, PlannedRun("baseline", bench, base, seed, T, d_k=base_dk),
                                              forks, stop=False)
@@ -192,7 +265,14 @@ def independent_equivalent(run: PlannedRun) -> PlannedRun:
 
 
 def describe(plan: Plan) -> str:
-    """The plan in one line: what is trained from scratch, what forks, and what forking saves."""
+    """The plan in one line: what is trained from scratch, what forks, and what forking saves; a
+    chained sweep's in two parts, pre-training then fine-tuning."""
+    if plan.pretrain is not None:
+        fine = dataclasses.replace(plan, pretrain=None)
+        pre_bench = plan.pretrain.runs[0].benchmark if plan.pretrain.runs else "?"
+        return (f"plan: phase 1, pre-training on {pre_bench}: {describe(plan.pretrain).removeprefix('plan: ')}; "
+                f"phase 2, fine-tuning, {len(fine.runs)} runs each from the phase-1 run of its mechanism, α, d_k "
+                f"and seed: {describe(fine).removeprefix('plan: ')}")
     c = plan.compute()
     forked = sum(r.base_key is not None for r in plan.branches)
 

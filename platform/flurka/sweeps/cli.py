@@ -41,16 +41,22 @@ def dry_run(sweep: spec.SweepSpec, *, step_times: str | None = None, gpus: int |
 
     sweep = spec.validate(sweep)
     plan = make_plan(sweep)
-    runs = plan.baselines + plan.bases + plan.branches
+    runs = plan.runs
     lines = [f"{sweep.name}: dry run, nothing started", describe(plan)]
-    for benchmark in sweep.benchmarks:
+    pre = {r.key for r in plan.pretrain.runs} if plan.pretrain is not None else set()
+    for benchmark in spec.benchmarks_of(sweep):
         mine = [r for r in runs if r.benchmark == benchmark]
         config = spec.benchmark_config(benchmark, sweep)
-        lines.append(f"  {benchmark}: {len(mine)} trials, T = {config.steps} steps at batch {config.batch_size}, "
-                     f"d_model {config.d_model}, {config.num_layers} layers, N = {config.max_len}; "
-                     f"{sum(r.executed_steps for r in mine)} steps to train")
+        phase = ("phase 1, pre-training" if mine and mine[0].key in pre else
+                 "phase 2, fine-tuning from phase 1" if pre else "")
+        longer = {r.attention: r.max_len for r in mine if r.max_len is not None}   # pretrain full_length
+        at = "".join(f" ({', '.join(sorted(longer))}: N = {n}, the pre-training's)" for n in set(longer.values()))
+        lines.append(f"  {benchmark}: {f'{phase}; ' if phase else ''}{len(mine)} trials, T = {config.steps} steps at "
+                     f"batch {config.batch_size}, d_model {config.d_model}, {config.num_layers} layers, "
+                     f"N = {config.max_len}{at}; {sum(r.executed_steps for r in mine)} steps to train")
     total = plan.compute()["total_steps"]
-    lines.append(f"in all: {len(runs)} trials, {total} training steps over {len(sweep.seeds)} seed(s)")
+    lines.append(f"in all: {len(runs)} trials, {total} training steps over {len(sweep.seeds)} seed(s)"
+                 + (f" ({plan.compute()['pretrain_steps']} of them pre-training)" if pre else ""))
     lines += forecast_lines(sweep, plan, step_times=step_times, gpus=gpus)
     return "\n".join(lines)
 

@@ -46,9 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from flurka import configs
-from flurka.catalogue.mechanisms import base_family
 from flurka.sweeps.branching import Plan, PlannedRun
-from flurka.sweeps.spec import SweepSpec
+from flurka.sweeps.spec import SweepSpec, benchmarks_of, phase_spec
 
 SPEED_SCHEMA = "flurka.speed/1"
 SOFTMAX = ("full", "flash")          # left out of the rates (module docstring)
@@ -67,16 +66,10 @@ _IMAGE_SHAPE = {"imagenet": (224, 224, 3)}
 # ---- FLOPs of a planned trial -------------------------------------------------------------------
 def trial_config(run: PlannedRun, sweep: SweepSpec):
     """The trial's TrainConfig as far as FLOPs go: the runner's overrides (``trainable.
-    train_overrides``) but its workdir and checkpoints, which count none."""
-    o: dict[str, Any] = dict(sweep.config_overrides)
-    if sweep.steps is not None:
-        o["steps"] = sweep.steps
-    o.update(attention=run.attention, seed=run.seed)
-    if run.d_k is not None:
-        o["attention_options"] = {**o.get("attention_options", {}), "d_k": run.d_k}
-    if run.kind == "branch":
-        o.update(alpha=run.alpha, base=base_family(run.base))
-    return configs.get_config(run.benchmark, **o)
+    train_overrides``: its phase's, :meth:`PlannedRun.overrides`) but its workdir, checkpoints and
+    ``init_from``, which count none."""
+    spec = phase_spec(sweep, run.benchmark)
+    return configs.get_config(run.benchmark, **run.overrides(spec.config_overrides, spec.steps))
 
 
 def batch_layout(config) -> tuple[Any, dict[str, tuple[int, ...]]]:
@@ -156,11 +149,12 @@ def plan_flops(sweep: SweepSpec, plan: Plan) -> dict[str, int]:
     """Training FLOPs of every planned trial, by its key (one data set built per benchmark)."""
     layouts: dict[str, tuple] = {}
     out: dict[str, int] = {}
-    for run in plan.baselines + plan.bases + plan.branches:
+    for run in plan.runs:
         config = trial_config(run, sweep)
-        if run.benchmark not in layouts:
-            layouts[run.benchmark] = batch_layout(config)
-        out[run.key] = trial_flops(run, config, *layouts[run.benchmark])
+        layout = (run.benchmark, run.max_len)    # a run fine-tuned at the pre-training's length: its own
+        if layout not in layouts:
+            layouts[layout] = batch_layout(config)
+        out[run.key] = trial_flops(run, config, *layouts[layout])
     return out
 
 
@@ -321,8 +315,10 @@ def _eval_words(config) -> str:
 def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLike | None = None,
                    gpus: int | None = None) -> list[str]:
     """The dry run's prediction: per trial (trials that differ only in their seed on one line) its
-    FLOPs and hours per card, then per card the GPU-hours and the wall time on ``gpus`` cards."""
-    runs = plan.baselines + plan.bases + plan.branches
+    FLOPs and hours per card, then per card the GPU-hours and the wall time on ``gpus`` cards (a
+    chained sweep's: also per phase, pre-training then fine-tuning)."""
+    runs = plan.runs
+    benchmarks = benchmarks_of(sweep)
     flops = plan_flops(sweep, plan)
     docs, where = load_records(step_times)
     gpus = DEFAULT_GPUS if gpus is None else gpus
@@ -331,7 +327,7 @@ def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLik
     if not docs:
         lines.append(f"{NO_RECORDS} ({where}): FLOPs only")
     rates: dict[str, list[Rate]] = {}
-    for benchmark in sweep.benchmarks:
+    for benchmark in benchmarks:
         mine = [r for r in runs if r.benchmark == benchmark]
         config = trial_config(mine[0], sweep)
         rates[benchmark] = card_rates(docs, d_model=config.d_model, dtype=config.compute_dtype) if docs else []
@@ -346,7 +342,7 @@ def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLik
             cards = "".join(f", {card_label(rate.card)} {'≈' if est else '≥'} {_hours(s)}" for rate, s, est in times)
             lines.append(f"    {words} ×{len(same)}: {steps:,} steps, {_flops(f)} FLOPs{cards}")
     sources: dict[str, list[str]] = {}
-    for benchmark in sweep.benchmarks:
+    for benchmark in benchmarks:
         for rate in rates[benchmark]:
             label = card_label(rate.card)
             if rate.flops_per_s:
@@ -356,7 +352,7 @@ def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLik
                         f"{rate.ceiling / 1e12:.0f} TFLOP/s ({rate.ceiling_source})")
             sources.setdefault(text, []).append(benchmark)
     for text, benchmarks in sources.items():
-        scope = "" if len(benchmarks) == len(sweep.benchmarks) else f" [{', '.join(benchmarks)}]"
+        scope = "" if len(benchmarks) == len(benchmarks_of(sweep)) else f" [{', '.join(benchmarks)}]"
         lines.append(f"  rate, {text}{scope}")
     total = sum(flops.values())
     lines.append(f"in all: {_flops(total)} training FLOPs (evaluation not included)")
@@ -364,11 +360,11 @@ def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLik
         return lines
     share = max(1.0, float(sweep.gpus_per_trial))
     workers = max(1, int(gpus / share + 1e-9))
-    first, second = plan.phases(baselines_beside_branches=sweep.search == "grid" and sweep.scheduler == "none",
-                                workers=workers)
+    stages = plan.stages(baselines_beside_branches=sweep.search == "grid" and sweep.scheduler == "none",
+                         workers=workers)
     cards = sorted({rate.card for rs in rates.values() for rate in rs}, key=card_label)
     for card in cards:
-        of = {b: next((r for r in rates[b] if r.card == card), None) for b in sweep.benchmarks}
+        of = {b: next((r for r in rates[b] if r.card == card), None) for b in benchmarks_of(sweep)}
         if any(rate is None for rate in of.values()):
             continue
 
@@ -381,11 +377,21 @@ def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLik
         for floor in ((False, True) if estimated else (True,)):
             if floor and not all(rate.ceiling for rate in of.values()):
                 continue
-            gpu_s = sum(seconds(r, floor) for r in runs)
-            wall = sum(_makespan((seconds(r, floor) / share for r in phase), workers) for phase in (first, second))
             sign = "≥" if floor else "≈"
-            parts.append(f"{'floor ' if floor and estimated else ''}{sign} {_hours(gpu_s).replace(' h', ' GPU-h')}, "
-                         f"{sign} {_hours(wall)} wall on {gpus} card{'s' if gpus != 1 else ''}")
+
+            def cost(stage_names, runs=runs, floor=floor, sign=sign) -> str:
+                gpu_s = sum(seconds(r, floor) for r in runs)
+                wall = sum(_makespan((seconds(r, floor) / share for r in phase), workers)
+                           for name, phase in stages if name in stage_names)
+                return (f"{sign} {_hours(gpu_s).replace(' h', ' GPU-h')}, "
+                        f"{sign} {_hours(wall)} wall on {gpus} card{'s' if gpus != 1 else ''}")
+
+            text = cost([name for name, _ in stages])
+            if plan.pretrain is not None:
+                pre = {r.key for r in plan.pretrain.runs}
+                text += (f" (pre-training {cost(('pretrain', 'pretrain-branches'), [r for r in runs if r.key in pre])}; "
+                         f"fine-tuning {cost(('first', 'branches'), [r for r in runs if r.key not in pre])})")
+            parts.append(f"{'floor ' if floor and estimated else ''}{text}")
         if parts:
             lines.append(f"  {card_label(card)} ({card}): " + "; ".join(parts))
     lines.append(f"  assumption: no training step of these models is on record ({where}): ≈ is an estimate, the "

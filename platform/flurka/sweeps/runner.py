@@ -44,6 +44,7 @@ from ray.tune.schedulers import ASHAScheduler
 from sqlalchemy import select
 
 from flurka import cluster, source
+from flurka.cluster import storage as object_storage
 from flurka.catalogue.metrics import lower_is_better
 from flurka.catalogue.mechanisms import base_family
 from flurka.results import TrialRecord, ingest_sweep, open_results, quality_tables, speed_tables, trial_from_result
@@ -56,13 +57,14 @@ from flurka.results.tables import format_table
 from flurka.sweeps.branching import PlannedRun, describe, make_plan
 from flurka.sweeps.progress import ProgressLine
 from flurka.sweeps.search import FinalMetricOptuna
-from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, mask_url, masked_fields, password_warnings,
-                                stored_dict, validate)
+from flurka.sweeps.spec import (SECRET_FIELDS, SpecError, SweepSpec, benchmark_config, benchmarks_of, mask_url, masked_fields,
+                                password_warnings, phase_spec, stored_dict, validate)
 from flurka.sweeps.trainable import WORKER_SETUP_HOOK, _trainable, branch_id, build_config, resolve, train_overrides, work_dir
+from flurka.sweeps.trainable import storage_work_dir
 from flurka.sweeps.trial_report import trial_failure, trial_result
 from flurka.tracking.callback import STATUS_TAG, MLflowTrialCallback
-from flurka.tracking.mlflow_runs import (BENCHMARK_TAG, SweepTracker, artifact_root_for, git_commit, package_versions,
-                                         trial_run_name)
+from flurka.tracking.mlflow_runs import (BENCHMARK_TAG, SweepTracker, artifact_root_for, git_commit, lineage_tags,
+                                         package_versions, trial_run_name)
 from flurka.tracking.store import probe_tracking, relocate_artifacts
 from flurka.training.loop import config_dict
 
@@ -228,10 +230,12 @@ def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
 # -- Tune ---------------------------------------------------------------------------------------
 
 def _trial_configs(runs: tuple[PlannedRun, ...], spec: SweepSpec, run_dir: Path) -> list[dict[str, Any]]:
-    return [{"run": r.to_dict(),
-             "train": train_overrides(r, spec.config_overrides, run_dir=str(run_dir), steps=spec.steps,
+    return [{"run": r.to_dict(),   # a chained sweep's pre-training runs: its pretrain overrides and steps
+             "train": train_overrides(r, phase_spec(spec, r.benchmark).config_overrides, run_dir=str(run_dir),
+                                      steps=phase_spec(spec, r.benchmark).steps,
                                       checkpoint_every=spec.checkpoint_every),
-             "compilation_cache": spec.compilation_cache_dir}
+             "compilation_cache": spec.compilation_cache_dir,
+             **({"storage": spec.storage} if spec.storage else {})}   # the work dirs' mirror (trainable)
             for r in runs]
 
 
@@ -306,7 +310,7 @@ def _params(cfg: dict[str, Any]) -> dict[str, Any]:
     return {"run": cfg["run"], "config": config_dict(config)}
 
 
-def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: Path, exp_name: str, callbacks):
+def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: Path | str, exp_name: str, callbacks):
     # A reporter of ours (one line) or Tune's classic CLIReporter (--verbose: the trial table);
     # the newer output engine ignores a passed-in reporter.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -314,7 +318,7 @@ def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: 
     os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")
     resources = {"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial}
     trainable = tune.with_resources(_trainable, resources)
-    path = storage / exp_name
+    path = f"{str(storage).rstrip('/')}/{exp_name}"   # a run-dir path or an object-storage URI
     if spec.resume and tune.Tuner.can_restore(str(path)):
         print(f"[flurka] restoring {phase} phase from {path}", flush=True)
         return tune.Tuner.restore(str(path), trainable, resume_unfinished=True, resume_errored=True,
@@ -339,7 +343,7 @@ def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: 
         # compiled steps is hit by every later trial of the same program (no recompiling per trial).
         tune_config=tune.TuneConfig(num_samples=num_samples, search_alg=search_alg, scheduler=scheduler,
                                     reuse_actors=True, trial_name_creator=functools.partial(
-                                        _trial_name, several=len(spec.benchmarks) > 1),
+                                        _trial_name, several=len(benchmarks_of(spec)) > 1),
                                     trial_dirname_creator=_trial_dirname),
         run_config=tune.RunConfig(
             name=exp_name, storage_path=str(storage), callbacks=callbacks, progress_reporter=reporter,
@@ -395,7 +399,7 @@ def unforkable(plan, results: dict[str, dict[str, Any]], failed: list[str],
     diverged at or before the branch's fork step (no checkpoint there). Such branches are not
     launched (they would fail on a missing checkpoint, and say nothing of why)."""
     out = {}
-    for branch in plan.branches:
+    for branch in (plan.branches if plan is not None else ()):
         base = branch.base_key
         if base is None:
             continue
@@ -418,18 +422,54 @@ def _unfinished_record(run, status: str, run_dir: Path | None = None):
         status = status.replace(f"{run_dir}{os.sep}", "")
     return TrialRecord(trial_key=run.key, attention=run.attention, benchmark=run.benchmark,
                        seed=run.seed, status=status[:255], steps=0, alpha=run.alpha,
-                       base=base_family(run.base) if run.base else None, d_k=run.d_k)
+                       base=base_family(run.base) if run.base else None, d_k=run.d_k, init_from=run.init_from)
+
+
+def unpretrained(plan, results: dict[str, dict[str, Any]], failed: list[str],
+                 stopped: list[str]) -> dict[str, str]:
+    """A chained sweep's fine-tuning run key -> why it cannot start: the pre-training run it starts
+    from failed, was stopped, diverged or is missing. Such runs are not launched."""
+    out = {}
+    for run in plan.baselines + plan.branches if plan.pretrain is not None else ():
+        source, result = run.init_from, results.get(run.init_from)
+        if source in failed:
+            out[run.key] = f"its pre-training run {source} failed"
+        elif source in stopped or result is None:
+            out[run.key] = f"its pre-training run {source} did not finish"
+        elif result.get("status", "ok") != "ok":
+            out[run.key] = f"its pre-training run {source} {result['status']}"
+    return out
+
+
+def _report_unpretrained(not_started: Mapping[str, str], plan) -> None:
+    """One line per pre-training run whose fine-tuning runs are not started."""
+    by_why: dict[str, list[str]] = {}
+    for run in plan.baselines + plan.branches:
+        if run.key in not_started:
+            by_why.setdefault(not_started[run.key], []).append(run.benchmark)
+    for why, benchmarks in by_why.items():
+        print(f"[flurka] not started: {len(benchmarks)} fine-tuning run(s) ({', '.join(benchmarks)}): {why}",
+              file=sys.stderr, flush=True)
+
+
+def _with_lineage(record, run: Mapping[str, Any]):
+    """A chained sweep's fine-tuning record says the α and base of the pre-training it started
+    from (its own run trains its mechanism throughout, so its config has α 0)."""
+    if run.get("init_from") and run.get("alpha") is not None:
+        return dataclasses.replace(record, alpha=run["alpha"],
+                                   base=base_family(run["base"]) if run["alpha"] > 0 and run.get("base") else None)
+    return record
 
 
 def _log_skipped(tracker, plan, skipped: dict[str, str], spec: SweepSpec, run_dir: Path,
                  name_of) -> None:
     """Each skipped branch as its own MLflow run: KILLED, tagged ``flurka.status`` with the
     reason (the sweep planned it; the runs table shows why it has no curve)."""
-    runs = [r for r in plan.branches if r.key in skipped]
+    runs = [r for r in plan.runs if r.key in skipped]
     for cfg in _trial_configs(tuple(runs), spec, run_dir):
         run = cfg["run"]
         run_id = tracker.trial_run(run["key"], run["kind"], _params(cfg), name=name_of(cfg),
-                                   tags={BENCHMARK_TAG: run["benchmark"]})
+                                   tags={BENCHMARK_TAG: run["benchmark"], **lineage_tags(run)})
         tracker.set_tags(run_id, {STATUS_TAG: f"skipped: {skipped[run['key']]}"})
         tracker.finish_trial(run_id, None, status="KILLED")
 
@@ -462,7 +502,7 @@ def _tables(engine, spec: SweepSpec, sweep_id: str) -> dict[str, Any]:
     measurements (a sweep's own database holds none: then no table and no line about it)."""
     out: dict[str, Any] = {}
     columns = []
-    for bench in spec.benchmarks:
+    for bench in benchmarks_of(spec):
         reported = benchmark_config(bench, spec).reported_metrics
         columns += [(f"{bench}: {quality_tables.metric_label(m, bench)}", bench, m) for m in reported]
         for m in (*reported, "loss"):
@@ -561,6 +601,59 @@ def check_stores(spec: SweepSpec) -> None:
     DatabaseUnreachable (one line, no password)."""
     probe(spec.results_url, will_create=spec.run_path)
     probe_tracking(spec.mlflow_tracking_uri, will_create=spec.run_path)
+    if spec.storage is not None:
+        object_storage.probe(spec.storage)
+        _check_storage_sweep(spec)
+
+
+STORAGE_STATE = "sweep.json"   # in --storage: which sweep its tune/ and work/ belong to
+
+
+def _check_storage_sweep(spec: SweepSpec) -> None:
+    """``--storage`` holds one sweep, as a run dir does: its ``work/<key>`` checkpoints would
+    otherwise be taken up by a new sweep's trials of the same keys (resumed, not trained). A new
+    sweep needs a prefix without one; ``--resume`` the one its run dir records."""
+    stored = object_storage.read_json(object_storage.join(spec.storage, STORAGE_STATE))
+    if not isinstance(stored, dict):
+        return
+    other = stored.get("sweep_id", "?")
+    if not spec.resume:
+        raise SpecError(f"--storage {spec.storage} holds sweep {other} already: add --resume (in its run dir) to "
+                        "continue it, or give another --storage prefix")
+    try:
+        mine = json.loads((spec.run_path / "sweep.json").read_text()).get("sweep_id")
+    except (OSError, ValueError, AttributeError):
+        mine = None
+    if mine is not None and mine != other:
+        raise SpecError(f"--resume: --storage {spec.storage} holds sweep {other}, not this run dir's {mine}; "
+                        "give the sweep's own --storage")
+
+
+@contextlib.contextmanager
+def _model_dir(spec: SweepSpec, run_dir: Path, key: str):
+    """A trial's work dir to log its model from: its run-dir path, or with ``--storage`` its latest
+    uploaded checkpoint fetched into a temporary dir (the trial ran on whichever node)."""
+    if spec.storage is None:
+        yield work_dir(run_dir, key)
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="flurka-model-") as tmp:
+        local = work_dir(tmp, key)
+        mirror = object_storage.WorkDir(storage_work_dir(spec.storage, key), local)
+        steps = mirror.remote_steps()
+        if steps:
+            mirror.pull({steps[-1]})
+        yield local
+
+
+def _storage_env(spec: SweepSpec) -> dict[str, str]:
+    """The storage settings the driver forwards to the workers (endpoint, region; no key), but
+    those the job's own runtime env names (Ray refuses a variable named twice)."""
+    if spec.storage is None:
+        return {}
+    job = cluster.job_runtime_env().get("env_vars") or {}
+    return {k: v for k, v in object_storage.forwarded_env().items() if k not in job}
 
 
 def preflight(spec: SweepSpec):
@@ -646,7 +739,7 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
     try:
         with _timed(driver, "ray_start"):
             ctx = cluster.connect(spec.address, run_dir=spec.run_path, num_cpus=spec.num_cpus,
-                                  env_vars=cluster.worker_env(spec.gpus_per_trial),
+                                  env_vars={**cluster.worker_env(spec.gpus_per_trial), **_storage_env(spec)},
                                   setup_hook=WORKER_SETUP_HOOK)
     except BaseException:
         _forget(spec, engine, created)
@@ -658,38 +751,51 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
     try:
         cluster.check_resources(ctx.resources, cpus_per_trial=spec.cpus_per_trial,
                                 gpus_per_trial=spec.gpus_per_trial)
-        cluster.check_shared_dir(spec.run_path, embedded=ctx.embedded)   # forks read <run-dir>/work on any node
+        if spec.storage is None:
+            cluster.check_shared_dir(spec.run_path, embedded=ctx.embedded)   # forks read <run-dir>/work on any node
+        else:   # the nodes share the object storage instead: each must reach it
+            object_storage.check_nodes(spec.storage, embedded=ctx.embedded)
         refused = False
         state = _sweep_state(spec)
         sweep_id = state["sweep_id"]
+        if spec.storage is not None:
+            object_storage.write_json(object_storage.join(spec.storage, STORAGE_STATE),
+                                      {"sweep_id": sweep_id, "name": spec.name, "created_at": state["created_at"]})
         run_dir = spec.run_path
         print(f"[flurka] sweep {sweep_id}: {describe(plan)}", flush=True)
         compute = plan.compute()
         with _timed(driver, "mlflow"):
             tracker, parent = open_tracking(spec, sweep_id, ctx.address)
             tracker.log_sweep_metrics(compute)
-            planned_runs = [r.to_dict() for r in plan.baselines + plan.bases + plan.branches]
+            planned_runs = [r.to_dict() for r in plan.runs]
             tracker.color_runs(planned_runs)
             tracker.log_sweep_dict({"plan": planned_runs, "compute": compute}, "plan.json")
-        storage = run_dir / "tune"
+        storage = object_storage.join(spec.storage, "tune") if spec.storage else run_dir / "tune"
         results: dict[str, dict[str, Any]] = {}
         runs: dict[str, dict[str, Any]] = {}
         failed: list[str] = []
         failures: dict[str, str] = {}   # failed key -> the reason its trial reported
         stopped: list[str] = []
         skipped: dict[str, str] = {}
-        name_of = functools.partial(_run_name, several=len(spec.benchmarks) > 1)
-        first, second = plan.phases(baselines_beside_branches=spec.search == "grid" and spec.scheduler == "none",
-                                    workers=cluster.concurrent_trials(ctx.resources, spec.cpus_per_trial,
-                                                                      spec.gpus_per_trial))
-        for phase, planned in (("first", first), ("branches", second)):
-            if phase == "branches":
-                skipped = unforkable(plan, results, failed, stopped, failures)
+        name_of = functools.partial(_run_name, several=len(benchmarks_of(spec)) > 1)
+        stages = plan.stages(baselines_beside_branches=spec.search == "grid" and spec.scheduler == "none",
+                             workers=cluster.concurrent_trials(ctx.resources, spec.cpus_per_trial,
+                                                               spec.gpus_per_trial))
+        for phase, planned in stages:   # (a chained sweep: pretrain, pretrain-branches, then these two)
+            if phase in ("branches", "pretrain-branches", "first"):
+                newly = {}
+                if phase != "first":
+                    newly = unforkable(plan if phase == "branches" else plan.pretrain, results, failed, stopped,
+                                       failures)
+                elif plan.pretrain is not None:   # fine-tuning starts: each from its pre-training run
+                    newly = unpretrained(plan, results, failed, stopped)
+                    _report_unpretrained(newly, plan)
+                skipped.update(newly)
                 # (a resumed sweep whose first phase ran every baseline does not run them twice)
                 done = {*skipped, *results, *failed, *stopped}
                 planned = tuple(r for r in planned if r.key not in done)
                 with _timed(driver, "mlflow"):
-                    _log_skipped(tracker, plan, skipped, spec, run_dir, name_of)
+                    _log_skipped(tracker, plan, newly, spec, run_dir, name_of)
             if not planned:
                 continue
             configs = _trial_configs(planned, spec, run_dir)
@@ -719,17 +825,21 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
                 else:
                     stopped.append(key)  # early-stopped by ASHA
             _report_failures(reported, lambda key: name_of({"run": runs[key]}))
-        trials = [trial_from_result(k, r) for k, r in results.items() if runs[k]["kind"] != "base"]
+        trials = [_with_lineage(trial_from_result(k, r, init_from=runs[k].get("init_from")), runs[k])
+                  for k, r in results.items() if runs[k]["kind"] != "base"]
         trials += [_unfinished_record(r, ("failed" + (f": {failures[r.key]}" if r.key in failures else ""))
                                       if r.key in failed else "stopped early", run_dir)
-                   for r in plan.baselines + plan.branches if r.key in failed or r.key in stopped]
-        trials += [_unfinished_record(r, f"skipped: {skipped[r.key]}", run_dir)
-                   for r in plan.branches if r.key in skipped]
+                   for r in plan.runs if r.kind != "base" and (r.key in failed or r.key in stopped)]
+        trials += [_unfinished_record(r, (f"not started: {skipped[r.key]}" if r.init_from else
+                                          f"skipped: {skipped[r.key]}"), run_dir)
+                   for r in plan.runs if r.key in skipped]
         with _timed(driver, "results_db"):
             record = SweepRecord.from_dict({
                 "sweep_id": sweep_id, "name": spec.name, "created_at": state["created_at"],
                 "git_commit": _commit(), "environment": _environment(results), "trials": trials})
             write_record(record, run_dir / RECORD)      # first: kept if the database stays unreachable
+            if spec.storage is not None:                # beside the sweep's checkpoints too
+                object_storage.write_json(object_storage.join(spec.storage, RECORD), record.to_dict())
             report = db_store(engine).call(ingest_sweep, engine, record)   # retried through a restart
             print(f"[flurka] results DB: {report.added} trials added, {report.skipped} already there", flush=True)
             tables = _tables(engine, spec, sweep_id)
@@ -737,7 +847,8 @@ def run_sweep(spec: SweepSpec) -> SweepOutcome:
             tracker.log_tables(tables)
             tracker.describe(result_markdown(tables, sweep_id))
             for benchmark, key in best_trials(results, runs).items():
-                tracker.log_model(key, work_dir(run_dir, key), benchmark)
+                with _model_dir(spec, run_dir, key) as model_dir:
+                    tracker.log_model(key, model_dir, benchmark)
         driver["wall"] = time.perf_counter() - t0
         split = time_split(results, driver)
         _log_time_split(tracker, split)

@@ -16,6 +16,7 @@ import dataclasses
 import math
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,7 +26,7 @@ from flurka import configs
 from flurka.cli import OneLineParser as ArgumentParser, one_line, writable_dir   # errors in one line
 from flurka.configs.base import MAX_INT as MAX_STEPS
 from flurka.configs.overrides import parse_assignments
-from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS
+from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS, base_mechanism
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
@@ -113,6 +114,15 @@ class SweepSpec:
                                                          "(default: $JAX_COMPILATION_CACHE_DIR if set, else "
                                                          "<run-dir>/jax-cache; off: none)", metavar="DIR|off")
     verbose: bool = _field(False, "bool", "Tune's table of every trial as it runs (default: one progress line)")
+    pretrain: dict[str, Any] | None = _field(
+        None, "pretrain?", "pre-train then fine-tune: an MLM benchmark every run first pre-trains on (its own phase, "
+                           "same mechanism, α, d_k and seed), each run of --benchmarks then starting from that run's "
+                           "encoder (init_from); in a sweep file a mapping: benchmark, steps, overrides, full_length "
+                           "(mechanisms fine-tuned at the pre-training's length)", metavar="BENCHMARK")
+    storage: str | None = _field(None, "str?", "object storage the nodes share instead of the run dir: Tune's state "
+                                               "and every trial's checkpoints (s3://BUCKET/PREFIX, gs://...; "
+                                               "credentials and endpoint from AWS_* / ~/.aws on each node, never "
+                                               "in the URI)", metavar="URI")
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -175,6 +185,8 @@ def catalogue() -> dict[str, Any]:
 
 
 def benchmark_config(benchmark: str, spec: SweepSpec, **extra: Any):
+    """``benchmark``'s config in this sweep: its phase's overrides and steps (:func:`phase_spec`)."""
+    spec = phase_spec(spec, benchmark)
     overrides = spec.config_overrides
     if spec.steps is not None:
         overrides["steps"] = spec.steps
@@ -192,6 +204,8 @@ def _one_of(kind: str, value: Any, valid: Sequence[Any]) -> None:
 def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
     """Return the spec with defaults filled in, or raise SpecError (one line)."""
     _check_types(spec)
+    if spec.pretrain is not None:
+        spec = dataclasses.replace(spec, pretrain=_pretrain(spec.pretrain))
     cat = cat or catalogue()
     if not spec.benchmarks:
         raise SpecError(f"no benchmark given; valid: {', '.join(cat['benchmarks'])}")
@@ -257,10 +271,39 @@ def validate(spec: SweepSpec, cat: dict[str, Any] | None = None) -> SweepSpec:
                 raise SpecError(f"d_k must be a positive integer, got {d!r}")
             if int(d) > seq_len:
                 raise SpecError(f"d_k={d} is larger than {b}'s sequence length {seq_len}")
+    if spec.storage is not None:
+        problem = storage_problem(spec.storage)
+        if problem:
+            raise SpecError(f"--storage {problem}")
     check_paths(spec)
     alphas = ({v: tuple(float(a) for a in spec.alphas_of(v)) for v in variants} if isinstance(spec.alphas, dict)
               else tuple(float(a) for a in spec.alphas))
-    return dataclasses.replace(spec, variants=tuple(variants), alphas=alphas)
+    spec = dataclasses.replace(spec, variants=tuple(variants), alphas=alphas)
+    if spec.pretrain is not None:
+        _check_chain(spec, cat)
+    return spec
+
+
+STORAGE_SCHEMES = ("s3", "gs", "gcs")   # what pyarrow.fs (and so Ray Tune) resolves as object storage
+
+
+def storage_problem(uri: str) -> str | None:
+    """Why ``uri`` cannot be a sweep's ``--storage`` (None: it can), never echoing a credential:
+    object storage (:data:`STORAGE_SCHEMES`) naming a bucket, with no user, password or query
+    string, so that the URI may be stored and logged as it is (the keys and an S3-compatible
+    server's endpoint come from each node's AWS settings)."""
+    parts = urllib.parse.urlsplit(uri)
+    if "@" in parts.netloc:
+        return ("holds credentials: give them to every node as the SDK reads them (AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, ~/.aws/credentials, an instance role), never in the URI")
+    if parts.scheme not in STORAGE_SCHEMES:
+        return (f"must be object storage, s3://BUCKET/PREFIX or gs://BUCKET/PREFIX, got {uri[:80]!r} "
+                "(a run dir on this machine or on a shared mount needs no --storage)")
+    if not parts.netloc:
+        return f"names no bucket: {uri[:80]!r}"
+    if parts.query or parts.fragment:
+        return "has a query string: give an S3-compatible server's endpoint as AWS_ENDPOINT_URL, its region as AWS_REGION"
+    return None
 
 
 def _writable_dir(path: Path, what: str) -> None:
@@ -337,6 +380,111 @@ def d_k_of(cfg: Any) -> int | None:
     return dict(cfg.attention_options).get("d_k")
 
 
+# -- pre-train then fine-tune (``pretrain:``) ---------------------------------------------------
+#
+# A chained sweep runs two plans: the pre-training plan (the ``pretrain`` benchmark, with the
+# sweep's mechanisms, α, seeds and the fine-tuning d_k: E's rows must be the ones fine-tuning
+# loads, flurka.training.init_from) and the fine-tuning plan, whose every run starts from the
+# pre-training run of its mechanism, α, d_k and seed. Each plan's runs read their own overrides
+# and steps (:func:`phase_spec`).
+
+PRETRAIN_KEYS = ("benchmark", "steps", "overrides", "full_length")
+PRETRAIN_TASK = "mlm"              # what pre-training trains: the trunk a classifier starts from
+LENGTH_BOUND = ("flurka-eva",)     # E cannot be cut to a shorter N (flurka.training.init_from)
+ARCHITECTURE = ("d_model", "num_heads", "num_layers", "d_ff")   # the trunk's shape besides N, d_k, vocabulary
+
+
+def benchmarks_of(spec: SweepSpec) -> tuple[str, ...]:
+    """Every benchmark the sweep trains: the pre-training one first, where the spec chains."""
+    return ((spec.pretrain["benchmark"],) if spec.pretrain else ()) + tuple(spec.benchmarks)
+
+
+def fine_tune_d_ks(spec: SweepSpec) -> tuple[int, ...]:
+    """The d_k values the fine-tuning runs use (``--d-k``, else each benchmark config's own)."""
+    if spec.d_k:
+        return tuple(int(d) for d in spec.d_k)
+    found = {d_k_of(benchmark_config(b, spec)) for b in spec.benchmarks}
+    return tuple(sorted(int(d) for d in found if d is not None))
+
+
+def pretrain_spec(spec: SweepSpec) -> SweepSpec | None:
+    """The spec of the pre-training plan: its benchmark and steps, the sweep's overrides under its
+    own (``pretrain.overrides`` wins), the fine-tuning d_k values; the rest (mechanisms, α,
+    seeds, baselines, resources, stores) the sweep's."""
+    if not spec.pretrain:
+        return None
+    p = spec.pretrain
+    return dataclasses.replace(spec, benchmarks=(p["benchmark"],), steps=p.get("steps"),
+                               overrides={**spec.overrides, **(p.get("overrides") or {})}, d_k=fine_tune_d_ks(spec),
+                               pretrain=None)
+
+
+def phase_spec(spec: SweepSpec, benchmark: str) -> SweepSpec:
+    """The spec ``benchmark``'s runs are configured by: the pre-training one for its benchmark."""
+    if spec.pretrain and benchmark == spec.pretrain["benchmark"]:
+        return pretrain_spec(spec)
+    return spec
+
+
+def _vocabulary(cfg: Any) -> tuple:
+    options = dict(cfg.dataset_options)
+    return options.get("vocab", "bytes"), options.get("vocab_size")
+
+
+def _check_chain(spec: SweepSpec, cat: dict[str, Any]) -> None:
+    """A ``pretrain:`` section that can run: an MLM benchmark outside ``benchmarks``, a valid
+    pre-training spec, and every fine-tuning run's encoder loadable from its pre-training run's
+    (same depth, width, heads, FFN and vocabulary; a sequence no longer; flurka-eva only at the
+    pre-training's length). SpecError in one line, before anything starts."""
+    p = spec.pretrain
+    bench = p["benchmark"]
+    _one_of("pretrain benchmark", bench, cat["benchmarks"])
+    for m in p.get("full_length") or ():
+        _one_of("pretrain full_length mechanism", m, cat["mechanisms"])
+    if bench in spec.benchmarks:
+        raise SpecError(f"pretrain: {bench} is also a fine-tuning benchmark; pre-train on one benchmark, "
+                        "fine-tune on others")
+    if spec.search != "grid" or spec.scheduler != "none":
+        raise SpecError("pretrain: a chained sweep trains its whole grid (search grid, scheduler none): "
+                        "every fine-tuning run needs its pre-training run")
+    try:
+        pre = configs.get_config(bench, **{**phase_spec(spec, bench).config_overrides,
+                                           **({"steps": p["steps"]} if p.get("steps") is not None else {})})
+    except (TypeError, ValueError, KeyError) as exc:
+        raise SpecError(f"pretrain: benchmark {bench!r}: {str(exc).splitlines()[0]}") from None
+    if pre.task != PRETRAIN_TASK:
+        mlm = [b for b in cat["benchmarks"] if configs.get_config(b).task == PRETRAIN_TASK]
+        raise SpecError(f"pretrain: {bench} is not masked language modelling (its task is {pre.task}); "
+                        f"pre-train on one of: {', '.join(mlm)}")
+    try:
+        validate(pretrain_spec(spec), cat)
+    except SpecError as exc:
+        raise SpecError(f"pretrain: {exc}") from None
+    # what the fine-tuning runs train that has an E: the variants and their bases (the baselines
+    # add full attention, the control and the constituents, whose cut is exact or absent)
+    mechanisms = set(spec.variants) | {base_mechanism(v, spec.base_of(v)) for v in spec.variants}
+    full_length = set(p.get("full_length") or ())
+    for b in spec.benchmarks:
+        cfg = benchmark_config(b, spec)
+        for field in ARCHITECTURE:
+            if getattr(cfg, field) != getattr(pre, field):
+                raise SpecError(f"pretrain: {b} has {field}={getattr(cfg, field)} but {bench} pre-trains "
+                                f"{field}={getattr(pre, field)}, so no encoder of it fits; give both the same "
+                                "(overrides, pretrain.overrides)")
+        if _vocabulary(cfg) != _vocabulary(pre):
+            raise SpecError(f"pretrain: {b} reads the vocabulary {_vocabulary(cfg)[0]!r} but {bench} pre-trains on "
+                            f"{_vocabulary(pre)[0]!r}; fine-tune with the pre-training's tokens (dataset_options vocab)")
+        n, big_n = seq_len_of(cfg), seq_len_of(pre)
+        if n > big_n:
+            raise SpecError(f"pretrain: {b} is {n} tokens long but {bench} pre-trains {big_n}: no position "
+                            f"past {big_n} was trained; fine-tune at most at the pre-training's length")
+        for m in sorted(set(LENGTH_BOUND) & mechanisms - full_length) if n < big_n else ():
+            raise SpecError(f"pretrain: {m} cannot fine-tune {b} at N={n} from pre-training at N={big_n}: its "
+                            f"windows and chunks are rows of E in proportion to E's length, so cut to {n} "
+                            f"positions it is another layer; add it to pretrain's full_length to fine-tune it "
+                            f"at {big_n}")
+
+
 # -- CLI / YAML ---------------------------------------------------------------------------------
 #
 # Every field's type (its ``kind``, declared beside it): what a YAML value or a flag's text must
@@ -349,7 +497,8 @@ _WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "
           "floats per variant": "numbers (a list, or comma-separated), or a mapping of variants to such lists",
           "strs": "names (a list, or comma-separated)", "floats": "numbers (a list, or comma-separated)",
           "ints": "integers (a list, or comma-separated)",
-          "overrides": "a mapping of config fields to values (or a list of FIELD=VALUE)"}
+          "overrides": "a mapping of config fields to values (or a list of FIELD=VALUE)",
+          "pretrain": "a benchmark name, or a mapping with benchmark, steps, overrides, full_length"}
 
 
 class _Bad(ValueError):
@@ -440,7 +589,30 @@ def _per_variant(one):
     return convert
 
 
-_CONVERT = {"str": _str, "int": _int, "float": _float, "bool": _bool, "overrides": _overrides,
+def _pretrain(v: Any) -> dict[str, Any]:
+    """``pretrain``: a benchmark name (the flag), or a mapping of PRETRAIN_KEYS (benchmark required)."""
+    if isinstance(v, str):
+        v = {"benchmark": v}
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise _Bad
+    unknown = sorted(set(v) - set(PRETRAIN_KEYS))
+    if unknown or "benchmark" not in v:
+        raise SpecError(f"pretrain: {'unknown key ' + repr(unknown[0]) if unknown else 'no benchmark given'}; "
+                        f"its keys: {', '.join(PRETRAIN_KEYS)} (benchmark required)")
+    try:
+        steps = None if v.get("steps") is None else _int(v["steps"])
+        out = {"benchmark": _str(v["benchmark"]), "steps": steps,
+               "overrides": _overrides(v.get("overrides") or {}),
+               "full_length": _items(v.get("full_length") or (), _str)}
+    except _Bad:
+        raise SpecError("pretrain: benchmark must be a name, steps an integer, overrides a mapping of config "
+                        f"fields to values, full_length mechanism names; got {str(v)[:80]}") from None
+    if steps is not None and not 1 <= steps <= MAX_STEPS:
+        raise SpecError(f"pretrain: steps must be in [1, {MAX_STEPS}], got {steps}")
+    return out
+
+
+_CONVERT = {"str": _str, "pretrain": _pretrain, "int": _int, "float": _float, "bool": _bool, "overrides": _overrides,
             "str per variant": _per_variant(_str), "floats per variant": _per_variant(lambda v: _items(v, _float)),
             "strs": lambda v: _items(v, _str), "floats": lambda v: _items(v, _float),
             "ints": lambda v: _items(v, _int)}
@@ -594,4 +766,4 @@ def parse(argv: Sequence[str] | None = None) -> SweepSpec:
 __all__ = ["SweepSpec", "SpecError", "PAPER_ALPHAS", "validate", "from_args", "parse", "add_arguments",
            "ArgumentParser", "load_yaml", "config_path", "installed_configs", "check_paths", "stored_dict",
            "masked_fields", "mask_url", "password_warnings", "SECRET_FIELDS",
-           "catalogue", "benchmark_config"]
+           "catalogue", "benchmark_config", "storage_problem"]

@@ -29,6 +29,13 @@ result says where the trial ran and its peak memory (``placement``:
 A CPU-only trial first pins its process to as many cores of its own as it was given
 (``flurka.cluster.cores``): Ray counts CPUs but does not assign them.
 
+With object storage (``--storage s3://…``, :mod:`flurka.cluster.storage`) the work dir is a
+staging dir on the trial's node (the run dir's path where the node can create it, else under its
+temp dir) mirrored at ``<storage>/work/<key>``: the trial fetches the checkpoints uploaded there
+before it starts (a retry or ``--resume`` on any node goes on from them), uploads each new one at
+its next report and all at its end, and an α branch fetches its base's fork step first. The
+``flock`` then guards one node's staging dir only.
+
 This module is what Tune's workers import (:func:`_trainable`); the driver's MLflow and results
 database stay in :mod:`flurka.sweeps.runner`.
 """
@@ -37,8 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,7 +60,6 @@ from ray import tune
 from flurka import training
 from flurka.cluster import cores, quiet_termination
 from flurka.configs import get_config
-from flurka.catalogue.mechanisms import base_family
 from flurka.sweeps.branching import PlannedRun
 from flurka.sweeps.system_metrics import Sampler, placement
 from flurka.sweeps.trial_report import EVAL_PREFIX, FAILURE_KEY, RESULT_KEY
@@ -65,28 +73,31 @@ def work_dir(run_dir: str | os.PathLike, run_key: str) -> Path:
     return Path(run_dir) / "work" / run_key.replace("/", "__")
 
 
+def storage_work_dir(storage: str, run_key: str) -> str:
+    """Where one planned run's checkpoints are mirrored in the sweep's object storage."""
+    from flurka.cluster.storage import join
+
+    return join(storage, "work", work_dir("", run_key).name)
+
+
 def train_overrides(run: PlannedRun, spec_overrides: dict[str, Any], *, run_dir: str,
                     steps: int | None, checkpoint_every: int | None) -> dict[str, Any]:
-    """The ``get_config`` overrides that make a benchmark config into this planned run.
+    """The ``get_config`` overrides that make a benchmark config into this planned run
+    (:meth:`PlannedRun.overrides`), where it writes and what it starts from.
 
     Checkpoints (for retries) every ``checkpoint_every`` steps, default T/8; a run branches fork
     from also at each fork step (``checkpoint_steps``, not every gcd of the two, which can be a
     save every few steps)."""
-    o = dict(spec_overrides)
-    if steps is not None:
-        o["steps"] = steps
-    o.update(attention=run.attention, seed=run.seed, workdir=str(work_dir(run_dir, run.key)),
-             keep_checkpoints=None if run.fork_steps else 2)
-    if run.d_k is not None:
-        o["attention_options"] = {**o.get("attention_options", {}), "d_k": run.d_k}
+    o = run.overrides(spec_overrides, steps)
+    o.update(workdir=str(work_dir(run_dir, run.key)), keep_checkpoints=None if run.fork_steps else 2)
     every = checkpoint_every or max(1, run.steps // 8)
     o["checkpoint_every"] = every
     if run.fork_steps:
         o["checkpoint_steps"] = tuple(run.fork_steps)
-    if run.kind == "branch":
-        o.update(alpha=run.alpha, base=base_family(run.base))
-        if run.base_key is not None:
-            o["base_checkpoint"] = str(checkpoint_dir(run_dir, run.base_key))
+    if run.kind == "branch" and run.base_key is not None:
+        o["base_checkpoint"] = str(checkpoint_dir(run_dir, run.base_key))
+    if run.init_from is not None:    # a chained sweep's fine-tuning run: its pre-training run's work dir
+        o["init_from"] = str(work_dir(run_dir, run.init_from))
     return o
 
 
@@ -114,6 +125,44 @@ def exclusive(workdir: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def staged(cfg):
+    """``cfg`` with work dirs this node can write: the run dir's paths where it can create them,
+    else the same layout under its temp dir (a node without the driver's run-dir path). Only with
+    object storage, where the work dir is a node's own staging copy."""
+    try:
+        Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
+        return cfg
+    except OSError:
+        pass
+    run_dir = Path(cfg.workdir).parent.parent
+    root = Path(tempfile.gettempdir()) / "flurka-staging" / hashlib.sha1(str(run_dir).encode()).hexdigest()[:12]
+    moved = {"workdir": str(root / "work" / Path(cfg.workdir).name)}
+    if cfg.base_checkpoint is not None:
+        moved["base_checkpoint"] = str(root / "work" / Path(cfg.base_checkpoint).parent.name / "checkpoints")
+    if getattr(cfg, "init_from", None) is not None:
+        moved["init_from"] = str(root / "work" / Path(cfg.init_from).name)
+    Path(moved["workdir"]).mkdir(parents=True, exist_ok=True)
+    return cfg.replace(**moved)
+
+
+def _mirrors(run: PlannedRun, cfg, storage: str | None):
+    """With object storage: the run's own mirrored work dir, and what it starts from, as (mirror,
+    step) pairs: its base's fork step (an α branch), its pre-training run's latest step (a
+    fine-tuning run, ``init_from``; step None). (None, []) without."""
+    if storage is None:
+        return None, []
+    from flurka.cluster.storage import WorkDir
+
+    own = WorkDir(storage_work_dir(storage, run.key), cfg.workdir)
+    sources = []
+    if cfg.base_checkpoint is not None and run.base_key is not None:
+        sources.append((WorkDir(storage_work_dir(storage, run.base_key), Path(cfg.base_checkpoint).parent),
+                        cfg.switch_step))
+    if getattr(run, "init_from", None) is not None and getattr(cfg, "init_from", None) is not None:
+        sources.append((WorkDir(storage_work_dir(storage, run.init_from), cfg.init_from), None))
+    return own, sources
 
 
 class _StopAfterFork(Exception):
@@ -158,7 +207,11 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
     if not assigned.get("GPU"):
         pinned = cores.pin(int(assigned.get("CPU", 0)))
     run, cfg = build_config(trial_config)
+    storage = trial_config.get("storage")   # object storage the work dir is mirrored in, or None
+    if storage is not None:
+        cfg = staged(cfg)
     Path(cfg.workdir).mkdir(parents=True, exist_ok=True)
+    mirror, sources = _mirrors(run, cfg, storage)
     device = device_name()
     sampler = Sampler(jax.devices())
     stop = run.stop_step
@@ -172,12 +225,22 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
         if kind == "eval":
             values = {f"{EVAL_PREFIX}{k}": v for k, v in values.items()}
         last["step"] = step
+        if mirror is not None and kind == "train":
+            mirror.push()      # the checkpoint saved since the last report, if any
         system = sampler.sample() if kind == "train" else {}
         tune.report({**values, **system, "step": step, "stream": kind, "device": device})
 
     start = time.time()
     with exclusive(Path(cfg.workdir)), \
             compilation.accounting(trial_config.get("compilation_cache")) as compiled:
+        if mirror is not None:         # what a killed or earlier trial of this run uploaded
+            mirror.pull()
+        for source, step in sources:   # the base's fork step, the pre-training's latest (here already
+            if step is None:           # where that run ran on this node)
+                uploaded = source.remote_steps()
+                step = uploaded[-1] if uploaded else None
+            if step is not None:
+                source.pull({step})
         try:
             result = training.run(cfg, callback=on_entry)
         except _StopAfterFork as exc:   # the loop's time split so far rides on the exception
@@ -185,6 +248,9 @@ def tune_trainable(trial_config: dict[str, Any]) -> None:
         except CorruptCheckpoint as exc:   # no retry can read it: end the trial, saying why
             tune.report({"step": last["step"], "stream": "final", "device": device, FAILURE_KEY: str(exc)})
             return
+        finally:
+            if mirror is not None:     # every checkpoint it saved, before its result is reported
+                mirror.push()
     where = placement(jax.devices(), node_ip=ray.util.get_node_ip_address(),
                       node_id=ray.get_runtime_context().get_node_id())
     tune.report({"step": last["step"], "stream": "final", "device": device,
@@ -211,4 +277,5 @@ def _base_result(run: PlannedRun, cfg, step: int, wall: float,
             "config": meta["config"]}
 
 
-__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "build_config", "resolve"]
+__all__ = ["tune_trainable", "train_overrides", "work_dir", "checkpoint_dir", "storage_work_dir", "staged",
+           "build_config", "resolve"]

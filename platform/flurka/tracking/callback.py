@@ -27,7 +27,7 @@ from ray.tune.result import AUTO_RESULT_KEYS
 
 from flurka.results.retry import StoreUnavailable
 from flurka.sweeps.trial_report import EVAL_PREFIX, RESULT_KEY, trial_failure, trial_result
-from flurka.tracking.mlflow_runs import BENCHMARK_TAG, SweepTracker, trial_run_name
+from flurka.tracking.mlflow_runs import BENCHMARK_TAG, SweepTracker, lineage_tags, trial_run_name
 
 STATUS_TAG = "flurka.status"        # a trial's reason for having no result (failed: …, skipped: …)
 _SKIP = set(AUTO_RESULT_KEYS) | {"done", "trial_id", "experiment_tag", "step", "should_checkpoint", "stream",
@@ -80,7 +80,7 @@ class MLflowTrialCallback(Callback):
         if run["key"] in self.tracker._runs:
             return self.tracker._runs[run["key"]]
         return self.tracker.trial_run(run["key"], run["kind"], self.params_of(cfg), name=self.name_of(cfg),
-                                      tags={BENCHMARK_TAG: run["benchmark"]})
+                                      tags={BENCHMARK_TAG: run["benchmark"], **lineage_tags(run)})
 
     @_timed
     def on_trial_start(self, iteration, trials, trial, **info):

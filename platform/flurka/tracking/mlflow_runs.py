@@ -127,9 +127,15 @@ SWEEP_TAG = "flurka.sweep_id"
 TRIAL_TAG = "flurka.trial_key"
 KIND_TAG = "flurka.kind"
 BENCHMARK_TAG = "flurka.benchmark"
+INIT_FROM_TAG = "flurka.init_from"     # a fine-tuning run's lineage: the trial key of the run it started from
 PARENT_TAG = "mlflow.parentRunId"
 RUN_COLOR_TAG = "mlflow.runColor"       # the colour MLflow's UI draws a run in (its own palette repeats)
 PACKAGES = ("flurka", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "ray", "mlflow", "numpy", "optuna")
+
+
+def lineage_tags(run: Mapping[str, Any]) -> dict[str, str]:
+    """A planned run's lineage tag: the pre-training run it starts from (a chained sweep), or none."""
+    return {INIT_FROM_TAG: str(run["init_from"])} if run.get("init_from") else {}
 
 
 def source_tags(source: str) -> dict[str, str]:
@@ -684,4 +690,4 @@ def artifact_root_for(tracking_uri: str, run_dir: Path) -> str | None:
 __all__ = ["SweepTracker", "log_tables", "hide_default_experiment", "own_sqlite_store",
            "git_commit", "package_versions", "flatten", "artifact_root_for", "metric_name",
            "trial_run_name", "table_column", "viewer_table", "SWEEP_TAG", "TRIAL_TAG", "KIND_TAG",
-           "BENCHMARK_TAG", "PARENT_TAG", "GIT_DIRTY_TAG", "RunStatus", "mlflow"]
+           "BENCHMARK_TAG", "INIT_FROM_TAG", "lineage_tags", "PARENT_TAG", "GIT_DIRTY_TAG", "RunStatus", "mlflow"]

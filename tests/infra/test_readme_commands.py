@@ -685,6 +685,24 @@ def check_nmt_list_example(cmd: Command, ctx: Ctx) -> None:
     assert (source, target) in train
 
 
+def check_pretrain_block(cmd: Command, ctx: Ctx) -> None:
+    """The README's ``pretrain:`` lines, as a sweep file: validated, and planned in two phases
+    (each fine-tuning run from a pre-training run of its mechanism and seed; flurka-eva, kept at
+    the pre-training's length, among them)."""
+    from flurka.sweeps.branching import make_plan
+    from flurka.sweeps.spec import parse, validate
+
+    path = ctx.tmp / "chain.yaml"
+    path.write_text(cmd.text + "\nvariants: [flurka-rnn, flurka-eva]\nalphas: [0.0]\nseeds: [0]\n")
+    spec = validate(parse(["--config", str(path), "--run-dir", str(ctx.tmp / "run")]))
+    assert spec.pretrain["benchmark"] == "mlm-wikitext103" and spec.pretrain["full_length"] == ("flurka-eva",)
+    plan = make_plan(spec)
+    sources = {r.key for r in plan.pretrain.runs}
+    assert sources and {r.benchmark for r in plan.pretrain.runs} == {"mlm-wikitext103"}
+    assert all(r.init_from in sources for r in plan.baselines + plan.branches)
+    assert {r.attention for r in plan.branches} == {"flurka-rnn", "flurka-eva"}
+
+
 def check_quality_table_nmt_list(cmd: Command, ctx: Ctx) -> None:
     """The command's flags parse, and the README's nmt-list-small table is what ``--summarize``
     prints from the recorded runs (each README row's cells in that row)."""
@@ -1092,6 +1110,8 @@ COVERAGE: list[Cover] = [
     Cover(IN, r"python -m flurka\.training\.quality_table --benchmarks nmt-list-small --seeds 0,1,2,3,4 --control",
           "run", check_quality_table_nmt_list, "flags parsed; the README table is --summarize of the recorded runs"),
     Cover(("block:text",), r"NORWAY; .*", "run", check_nmt_list_example, "a training example, as written"),
+    Cover(("block:yaml",), r"benchmarks: \[glue-sst2, glue-rte\].*", "run", check_pretrain_block,
+          "a sweep file with the README's lines: validated and planned in two phases"),
     Cover(IN, r"python -m flurka\.(speed|theory|training\.quality_table)( --seeds [0-9,]+)?", "run",
           check_subcommand, "the module exists"),
     Cover(("block:text",), r"Up-training α, nmt-list-small: .*", "covered", check_main_job_output,

@@ -883,11 +883,12 @@ def check_chmod(cmd: Command, ctx: Ctx) -> None:
 
 
 def check_dev_head(cmd: Command, ctx: Ctx) -> None:
-    """The prose's dev head: what the job-submission test starts (and checks the dashboard of
-    with ss: the one port that stays on loopback)."""
+    """The prose's loopback-only dev head: what the job-submission test starts, every port of it
+    checked on loopback with ss."""
     covered_by("tests/platform/test_job_submit.py::test_ray_job_submit_runs_the_sweep",
-               'RAY_AUTH_MODE="disabled"', '"--node-ip-address", "127.0.0.1"', '"--dashboard-host", "127.0.0.1"',
-               '["ss", "-ltnH"]')
+               'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"', 'RAY_AUTH_MODE="disabled"', '"--node-ip-address", "127.0.0.1"',
+               '"--dashboard-host", "127.0.0.1"', 'listening(lambda pid: os.getsid(pid) == head.pid)',
+               'assert not off_loopback(sockets)')
 
 
 def check_tfds(cmd: Command, ctx: Ctx) -> None:
@@ -1047,8 +1048,8 @@ COVERAGE: list[Cover] = [
           check_ray, "flurka submit = ray job submit: Ray's click parser, runtime-env JSON, entrypoint through the sweep's parser + "
           "validation; submitted with the token by test_token_auth_cluster_path [slow]; the sweep "
           "through job submission: tests/platform/test_job_submit.py [slow]"),
-    Cover(IN, r"RAY_AUTH_MODE=disabled --node-ip-address 127\.0\.0\.1 --dashboard-host 127\.0\.0\.1", "covered",
-          check_dev_head, "the dev head of tests/platform/test_job_submit.py, its dashboard checked with ss [slow]"),
+    Cover(IN, r"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 RAY_AUTH_MODE=disabled", "covered",
+          check_dev_head, "the loopback-only dev head of tests/platform/test_job_submit.py, every port checked with ss [slow]"),
     Cover(IN, r"ray (start|job submit)( --[\w-]+( [^-\s]\S*)?)*", "parse", check_ray_fragment,
           "named in prose: Ray has the command and each flag"),
     Cover(IN, r"make|flurka", "parse", check_tool, "named in prose: installed (make on PATH, flurka in the venv)"),

@@ -1,5 +1,5 @@
-"""The README's cluster path end to end: a Ray head node on free ports (own temp dir, dashboard
-on loopback, auth disabled: a loopback-only dev cluster), ``flurka submit`` (``ray job submit``
+"""The README's cluster path end to end: a Ray head node on free ports (own temp dir, auth
+disabled, every port on loopback, checked with ``ss -ltnp``: a loopback-only dev cluster), ``flurka submit`` (``ray job submit``
 that stamps the commit) of a tiny sweep from a copy of the tree with a local edit, the up-training
 table in the job's logs; the head is stopped by its process group, never ``ray stop``.
 
@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from testsupport import ray_node_ports, stop_ray_node, wait_ray_node
+from testsupport import listening, off_loopback, ray_node_ports, stop_ray_node, wait_ray_node
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -63,6 +63,7 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env.update(RAY_AUTH_MODE="disabled", PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
                RAY_USAGE_STATS_ENABLED="0",
+               RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",       # the node IP stays 127.0.0.1: all on loopback
                RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S="0")   # else a SIGTERMed node waits 30 s to drain
     head = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", "--node-ip-address", "127.0.0.1", *port_flags,
@@ -72,10 +73,11 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
     try:
         address = f"http://127.0.0.1:{dash}"
         wait_ray_node(head, lambda: _answers(f"{address}/api/version"), f"the dashboard at {address}", 180)
-        # the one port --dashboard-host keeps on loopback (README: what the rest expose)
-        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout.split()
-        assert f"127.0.0.1:{dash}" in listening
-        assert not {f"0.0.0.0:{dash}", f"*:{dash}", f"[::]:{dash}"} & set(listening)
+        # a loopback-only head (README): every port its processes listen on is on 127.0.0.1
+        sockets = listening(lambda pid: os.getsid(pid) == head.pid)   # the node's processes: its session
+        assert {"gcs_server", "raylet"} <= {name for name, _ in sockets}, sockets
+        assert f"127.0.0.1:{dash}" in {address for _, address in sockets}
+        assert not off_loopback(sockets), f"listening off loopback: {off_loopback(sockets)}"
         run_dir = tmp_path / "run"
         tree, head_sha = _edited_copy(tmp_path)
         job = subprocess.run(

@@ -249,6 +249,23 @@ def two_node_cluster(hidden: Path, *, hide: bool = True, env: dict[str, str] | N
     assert not leftovers, f"node processes survived the stop: {leftovers}"
 
 
+def listening(owned) -> list[tuple[str, str]]:
+    """(process name, local address) of every TCP socket a process ``owned(pid)`` says is its
+    listens on, by ``ss -ltnp``."""
+    out = []
+    for line in subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout.splitlines():
+        for name, pid in re.findall(r'\("([^"]+)",pid=(\d+)', line):
+            with contextlib.suppress(ProcessLookupError):
+                if owned(int(pid)):
+                    out.append((name, line.split()[3]))
+    return out
+
+
+def off_loopback(sockets: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Those of :func:`listening`'s sockets that listen anywhere but 127.0.0.1."""
+    return [(name, a) for name, a in sockets if not a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:"))]
+
+
 REPO = Path(__file__).resolve().parents[2]
 CUDA_AOT = REPO / ".cuda-aot"
 RECORDED = REPO / "benchmarks" / "results"   # the leases' and CPU runs' result files, as committed

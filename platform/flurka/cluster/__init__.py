@@ -223,6 +223,31 @@ class _DefaultTokenNotice(logging.Filter):
         return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster.")
 
 
+ONE_NODE_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def _one_node_on_loopback():
+    """The embedded instance is one node nothing else joins, so every port of it stays on
+    127.0.0.1 (README, "loopback-only"). Ray binds its GCS, raylet and agents to loopback only where
+    the node's IP is 127.0.0.1, and puts the machine's address in its place unless its one-node
+    switch (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, meant for Windows and macOS) is set: set while
+    the node starts (its processes inherit it; this process reads Ray's copy, made at import),
+    then put back, so a ``ray start`` this process runs later may still join a cluster."""
+    from ray._private import ray_constants
+
+    saved_env, saved_flag = os.environ.get(ONE_NODE_ENV), ray_constants.ENABLE_RAY_CLUSTER
+    if saved_env is None:   # a user's own setting wins
+        os.environ[ONE_NODE_ENV] = "0"
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if saved_env is None:
+            os.environ.pop(ONE_NODE_ENV, None)
+        ray_constants.ENABLE_RAY_CLUSTER = saved_flag
+
+
 def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus: int | None = None,
             env_vars: dict[str, str] | None = None, setup_hook: str | None = None) -> ClusterContext:
     """Connect (or start) Ray. With no address and no ``RAY_ADDRESS``: a private local instance
@@ -240,8 +265,9 @@ def connect(address: str | None = None, *, run_dir: str | os.PathLike, num_cpus:
                   flush=True)
         temp_dir = _short_temp_dir(run_dir)
         _quiet_default_token_notice()
-        ray.init(address="local", _temp_dir=temp_dir, include_dashboard=False, num_cpus=num_cpus,
-                 runtime_env=runtime_env, log_to_driver=True, configure_logging=False)
+        with _one_node_on_loopback():
+            ray.init(address="local", _temp_dir=temp_dir, include_dashboard=False, num_cpus=num_cpus,
+                     runtime_env=runtime_env, log_to_driver=True, configure_logging=False)
         return ClusterContext("local", True, temp_dir, dict(ray.cluster_resources()),
                               _record_session(run_dir))
     if address != "auto":

@@ -29,6 +29,18 @@ def _session_procs(session: str) -> list[psutil.Process]:
     return [p for p in psutil.process_iter() if p.pid != os.getpid() and _uses(p, session)]
 
 
+def _core_left(procs: list[psutil.Process]) -> bool:
+    """Whether the raylet or GCS (not an agent, renamed ``ray::…``) is among ``procs`` and alive
+    (one that ends, or is a zombie, meanwhile is not)."""
+    for p in procs:
+        try:
+            if "ray::" not in " ".join(p.cmdline()):
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 @pytest.mark.slow
 def test_the_next_start_stops_what_a_killed_driver_left(tmp_path):
     run = tmp_path / "run"
@@ -42,11 +54,11 @@ def test_the_next_start_stops_what_a_killed_driver_left(tmp_path):
         driver.wait(timeout=30)
         deadline = time.monotonic() + 30         # the raylet and GCS follow the driver; agents stay
         left = _session_procs(record["session_dir"])
-        while time.monotonic() < deadline and any("ray::" not in " ".join(p.cmdline()) for p in left):
+        while time.monotonic() < deadline and _core_left(left):
             time.sleep(0.5)
             left = _session_procs(record["session_dir"])
         assert left, "Ray left nothing behind: the case this guards against is gone"
-        assert reap_orphans(run) == len(left)
+        assert 1 <= reap_orphans(run) <= len(left)   # an agent may still end by itself meanwhile
         assert not _session_procs(record["session_dir"])
         assert not (run / SESSION_RECORD).exists()
     finally:

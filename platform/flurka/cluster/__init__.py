@@ -100,13 +100,16 @@ SESSION_RECORD = "ray-session.json"
 
 
 def _uses(proc, session_dir: str) -> bool:
-    """Whether a process belongs to that Ray session: names it on its command line or holds a
-    file under it open (the agents, renamed ``ray::…``, keep their session's logs open)."""
+    """Whether a live process of this user belongs to that Ray session: names it on its command
+    line or holds a file under it open (the agents, renamed ``ray::…``, keep their session's logs
+    open). A process that ends (or is a zombie) meanwhile does not."""
     try:
+        if proc.uids().real != os.getuid():
+            return False
         if any(session_dir in part for part in proc.cmdline()):
             return True
         return any(f.path.startswith(session_dir + os.sep) for f in proc.open_files())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    except psutil.Error:   # NoSuchProcess, ZombieProcess, AccessDenied
         return False
 
 
@@ -123,7 +126,7 @@ def reap_orphans(run_dir: str | os.PathLike, *, grace_s: float = 3.0) -> int:
     if driver != os.getpid() and psutil.pid_exists(driver):
         return 0                      # its driver still runs: not ours to stop
     me = os.getpid()
-    procs = [p for p in psutil.process_iter() if p.pid != me and p.uids().real == os.getuid() and _uses(p, session)]
+    procs = [p for p in psutil.process_iter() if p.pid != me and _uses(p, session)]
     for p in procs:
         try:
             p.terminate()

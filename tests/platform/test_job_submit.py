@@ -73,11 +73,6 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
     try:
         address = f"http://127.0.0.1:{dash}"
         wait_ray_node(head, lambda: _answers(f"{address}/api/version"), f"the dashboard at {address}", 180)
-        # a loopback-only head (README): every port its processes listen on is on 127.0.0.1
-        sockets = listening(lambda pid: os.getsid(pid) == head.pid)   # the node's processes: its session
-        assert {"gcs_server", "raylet"} <= {name for name, _ in sockets}, sockets
-        assert f"127.0.0.1:{dash}" in {address for _, address in sockets}
-        assert not off_loopback(sockets), f"listening off loopback: {off_loopback(sockets)}"
         run_dir = tmp_path / "run"
         tree, head_sha = _edited_copy(tmp_path)
         job = subprocess.run(
@@ -87,6 +82,12 @@ def test_ray_job_submit_runs_the_sweep(tmp_path):
             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=480)
         logs = job.stdout + job.stderr
         assert job.returncode == 0, logs[-4000:]
+        # a loopback-only head (README): every port its processes (workers too, after the job)
+        # listen on is on 127.0.0.1
+        sockets = listening(lambda pid: os.getsid(pid) == head.pid)   # the node's processes: its session
+        assert {"gcs_server", "raylet"} <= {name for name, _ in sockets}, sockets
+        assert f"127.0.0.1:{dash}" in {address for _, address in sockets}
+        assert not off_loopback(sockets), f"listening off loopback: {off_loopback(sockets)}"
         assert "succeeded" in logs, logs[-4000:]
         assert "Up-training α, lra-listops-small" in logs and "| flurka-rnn" in logs, logs[-4000:]
         assert "Trials: 2 finished, 0 stopped early, 0 failed" in logs

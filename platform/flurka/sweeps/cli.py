@@ -54,9 +54,9 @@ def dry_run(sweep: spec.SweepSpec, *, step_times: str | None = None, gpus: int |
         lines.append(f"  {benchmark}: {f'{phase}; ' if phase else ''}{len(mine)} trials, T = {config.steps} steps at "
                      f"batch {config.batch_size}, d_model {config.d_model}, {config.num_layers} layers, "
                      f"N = {config.max_len}{at}; {sum(r.executed_steps for r in mine)} steps to train")
-    total = plan.compute()["total_steps"]
-    lines.append(f"in all: {len(runs)} trials, {total} training steps over {len(sweep.seeds)} seed(s)"
-                 + (f" ({plan.compute()['pretrain_steps']} of them pre-training)" if pre else ""))
+    compute = plan.compute()
+    lines.append(f"in all: {len(runs)} trials, {compute['total_steps']} training steps over {len(sweep.seeds)} seed(s)"
+                 + (f" ({compute['pretrain_steps']} of them pre-training)" if pre else ""))
     lines += forecast_lines(sweep, plan, step_times=step_times, gpus=gpus)
     return "\n".join(lines)
 

@@ -351,8 +351,8 @@ def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLik
                 text = (f"{label}: {rate.source}{rate.other}; floor only, at its best bf16 GEMM rate "
                         f"{rate.ceiling / 1e12:.0f} TFLOP/s ({rate.ceiling_source})")
             sources.setdefault(text, []).append(benchmark)
-    for text, benchmarks in sources.items():
-        scope = "" if len(benchmarks) == len(benchmarks_of(sweep)) else f" [{', '.join(benchmarks)}]"
+    for text, named in sources.items():
+        scope = "" if len(named) == len(benchmarks) else f" [{', '.join(named)}]"
         lines.append(f"  rate, {text}{scope}")
     total = sum(flops.values())
     lines.append(f"in all: {_flops(total)} training FLOPs (evaluation not included)")
@@ -364,7 +364,7 @@ def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLik
                          workers=workers)
     cards = sorted({rate.card for rs in rates.values() for rate in rs}, key=card_label)
     for card in cards:
-        of = {b: next((r for r in rates[b] if r.card == card), None) for b in benchmarks_of(sweep)}
+        of = {b: next((r for r in rates[b] if r.card == card), None) for b in benchmarks}
         if any(rate is None for rate in of.values()):
             continue
 

@@ -230,10 +230,10 @@ def _sweep_state(spec: SweepSpec) -> dict[str, Any]:
 # -- Tune ---------------------------------------------------------------------------------------
 
 def _trial_configs(runs: tuple[PlannedRun, ...], spec: SweepSpec, run_dir: Path) -> list[dict[str, Any]]:
-    return [{"run": r.to_dict(),   # a chained sweep's pre-training runs: its pretrain overrides and steps
-             "train": train_overrides(r, phase_spec(spec, r.benchmark).config_overrides, run_dir=str(run_dir),
-                                      steps=phase_spec(spec, r.benchmark).steps,
-                                      checkpoint_every=spec.checkpoint_every),
+    phases = {b: phase_spec(spec, b) for b in {r.benchmark for r in runs}}   # a chained sweep's pre-training: its own
+    return [{"run": r.to_dict(),
+             "train": train_overrides(r, phases[r.benchmark].config_overrides, run_dir=str(run_dir),
+                                      steps=phases[r.benchmark].steps, checkpoint_every=spec.checkpoint_every),
              "compilation_cache": spec.compilation_cache_dir,
              **({"storage": spec.storage} if spec.storage else {})}   # the work dirs' mirror (trainable)
             for r in runs]

@@ -26,7 +26,7 @@ from flurka import configs
 from flurka.cli import OneLineParser as ArgumentParser, one_line, writable_dir   # errors in one line
 from flurka.configs.base import MAX_INT as MAX_STEPS
 from flurka.configs.overrides import parse_assignments
-from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS, base_mechanism
+from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, LENGTH_BOUND, MECHANISMS, base_mechanism
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
 PAPER_ALPHAS: tuple[float, ...] = tuple(i / 8 for i in range(1, 8))
@@ -390,7 +390,6 @@ def d_k_of(cfg: Any) -> int | None:
 
 PRETRAIN_KEYS = ("benchmark", "steps", "overrides", "full_length")
 PRETRAIN_TASK = "mlm"              # what pre-training trains: the trunk a classifier starts from
-LENGTH_BOUND = ("flurka-eva",)     # E cannot be cut to a shorter N (flurka.training.init_from)
 ARCHITECTURE = ("d_model", "num_heads", "num_layers", "d_ff")   # the trunk's shape besides N, d_k, vocabulary
 
 

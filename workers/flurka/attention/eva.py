@@ -57,7 +57,7 @@ from flax import nnx
 from flurka.attention.base import (
     F32, NEG_INF, AttentionLayer, RandomFeatures, check_positive_int, contract, pad_to,
     round_up, zero_padding)
-from flurka.attention.execution import kernel
+from flurka.attention.execution import kernel, layer_tiling
 from flurka.attention.performer import RandomFeatureMixin
 
 Array = jax.Array
@@ -206,8 +206,7 @@ class EVAAttention(RandomFeatureMixin, AttentionLayer):
     def __init__(self, *, window_size: int = WINDOW_SIZE, chunk_size: int = CHUNK_SIZE, redraw: bool = False,
                  deterministic: bool = False, fused: Any = False, **kwargs):
         super().__init__(**kwargs)
-        self.fused = (kernel("layer_tiling", "fused=True")(self.mechanism, fused, self.padded_head_dim)
-                      if fused else None)
+        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
         self.window_size = self.check_window(window_size)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.redraw = bool(redraw)

@@ -28,3 +28,11 @@ def kernel(name: str, option: str) -> Any:
     except KeyError:
         raise ValueError(f"{option} runs Pallas kernels, which are not loaded: import flurka.kernels "
                          "first (flurka.speed does)") from None
+
+
+def layer_tiling(mechanism: str, fused: Any, head_dim: int, num_features: int | None = None) -> Any:
+    """A layer's ``fused`` option resolved at construction: None (the XLA path), else the kernels'
+    launch tiling for it (:func:`flurka.kernels.query_side.layer_tiling`, sizes checked)."""
+    if not fused:
+        return None
+    return kernel("layer_tiling", "fused=True")(mechanism, fused, head_dim, num_features)

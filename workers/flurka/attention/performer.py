@@ -29,7 +29,7 @@ from flurka.attention.base import (
     AttentionLayer, RandomFeatures, check_positive_int, pad_to, round_up, zero_padding)
 from flurka.attention.feature_maps import (
     favor_denominator, favor_features, gaussian_orthogonal_matrix, key_side, query_side)
-from flurka.attention.execution import kernel
+from flurka.attention.execution import kernel, layer_tiling
 from flurka.attention.projected import ProjectedQuerySide
 
 DEFAULT_NUM_FEATURES = 256  # google-research default nb_features
@@ -87,8 +87,8 @@ class PerformerAttention(RandomFeatureMixin, ProjectedQuerySide, AttentionLayer)
         self.num_features = check_positive_int("num_features", num_features)
         self.orthogonal = bool(orthogonal)
         self.redraw = bool(redraw)
-        self.fused = kernel("layer_tiling", "fused=True")(
-            self.mechanism, fused, self.padded_head_dim, round_up(self.num_features, self.align)) if fused else None
+        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim,
+                                  round_up(self.num_features, self.align))
         self.features = RandomFeatures(self.draw_features(kwargs["rngs"].params()))
         self.init_projections(fused_projections, self.num_features)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from flurka.attention.base import AttentionLayer
 from flurka.attention.feature_maps import elu_features, query_side, rnn_denominator, row_key_side
-from flurka.attention.execution import kernel
+from flurka.attention.execution import kernel, layer_tiling
 from flurka.attention.projected import ProjectedQuerySide
 
 
@@ -55,8 +55,7 @@ class RNNAttention(ProjectedQuerySide, AttentionLayer):
     def __init__(self, *, fused: Any = False, fused_projections: bool = False,
                  **kwargs):
         super().__init__(**kwargs)
-        self.fused = (kernel("layer_tiling", "fused=True")(self.mechanism, fused, self.padded_head_dim)
-                      if fused else None)
+        self.fused = layer_tiling(self.mechanism, fused, self.padded_head_dim)
         self.init_projections(fused_projections)
 
     def kernel_key_side(self, k, v, key_mask, rng):

@@ -56,6 +56,9 @@ KERNELS: tuple[str, ...] = tuple(n for n, m in CATALOGUE.items() if m.family == 
 FLURKA: tuple[str, ...] = tuple(n for n, m in CATALOGUE.items() if m.family == "flurka")   # flurka-X: X a kernel
 KERNEL_OF: dict[str, str] = {v: v.removeprefix("flurka-") for v in FLURKA}
 COMPRESSED: tuple[str, ...] = tuple(n for n, m in CATALOGUE.items() if "d_k" in m.settings)   # with E1, E2
+# Compressed mechanisms whose E cannot be cut to a shorter sequence (flurka.training.init_from):
+# their windows and chunks are rows of E in proportion to its length (flurka-eva)
+LENGTH_BOUND: tuple[str, ...] = tuple(n for n in COMPRESSED if "window_size" in CATALOGUE[n].settings)
 RANDOM_FEATURES: tuple[str, ...] = ("performer", "eva", "flurka-performer", "flurka-eva")   # drawn ω (``redraw``)
 # Up-training bases (``--base``), by family: the variant's low-rank constituent or its kernel one.
 BASES: tuple[str, ...] = ("low-rank", "kernel")

@@ -39,7 +39,7 @@ TRUNK = ("embedding/", "encoder/")     # what pre-training hands on; the rest is
 POSITIONS = "embedding/position"       # learned positions: a longer pre-trained table is cut
 NEW_IN_PAIRS = ("embedding/segment",)  # sentence-pair segment embeddings a pre-trained MLM lacks
 SEQ_PROJ = ("/seq_proj/e1", "/seq_proj/e2")   # Linformer's E [(H,) d_k, N]: a longer one is cut
-WINDOWED = "/adaptive_mu_"             # beside seq_proj: flurka-eva, whose windows are rows of E (not cut)
+WINDOWED = "/adaptive_mu_"             # beside seq_proj: a LENGTH_BOUND layer (flurka.catalogue), not cut
 
 
 def load_trunk(workdir: str) -> tuple[dict[str, np.ndarray], int, dict]:

@@ -4,7 +4,7 @@ run trained from scratch and for trials stored before.
 
 Revision ID: 0006
 Revises: 0005
-Create Date: 2026-12-08
+Create Date: 2026-12-07
 """
 
 from __future__ import annotations

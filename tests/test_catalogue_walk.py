@@ -33,11 +33,12 @@ from offline_benchmarks import offline, source_of, write_local_sets
 
 from flurka import training
 from flurka.configs import BENCHMARKS, get_config
+from flurka.configs.overrides import nested
 from flurka.catalogue.mechanisms import FLURKA, MECHANISMS
 
 # the shrunk run: one layer, d_model 16, one step, one eval batch at the end, greedy decoding
-TINY = dict(d_model=16, num_heads=2, num_layers=1, d_ff=32, batch_size=4, steps=1, eval_every=0, eval_batches=1,
-            bleu_batches=1, beam_size=1, log_every=1, checkpoint_every=0)
+TINY = dict(batch_size=4, steps=1, eval_every=0, eval_batches=1, bleu_batches=1, beam_size=1, log_every=1,
+            checkpoint_every=0, model=dict(d_model=16, num_heads=2, num_layers=1, d_ff=32))
 SHORT = 32   # the sequence length of the data sets whose length is an option
 SHORT_DATASETS = ("glue-cola", "glue-sst2", "glue-mrpc", "glue-stsb", "glue-qqp", "glue-mnli", "glue-qnli", "glue-rte",
                   "lra-text", "lra-retrieval", "nmt-wmt14-ende", "nmt-wmt14-enfr", "mlm-wikitext103", "mlm-small",
@@ -60,9 +61,10 @@ def _benchmark_cases() -> list:
 def tiny_overrides(name: str, mechanism: str, data_dir: str) -> dict:
     """``get_config`` overrides that shrink benchmark ``name`` to a one-step run of ``mechanism``."""
     config = get_config(name)
-    o = dict(TINY, attention=mechanism, attention_options=tiny_options(mechanism), data_dir=data_dir)
-    if config.model == "seq2seq":
-        o["num_decoder_layers"] = 1
+    o = nested(TINY, {"model.attention": mechanism, "model.attention_options": tiny_options(mechanism),
+                      "data_dir": data_dir})
+    if config.task == "translation":
+        o["model"]["num_decoder_layers"] = 1
     if config.dataset in SHORT_DATASETS:
         o.update(max_len=SHORT, dataset_options={"max_len": SHORT})
     if name in UPTRAINED:
@@ -102,7 +104,7 @@ def _walk(name: str, mechanism: str, data_dir: str, engine, sweep: str) -> tuple
 
     overrides = tiny_overrides(name, mechanism, data_dir)
     config = get_config(name, **overrides)
-    assert (config.benchmark, config.attention, config.steps) == (name, mechanism, overrides["steps"])
+    assert (config.benchmark, config.model.attention, config.steps) == (name, mechanism, overrides["steps"])
     with offline(config.dataset):
         plan = generation_plan(config.dataset, data_dir)
         assert plan is None, f"{name}: its data would first be generated ({plan}): the offline files are missing"

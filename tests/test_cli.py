@@ -74,8 +74,8 @@ def test_an_output_that_cannot_be_written_is_one_line_before_any_compute(argv, f
 
 def test_a_train_workdir_holds_the_run_without_checkpoint_every(tmp_path):
     """--workdir alone used to save nothing while the user believed the run could resume."""
-    code, _, err = flurka(["train", "--benchmark", "lra-listops-small", "--steps", "2", "--set", "d_model=16",
-                           "--set", "d_ff=32", "--set", "num_layers=1", "--set", "eval_batches=1",
+    code, _, err = flurka(["train", "--benchmark", "lra-listops-small", "--steps", "2", "--set", "model.d_model=16",
+                           "--set", "model.d_ff=32", "--set", "model.num_layers=1", "--set", "eval_batches=1",
                            "--workdir", str(tmp_path / "w"), "--no-progress"], tmp_path)
     assert code == 0, err
     assert sorted(p.name for p in (tmp_path / "w" / "checkpoints").iterdir() if p.name.isdigit()) == ["2"]

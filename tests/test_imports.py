@@ -85,7 +85,7 @@ import sys
 from flax import nnx
 import flurka.attention, flurka.models, flurka.training.loop
 from flurka.attention import make_attention
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.encoder import EncoderBlock
 assert not [m for m in sys.modules if m.startswith('flurka.kernels')], 'kernels imported by the layers'
 kw = dict(d_model=128, num_heads=2, max_len=16, rngs=nnx.Rngs(0))
@@ -104,7 +104,7 @@ make_attention('performer', **kw)   # the XLA path needs none
 from flurka.configs import get_config
 from flurka.data.core import DatasetInfo
 from flurka.training.loop import build_model
-config = get_config('lra-listops-small').replace(attention_options={'fused': True})
+config = get_config('lra-listops-small').replace(model={'attention_options': {'fused': True}})
 info = DatasetInfo(name='t', task='classification', vocab_size=20, max_len=config.max_len, num_classes=10)
 build_model(config, info, 'performer')   # a training config that asks for a kernel loads them
 assert 'flurka.kernels' in sys.modules

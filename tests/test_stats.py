@@ -191,8 +191,8 @@ def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
     seen = []
 
     def fake_run(config, progress=False):
-        seen.append((config.attention, config.seed, config.steps))
-        if config.attention == "rnn" and config.seed == 1:
+        seen.append((config.model.attention, config.seed, config.steps))
+        if config.model.attention == "rnn" and config.seed == 1:
             raise RuntimeError("boom")
         return {"status": "ok", "final_metrics": {"accuracy": 0.5 + config.seed / 100, "loss": 1.5 - config.seed / 10,
                                                   "majority_accuracy": 0.139},
@@ -217,7 +217,7 @@ def test_quality_table_runs_each_mechanism_per_seed(monkeypatch, capsys):
     # --control: the no-attention control per seed, Linformer at d_k 1, its own row (the floor)
     dks = []
     monkeypatch.setattr(Q, "run", lambda config, progress=False: (
-        dks.append((config.attention, dict(config.attention_options).get("d_k"))),
+        dks.append((config.model.attention, dict(config.model.attention_options).get("d_k"))),
         fake_run(config.replace(seed=config.seed + 3)))[1])
     assert Q.main(["--benchmarks", "lra-listops-small", "--mechanisms", "linformer", "--seeds", "0,1", "--control",
                    "--steps", "3"]) == 0

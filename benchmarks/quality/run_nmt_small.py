@@ -52,7 +52,7 @@ def run_one(mech, seed, opts, cache):
            "--attention", mech, "--seed", str(seed), "--json", "--no-progress",
            "--compilation-cache", cache]
     if opts:
-        cmd += ["--set", f"attention_options={dict(opts)!r}"]
+        cmd += ["--set", f"model.attention_options={dict(opts)!r}"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode not in (0, 1):
         return {"attention": mech, "seed": seed, **opts, "status": f"error: {out.stderr[-300:]}"}

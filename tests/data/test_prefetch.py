@@ -111,7 +111,7 @@ def test_a_run_with_prefetch_is_the_run_without(digits):
 
     from flurka.training import run
 
-    base = tiny(steps=4, attention="linformer")
+    base = tiny(steps=4, model=dict(attention="linformer"))
     plain = run(base.replace(prefetch=0), dataset=digits)
     ahead = run(base.replace(prefetch=3), dataset=digits)
     assert [h["loss"] for h in ahead["history"]] == [h["loss"] for h in plain["history"]]
@@ -134,7 +134,7 @@ def test_a_failing_producer_or_a_stop_ends_the_run_without_leftovers(digits, tmp
 
     broken = Broken(digits.info, digits.train, digits.eval, seed=0)
     before = _children()
-    config = tiny(steps=6, attention="linformer", prefetch=2)
+    config = tiny(steps=6, prefetch=2, model=dict(attention="linformer"))
     with pytest.raises(RuntimeError, match="cannot decode example 17 of step 3"):
         run(config, dataset=broken)
     assert _prefetch_threads() == [] and _children() == before

@@ -306,11 +306,11 @@ def paper_data(tmp_path_factory) -> str:
 def test_paper_text_benchmark_trains_two_steps_on_subwords(name, paper_data, wmt_mock):
     config = get_config(name)
     assert config.dataset_options["vocab"] == "sentencepiece" and config.max_len == config.dataset_options["max_len"]
-    vocab = NMT_VOCAB if config.model == "seq2seq" else VOCAB
+    vocab = NMT_VOCAB if config.task == "translation" else VOCAB
     tiny = dict(TINY, steps=2, batch_size=4, eval_batches=1, bleu_batches=1, beam_size=1, max_len=LEN,
                 dataset_options={"max_len": LEN, "vocab_size": vocab}, data_dir=paper_data, checkpoint_every=0)
-    if config.model == "seq2seq":
-        tiny["num_decoder_layers"] = 1
+    if config.task == "translation":
+        tiny["model"] = {**tiny["model"], "num_decoder_layers": 1}
     if name.startswith("glue-"):
         with tfds.testing.mock_data(num_examples=12):   # GLUE's own mock text, the WikiText-103 vocabulary
             result = run(get_config(name, **tiny), progress=False)

@@ -53,7 +53,7 @@ BIN = Path(sys.executable).parent
 DOCS = ("README.md", "benchmarks/README.md")
 RUN_DIR = "runs/uptrain-small"
 README_DB = f"sqlite:///{RUN_DIR}/results.db"  # relative: the commands run in a workspace holding runs/
-TINY_MODEL = {"d_model": 16, "num_layers": 1, "d_ff": 32, "batch_size": 8, "eval_batches": 1, "warmup_steps": 0}
+TINY_MODEL = {"model.d_model": 16, "model.num_layers": 1, "model.d_ff": 32, "batch_size": 8, "eval_batches": 1, "warmup_steps": 0}
 TINY_SET = [a for k, v in TINY_MODEL.items() for a in ("--set", f"{k}={v}")]
 TINY_THEORY = ["--seq-len", "32", "--d-model", "16", "--heads", "2", "--d-k", "8", "--features", "4",
                "--seeds", "0", "--batch", "1"]
@@ -338,7 +338,7 @@ def trained_run(ws) -> Path:
     cmd = next(c for c in COMMANDS if c.kind == "shell" and "--checkpoint-every" in c.text)
     argv = tokens(cmd)[1:]
     code, _, err = flurka([*argv, "--steps", "6", "--checkpoint-every", "6", *TINY_SET,
-                           "--set", "num_layers=2", "--no-progress"], ws.root)
+                           "--set", "model.num_layers=2", "--no-progress"], ws.root)
     assert code == 0, err[-3000:]
     return ws.root / argv[argv.index("--workdir") + 1]
 
@@ -490,9 +490,9 @@ def check_train_json(cmd: Command, ctx: Ctx) -> None:
     of a tiny model): validated as written; the CLI's ``--json`` output is tests/training's."""
     argv = tokens(cmd)[1:]
     config = _train_config(argv[1:])
-    assert (config.benchmark, config.attention, config.steps) == ("lra-listops-small", "flurka-rnn", 200)
+    assert (config.benchmark, config.model.attention, config.steps) == ("lra-listops-small", "flurka-rnn", 200)
     api = next(c for c in COMMANDS if c.kind == "python" and "from flurka.training import run" in c.text)
-    assert 'get_config("lra-listops-small", attention="flurka-rnn", steps=200)' in api.text
+    assert 'get_config("lra-listops-small", steps=200, model={"attention": "flurka-rnn"})' in api.text
     covered_by("tests/training/test_training_loop.py::test_cli_prints_final_metrics_as_json", '"--json"')
 
 
@@ -551,7 +551,7 @@ def check_train_workdir(cmd: Command, ctx: Ctx) -> None:
 
     argv = tokens(cmd)[1:]
     config = _train_config(argv[1:])
-    assert (config.benchmark, config.attention, config.steps, config.checkpoint_every) == (
+    assert (config.benchmark, config.model.attention, config.steps, config.checkpoint_every) == (
         "lra-listops-small", "performer", 200, 200)
     step, meta = checkpoint_meta(str(ctx.trained_run))
     assert step == 6 and meta["attention"] == "performer"
@@ -561,7 +561,7 @@ def check_train_init_from(cmd: Command, ctx: Ctx) -> None:
     """As written, in the workspace, from the README's trained run (its tiny sizes appended, 2 steps)."""
     argv = tokens(cmd)[1:]
     run_dir = ctx.trained_run.relative_to(ctx.ws.root)
-    code, out, err = flurka([*argv, "--steps", "2", *TINY_SET, "--set", "num_layers=2", "--json", "--no-progress"],
+    code, out, err = flurka([*argv, "--steps", "2", *TINY_SET, "--set", "model.num_layers=2", "--json", "--no-progress"],
                             ctx.ws.root)
     assert code == 0, err[-3000:]
     lineage = json.loads(out)["init_from"]
@@ -783,8 +783,7 @@ def check_python_flops(cmd: Command, ctx: Ctx) -> None:
 
 
 def check_python_train(cmd: Command, ctx: Ctx) -> None:
-    tiny = ", ".join(f"{k}={v}" for k, v in TINY_MODEL.items())
-    code = substitute(cmd.text, "steps=200)", f"steps=4, {tiny})")
+    code = substitute(cmd.text, "steps=200,", f"steps=4, **{TINY_MODEL!r},")
     _, (status, metrics, train_flops) = exec_snippet(code, ctx.tmp)
     assert status == "ok" and 0 <= metrics["accuracy"] <= 1 and train_flops > 0
 

@@ -13,7 +13,7 @@ from flax import nnx
 from attention_reference import forward, sin_loss_grads
 from testsupport import cuda_compiler_script, triton_calls
 
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.encoder import Encoder
 from flurka.kernels.ffn import (
     ONE_KERNEL, FfnTiling, backward_rows, fused_ffn_block, reference_ffn_block, use_ffn_tiling)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 # A sweep small enough for 2 shared CPU cores: 1-layer d_model 16 models, 8 steps.
-TINY_OVERRIDES = dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1, d_model=16,
-                      d_ff=32, num_layers=1)
+TINY_OVERRIDES = dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1,
+                      model=dict(d_model=16, d_ff=32, num_layers=1))
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ BIN = Path(sys.executable).parent
 EXCLUDES = [".venv", ".git", "runs", "**/__pycache__", ".pytest_cache", ".ruff_cache", "*.db"]
 TINY = ["--benchmarks", "lra-listops-small", "--variants", "flurka-rnn", "--alphas", "0.5", "--steps", "4",
         "--no-baselines", "--name", "job",
-        *[a for k, v in dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1, d_model=16,
-                             d_ff=32, num_layers=1).items() for a in ("--set", f"{k}={v}")]]
+        *[a for k, v in dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1,
+                             **{"model.d_model": 16, "model.d_ff": 32, "model.num_layers": 1}).items() for a in ("--set", f"{k}={v}")]]
 
 
 MARKER = "flurka-job-marker"

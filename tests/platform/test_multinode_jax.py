@@ -10,8 +10,8 @@ import tempfile
 import numpy as np
 import pytest
 
-OVERRIDES = dict(attention="linformer", steps=6, warmup_steps=0, eval_every=0, log_every=1, batch_size=8,
-                 eval_batches=1, d_model=16, d_ff=32, num_layers=1)
+OVERRIDES = dict(steps=6, warmup_steps=0, eval_every=0, log_every=1, batch_size=8, eval_batches=1,
+                 model=dict(attention="linformer", d_model=16, d_ff=32, num_layers=1))
 
 
 @pytest.mark.slow

@@ -19,8 +19,8 @@ SCRIPT = textwrap.dedent("""
     from flurka.configs import get_config
     from flurka.training import loop, parallel
 
-    cfg = get_config("lra-listops-small", attention="linformer", steps=10, warmup_steps=0, eval_every=0,
-                     log_every=1, batch_size=8, eval_batches=1, d_model=16, d_ff=32, num_layers=1)
+    cfg = get_config("lra-listops-small", steps=10, warmup_steps=0, eval_every=0, log_every=1, batch_size=8,
+                     eval_batches=1, model=dict(attention="linformer", d_model=16, d_ff=32, num_layers=1))
     one = loop.train(cfg, mesh=None)           # one device
     mesh = parallel.data_mesh()
     try:

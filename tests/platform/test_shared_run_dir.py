@@ -23,7 +23,8 @@ from testsupport import private_mounts_refused, two_node_cluster
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TINY = ["--benchmarks", "lra-listops-small", "--variants", "flurka-rnn", "--alphas", "0.5", "--steps", "2",
-        "--no-baselines", *[a for k, v in dict(d_model=16, d_ff=32, num_layers=1, eval_batches=1, batch_size=8).items()
+        "--no-baselines", *[a for k, v in {"model.d_model": 16, "model.d_ff": 32, "model.num_layers": 1, "eval_batches": 1,
+                                                     "batch_size": 8}.items()
                             for a in ("--set", f"{k}={v}")]]
 
 

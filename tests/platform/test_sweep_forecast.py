@@ -18,9 +18,9 @@ from flurka.sweeps.spec import SweepSpec, validate
 from flurka.training import flops as flops_lib
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = dict(warmup_steps=0, eval_every=0, log_every=1, batch_size=4, eval_batches=1, bleu_batches=1, d_model=16,
-            d_ff=16, num_layers=1, num_decoder_layers=1, num_heads=2, prefetch=0,
-            attention_options={"num_features": 8})
+TINY = dict(warmup_steps=0, eval_every=0, log_every=1, batch_size=4, eval_batches=1, bleu_batches=1, prefetch=0,
+            model=dict(d_model=16, d_ff=16, num_layers=1, num_decoder_layers=1, num_heads=2,
+                       attention_options={"num_features": 8}))
 
 
 def _sweep(tmp_path, **kw) -> SweepSpec:

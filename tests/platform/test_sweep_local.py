@@ -84,7 +84,7 @@ def test_local_sweep_end_to_end(tmp_path, tiny_overrides, mlflow_runs, monkeypat
     assert branch.data.metrics["eval/accuracy"] == pytest.approx(final["accuracy"], rel=1e-4)   # 5 digits shown
     # each configuration its own colour in MLflow's charts
     assert len({r.data.tags["mlflow.runColor"] for r in nested}) == 3
-    assert branch.data.params["config.attention"] == "flurka-rnn" and branch.data.params["config.alpha"] == "0.25"
+    assert branch.data.params["config.model.attention"] == "flurka-rnn" and branch.data.params["config.alpha"] == "0.25"
     assert "git_commit" in branch.data.params and "version.jax" in branch.data.params
     steps = [m.step for m in client.get_metric_history(branch.info.run_id, "train/loss")]
     assert steps == sorted(set(steps)) and steps[-1] == 8       # each step once

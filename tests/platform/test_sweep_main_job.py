@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from flurka.configs.overrides import nested
 from flurka.sweeps.branching import make_plan
 from flurka.sweeps.runner import run_sweep, summary
 from flurka.sweeps.spec import from_args, validate
@@ -17,7 +18,7 @@ from flurka.sweeps.spec import from_args, validate
 
 @pytest.mark.slow
 def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides, capfd):
-    tiny = {**tiny_overrides, "bleu_batches": 1, "attention_options": {"num_features": 8}}
+    tiny = nested(tiny_overrides, {"bleu_batches": 1, "model.attention_options": {"num_features": 8}})
     spec = validate(from_args({"config": "uptrain-small", "steps": 8, "overrides": tiny, "num_cpus": 2,
                                "run_dir": str(tmp_path / "run")}))
     assert len(spec.seeds) == 3 and len(spec.d_k) == 1 and len(spec.all_alphas) == 3   # make sweep's, at 8 steps
@@ -43,7 +44,7 @@ def test_main_job_config_at_tiny_size(tmp_path, tiny_overrides, capfd):
     assert trials("branches") == sorted(beside + control[1:] + [r.key for r in plan.branches])
     for branch in plan.branches:                                 # each forked from its own base
         base = out.results[branch.base_key]
-        assert branch.base_key in linformer and base["config"]["attention_options"]["d_k"] == branch.d_k
+        assert branch.base_key in linformer and base["config"]["model"]["attention_options"]["d_k"] == branch.d_k
         assert out.results[branch.key]["config"]["base_checkpoint"]
 
     text = summary(out)

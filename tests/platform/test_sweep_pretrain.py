@@ -25,8 +25,8 @@ PRE_DATA = {"max_len": 64, "max_train_bytes": 20_000, "max_eval_bytes": 4_000}
 
 def _chain(tmp_path, data_dir, **changes) -> SweepSpec:
     """mlm-small at 64 bytes, then lra-retrieval (bytes too) at 32, 1-layer d_model-16 models."""
-    tiny = dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1, d_model=16, d_ff=32,
-                num_layers=1, attention_options={"d_k": 8, "num_features": 8})
+    tiny = dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1,
+                model=dict(d_model=16, d_ff=32, num_layers=1, attention_options={"d_k": 8, "num_features": 8}))
     fields = dict(benchmarks=("lra-retrieval",), variants=("flurka-rnn", "flurka-performer"), alphas=(0.0,),
                   seeds=(0,), steps=4, d_k=(8,), baselines=False, num_cpus=2, name="chain",
                   run_dir=str(tmp_path / "run"),
@@ -121,8 +121,8 @@ def test_fine_tuning_runs_whose_pretraining_failed_are_not_started_in_one_line(t
 @pytest.mark.parametrize("pretrain,needle", [
     ({"benchmark": "lra-listops-small"},
      "pretrain: lra-listops-small is not masked language modelling (its task is classification); pre-train on one of: "),
-    ({"benchmark": "mlm-small", "overrides": {"d_model": 32}},
-     "pretrain: lra-retrieval has d_model=16 but mlm-small pre-trains d_model=32, so no encoder of it fits"),
+    ({"benchmark": "mlm-small", "overrides": {"model.d_model": 32}},
+     "pretrain: lra-retrieval has model.d_model=16 but mlm-small pre-trains model.d_model=32, so no encoder of it fits"),
     ({"benchmark": "mlm-small", "overrides": {"max_len": 16, "dataset_options": {"max_len": 16}}},
      "pretrain: lra-retrieval is 32 tokens long but mlm-small pre-trains 16: no position past 16 was trained"),
     ({"benchmark": "lra-retrieval"}, "pretrain: lra-retrieval is also a fine-tuning benchmark"),

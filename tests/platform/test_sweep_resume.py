@@ -26,7 +26,7 @@ def _sweep(run_dir: Path, *extra: str, alphas: str = "0.25,0.5", **popen) -> sub
             "--variants", "flurka-rnn", "--alphas", alphas, "--steps", "16", "--no-baselines",
             "--checkpoint-every", "4", "--num-cpus", "1", "--name", "resume", "--run-dir", str(run_dir),
             *[a for k, v in dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1,
-                                 d_model=16, d_ff=32, num_layers=1).items() for a in ("--set", f"{k}={v}")],
+                                 **{"model.d_model": 16, "model.d_ff": 32, "model.num_layers": 1}).items() for a in ("--set", f"{k}={v}")],
             *extra]
     return subprocess.Popen(args, cwd=ROOT, text=True, start_new_session=True,
                             **{"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen})

@@ -23,8 +23,8 @@ BUCKET = "flurka-sweeps"
 SECRET = "flurka-test-secret-5b1e9d"       # the secret key: it must land in no record
 TINY = ["--benchmarks", "lra-listops-small", "--variants", "flurka-rnn", "--alphas", "0.5", "--steps", "8",
         "--no-baselines", "--num-cpus", "2",
-        *[a for k, v in dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1, d_model=16,
-                             d_ff=32, num_layers=1).items() for a in ("--set", f"{k}={v}")]]
+        *[a for k, v in dict(warmup_steps=0, eval_every=0, log_every=2, batch_size=8, eval_batches=1,
+                             **{"model.d_model": 16, "model.d_ff": 32, "model.num_layers": 1}).items() for a in ("--set", f"{k}={v}")]]
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,7 @@ def test_sweeps_set_up_alike_pool_into_one_cell(engine, capsys):
     # mean 14/3, sd 2.082, half-width t(.975, 2) 4.303 × 2.082 / √3 = 5.17
     assert _rnn_cell(md) == "4.7 ± 5.2 (n=3)"
     assert quality_tables.setup_of({"seed": 1, "workdir": "/a", "steps": 8, "attention_options": {"d_k": 4, "e_init": "pool"}}) \
-        == {"steps": 8, "attention_options": {"e_init": "pool"}}
+        == {"steps": 8, "model.attention_options": {"e_init": "pool"}}   # a flat (pre-nesting) record read nested
 
 
 def test_the_library_refuses_mixed_setups_too(three_sweeps, engine):

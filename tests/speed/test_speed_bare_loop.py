@@ -19,7 +19,7 @@ from flurka.training.tasks import make_task
 def test_the_bare_loss_is_the_tasks_loss(benchmark):
     config = get_config(benchmark)
     dataset = load_dataset(config)
-    model = build_model(config, dataset.info, config.attention)
+    model = build_model(config, dataset.info, config.model.attention)
     batch = {k: jax.numpy.asarray(v) for k, v in next(dataset.train_batches(8)).items()
              if isinstance(v, np.ndarray) and v.dtype.kind in "biuf"}
     ours, _ = make_task(config).loss(model, batch, deterministic=True)

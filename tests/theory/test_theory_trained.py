@@ -24,8 +24,8 @@ STEPS = 6
 def rnn_run(tmp_path_factory):
     """A 2-layer rnn model trained for a few steps on ListOps (variable lengths, so padded rows)."""
     workdir = tmp_path_factory.mktemp("trained") / "listops-rnn"
-    result = train_run(tiny("lra-listops-small", attention="rnn", num_layers=2, steps=STEPS,
-                            checkpoint_every=STEPS, workdir=str(workdir)))
+    result = train_run(tiny("lra-listops-small", steps=STEPS, checkpoint_every=STEPS, workdir=str(workdir),
+                              model=dict(attention="rnn", num_layers=2)))
     assert result["status"] == "ok"
     return workdir, result
 
@@ -43,7 +43,7 @@ def captured(loaded):
 def test_load_run_restores_the_trained_model(rnn_run, loaded):
     """The restored model scores on the eval split exactly what the run reported at its end."""
     _, result = rnn_run
-    assert (loaded.step, loaded.attention, loaded.config.num_layers) == (STEPS, "rnn", 2)
+    assert (loaded.step, loaded.attention, loaded.config.model.num_layers) == (STEPS, "rnn", 2)
     stats: dict[str, list] = {}
     for i, batch in enumerate(loaded.dataset.eval_batches(loaded.config.batch_size)):
         if i >= loaded.config.eval_batches:

@@ -92,8 +92,8 @@ def test_flurka_train_reruns_from_the_cache(tmp_path):
         out = subprocess.run(
             [sys.executable, "-m", "flurka.cli", "train", "--benchmark", "lra-listops-small",
              "--attention", "flurka-rnn", "--steps", "2", "--json", "--no-progress",
-             "--compilation-cache", str(tmp_path / "cache"), "--set", "d_model=16",
-             "--set", "d_ff=32", "--set", "num_layers=1", "--set", "batch_size=4",
+             "--compilation-cache", str(tmp_path / "cache"), "--set", "model.d_model=16",
+             "--set", "model.d_ff=32", "--set", "model.num_layers=1", "--set", "batch_size=4",
              "--set", "eval_every=0", "--set", "eval_batches=1", "--set", "warmup_steps=0"],
             capture_output=True, text=True, check=True, env=_env())
         return json.loads(out.stdout.strip().splitlines()[-1])

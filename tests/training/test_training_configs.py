@@ -20,7 +20,7 @@ def test_every_named_benchmark_is_registered_and_valid():
 
 
 def _row(c):
-    return (c.batch_size, c.learning_rate, c.schedule, c.num_layers, c.num_heads, c.head_dim, c.d_ff)
+    return (c.batch_size, c.learning_rate, c.schedule, c.model.num_layers, c.model.num_heads, c.model.head_dim, c.model.d_ff)
 
 
 # Table 6 of the paper: batch, lr, schedule, layers, heads, head dim, FFN
@@ -66,8 +66,8 @@ def test_steps_and_metrics():
 
 
 def test_overrides_merge_options_and_scale_warmup():
-    c = get_config("lra-listops", attention="flurka-rnn", attention_options={"d_k": 64})
-    assert c.attention == "flurka-rnn" and c.attention_options == {"d_k": 64, "num_features": 128}
+    c = get_config("lra-listops", model=dict(attention="flurka-rnn", attention_options={"d_k": 64}))
+    assert c.model.attention == "flurka-rnn" and c.model.attention_options == {"d_k": 64, "num_features": 128}
     short = get_config("lra-listops", steps=5000)
     assert short.warmup_steps == 100                  # 1000/50000 of the run, kept
     assert get_config("lra-listops", steps=5000, warmup_steps=7).warmup_steps == 7
@@ -76,22 +76,24 @@ def test_overrides_merge_options_and_scale_warmup():
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (dict(attention="softmax"), r"unknown attention mechanism 'softmax'; valid: full, flash, linformer"),
-    (dict(alpha=1.5, attention="flurka-rnn"), r"alpha must be in \[0, 1\]"),
-    (dict(alpha=-0.1, attention="flurka-rnn"), r"alpha must be in \[0, 1\]"),
-    (dict(alpha=0.5, attention="performer"), r"alpha > 0 \(up-training\) needs a FLuRKA attention; valid: flurka-performer"),
-    (dict(attention_options={"d_k": 41}), r"d_k=41 exceeds the benchmark's max_len=40"),
-    (dict(num_heads=3), r"num_heads=3 must divide d_model=64"),
+    ({"model.attention": "softmax"}, r"unknown attention mechanism 'softmax'; valid: full, flash, linformer"),
+    ({"alpha": 1.5, "model.attention": "flurka-rnn"}, r"alpha must be in \[0, 1\]"),
+    ({"alpha": -0.1, "model.attention": "flurka-rnn"}, r"alpha must be in \[0, 1\]"),
+    ({"alpha": 0.5, "model.attention": "performer"}, r"alpha > 0 \(up-training\) needs a FLuRKA attention; valid: flurka-performer"),
+    ({"model.attention_options": {"d_k": 41}}, r"d_k=41 exceeds the benchmark's max_len=40"),
+    ({"model.num_heads": 3}, r"num_heads=3 must divide d_model=64"),
     (dict(base="sparse"), r"unknown up-training base 'sparse'; valid: low-rank, kernel"),
     (dict(schedule="step"), r"unknown schedule 'step'; valid: linear"),
     (dict(steps=0), r"steps must be a positive int"),
-    (dict(attention_options="foo"), r"attention_options must be a mapping such as \{'d_k': 16\}, got 'foo'$"),
+    ({"model.attention_options": "foo"}, r"attention_options must be a mapping such as \{'d_k': 16\}, got 'foo'$"),
     (dict(dataset_options=[1]), r"dataset_options must be a mapping"),
     (dict(steps=10**20), r"steps must be a positive int of at most 2147483647, got 100000000000000000000$"),
     (dict(batch_size=2**31), r"batch_size must be a positive int of at most 2147483647"),
     (dict(eval_every=-1), r"eval_every must be a non-negative int"),
-    (dict(attention_options={"rank": 3}), r"unknown attention option\(s\) \['rank'\]"),
+    ({"model.attention_options": {"rank": 3}}, r"unknown attention option\(s\) \['rank'\]"),
     (dict(bogus=1), r"unknown config field\(s\) \['bogus'\]; valid: benchmark"),
+    (dict(d_model=32), r"unknown config field\(s\) \['d_model'\]; a model setting goes under model \(model.d_model\)"),
+    ({"model.width": 32}, r"unknown model field\(s\) \['width'\]; valid: attention, attention_options, d_model"),
 ])
 def test_validation_errors_are_one_line(overrides, message):
     with pytest.raises(ValueError, match=message) as err:
@@ -105,7 +107,7 @@ def test_unknown_benchmark_lists_valid_names():
 
 
 def test_switch_step_is_alpha_times_steps():
-    c = get_config("lra-image-small", attention="flurka-performer", alpha=0.25, steps=200)
+    c = get_config("lra-image-small", alpha=0.25, steps=200, model=dict(attention="flurka-performer"))
     assert c.switch_step == 50 and isinstance(c, TrainConfig)
 
 

@@ -67,8 +67,9 @@ def test_flurka_train_resuming_a_corrupt_checkpoint_says_which_file(tmp_path):
     from flurka.training import get_config, run
 
     workdir = tmp_path / "run"
-    tiny = dict(d_model=16, d_ff=32, num_layers=1, batch_size=4, eval_every=0, eval_batches=1, warmup_steps=0)
-    run(get_config("lra-listops-small", attention="rnn", steps=2, workdir=str(workdir), checkpoint_every=2, **tiny))
+    tiny = dict(batch_size=4, eval_every=0, eval_batches=1, warmup_steps=0)
+    run(get_config("lra-listops-small", steps=2, workdir=str(workdir), checkpoint_every=2, **tiny,
+                   model=dict(attention="rnn", d_model=16, d_ff=32, num_layers=1)))
     damaged = workdir / "checkpoints" / "2" / "meta" / "metadata"
     assert damaged.is_file()
     damaged.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
@@ -77,7 +78,8 @@ def test_flurka_train_resuming_a_corrupt_checkpoint_says_which_file(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "flurka.cli", "train", "--benchmark", "lra-listops-small", "--attention", "rnn",
          "--steps", "4", "--workdir", str(workdir), "--checkpoint-every", "2", "--no-progress",
-         "--compilation-cache", "off", *[a for k, v in tiny.items() for a in ("--set", f"{k}={v}")]],
+         "--compilation-cache", "off", *[a for k, v in tiny.items() for a in ("--set", f"{k}={v}")],
+         "--set", "model.d_model=16", "--set", "model.d_ff=32", "--set", "model.num_layers=1"],
         capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr

@@ -8,12 +8,14 @@ import numpy as np
 from training_helpers import tiny
 
 from flurka.configs.base import CURVE_POINT
+from flurka.configs.overrides import nested
 from flurka.training import run
 
 
 def _run(**overrides):
-    config = tiny("nmt-small", attention="linformer", num_decoder_layers=1, steps=6, eval_batches=3,
-                  bleu_batches=1, log_every=2, dropout_rate=0.0, prefetch=0, **overrides)
+    config = tiny("nmt-small", **nested(dict(steps=6, eval_batches=3, bleu_batches=1, log_every=2, prefetch=0,
+                                             model=dict(attention="linformer", num_decoder_layers=1, dropout_rate=0.0)),
+                                        overrides))
     return run(config)
 
 

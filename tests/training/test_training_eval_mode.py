@@ -16,7 +16,7 @@ def _noise_paths(other):
 
 def test_eva_noise_is_not_used_at_evaluation(digits):
     for mech in ("eva", "flurka-eva"):
-        config = tiny(attention=mech)
+        config = tiny(model=dict(attention=mech))
         task = make_task(config)
         phase = loop.make_phase(config, digits.info, mech, task, make_optimizer(config))
         paths = _noise_paths(phase.other)

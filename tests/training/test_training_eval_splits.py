@@ -9,6 +9,7 @@ import tensorflow_datasets as tfds
 from training_helpers import TINY
 
 from flurka.configs import get_config
+from flurka.configs.overrides import nested
 from flurka.data import Dataset, get_dataset
 from flurka.data.core import EncodedExamples
 from flurka.training import loop, run
@@ -31,9 +32,9 @@ def mnli(tmp_path):
 
 
 def _config(tmp_path, **overrides):
-    return get_config("glue-mnli", **{**TINY, "batch_size": 4, "eval_batches": 2,
-                                      "max_len": LEN, "dataset_options": {"max_len": LEN},
-                                      "data_dir": str(tmp_path), **overrides})
+    return get_config("glue-mnli", **nested(TINY, {"batch_size": 4, "eval_batches": 2, "max_len": LEN,
+                                                   "dataset_options": {"max_len": LEN}, "data_dir": str(tmp_path)},
+                                            overrides))
 
 
 def _accuracy(model, examples, n):
@@ -44,7 +45,7 @@ def _accuracy(model, examples, n):
 
 
 def test_mismatched_accuracy_is_the_models_accuracy_on_its_first_eval_batches(mnli, tmp_path):
-    config = _config(tmp_path, attention="full")
+    config = _config(tmp_path, model=dict(attention="full"))
     task = make_task(config)
     phase = loop.make_phase(config, mnli.info, "full", task, make_optimizer(config))
     # the phase's parameters, perturbed so that the untrained model's predictions differ between examples
@@ -64,7 +65,7 @@ def test_mismatched_accuracy_is_the_models_accuracy_on_its_first_eval_batches(mn
 
 
 def test_a_run_records_mismatched_accuracy_in_every_evaluation(mnli, tmp_path):
-    result = run(_config(tmp_path, attention="flurka-rnn", steps=2, eval_every=1), dataset=mnli)
+    result = run(_config(tmp_path, steps=2, eval_every=1, model=dict(attention="flurka-rnn")), dataset=mnli)
     assert result["status"] == "ok" and len(result["eval_history"]) == 2
     for entry in [*result["eval_history"], result["final_metrics"]]:
         assert 0.0 <= entry["accuracy_mismatched"] <= 1.0, entry

@@ -41,8 +41,8 @@ def _two_steps() -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")}
     argv = ["train", "--benchmark", "lra-listops-small", "--attention", "flurka-rnn", "--steps", "2", "--json",
-            "--no-progress", "--compilation-cache", "off", "--set", "d_model=16", "--set", "d_ff=32",
-            "--set", "num_layers=1", "--set", "batch_size=4", "--set", "eval_every=0", "--set", "eval_batches=1"]
+            "--no-progress", "--compilation-cache", "off", "--set", "model.d_model=16", "--set", "model.d_ff=32",
+            "--set", "model.num_layers=1", "--set", "batch_size=4", "--set", "eval_every=0", "--set", "eval_batches=1"]
     out = subprocess.run([sys.executable, "-c", PROGRAM, *argv], capture_output=True, text=True, check=True,
                          env={**env, "JAX_PLATFORMS": "cpu"})
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -58,9 +58,9 @@ def test_a_two_step_run_compiles_few_programs_and_never_imports_orbax():
 def test_the_optimizer_state_is_what_eager_init_gives_bit_for_bit(digits):
     """The phase's AdamW state, built as one jitted program, equals ``tx.init`` run eagerly: same
     pytree (optax's namedtuples), dtypes and zeros; a training step from each agrees bit for bit."""
-    config = tiny(attention="flurka-performer")
+    config = tiny(model=dict(attention="flurka-performer"))
     tx = make_optimizer(config)
-    phase = loop.make_phase(config, digits.info, config.attention, make_task(config), tx)
+    phase = loop.make_phase(config, digits.info, config.model.attention, make_task(config), tx)
     eager = tx.init(phase.params)
     assert jax.tree.structure(phase.opt_state) == jax.tree.structure(eager)
     for a, b in zip(jax.tree.leaves(phase.opt_state), jax.tree.leaves(eager), strict=True):

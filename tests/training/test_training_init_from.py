@@ -50,9 +50,9 @@ def test_the_trunk_is_loaded_exactly_and_the_head_is_new(pretrained, digits, tmp
 
 
 @pytest.mark.parametrize("changes,needle", [
-    (dict(d_model=32), "embedding/position is (64, 16) there but (64, 32) here"),
-    (dict(attention="linformer"), "its encoder is another architecture: it has no encoder/layers/0/attention/seq_proj"),
-    (dict(num_layers=2), "its encoder is another architecture: it has no encoder/layers/1/"),
+    ({"model.d_model": 32}, "embedding/position is (64, 16) there but (64, 32) here"),
+    ({"model.attention": "linformer"}, "its encoder is another architecture: it has no encoder/layers/0/attention/seq_proj"),
+    ({"model.num_layers": 2}, "its encoder is another architecture: it has no encoder/layers/1/"),
 ])
 def test_another_architecture_is_refused_in_one_line(pretrained, digits, changes, needle):
     with pytest.raises(ValueError) as info:
@@ -120,8 +120,9 @@ def test_init_from_an_mlflow_model_uri(pretrained, tmp_path, monkeypatch, capsys
     cli.add_arguments(parser)
     code = cli.run(parser.parse_args([
         "--benchmark", "lra-image-small", "--init-from", f"runs:/{run_id}/model", "--json", "--no-progress",
-        *[a for k, v in dict(d_model=16, num_heads=2, num_layers=1, d_ff=32, batch_size=8, warmup_steps=0,
-                             eval_batches=1, attention_options={"d_k": 8, "num_features": 8}).items()
+        *[a for k, v in {"model.d_model": 16, "model.num_heads": 2, "model.num_layers": 1, "model.d_ff": 32,
+                         "batch_size": 8, "warmup_steps": 0, "eval_batches": 1,
+                         "model.attention_options": {"d_k": 8, "num_features": 8}}.items()
           for a in ("--set", f"{k}={v!r}")], "--steps", "1"]))
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["init_from"]["step"] == step and out["init_from"]["copied"] > 0

@@ -142,7 +142,7 @@ def _checkpoint_params(workdir) -> dict[str, np.ndarray]:
 
 def _mlm(n: int, **overrides):
     data = {"max_len": n, "max_train_bytes": 20_000, "max_eval_bytes": 4_000}
-    return tiny("mlm-small", attention="flurka-rnn", max_len=n, dataset_options=data, **overrides)
+    return tiny("mlm-small", max_len=n, dataset_options=data, **overrides, model=dict(attention="flurka-rnn"))
 
 
 def test_run_loads_a_flurka_rnn_trunk_pretrained_longer(tmp_path):

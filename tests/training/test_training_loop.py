@@ -28,7 +28,7 @@ def _strip(result):
 
 def test_resume_from_checkpoint_is_bit_for_bit(tmp_path, digits):
     # random features + dropout: both must come back identically after the restart
-    config = tiny(attention="flurka-performer", steps=8, eval_every=4)
+    config = tiny(steps=8, eval_every=4, model=dict(attention="flurka-performer"))
     straight = run(config, dataset=digits)
     ckpt = config.replace(workdir=str(tmp_path / "run"), checkpoint_every=3)
     with pytest.raises(Stop):                       # "crash" after step 5: checkpoint at 3
@@ -46,15 +46,14 @@ def test_checkpoints_at_the_interval_and_at_the_named_steps(tmp_path, digits):
     500-step base forking at 62, 188 and 438 had saved every 2nd step (their gcd with T/8)."""
     from flurka.training.checkpoints import Checkpointer
 
-    config = tiny(attention="rnn", steps=10, workdir=str(tmp_path / "run"), checkpoint_every=4,
-                  checkpoint_steps=(3, 7))
+    config = tiny(steps=10, workdir=str(tmp_path / "run"), checkpoint_every=4, checkpoint_steps=(3, 7), model=dict(attention="rnn"))
     assert run(config, dataset=digits)["status"] == "ok"
     assert sorted(Checkpointer(str(tmp_path / "run" / "checkpoints")).steps()) == [3, 4, 7, 8, 10]
 
 
 def test_a_classification_run_reports_its_chance_line(digits):
     """The eval split's most frequent class, as a share of it: the accuracy no model may claim."""
-    result = run(tiny(attention="rnn", steps=2, eval_batches=0), dataset=digits)
+    result = run(tiny(steps=2, eval_batches=0, model=dict(attention="rnn")), dataset=digits)
     assert result["final_metrics"]["majority_accuracy"] == pytest.approx(digits.class_distribution("eval").max())
     assert result["final_metrics"]["majority_accuracy"] < 0.15                # ten digit classes
 
@@ -67,8 +66,8 @@ def _sums_to_wall(split, wall):
 def test_time_split_covers_the_wall_time(tmp_path, digits):
     # up-training (base, hand-over, variant: each phase's first step apart), evals, checkpoints,
     # a callback
-    config = tiny(attention="flurka-rnn", base="kernel", alpha=0.5, steps=8, eval_every=4,
-                  log_every=2, workdir=str(tmp_path / "run"), checkpoint_every=3)
+    config = tiny(base="kernel", alpha=0.5, steps=8, eval_every=4, log_every=2, workdir=str(tmp_path / "run"),
+                  checkpoint_every=3, model=dict(attention="flurka-rnn"))
     phases = {"compile/rnn", "compile/rnn-to-flurka-rnn", "compile/flurka-rnn"}
     with pytest.raises(Stop) as stopped:            # stopped from the callback after step 6
         run(config, dataset=digits, callback=_stop_at(6))
@@ -79,14 +78,14 @@ def test_time_split_covers_the_wall_time(tmp_path, digits):
     _sums_to_wall(split, result["wall_time_s"])     # wall and split both carry the first attempt
     # resumed at step 3 (the checkpoint), still in the base phase: its first step there adds on
     assert split["compile/rnn"] > stopped.value.time_split["compile/rnn"]
-    plain = run(tiny(attention="full"), dataset=digits)
+    plain = run(tiny(model=dict(attention="full")), dataset=digits)
     assert set(plain["time_split"]) == {"data", "setup", "compile/full", "train_steps", "eval", "checkpoints"}
     _sums_to_wall(plain["time_split"], plain["wall_time_s"])
 
 
 def test_divergence_ends_the_run_with_history_kept(digits):
-    config = tiny(attention="full", learning_rate=1e5, grad_clip=None, steps=40, warmup_steps=0,
-                  schedule="constant", log_every=1)
+    config = tiny(learning_rate=1e5, grad_clip=None, steps=40, warmup_steps=0, schedule="constant", log_every=1,
+                  model=dict(attention="full"))
     result = run(config, dataset=digits)
     assert result["status"].startswith("diverged at step "), result["status"]
     k = int(result["status"].rsplit(" ", 1)[1])
@@ -97,7 +96,7 @@ def test_divergence_ends_the_run_with_history_kept(digits):
 
 
 def test_flops_accumulate_linearly(digits):
-    config = tiny(attention="flurka-rnn", steps=6, log_every=2, eval_every=3)
+    config = tiny(steps=6, log_every=2, eval_every=3, model=dict(attention="flurka-rnn"))
     result = run(config, dataset=digits)
     batch = next(digits.train_batches(config.batch_size))
     per_step = flops_lib.train_step_flops(config, digits.info, {k: v.shape for k, v in batch.items()})
@@ -107,7 +106,7 @@ def test_flops_accumulate_linearly(digits):
     assert result["train_flops"] == 6 * per_step
     # the count is the mechanism's: another attention logs another per-step count
     shapes = {k: v.shape for k, v in batch.items()}
-    lin, full = (flops_lib.train_step_flops(config.replace(attention=m), digits.info, shapes)
+    lin, full = (flops_lib.train_step_flops(config.replace(model=dict(attention=m)), digits.info, shapes)
                  for m in ("linformer", "full"))
     assert 0 < lin != full and per_step not in (lin, full)
 
@@ -121,12 +120,12 @@ def _cli(argv):
 
 def test_cli_prints_final_metrics_as_json(capsys):
     code = _cli(["--benchmark", "lra-image-small", "--attention", "rnn", "--steps", "3", "--json",
-                 "--no-progress", "--set", "d_model=16", "--set", "num_layers=1", "--set", "batch_size=8",
+                 "--no-progress", "--set", "model.d_model=16", "--set", "model.num_layers=1", "--set", "batch_size=8",
                  "--set", "eval_batches=1", "--d-k", "8"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["status"] == "ok" and out["steps"] == 3
     assert out["attention"] == "rnn" and 0.0 <= out["final_metrics"]["accuracy"] <= 1.0
-    assert out["config"]["attention_options"]["d_k"] == 8
+    assert out["config"]["model"]["attention_options"]["d_k"] == 8
 
 
 def test_cli_rejects_bad_input_in_one_line(capsys):
@@ -171,7 +170,7 @@ def test_sigint_to_flurka_train_is_one_line_and_exit_130(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "flurka.cli", "train", "--benchmark", "lra-listops-small", "--attention", "rnn",
          "--steps", "100000", "--workdir", str(work), "--checkpoint-every", "5", "--no-progress",
-         "--set", "d_model=16", "--set", "d_ff=32", "--set", "num_layers=1", "--set", "eval_every=0"],
+         "--set", "model.d_model=16", "--set", "model.d_ff=32", "--set", "model.num_layers=1", "--set", "eval_every=0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     deadline = time.monotonic() + 240
     while not (work / "checkpoints" / "5").exists():

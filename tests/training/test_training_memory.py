@@ -23,7 +23,7 @@ GIB = 2**30
     ("mlm-small", "performer", 16),
 ])
 def test_floor_is_below_the_compiled_steps_memory(benchmark, attention, batch):
-    config = get_config(benchmark, attention=attention, batch_size=batch)
+    config = get_config(benchmark, batch_size=batch, model=dict(attention=attention))
     data = load_dataset(config)
     phase = make_phase(config, data.info, attention, make_task(config), make_optimizer(config))
     inputs = _device_batch(next(data.train_batches(batch)))

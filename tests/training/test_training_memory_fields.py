@@ -10,12 +10,12 @@ from flurka.training import run
 from flurka.training.memory import step_floor_bytes
 
 
-@pytest.mark.parametrize("changes", [dict(grad_accumulation=4), dict(remat=True),
-                                     dict(grad_accumulation=2, remat=True)])
+@pytest.mark.parametrize("changes", [dict(grad_accumulation=4), {"model.remat": True},
+                                     {"grad_accumulation": 2, "model.remat": True}])
 def test_a_step_is_the_same_step(changes, digits):
     """Dropout off (each slice draws its own dropout key), a mean loss over examples: the mean of
     four quarter-batch gradients is the batch's gradient."""
-    base = dict(steps=3, dropout_rate=0.0, attention="linformer")
+    base = {"steps": 3, "model.dropout_rate": 0.0, "model.attention": "linformer"}
     plain = run(tiny(**base), dataset=digits)
     other = run(tiny(**base, **changes), dataset=digits)
     for metric in ("loss", "grad_norm"):   # the gradient's norm: the gradient itself, to AdamW's eye
@@ -43,7 +43,7 @@ def test_remat_checkpoints_each_encoder_block(digits):
     from flurka.training.tasks import make_task
 
     def checkpoints(remat: bool) -> int:
-        config = tiny(attention="linformer", remat=remat, num_layers=3)
+        config = tiny(model=dict(attention="linformer", remat=remat, num_layers=3))
         phase = loop.make_phase(config, digits.info, "linformer", make_task(config), make_optimizer(config))
         batch = loop._device_batch(next(digits.train_batches(8, start_step=0)))
         step = jax.make_jaxpr(phase.train_step)(phase.params, phase.other, phase.opt_state, batch,

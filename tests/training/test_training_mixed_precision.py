@@ -19,7 +19,7 @@ def _train_step_dots(config) -> tuple[dict[str, int], dict]:
     """Dot FLOPs by operand type of the compiled train step's HLO, and the step's output."""
     dataset = load_dataset(config)
     task, tx = make_task(config), make_optimizer(config)
-    phase = make_phase(config, dataset.info, config.attention, task, tx, mesh=None)
+    phase = make_phase(config, dataset.info, config.model.attention, task, tx, mesh=None)
     batch = _device_batch(dataset.train_batch(0, config.batch_size))
     args = (phase.params, phase.other, phase.opt_state, batch, jax.random.key(0))
     hlo = phase.train_step.lower(*args).as_text(dialect="hlo")
@@ -37,8 +37,8 @@ def test_bf16_step_runs_its_products_in_bf16(benchmark, attention):
     ones are inside jax.nn.dot_product_attention's XLA softmax (the decoder's attention), whose
     weights it keeps in float32. The parameters and their update stay float32, and the first loss
     matches the float32 step's to bf16 rounding."""
-    exact, f32_out = _train_step_dots(tiny(benchmark, attention=attention))
-    dots, out = _train_step_dots(tiny(benchmark, attention=attention, compute_dtype="bfloat16"))
+    exact, f32_out = _train_step_dots(tiny(benchmark, model=dict(attention=attention)))
+    dots, out = _train_step_dots(tiny(benchmark, compute_dtype="bfloat16", model=dict(attention=attention)))
     assert set(exact) == {"f32"}
     assert "f32" not in dots and dots["bf16"] > 0, dots
     if benchmark != "nmt-small":
@@ -53,7 +53,7 @@ def test_bf16_step_runs_its_products_in_bf16(benchmark, attention):
 def test_bf16_training_tracks_float32():
     """30 steps on ListOps: the bf16 run's loss curve within 2 % of the float32 run's (measured:
     0.3 %), same final eval to 1 %."""
-    results = {dt: run(tiny("lra-listops-small", attention="flurka-rnn", compute_dtype=dt, steps=30))
+    results = {dt: run(tiny("lra-listops-small", compute_dtype=dt, steps=30, model=dict(attention="flurka-rnn")))
                for dt in ("float32", "bfloat16")}
     assert all(r["status"] == "ok" for r in results.values())
     a, b = (np.array([h["loss"] for h in results[dt]["history"]]) for dt in ("float32", "bfloat16"))

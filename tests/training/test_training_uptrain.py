@@ -25,7 +25,7 @@ def _train_phase(config, info, attention, batches, steps):
     ("flurka-performer", "kernel", "seq_proj"),      # Performer -> FLuRKA: only E1/E2 are new
 ])
 def test_switch_carries_shared_parameters_and_optimizer_state(digits, variant, base, new_prefix):
-    config = tiny(attention=variant, base=base, alpha=0.5)
+    config = tiny(base=base, alpha=0.5, model=dict(attention=variant))
     base_mech = uptrain.phases(config)[0][0]
     assert base_mech == ("linformer" if base == "low-rank" else "performer")
     src = _train_phase(config, digits.info, base_mech, digits.train_batches(8), 3)
@@ -57,9 +57,9 @@ def test_switch_carries_shared_parameters_and_optimizer_state(digits, variant, b
 
 
 def test_alpha_zero_and_one_are_plain_runs(digits):
-    config = tiny(attention="flurka-rnn", base="kernel", steps=6, eval_every=3)
+    config = tiny(base="kernel", steps=6, eval_every=3, model=dict(attention="flurka-rnn"))
     plain_variant = run(config, dataset=digits)
-    plain_base = run(config.replace(attention="rnn"), dataset=digits)
+    plain_base = run(config.replace(model=dict(attention="rnn")), dataset=digits)
     a0 = run(config.replace(alpha=0.0), dataset=digits)
     a1 = run(config.replace(alpha=1.0), dataset=digits)
     for got, want in ((a0, plain_variant), (a1, plain_base)):
@@ -69,14 +69,13 @@ def test_alpha_zero_and_one_are_plain_runs(digits):
 
 
 def test_fork_from_base_checkpoint_equals_uninterrupted(tmp_path, digits):
-    config = tiny(attention="flurka-performer", alpha=0.5, steps=8, eval_every=4)
+    config = tiny(alpha=0.5, steps=8, eval_every=4, model=dict(attention="flurka-performer"))
     uninterrupted = run(config, dataset=digits)
     assert [s["step"] for s in uninterrupted["switches"]] == [4]
     assert {h["attention"] for h in uninterrupted["history"][:4]} == {"linformer"}
     assert {h["attention"] for h in uninterrupted["history"][4:]} == {"flurka-performer"}
 
-    base_run = config.replace(attention="linformer", alpha=0.0, workdir=str(tmp_path / "base"),
-                              checkpoint_every=4)
+    base_run = config.replace(alpha=0.0, workdir=str(tmp_path / "base"), checkpoint_every=4, model=dict(attention="linformer"))
     run(base_run, dataset=digits)
     forked = run(config.replace(base_checkpoint=str(tmp_path / "base" / "checkpoints")), dataset=digits)
     for key in ("status", "history", "eval_history", "final_metrics", "train_flops", "switches", "steps"):
@@ -95,7 +94,7 @@ class _Stop(Exception):
 
 def test_resume_inside_the_handover_equals_uninterrupted(tmp_path, digits):
     # same program as the fork test above (compiled steps are shared when run together)
-    config = tiny(attention="flurka-performer", alpha=0.5, steps=8, eval_every=4)
+    config = tiny(alpha=0.5, steps=8, eval_every=4, model=dict(attention="flurka-performer"))
     h = uptrain.handover_steps(config)                # capped at half of the 4 variant steps
     assert h == 2 and [s.handover_from for s in uptrain.stages(config)] == [None, "linformer", None]
     uninterrupted = run(config, dataset=digits)

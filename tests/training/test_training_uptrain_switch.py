@@ -33,9 +33,8 @@ AFTER = 5          # steps after the switch that must stay within the base run's
 WINDOW = 20        # base steps the noise is measured on
 # The paper's Gaussian E: there the switch from Linformer to FLuRKA-Performer jumps (the negative
 # control below); with pooled E (the default) it barely does, and the hand-over has less to do.
-SPEC = dict(attention="flurka-performer", base="low-rank", alpha=0.5, steps=60, num_layers=1,
-            batch_size=32, log_every=1, eval_every=0, eval_batches=1,
-            attention_options={"e_init": "gaussian"})
+SPEC = dict(base="low-rank", alpha=0.5, steps=60, batch_size=32, log_every=1, eval_every=0, eval_batches=1,
+            model=dict(attention="flurka-performer", num_layers=1, attention_options={"e_init": "gaussian"}))
 
 
 class Stop(Exception):
@@ -62,7 +61,7 @@ def base_run(tmp_path_factory, digits):
     config = get_config("lra-image-small", **SPEC)
     s = config.switch_step
     workdir = tmp_path_factory.mktemp("uptrain_switch") / "base"
-    base = config.replace(attention="linformer", alpha=0.0, workdir=str(workdir), checkpoint_every=s)
+    base = config.replace(alpha=0.0, workdir=str(workdir), checkpoint_every=s, model=dict(attention="linformer"))
     entries = _losses(base, s + 1, digits)       # the checkpoint at s is written before step s+1
     losses = np.array([entries[k]["loss"] for k in range(s - WINDOW + 1, s + 1)])
     sigma = float(np.std(np.diff(losses), ddof=1) / np.sqrt(2))
@@ -146,8 +145,8 @@ def test_handover_layer_is_base_at_zero_and_variant_at_one(variant, base):
 
 
 def test_ramp_shapes():
-    config = get_config("lra-image-small", attention="flurka-rnn", alpha=0.5, steps=100,
-                        handover_steps=4, handover_shape="linear")
+    config = get_config("lra-image-small", alpha=0.5, steps=100, handover_steps=4, handover_shape="linear",
+                        model=dict(attention="flurka-rnn"))
     s = config.switch_step
     linear = [uptrain.handover_beta(config, k) for k in range(s - 1, s + 5)]
     assert linear == pytest.approx([1.0, 0.2, 0.4, 0.6, 0.8, 1.0])       # 1.0 outside the hand-over

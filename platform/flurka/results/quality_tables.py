@@ -44,6 +44,8 @@ from flurka.results.models import CurvePoint, Metric, Sweep, Trial
 from flurka.catalogue import metrics as metric_catalogue
 from flurka.catalogue.metrics import CHANCE_OF, FRACTION_METRICS, LOWER_IS_BETTER, better, significant_decimals
 from flurka.configs import char_bleu, metric_label, table_columns
+from flurka.configs.base import as_dict, from_dict, model_of
+from flurka.configs.model import FIELDS as MODEL_FIELDS
 from flurka.catalogue.mechanisms import BASES, CONTROL, CONTROL_LABEL, KERNEL_OF, LOW_RANK
 from flurka.results.tables import NoResults, format_table, mechanism_order
 from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, Estimate, in_family, mean_ci, paired
@@ -88,9 +90,10 @@ class MixedSetups(ValueError):
     """Trials that one cell would average come from runs set up differently (steps, model, data...)."""
 
 
-# A trial's config fields that are not its setup: a cell's own axes (the mechanism, seed, α, base;
-# d_k and num_features in attention_options) and bookkeeping (where it wrote, how often it logged).
-NOT_SETUP = ("attention", "seed", "alpha", "base", "base_checkpoint", "workdir", "data_dir", "checkpoint_every",
+# A trial's config fields that are not its setup: a cell's own axes (the seed, α, base; the model's
+# mechanism, and d_k and num_features in its attention_options) and bookkeeping (where it wrote, how
+# often it logged).
+NOT_SETUP = ("seed", "alpha", "base", "base_checkpoint", "workdir", "data_dir", "checkpoint_every",
              "checkpoint_steps", "keep_checkpoints", "log_every", "eval_every", "curve_batches", "prefetch", "notes")
 CELL_OPTIONS = ("d_k", "num_features")
 
@@ -102,10 +105,16 @@ def setup_of(config: dict | str | None) -> dict | None:
         config = json.loads(config)
     if not isinstance(config, dict):
         return None
-    setup = {k: v for k, v in config.items() if k not in NOT_SETUP}
-    if isinstance(setup.get("attention_options"), dict):
-        setup["attention_options"] = {k: v for k, v in setup["attention_options"].items() if k not in CELL_OPTIONS}
-    return setup
+    try:            # either layout (flat before the model was nested), today's defaults filled in
+        config = as_dict(from_dict(config))
+    except (TypeError, ValueError):            # not a whole config (a hand-written record): as given
+        pass
+    setup = {k: v for k, v in config.items() if k not in NOT_SETUP and k != "model" and k not in MODEL_FIELDS}
+    model = model_of(config)
+    model.pop("attention", None)
+    if isinstance(model.get("attention_options"), dict):
+        model["attention_options"] = {k: v for k, v in model["attention_options"].items() if k not in CELL_OPTIONS}
+    return {**setup, **{f"model.{k}": v for k, v in model.items()}}
 
 
 def _differences(a: dict | None, b: dict | None) -> str:

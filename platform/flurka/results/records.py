@@ -59,6 +59,7 @@ from typing import Any
 from flurka.catalogue.metrics import FRACTION_METRICS   # plain Python too
 from flurka.catalogue.mechanisms import BASES, MECHANISMS, base_family, has_setting   # plain Python: no JAX
 from flurka.configs import BENCHMARKS as _REGISTERED   # plain Python too: the benchmark configs
+from flurka.configs.base import model_of
 
 BENCHMARKS: tuple[str, ...] = tuple(_REGISTERED)      # every registered benchmark can be stored
 SPEED_MODES = ("forward", "train")
@@ -253,7 +254,7 @@ def trial_from_result(trial_key: str, result: dict[str, Any], *, init_from: str 
     key; else the pre-trained work dir its result names, if any.
     """
     config = result.get("config") or {}
-    options = config.get("attention_options") or {}
+    options = model_of(config).get("attention_options") or {}
     attention = result.get("attention")
     finite = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
     curve = [{k: v for k, v in p.items() if finite(v)} for p in result.get("history") or []]

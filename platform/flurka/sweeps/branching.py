@@ -17,6 +17,7 @@ import itertools
 from typing import Any
 
 from flurka.configs import switch_step
+from flurka.configs.overrides import nested
 from flurka.catalogue.mechanisms import CONTROL, KERNEL_OF, LOW_RANK, base_family, base_mechanism
 from flurka.sweeps.spec import FULL, SweepSpec, benchmark_config, d_k_of, pretrain_spec, seq_len_of
 
@@ -68,14 +69,14 @@ class PlannedRun:
         o = dict(sweep_overrides)
         if steps is not None:
             o["steps"] = steps
-        o.update(attention=self.attention, seed=self.seed)
+        o.update({"model.attention": self.attention, "seed": self.seed})
         if self.d_k is not None:
-            o["attention_options"] = {**o.get("attention_options", {}), "d_k": self.d_k}
+            o["model.attention_options.d_k"] = self.d_k
         if self.kind == "branch" and self.init_from is None:   # fine-tuning trains its mechanism throughout
             o.update(alpha=self.alpha, base=base_family(self.base))
         if self.max_len is not None:
-            o.update(max_len=self.max_len, dataset_options={**o.get("dataset_options", {}), "max_len": self.max_len})
-        return o
+            o.update({"max_len": self.max_len, "dataset_options.max_len": self.max_len})
+        return nested(o)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PlannedRun":

@@ -52,7 +52,7 @@ def dry_run(sweep: spec.SweepSpec, *, step_times: str | None = None, gpus: int |
         longer = {r.attention: r.max_len for r in mine if r.max_len is not None}   # pretrain full_length
         at = "".join(f" ({', '.join(sorted(longer))}: N = {n}, the pre-training's)" for n in set(longer.values()))
         lines.append(f"  {benchmark}: {f'{phase}; ' if phase else ''}{len(mine)} trials, T = {config.steps} steps at "
-                     f"batch {config.batch_size}, d_model {config.d_model}, {config.num_layers} layers, "
+                     f"batch {config.batch_size}, d_model {config.model.d_model}, {config.model.num_layers} layers, "
                      f"N = {config.max_len}{at}; {sum(r.executed_steps for r in mine)} steps to train")
     compute = plan.compute()
     lines.append(f"in all: {len(runs)} trials, {compute['total_steps']} training steps over {len(sweep.seeds)} seed(s)"

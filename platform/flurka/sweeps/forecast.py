@@ -330,8 +330,8 @@ def forecast_lines(sweep: SweepSpec, plan: Plan, *, step_times: str | os.PathLik
     for benchmark in benchmarks:
         mine = [r for r in runs if r.benchmark == benchmark]
         config = trial_config(mine[0], sweep)
-        rates[benchmark] = card_rates(docs, d_model=config.d_model, dtype=config.compute_dtype) if docs else []
-        note = "; rematerialisation's recomputed forward not counted" if config.remat else ""
+        rates[benchmark] = card_rates(docs, d_model=config.model.d_model, dtype=config.compute_dtype) if docs else []
+        note = "; rematerialisation's recomputed forward not counted" if config.model.remat else ""
         lines.append(f"  {benchmark} ({config.compute_dtype}): {_flops(sum(flops[r.key] for r in mine))} FLOPs; "
                      f"evaluation not included: {_eval_words(config)}{note}")
         rows: dict[tuple, list[PlannedRun]] = {}

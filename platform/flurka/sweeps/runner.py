@@ -47,6 +47,7 @@ from flurka import cluster, source
 from flurka.cluster import storage as object_storage
 from flurka.catalogue.metrics import lower_is_better
 from flurka.catalogue.mechanisms import base_family
+from flurka.configs.base import as_dict, upgraded
 from flurka.results import TrialRecord, ingest_sweep, open_results, quality_tables, speed_tables, trial_from_result
 from flurka.results.db import probe, redact
 from flurka.results.models import SpeedMeasurement
@@ -66,7 +67,6 @@ from flurka.tracking.callback import STATUS_TAG, MLflowTrialCallback
 from flurka.tracking.mlflow_runs import (BENCHMARK_TAG, SweepTracker, artifact_root_for, git_commit, lineage_tags,
                                          package_versions, trial_run_name)
 from flurka.tracking.store import probe_tracking, relocate_artifacts
-from flurka.training.loop import config_dict
 
 PHASES = ("first", "branches")  # what branches fork from, then the α branches (Plan.phases)
 RECORD = "sweep-record.json"    # the sweep's results as `flurka ingest` reads them, in its run dir
@@ -126,6 +126,10 @@ def _check_same_spec(spec: SweepSpec, state: dict[str, Any]) -> None:
     if not isinstance(stored, dict):
         return
     now = json.loads(json.dumps(stored_dict(spec)))   # tuples as the stored lists
+    if isinstance(stored.get("overrides"), dict):       # a sweep's from before the model was nested
+        stored = {**stored, "overrides": upgraded(stored["overrides"])}
+    if isinstance(stored.get("pretrain"), dict) and isinstance(stored["pretrain"].get("overrides"), dict):
+        stored = {**stored, "pretrain": {**stored["pretrain"], "overrides": upgraded(stored["pretrain"]["overrides"])}}
     for field, value in now.items():
         if field in RESUME_MAY_CHANGE or field not in stored:
             continue
@@ -307,7 +311,7 @@ def check_all_started(results, phase: str, run_dir) -> None:
 def _params(cfg: dict[str, Any]) -> dict[str, Any]:
     """MLflow params of a trial: its planned run and the full training config."""
     _, config = build_config(cfg)
-    return {"run": cfg["run"], "config": config_dict(config)}
+    return {"run": cfg["run"], "config": as_dict(config)}
 
 
 def _tuner(spec: SweepSpec, phase: str, configs: list[dict[str, Any]], storage: Path | str, exp_name: str, callbacks):

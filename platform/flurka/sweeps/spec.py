@@ -24,8 +24,8 @@ import yaml
 
 from flurka import configs
 from flurka.cli import OneLineParser as ArgumentParser, one_line, writable_dir   # errors in one line
-from flurka.configs.base import MAX_INT as MAX_STEPS
-from flurka.configs.overrides import parse_assignments
+from flurka.configs.checks import MAX_INT as MAX_STEPS
+from flurka.configs.overrides import nested, parse_assignments
 from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, LENGTH_BOUND, MECHANISMS, base_mechanism
 
 # Table 5's α grid: 12.5% ... 87.5% of the training steps on the base model.
@@ -154,9 +154,8 @@ class SweepSpec:
         """What every trial's ``get_config`` gets: ``overrides`` with ``e_init`` merged in."""
         overrides = dict(self.overrides)
         if self.e_init is not None:
-            overrides["attention_options"] = {**overrides.get("attention_options", {}),
-                                              "e_init": self.e_init}
-        return overrides
+            overrides["model.attention_options.e_init"] = self.e_init
+        return nested(overrides)
 
     def base_of(self, variant: str) -> str:
         """``variant``'s up-training base ("low-rank" or "kernel", :data:`BASES`)."""
@@ -377,7 +376,7 @@ def seq_len_of(cfg: Any) -> int:
 
 def d_k_of(cfg: Any) -> int | None:
     """The config's own d_k (what the sweep uses when ``--d-k`` is not given)."""
-    return dict(cfg.attention_options).get("d_k")
+    return cfg.model.attention_options.get("d_k")
 
 
 # -- pre-train then fine-tune (``pretrain:``) ---------------------------------------------------
@@ -390,7 +389,7 @@ def d_k_of(cfg: Any) -> int | None:
 
 PRETRAIN_KEYS = ("benchmark", "steps", "overrides", "full_length")
 PRETRAIN_TASK = "mlm"              # what pre-training trains: the trunk a classifier starts from
-ARCHITECTURE = ("d_model", "num_heads", "num_layers", "d_ff")   # the trunk's shape besides N, d_k, vocabulary
+ARCHITECTURE = ("d_model", "num_heads", "num_layers", "d_ff")   # the model's trunk shape besides N, d_k, vocabulary
 
 
 def benchmarks_of(spec: SweepSpec) -> tuple[str, ...]:
@@ -414,7 +413,7 @@ def pretrain_spec(spec: SweepSpec) -> SweepSpec | None:
         return None
     p = spec.pretrain
     return dataclasses.replace(spec, benchmarks=(p["benchmark"],), steps=p.get("steps"),
-                               overrides={**spec.overrides, **(p.get("overrides") or {})}, d_k=fine_tune_d_ks(spec),
+                               overrides=nested(spec.overrides, p.get("overrides") or {}), d_k=fine_tune_d_ks(spec),
                                pretrain=None)
 
 
@@ -466,10 +465,10 @@ def _check_chain(spec: SweepSpec, cat: dict[str, Any]) -> None:
     for b in spec.benchmarks:
         cfg = benchmark_config(b, spec)
         for field in ARCHITECTURE:
-            if getattr(cfg, field) != getattr(pre, field):
-                raise SpecError(f"pretrain: {b} has {field}={getattr(cfg, field)} but {bench} pre-trains "
-                                f"{field}={getattr(pre, field)}, so no encoder of it fits; give both the same "
-                                "(overrides, pretrain.overrides)")
+            if getattr(cfg.model, field) != getattr(pre.model, field):
+                raise SpecError(f"pretrain: {b} has model.{field}={getattr(cfg.model, field)} but {bench} pre-trains "
+                                f"model.{field}={getattr(pre.model, field)}, so no encoder of it fits; give both the "
+                                "same (overrides, pretrain.overrides)")
         if _vocabulary(cfg) != _vocabulary(pre):
             raise SpecError(f"pretrain: {b} reads the vocabulary {_vocabulary(cfg)[0]!r} but {bench} pre-trains on "
                             f"{_vocabulary(pre)[0]!r}; fine-tune with the pre-training's tokens (dataset_options vocab)")
@@ -565,12 +564,12 @@ def _overrides(v: Any) -> dict[str, Any]:
         if not all(isinstance(x, str) for x in v):
             raise _Bad
         try:
-            return parse_assignments(v)
+            return nested(parse_assignments(v))
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
         raise _Bad
-    return dict(v)
+    return nested(v)
 
 
 def _per_variant(one):
@@ -749,7 +748,7 @@ def from_args(args: argparse.Namespace | dict[str, Any]) -> SweepSpec:
         values.update(_normalize(load_yaml(path), str(path)))
     cli = _normalize({k: v for k, v in given.items() if k in _FIELDS}, "command line")
     if "overrides" in cli and "overrides" in values:
-        cli["overrides"] = {**values["overrides"], **cli["overrides"]}
+        cli["overrides"] = nested(values["overrides"], cli["overrides"])
     values.update(cli)
     if "benchmarks" not in values:
         raise SpecError("no --benchmarks given (flag or YAML key 'benchmarks')")

@@ -269,7 +269,7 @@ def _base_result(run: PlannedRun, cfg, step: int, wall: float,
     missing = sorted(set(run.fork_steps) - set(kept))
     if missing:
         raise RuntimeError(f"base run {run.key} lacks fork checkpoints {missing}")
-    return {"status": "ok", "benchmark": cfg.benchmark, "attention": cfg.attention, "seed": cfg.seed,
+    return {"status": "ok", "benchmark": cfg.benchmark, "attention": cfg.model.attention, "seed": cfg.seed,
             "steps": int(meta["step"]), "final_metrics": {}, "history": meta["history"],
             "eval_history": meta["eval_history"], "train_flops": meta["train_flops"], "wall_time_s": wall,
             "time_split": dict(time_split or meta.get("time_split") or {}),

@@ -13,21 +13,23 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from flurka.catalogue import metrics as metric_catalogue
-from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, MECHANISMS, SETTINGS
+from flurka.catalogue.mechanisms import BASES, E_INITS, FLURKA, SETTINGS
 from flurka.catalogue.metrics import METRICS, SEQUENCE_METRICS, TASK_METRICS
 from flurka.cli import one_line
+from flurka.configs.checks import choice, positive
+from flurka.configs.model import FIELDS as MODEL_FIELDS
+from flurka.configs.model import ModelConfig
+from flurka.configs.overrides import nested
 from flurka.data.prefetch import MAX_PREFETCH
 
 # The key of an eval history entry made with ``curve_batches`` (a subset, no decoding): such an
 # entry is a point of the eval curve, never a run's final metrics.
 CURVE_POINT = "curve_point"
 TASKS = ("classification", "regression", "mlm", "translation", "image")
-MODELS = ("classifier", "mlm", "seq2seq", "vit")
 SCHEDULES = ("linear", "inverse_sqrt", "cosine", "constant")
 COMPUTE_DTYPES = ("float32", "bfloat16")
 BLEU_TOKENIZERS = ("13a", "intl", "char", "none", "zh")  # sacrebleu's, without extra dependencies
 HANDOVER_SHAPES = ("linear", "ease-out")
-POOLINGS = ("cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,31 +39,20 @@ class TrainConfig:
     benchmark: str
     dataset: str
     task: str
-    model: str
     metrics: tuple[str, ...]
-    # model
-    d_model: int
-    num_heads: int
-    num_layers: int
-    d_ff: int
+    # the architecture, passed whole to the model (flurka.configs.model): its mechanism, its
+    # attention_options (d_k, num_features, ...), sizes, pooling, remat
+    model: ModelConfig
     max_len: int                       # the encoder's sequence length (tokens, pixels, patches)
-    num_decoder_layers: int = 0        # seq2seq only
-    dropout_rate: float = 0.1
-    pooling: str = "mean"
-    patch_size: int = 16               # vit only
-    t2t: bool = False                  # vit only: Tokens-to-Token stem
-    attention: str = "full"
-    attention_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     # Mixed precision: "bfloat16" runs every forward/backward product on bf16 copies of the
     # float32 parameters (gradients, AdamW state and checkpoints stay float32); "float32" (TF32 on
     # GPUs at JAX's default matmul precision) is the paper's setting and the default.
     compute_dtype: str = "float32"
     # Memory for the paper's sizes on one card: each step's gradient summed over this many equal
     # slices of its batch, one after another (the step, its batch and its update unchanged; the
-    # activations of one slice), and remat: each encoder block's activations recomputed in the
-    # backward pass instead of kept (jax.checkpoint; more FLOPs, the same maths).
+    # activations of one slice); with model.remat, each encoder block's activations recomputed in
+    # the backward pass instead of kept (jax.checkpoint; more FLOPs, the same maths).
     grad_accumulation: int = 1
-    remat: bool = False
     # optimizer (optax AdamW)
     learning_rate: float = 1e-4
     schedule: str = "linear"
@@ -111,11 +102,9 @@ class TrainConfig:
     notes: str = ""                    # where the settings come from
 
     def replace(self, **overrides: Any) -> "TrainConfig":
-        return dataclasses.replace(self, **overrides)
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.num_heads
+        """This config with ``overrides``: fields, or ``model`` as a ModelConfig (whole) or a
+        mapping of its fields merged into this one's (see :func:`apply`)."""
+        return apply(self, overrides)
 
     @property
     def reported_metrics(self) -> tuple[str, ...]:
@@ -209,112 +198,158 @@ ATTENTION_OPTIONS = SETTINGS
 
 
 def get_config(benchmark: str, **overrides: Any) -> TrainConfig:
-    """The named benchmark's config with ``overrides`` applied, validated.
+    """The named benchmark's config with ``overrides`` applied (:func:`apply`), validated.
 
-    ``attention_options`` and ``dataset_options`` overrides are merged into the benchmark's
-    defaults (so ``attention_options={"d_k": 64}`` keeps ``num_features``); ``None`` values
-    in them remove a default. Overriding ``steps`` alone scales ``warmup_steps`` with it (linear
-    and cosine schedules), so the warm-up stays the same fraction of training.
+    Overriding ``steps`` alone scales ``warmup_steps`` with it (linear and cosine schedules), so
+    the warm-up stays the same fraction of training.
     """
     if benchmark not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}")
-    unknown = sorted(set(overrides) - set(FIELDS))
-    if unknown:
-        raise ValueError(one_line(f"unknown config field(s) {unknown}; valid: {', '.join(FIELDS)}", bare=False))
+    overrides = nested(overrides)
     config = BENCHMARKS[benchmark].config()
     if "steps" in overrides and "warmup_steps" not in overrides and config.schedule != "inverse_sqrt":
         # warm-up keeps its fraction of training when only the length changes
         steps = overrides["steps"]
         if isinstance(steps, int) and steps > 0:
             overrides["warmup_steps"] = round(config.warmup_steps * steps / config.steps)
-    for key in ("attention_options", "dataset_options"):
-        if key in overrides and overrides[key] is not None:
-            if not isinstance(overrides[key], Mapping):
-                raise ValueError(f"{key} must be a mapping such as {{'d_k': 16}}, got {repr(overrides[key])[:80]}")
-            merged = {**getattr(config, key), **overrides[key]}
-            overrides[key] = {k: v for k, v in merged.items() if v is not None}
-    config = dataclasses.replace(config, **overrides)
-    validate(config)
-    return config
+    return validate(apply(config, overrides))
+
+
+def _merged(name: str, defaults: Mapping[str, Any], changes: Any) -> dict[str, Any]:
+    """An options mapping with ``changes`` merged in; a None value removes a default."""
+    if not isinstance(changes, Mapping):
+        raise ValueError(f"{name} must be a mapping such as {{'d_k': 16}}, got {repr(changes)[:80]}")
+    return {k: v for k, v in {**defaults, **changes}.items() if v is not None}
+
+
+def apply(config: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
+    """``config`` with ``overrides`` (not validated). ``dataset_options`` and ``model`` are merged
+    into the config's own: ``model={"d_model": 64}`` keeps the other model fields, and
+    ``model={"attention_options": {"d_k": 64}}`` keeps ``num_features`` (``None`` values in an
+    options mapping remove a default); a ``ModelConfig`` replaces the model whole. Dotted keys
+    (``model.d_model``, what ``--set`` takes) are the same as nested ones. One line names an
+    unknown field, and where a model field was given at the top, the key it has now."""
+    overrides = nested(overrides)
+    unknown = sorted(set(overrides) - set(FIELDS))
+    if unknown:
+        moved = [k for k in unknown if k in MODEL_FIELDS]
+        hint = f"; a model setting goes under model (model.{moved[0]})" if moved else ""
+        raise ValueError(one_line(f"unknown config field(s) {unknown}{hint}; valid: {', '.join(FIELDS)}", bare=False))
+    changes = dict(overrides)
+    if changes.get("dataset_options") is not None:
+        changes["dataset_options"] = _merged("dataset_options", config.dataset_options, changes["dataset_options"])
+    model = changes.get("model")
+    if model is not None and not isinstance(model, ModelConfig):
+        if not isinstance(model, Mapping):
+            raise ValueError(f"model must be a mapping of model fields such as {{'d_model': 64}}, got {repr(model)[:80]}")
+        bad = sorted(set(model) - set(MODEL_FIELDS))
+        if bad:
+            raise ValueError(one_line(f"unknown model field(s) {bad}; valid: {', '.join(MODEL_FIELDS)}", bare=False))
+        model = dict(model)
+        if model.get("attention_options") is not None:
+            model["attention_options"] = _merged("model.attention_options", config.model.attention_options,
+                                                 model["attention_options"])
+        changes["model"] = config.model.replace(**model)
+    return dataclasses.replace(config, **changes)
+
+
+def upgraded(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded config, or a sweep's stored overrides, in today's layout. Runs and sweeps
+    recorded before the model's settings were nested (flat ``d_model``, ``attention``, ...;
+    ``model`` then the architecture's name) read the same: a work dir from then resumes, forks
+    and loads as it did, a sweep from then resumes, and its trials pool with today's."""
+    if isinstance(stored.get("model"), Mapping) or not set(stored) & set(MODEL_FIELDS):
+        return dict(stored)
+    out = {k: v for k, v in stored.items() if k not in MODEL_FIELDS and k != "model"}
+    model = {k: stored[k] for k in MODEL_FIELDS if k in stored}
+    if not model.get("num_decoder_layers"):      # 0 then meant "as many as the encoder"
+        model.pop("num_decoder_layers", None)
+    if stored.get("task") in ("mlm", "translation"):
+        model.pop("pooling", None)              # set to "mean" then, read by no model of theirs
+    return {**out, "model": model}
+
+
+def model_of(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The model's settings in a recorded config of either layout (:func:`upgraded`), as data."""
+    model = upgraded(stored).get("model")
+    return dict(model) if isinstance(model, Mapping) else {}
+
+
+def from_dict(stored: Mapping[str, Any]) -> TrainConfig:
+    """The TrainConfig a run recorded (either layout, :func:`upgraded`); fields this version does
+    not know are dropped (a newer writer's)."""
+    d = {k: v for k, v in stored.items() if k in FIELDS}
+    d["model"] = ModelConfig(**{k: v for k, v in model_of(stored).items() if k in MODEL_FIELDS})
+    d["metrics"] = tuple(d.get("metrics", ()))
+    d["checkpoint_steps"] = tuple(d.get("checkpoint_steps", ()))
+    return TrainConfig(**d)
+
+
+def as_dict(config: TrainConfig) -> dict[str, Any]:
+    """``config`` as JSON-ready data (what a run records; :func:`from_dict` reads it back)."""
+    out = dataclasses.asdict(config)
+    out["model"]["attention_options"] = dict(config.model.attention_options)
+    out["dataset_options"] = dict(config.dataset_options)
+    out["metrics"] = list(config.metrics)
+    return out
 
 
 # ------------------------------------------------------------------------------------------
 # Validation
 # ------------------------------------------------------------------------------------------
-def _choice(name: str, value: Any, valid: tuple) -> None:
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(str, valid))}")
-
-
-MAX_INT = 2**31 - 1    # sizes and step counts reach the device as int32
-
-
-def _positive(name: str, value: Any, *, zero_ok: bool = False) -> None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if zero_ok else value > 0)
-    if not ok or value > MAX_INT:
-        raise ValueError(f"{name} must be a {'non-negative' if zero_ok else 'positive'} int of at most "
-                         f"{MAX_INT}, got {repr(value)[:80]}")
-
-
 def validate(config: TrainConfig) -> TrainConfig:
     """Check ``config``; raise a one-line ValueError naming the valid choices. Returns it."""
     c = config
-    _choice("task", c.task, TASKS)
-    _choice("model", c.model, MODELS)
-    _choice("attention mechanism", c.attention, MECHANISMS)
-    _choice("schedule", c.schedule, SCHEDULES)
-    _choice("pooling", c.pooling, POOLINGS)
-    _choice("up-training base", c.base, BASES)
-    _choice("handover_shape", c.handover_shape, HANDOVER_SHAPES)
-    _choice("bleu_tokenize", c.bleu_tokenize, BLEU_TOKENIZERS)
-    _choice("compute_dtype", c.compute_dtype, COMPUTE_DTYPES)
+    choice("task", c.task, TASKS)
+    if not isinstance(c.model, ModelConfig):
+        raise ValueError(f"model must be a flurka.configs.ModelConfig, got {type(c.model).__name__}")
+    choice("schedule", c.schedule, SCHEDULES)
+    choice("up-training base", c.base, BASES)
+    choice("handover_shape", c.handover_shape, HANDOVER_SHAPES)
+    choice("bleu_tokenize", c.bleu_tokenize, BLEU_TOKENIZERS)
+    choice("compute_dtype", c.compute_dtype, COMPUTE_DTYPES)
     for m in c.metrics:
-        _choice("metric", m, TASK_METRICS)
-    for name in ("d_model", "num_heads", "num_layers", "d_ff", "max_len", "batch_size", "steps",
+        choice("metric", m, TASK_METRICS)
+    for name in ("max_len", "batch_size", "steps",
                  "log_every", "bleu_batches", "beam_size"):
-        _positive(name, getattr(c, name))
-    _positive("grad_accumulation", c.grad_accumulation)
+        positive(name, getattr(c, name))
+    positive("grad_accumulation", c.grad_accumulation)
     if c.batch_size % c.grad_accumulation:
         raise ValueError(f"grad_accumulation={c.grad_accumulation} must divide batch_size={c.batch_size} "
                          "(equal slices of each batch)")
-    for name in ("warmup_steps", "eval_every", "eval_batches", "curve_batches", "checkpoint_every", "num_decoder_layers",
-                 "handover_steps"):
-        _positive(name, getattr(c, name), zero_ok=True)
-    _positive("prefetch", c.prefetch, zero_ok=True)
+    for name in ("warmup_steps", "eval_every", "eval_batches", "curve_batches", "checkpoint_every", "handover_steps"):
+        positive(name, getattr(c, name), zero_ok=True)
+    positive("prefetch", c.prefetch, zero_ok=True)
     if c.prefetch > MAX_PREFETCH:
         raise ValueError(f"prefetch={c.prefetch} exceeds {MAX_PREFETCH} batches ahead (each one held in memory)")
     for step in c.checkpoint_steps:
-        _positive("checkpoint_steps", step)
+        positive("checkpoint_steps", step)
     if c.checkpoint_steps and not c.checkpoint_every:
         raise ValueError("checkpoint_steps needs checkpoint_every > 0 (a run saves only with a checkpointer)")
-    if c.d_model % c.num_heads:
-        raise ValueError(f"num_heads={c.num_heads} must divide d_model={c.d_model}")
     if not (isinstance(c.learning_rate, (int, float)) and c.learning_rate > 0):
         raise ValueError(f"learning_rate must be > 0, got {c.learning_rate!r}")
     if c.schedule == "inverse_sqrt" and c.warmup_steps == 0:
         raise ValueError("the inverse_sqrt schedule needs warmup_steps > 0")
     if c.warmup_steps > c.steps and c.schedule in ("linear", "cosine"):
         raise ValueError(f"warmup_steps={c.warmup_steps} exceeds steps={c.steps}")
-    if not 0.0 <= c.dropout_rate < 1.0:
-        raise ValueError(f"dropout_rate must be in [0, 1), got {c.dropout_rate}")
     if c.grad_clip is not None and not c.grad_clip > 0:
         raise ValueError(f"grad_clip must be > 0 or None, got {c.grad_clip}")
-    opts = dict(c.attention_options)
+    opts = dict(c.model.attention_options)
     bad = sorted(set(opts) - set(ATTENTION_OPTIONS))
     if bad:
         raise ValueError(f"unknown attention option(s) {bad}; valid: {', '.join(ATTENTION_OPTIONS)}")
     if opts.get("e_init", E_INITS[0]) not in E_INITS:
-        raise ValueError(f"attention_options.e_init must be one of {', '.join(E_INITS)}, "
+        raise ValueError(f"model.attention_options.e_init must be one of {', '.join(E_INITS)}, "
                          f"got {opts['e_init']!r}")
     d_k = opts.get("d_k")
     if d_k is not None:
-        _positive("attention_options.d_k", d_k)
+        positive("model.attention_options.d_k", d_k)
         if d_k > c.max_len:
             raise ValueError(f"d_k={d_k} exceeds the benchmark's max_len={c.max_len}")
     # up-training
     if not isinstance(c.alpha, (int, float)) or not 0.0 <= c.alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {c.alpha!r}")
-    if c.alpha > 0 and c.attention not in FLURKA:
+    if c.alpha > 0 and c.model.attention not in FLURKA:
         raise ValueError(f"alpha > 0 (up-training) needs a FLuRKA attention; valid: {', '.join(FLURKA)}")
     if c.base_checkpoint is not None and not 0 < c.switch_step < c.steps:
         raise ValueError("base_checkpoint needs 0 < round(alpha*steps) < steps (a switch inside the run)")

@@ -42,8 +42,8 @@ def _glue(task: str) -> TrainConfig:
     steps = max(100, math.ceil(10 * n / BATCH))
     return TrainConfig(
         benchmark=f"glue-{task}", dataset=f"glue-{task}",
-        task="regression" if task == "stsb" else "classification", model="classifier",
-        metrics=metrics, **bert_base(max_len=MAX_LEN, attention_options={"d_k": 64, "num_features": 64}), pooling="cls",
+        task="regression" if task == "stsb" else "classification", metrics=metrics,
+        model=bert_base(attention_options={"d_k": 64, "num_features": 64}, pooling="cls"), max_len=MAX_LEN,
         dataset_options={**SHARED_VOCAB, "max_len": MAX_LEN},
         learning_rate=LR_RANGE[0], schedule="linear", warmup_steps=math.ceil(0.06 * steps),
         weight_decay=0.1, grad_clip=1.0, b2=0.98, eps=1e-6,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from flurka.configs.base import TrainConfig, register
+from flurka.configs.model import ModelConfig
 
 TRAIN_IMAGES = 1_281_167
 BATCH = 128
@@ -21,9 +22,10 @@ EPOCH = math.ceil(TRAIN_IMAGES / BATCH)
           columns=(("ImageNet top-1 (%)", "accuracy"), ("ImageNet top-5 (%)", "top5")))
 def imagenet() -> TrainConfig:
     return TrainConfig(
-        benchmark="imagenet", dataset="imagenet", task="image", model="vit", metrics=("accuracy", "top5"),
-        d_model=256, num_heads=4, num_layers=7, d_ff=512, max_len=197, patch_size=16, t2t=True,
-        dropout_rate=0.0, pooling="cls", attention_options={"d_k": 64, "num_features": 64},
+        benchmark="imagenet", dataset="imagenet", task="image", metrics=("accuracy", "top5"),
+        model=ModelConfig("full", attention_options={"d_k": 64, "num_features": 64}, d_model=256, num_heads=4,
+                          num_layers=7, d_ff=512, patch_size=16, t2t=True, dropout_rate=0.0, pooling="cls"),
+        max_len=197,
         learning_rate=1e-3, schedule="cosine", warmup_steps=5 * EPOCH, weight_decay=0.05,
         batch_size=BATCH, steps=math.ceil(350 * TRAIN_IMAGES / BATCH), eval_every=10 * EPOCH,
         log_every=500, checkpoint_every=EPOCH,

@@ -10,6 +10,7 @@ weight decay, dropout 0.1, and 128 for the Linformer length / Performer features
 from __future__ import annotations
 
 from flurka.configs.base import TrainConfig, register
+from flurka.configs.model import ModelConfig
 
 _NOTES = ("Table 6 (batch, lr, linear decay, 2 layers, 2 heads, head dim 64, FFN 128); "
           "warm-up, steps, lengths, d_k/features from Skyformer code/config.py")
@@ -18,11 +19,10 @@ _NOTES = ("Table 6 (batch, lr, linear decay, 2 layers, 2 heads, head dim 64, FFN
 def _lra(name: str, *, dataset: str, batch: int, lr: float, warmup: int, max_len: int,
          eval_every: int, eval_batches: int) -> TrainConfig:
     return TrainConfig(
-        benchmark=name, dataset=dataset, task="classification", model="classifier",
-        metrics=("accuracy",),
-        d_model=128, num_heads=2, num_layers=2, d_ff=128, max_len=max_len,
-        dropout_rate=0.1, pooling="mean",
-        attention="full", attention_options={"d_k": 128, "num_features": 128},
+        benchmark=name, dataset=dataset, task="classification", metrics=("accuracy",),
+        model=ModelConfig("full", attention_options={"d_k": 128, "num_features": 128},
+                          d_model=128, num_heads=2, num_layers=2, d_ff=128, dropout_rate=0.1, pooling="mean"),
+        max_len=max_len,
         learning_rate=lr, schedule="linear", warmup_steps=warmup, weight_decay=0.0,
         batch_size=batch, steps=50_000, eval_every=eval_every, eval_batches=eval_batches,
         log_every=100, notes=_NOTES,

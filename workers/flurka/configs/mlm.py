@@ -14,23 +14,24 @@ file and cached under the data dir (:mod:`flurka.data.subword`), shared with GLU
 from __future__ import annotations
 
 from flurka.configs.base import TrainConfig, register
+from flurka.configs.model import ModelConfig
 
 # MLM pre-training's vocabulary, which GLUE fine-tuning reuses (flurka.data.local_sets.wikitext103_tokenizer)
 SHARED_VOCAB = {"vocab": "sentencepiece"}
 MAX_LEN = 512   # subword tokens
 
 
-def bert_base(**overrides) -> dict:
+def bert_base(**overrides) -> ModelConfig:
     """The 12-layer encoder shared by MLM pre-training and GLUE fine-tuning."""
-    return {**dict(d_model=768, num_heads=12, num_layers=12, d_ff=3072, max_len=512, dropout_rate=0.1,
-                   attention_options={"d_k": 256, "num_features": 256}), **overrides}
+    return ModelConfig("full", **{**dict(d_model=768, num_heads=12, num_layers=12, d_ff=3072, dropout_rate=0.1,
+                                         attention_options={"d_k": 256, "num_features": 256}), **overrides})
 
 
 @register("mlm-wikitext103", table="collective", columns=(("WikiText-103 (perplexity)", "perplexity"),))
 def wikitext103() -> TrainConfig:
     return TrainConfig(
-        benchmark="mlm-wikitext103", dataset="mlm-wikitext103", task="mlm", model="mlm",
-        metrics=("perplexity", "accuracy"), **bert_base(max_len=MAX_LEN),
+        benchmark="mlm-wikitext103", dataset="mlm-wikitext103", task="mlm",
+        metrics=("perplexity", "accuracy"), model=bert_base(), max_len=MAX_LEN,
         dataset_options={**SHARED_VOCAB, "max_len": MAX_LEN},
         learning_rate=1e-4, schedule="linear", warmup_steps=10_000, weight_decay=0.01, grad_clip=1.0,
         b2=0.98, eps=1e-6, batch_size=1024, steps=120_000, eval_every=5_000, eval_batches=50,

@@ -18,6 +18,7 @@ standard ``13a`` tokenization on detokenized text (the decoded pieces), as t5x r
 from __future__ import annotations
 
 from flurka.configs.base import TrainConfig, register
+from flurka.configs.model import ModelConfig
 
 MAX_LEN = 256            # subword tokens per side
 BATCH = 128
@@ -29,11 +30,10 @@ VOCAB = {"vocab": "sentencepiece"}   # the pair's 32k vocabulary (flurka.data.su
 
 def _nmt(name: str, dataset: str) -> TrainConfig:
     return TrainConfig(
-        benchmark=name, dataset=dataset, task="translation", model="seq2seq",
-        metrics=("bleu", "perplexity", "accuracy"),
-        d_model=768, num_heads=12, num_layers=12, num_decoder_layers=12, d_ff=3072, max_len=MAX_LEN,
-        dataset_options={**VOCAB, "max_len": MAX_LEN}, bleu_tokenize="13a",
-        dropout_rate=0.1, attention_options={"d_k": 128, "num_features": 128},
+        benchmark=name, dataset=dataset, task="translation", metrics=("bleu", "perplexity", "accuracy"),
+        model=ModelConfig("full", attention_options={"d_k": 128, "num_features": 128}, d_model=768, num_heads=12,
+                          num_layers=12, num_decoder_layers=12, d_ff=3072, dropout_rate=0.1),
+        max_len=MAX_LEN, dataset_options={**VOCAB, "max_len": MAX_LEN}, bleu_tokenize="13a",
         learning_rate=1.0, schedule="inverse_sqrt", warmup_steps=4000, weight_decay=0.0,
         b2=0.98, eps=1e-9, label_smoothing=0.1,
         batch_size=BATCH, steps=128_000, eval_every=8_000, eval_batches=0, bleu_batches=NEWSTEST_BATCHES,
@@ -58,5 +58,5 @@ def enfr() -> TrainConfig:
 def ablation() -> TrainConfig:
     """Table 6 "Quality Ablations" (up-training, Table 5): 6 layers, 8 heads, FFN 2048."""
     return _nmt("nmt-ablation-ende", "nmt-wmt14-ende").replace(
-        d_model=512, num_heads=8, num_layers=6, num_decoder_layers=6, d_ff=2048,
+        model={"d_model": 512, "num_heads": 8, "num_layers": 6, "num_decoder_layers": 6, "d_ff": 2048},
         notes="Table 6 Quality Ablations (batch 128, lr 1, inverse sqrt, 6L/8H/64/2048)")

@@ -1,5 +1,8 @@
 """``--set FIELD=VALUE``: the one parser of config overrides, for ``flurka train`` and the sweep.
 
+A dotted FIELD sets a field of a nested config: ``--set model.d_model=64``,
+``--set model.attention_options.d_k=16`` (:func:`nested` reads them as ``{"model": {...}}``).
+
 A value is read as a Python literal (``1e6`` the float 1e6, ``16``, ``'pool'``, ``[1, 2]``,
 ``{'d_k': 16}``, ``None``, ``True``); as a YAML flow collection when it is one (``{d_k: 16}``);
 the words ``true``/``false``/``null`` as JSON/YAML spell them; anything else is the string as
@@ -10,7 +13,7 @@ apply: the same text means the same value in both commands.
 from __future__ import annotations
 
 import ast
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from flurka.cli import one_line
 
@@ -39,7 +42,7 @@ def parse_value(text: str) -> Any:
 
 
 def parse_assignments(items: Iterable[str], flag: str = "--set") -> dict[str, Any]:
-    """``["lr=1e-3", "attention_options={'d_k': 16}"]`` -> ``{"lr": 0.001, ...}``; ValueError
+    """``["lr=1e-3", "model.attention_options={'d_k': 16}"]`` -> ``{"lr": 0.001, ...}``; ValueError
     (one line, what was typed cut to 80 characters) for an item without ``=`` or a malformed value."""
     try:
         return _assignments(items, flag)
@@ -62,4 +65,24 @@ def _assignments(items: Iterable[str], flag: str) -> dict[str, Any]:
     return out
 
 
-__all__ = ["parse_value", "parse_assignments"]
+def nested(*overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"model.d_model": 64, "model": {"d_ff": 128}, "steps": 8}`` ->
+    ``{"model": {"d_model": 64, "d_ff": 128}, "steps": 8}``: dotted keys as nested mappings, and
+    mappings merged key by key with those given before them, at every depth; several layers are
+    merged the same way, in order (a later value wins)."""
+    out: dict[str, Any] = {}
+    for layer in overrides:
+        for key, value in layer.items():
+            *parents, leaf = str(key).split(".")
+            node = out
+            for part in parents:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            if isinstance(value, Mapping):
+                value = nested(node[leaf] if isinstance(node.get(leaf), dict) else {}, value)
+            node[leaf] = value
+    return out
+
+
+__all__ = ["parse_value", "parse_assignments", "nested"]

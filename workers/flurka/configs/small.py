@@ -10,9 +10,10 @@ random features are 16-32 (≤ the short sequences).
 from __future__ import annotations
 
 from flurka.configs.base import TrainConfig, register
+from flurka.configs.model import ModelConfig
 
-_SMALL = dict(d_model=64, num_heads=2, num_layers=2, d_ff=128, dropout_rate=0.1,
-              learning_rate=1e-3, schedule="linear", weight_decay=0.01, grad_clip=1.0, seed=0)
+_MODEL = ModelConfig("full", d_model=64, num_heads=2, num_layers=2, d_ff=128, dropout_rate=0.1)
+_SMALL = dict(learning_rate=1e-3, schedule="linear", weight_decay=0.01, grad_clip=1.0, seed=0)
 _NOTES = "small CPU version (our sizes): d_model 64, 2 heads, 2 layers, FFN 128, AdamW 1e-3 linear"
 
 
@@ -21,8 +22,8 @@ def listops_small() -> TrainConfig:
     """ListOps generator with depth ≤ 3, ≤ 5 args, ≤ 40 tokens (flurka.data)."""
     return TrainConfig(
         benchmark="lra-listops-small", dataset="lra-listops-small", task="classification",
-        model="classifier", metrics=("accuracy",), max_len=40, pooling="cls",
-        attention_options={"d_k": 16, "num_features": 32}, **_SMALL,
+        metrics=("accuracy",), max_len=40,
+        model=_MODEL.replace(pooling="cls", attention_options={"d_k": 16, "num_features": 32}), **_SMALL,
         batch_size=64, steps=1500, warmup_steps=150, eval_every=500, log_every=50, notes=_NOTES)
 
 
@@ -31,8 +32,8 @@ def image_small() -> TrainConfig:
     """scikit-learn digits, 8×8 pixels read as 64 tokens (LRA image in miniature)."""
     return TrainConfig(
         benchmark="lra-image-small", dataset="lra-image-small", task="classification",
-        model="classifier", metrics=("accuracy",), max_len=64, pooling="mean",
-        attention_options={"d_k": 32, "num_features": 32}, **_SMALL,
+        metrics=("accuracy",), max_len=64,
+        model=_MODEL.replace(pooling="mean", attention_options={"d_k": 32, "num_features": 32}), **_SMALL,
         batch_size=64, steps=1000, warmup_steps=100, eval_every=250, log_every=50, notes=_NOTES)
 
 
@@ -40,9 +41,9 @@ def image_small() -> TrainConfig:
 def mlm_small() -> TrainConfig:
     """Byte-level MLM on the CPython standard library's own sources."""
     return TrainConfig(
-        benchmark="mlm-small", dataset="mlm-small", task="mlm", model="mlm",
+        benchmark="mlm-small", dataset="mlm-small", task="mlm",
         metrics=("perplexity", "accuracy"), max_len=128,
-        attention_options={"d_k": 32, "num_features": 32}, **_SMALL,
+        model=_MODEL.replace(attention_options={"d_k": 32, "num_features": 32}), **_SMALL,
         batch_size=32, steps=1000, warmup_steps=100, eval_every=250, eval_batches=20, log_every=50,
         notes=_NOTES)
 
@@ -56,10 +57,10 @@ def nmt_small() -> TrainConfig:
     evaluation, at the end, over the whole eval split (1138 pairs: loss and BLEU), so the
     metric's own sampling noise stays below the spread over seeds."""
     return TrainConfig(
-        benchmark="nmt-small", dataset="nmt-small", task="translation", model="seq2seq",
+        benchmark="nmt-small", dataset="nmt-small", task="translation",
         metrics=("bleu", "perplexity", "accuracy"), max_len=48, dataset_options={"max_len": 48},
-        num_decoder_layers=2, bleu_tokenize="char",
-        attention_options={"d_k": 16, "num_features": 32}, **_SMALL,
+        bleu_tokenize="char",
+        model=_MODEL.replace(num_decoder_layers=2, attention_options={"d_k": 16, "num_features": 32}), **_SMALL,
         batch_size=64, steps=600, warmup_steps=60, eval_every=0, eval_batches=0, bleu_batches=18,
         log_every=50, notes=_NOTES)
 
@@ -78,10 +79,11 @@ def nmt_list_small() -> TrainConfig:
     beyond their seeds' spread in 600 steps (with one decoder layer instead of two, the seeds tied
     every pair of constituents: benchmarks/results/cpu/NOTES.md); about 80 s a Linformer run on one core.
     """
-    small = {**_SMALL, "dropout_rate": 0.0, "learning_rate": 2e-3}
+    small = {**_SMALL, "learning_rate": 2e-3}
     return TrainConfig(
-        benchmark="nmt-list-small", dataset="nmt-list-small", task="translation", model="seq2seq",
-        metrics=("bleu", "exact_match", "perplexity", "accuracy"), max_len=128, num_decoder_layers=2,
-        bleu_tokenize="char", attention_options={"d_k": 16, "num_features": 32}, **small,
+        benchmark="nmt-list-small", dataset="nmt-list-small", task="translation",
+        metrics=("bleu", "exact_match", "perplexity", "accuracy"), max_len=128, bleu_tokenize="char",
+        model=_MODEL.replace(dropout_rate=0.0, num_decoder_layers=2, attention_options={"d_k": 16, "num_features": 32}),
+        **small,
         batch_size=32, steps=600, warmup_steps=60, eval_every=100, curve_batches=4, eval_batches=0, bleu_batches=32,
         log_every=50, notes=_NOTES + "; nmt-list-small: no dropout, learning rate 2e-3")

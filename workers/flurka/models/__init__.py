@@ -12,7 +12,7 @@ paths match across mechanisms and up-training can copy by path.
 """
 
 from flurka.models.classifier import EncoderClassifier
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.decoder import Decoder
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import Encoder, EncoderBlock, masked_mean

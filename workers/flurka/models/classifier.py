@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.models.checks import check_choice, check_mask, check_positive_int
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import Encoder, masked_mean
 

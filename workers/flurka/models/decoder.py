@@ -14,7 +14,7 @@ from flax import nnx
 
 from flurka.attention.base import merge_heads, split_heads
 from flurka.models.checks import check_mask
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import FeedForward
 

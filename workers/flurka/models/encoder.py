@@ -17,7 +17,7 @@ from flax import nnx
 from flurka.attention import make_attention
 from flurka.attention.execution import kernel
 from flurka.models.checks import check_mask, check_positive_int
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 
 
 class FeedForward(nnx.Module):

@@ -2,7 +2,8 @@
 
 ``info`` is a ``flurka.data.DatasetInfo`` (or anything with the same attributes); ``model_config``
 a mapping or attribute object (dict, dataclass, ConfigDict) holding the keys in
-``MODEL_CONFIG_KEYS``: the fields of :class:`~flurka.models.config.ModelConfig` and ``seed``.
+``MODEL_CONFIG_KEYS``: the fields of :class:`~flurka.configs.model.ModelConfig` and ``seed``;
+or a ``ModelConfig`` itself, used as it is.
 Only ``attention`` is required. Unknown keys are an error (typos would otherwise silently fall
 back to defaults).
 """
@@ -16,7 +17,7 @@ from flax import nnx
 
 from flurka.models.checks import check_choice
 from flurka.models.classifier import EncoderClassifier
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.mlm import MLMEncoder
 from flurka.models.seq2seq import Seq2Seq
 from flurka.models.vit import ViT
@@ -30,7 +31,9 @@ MODEL_CONFIG_KEYS: dict[str, Any] = {**dataclasses.asdict(ModelConfig("full")), 
 
 
 def config_dict(model_config: Any) -> dict[str, Any]:
-    if isinstance(model_config, Mapping):
+    if isinstance(model_config, ModelConfig):
+        cfg = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(ModelConfig)}
+    elif isinstance(model_config, Mapping):
         cfg = dict(model_config)
     elif dataclasses.is_dataclass(model_config):
         cfg = dataclasses.asdict(model_config)

@@ -11,7 +11,7 @@ import jax
 from flax import nnx
 
 from flurka.models.checks import check_mask
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import Encoder
 

@@ -11,7 +11,7 @@ from flax import nnx
 
 from flurka.models import decode
 from flurka.models.checks import check_mask, check_positive_int, check_tokens
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.decoder import Decoder
 from flurka.models.embedding import Embedding
 from flurka.models.encoder import Encoder

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flurka.models.checks import check_positive_int
-from flurka.models.config import T2T_SPLITS, ModelConfig
+from flurka.configs.model import T2T_SPLITS, ModelConfig
 from flurka.models.embedding import EMBED_INIT
 from flurka.models.encoder import Encoder, EncoderBlock
 

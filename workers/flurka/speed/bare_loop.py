@@ -56,7 +56,7 @@ def bare_steps_per_s(config, dataset, steps: int) -> float:
     """Train ``steps`` steps in the bare loop; steps/s over all but the first (compiling) one."""
     from flurka.training.loop import build_model
     from flurka.training.optimizer import make_optimizer
-    model = build_model(config, dataset.info, config.attention)
+    model = build_model(config, dataset.info, config.model.attention)
     optimizer = nnx.Optimizer(model, make_optimizer(config), wrt=nnx.Param)
 
     @nnx.jit
@@ -98,7 +98,7 @@ def measure(benchmark: str, *, steps: int, repeats: int) -> dict[str, Any]:
         runs["flurka"].append(flurka_steps_per_s(config, dataset, steps))
         runs["bare"].append(bare_steps_per_s(config, dataset, steps))
     med = {k: float(np.median(v)) for k, v in runs.items()}
-    return {"benchmark": benchmark, "attention": config.attention, "batch_size": config.batch_size,
+    return {"benchmark": benchmark, "attention": config.model.attention, "batch_size": config.batch_size,
             "steps": steps, "repeats": repeats,
             **{f"{k}_steps_per_s": v for k, v in runs.items()},
             **{f"{k}_median_steps_per_s": v for k, v in med.items()},

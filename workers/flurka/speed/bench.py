@@ -65,7 +65,7 @@ from flurka.attention import make_attention
 from flurka.attention import flops as flop_model
 from flurka.attention.base import cast_floating
 from flurka.catalogue.mechanisms import COMPRESSED
-from flurka.models.config import ModelConfig
+from flurka.configs.model import ModelConfig
 from flurka.models.encoder import Encoder
 from flurka.speed import ceilings as ceil
 from flurka.speed import profile

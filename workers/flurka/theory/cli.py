@@ -119,8 +119,8 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
         from flurka.training.restore import checkpoint_meta, train_config
         step, meta = checkpoint_meta(args.from_run, args.step)
         run_config = train_config(meta)
-        shape = {"seq_len": run_config.max_len, "d_model": run_config.d_model,
-                 "num_heads": run_config.num_heads, "step": step}
+        shape = {"seq_len": run_config.max_len, "d_model": run_config.model.d_model,
+                 "num_heads": run_config.model.num_heads, "step": step}
     elif args.step is not None:
         raise ValueError("--step needs --from-run")
 

@@ -3,7 +3,7 @@
     flurka train --benchmark lra-listops-small --attention flurka-rnn --steps 200 --json
 
 Any config field can be overridden with ``--set name=value`` (a Python literal, e.g.
-``--set learning_rate=1e6`` or ``--set attention_options="{'d_k': 16}"``), read by
+``--set learning_rate=1e6`` or ``--set model.attention_options="{'d_k': 16}"``), read by
 :mod:`flurka.configs.overrides`, the parser the sweep's ``--set`` uses too.
 A progress bar shows on a terminal.
 
@@ -25,7 +25,7 @@ import threading
 
 from flurka.cli import writable_dir
 from flurka.configs import get_config
-from flurka.configs.overrides import parse_assignments
+from flurka.configs.overrides import nested, parse_assignments
 from flurka.data import generation_plan
 from flurka.training import compilation
 from flurka.training import run as train_run
@@ -121,16 +121,14 @@ def local_run(source: str) -> str:
 
 def overrides(args: argparse.Namespace) -> dict:
     out = parse_assignments(args.set)
-    for name in ("attention", "steps", "seed", "alpha", "base", "base_checkpoint", "workdir",
-                 "checkpoint_every", "data_dir", "init_from"):
-        value = getattr(args, name)
-        if value is not None:
-            out[name] = value
-    for name in ("d_k", "e_init"):
-        if getattr(args, name) is not None:
-            out["attention_options"] = {**out.get("attention_options", {}),
-                                        name: getattr(args, name)}
-    return out
+    flags = {"attention": "model.attention", "d_k": "model.attention_options.d_k",
+             "e_init": "model.attention_options.e_init",
+             **{name: name for name in ("steps", "seed", "alpha", "base", "base_checkpoint", "workdir",
+                                        "checkpoint_every", "data_dir", "init_from")}}
+    for flag, key in flags.items():
+        if getattr(args, flag) is not None:
+            out[key] = getattr(args, flag)
+    return nested(out)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from flurka.attention import flops as attention_flops
 from flurka.attention.flops import matmul_flops
 from flurka.catalogue.mechanisms import COMPRESSED
-from flurka.models.vit import T2T_SPLITS
 
 
 def _dense(*dims: int, train: bool, data_input: bool = False) -> int:
@@ -113,44 +112,44 @@ def forward_flops(config, info, shapes: Mapping[str, tuple], *, attention: str |
                   train: bool = False) -> int:
     """Forward FLOPs of one batch (with ``train``: forward + backward, the module docstring's
     convention). ``shapes``: the batch's array shapes (key -> shape); ``attention`` overrides
-    ``config.attention`` (the up-training base phase); ``handover_from``: a hand-over step that
+    ``config.model.attention`` (the up-training base phase); ``handover_from``: a hand-over step that
     also runs this base mechanism."""
-    mech = attention or config.attention
-    c = config
-    common = dict(d_model=c.d_model, num_heads=c.num_heads, num_layers=c.num_layers, d_ff=c.d_ff,
-                  options=c.attention_options, dots_only=dots_only, handover_from=handover_from,
+    mech = attention or config.model.attention
+    c, model = config, config.model
+    common = dict(d_model=model.d_model, num_heads=model.num_heads, num_layers=model.num_layers, d_ff=model.d_ff,
+                  options=model.attention_options, dots_only=dots_only, handover_from=handover_from,
                   train=train)
     if c.task == "image":
         b, hh, ww, ch = shapes["image"]
-        if c.t2t:
-            stem = _t2t(mech, batch=b, image_shape=(hh, ww, ch), d_model=c.d_model, splits=T2T_SPLITS,
-                        token_dim=64, options=c.attention_options, dots_only=dots_only,
+        if model.t2t:
+            stem = _t2t(mech, batch=b, image_shape=(hh, ww, ch), d_model=model.d_model, splits=model.t2t_splits,
+                        token_dim=model.t2t_dim, options=model.attention_options, dots_only=dots_only,
                         handover_from=handover_from, train=train)
-            for k, s, p in T2T_SPLITS:
+            for k, s, p in model.t2t_splits:
                 hh, ww = (hh + 2 * p - k) // s + 1, (ww + 2 * p - k) // s + 1
             tokens = hh * ww
         else:
-            tokens = (hh // c.patch_size) * (ww // c.patch_size)
-            stem = _dense(b, tokens, ch * c.patch_size ** 2, c.d_model, train=train, data_input=True)
+            tokens = (hh // model.patch_size) * (ww // model.patch_size)
+            stem = _dense(b, tokens, ch * model.patch_size ** 2, model.d_model, train=train, data_input=True)
         body = encoder(mech, batch=b, seq_len=tokens + 1, **common)
-        return stem + body + _dense(b, c.d_model, info.num_classes, train=train)
+        return stem + body + _dense(b, model.d_model, info.num_classes, train=train)
     b, n = shapes["inputs"]
     if c.task in ("classification", "regression"):
         towers = 2 if "inputs2" in shapes else 1
-        width = 4 * c.d_model if towers == 2 else c.d_model
+        width = 4 * model.d_model if towers == 2 else model.d_model
         classes = 1 if c.task == "regression" else info.num_classes
         return (towers * encoder(mech, batch=b, seq_len=n, **common)
-                + _dense(b, width, c.d_model, train=train) + _dense(b, c.d_model, classes, train=train))
+                + _dense(b, width, model.d_model, train=train) + _dense(b, model.d_model, classes, train=train))
     if c.task == "mlm":
         return (encoder(mech, batch=b, seq_len=n, **common)
-                + _dense(b, n, c.d_model, c.d_model, train=train)
-                + _dense(b, n, c.d_model, info.vocab_size, train=train))
+                + _dense(b, n, model.d_model, model.d_model, train=train)
+                + _dense(b, n, model.d_model, info.vocab_size, train=train))
     if c.task == "translation":
         m = shapes["targets"][1] - 1
         return (encoder(mech, batch=b, seq_len=n, **common)
-                + decoder(batch=b, target_len=m, source_len=n, d_model=c.d_model,
-                          num_heads=c.num_heads, num_layers=c.num_decoder_layers or c.num_layers,
-                          d_ff=c.d_ff, vocab_size=info.target_vocab_size, dots_only=dots_only,
+                + decoder(batch=b, target_len=m, source_len=n, d_model=model.d_model,
+                          num_heads=model.num_heads, num_layers=model.num_decoder_layers or model.num_layers,
+                          d_ff=model.d_ff, vocab_size=info.target_vocab_size, dots_only=dots_only,
                           train=train))
     raise ValueError(f"unknown task {c.task!r}")
 

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from flurka.attention.base import cast_floating
 
+from flurka.configs import base as configs
 from flurka.configs.base import CURVE_POINT, TrainConfig, validate
 from flurka.data import get_dataset
 from flurka.data.core import split_metric
@@ -62,11 +63,12 @@ from flurka.training.schedules import from_config as schedule_from_config
 from flurka.training import init_from
 from flurka.training.tasks import Task, make_task
 
-# Fields that must agree between a base checkpoint's run and the run forking from it.
-_FORK_FIELDS = ("dataset", "task", "model", "d_model", "num_heads", "num_layers", "d_ff", "max_len",
-                "num_decoder_layers", "pooling", "patch_size", "t2t", "learning_rate", "schedule",
-                "warmup_steps", "weight_decay", "grad_clip", "b1", "b2", "eps", "label_smoothing",
-                "batch_size", "steps", "seed", "dropout_rate", "dataset_options")
+# Fields that must agree between a base checkpoint's run and the run forking from it: these, and
+# the model's except its mechanism and how it runs (_FORK_FREE_MODEL_FIELDS).
+_FORK_FIELDS = ("dataset", "task", "max_len", "learning_rate", "schedule", "warmup_steps", "weight_decay",
+                "grad_clip", "b1", "b2", "eps", "label_smoothing", "batch_size", "steps", "seed",
+                "dataset_options")
+_FORK_FREE_MODEL_FIELDS = ("attention", "attention_options", "remat", "fused_ffn")
 
 
 class Diverged(Exception):
@@ -100,7 +102,7 @@ def check_against_data(config: TrainConfig, info) -> None:
     if config.task != "image" and info.max_len != config.max_len:
         raise ValueError(f"config max_len={config.max_len} but dataset {config.dataset!r} has "
                          f"max_len={info.max_len}; set max_len={info.max_len}")
-    if config.pooling == "cls" and config.task in ("classification", "regression") and info.cls_id is None:
+    if config.model.pooling == "cls" and config.task in ("classification", "regression") and info.cls_id is None:
         raise ValueError(f"pooling='cls' but dataset {config.dataset!r} has no [CLS] token; use pooling='mean'")
 
 
@@ -108,7 +110,7 @@ def build_model(config: TrainConfig, info, attention: str,
                 handover_from: str | None = None) -> nnx.Module:
     """The benchmark's model with ``attention``; parameters drawn from ``config.seed``.
     ``handover_from``: the up-training hand-over model (:mod:`flurka.attention.handover`)."""
-    options = dict(config.attention_options)
+    options = dict(config.model.attention_options)
     if handover_from is not None:
         options["handover_from"] = handover_from
     if config.compute_dtype != "float32":  # the attention's projections and products in it too
@@ -117,12 +119,7 @@ def build_model(config: TrainConfig, info, attention: str,
         # registers the Pallas kernels these options run (flurka.attention.execution); imported
         # only then: Pallas and Triton add a quarter second to every other run's start
         import flurka.kernels  # noqa: F401
-    model_config = dict(
-        attention=attention, attention_options=options,
-        d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
-        d_ff=config.d_ff, dropout_rate=config.dropout_rate, pooling=config.pooling,
-        patch_size=config.patch_size, t2t=config.t2t, remat=config.remat,
-        num_decoder_layers=config.num_decoder_layers or None, seed=config.seed)
+    model_config = config.model.replace(attention=attention, attention_options=options)
     return build_network(info, model_config, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
 
 
@@ -168,7 +165,7 @@ class Phase:
 
 # Fields the compiled step depends on besides the model graph (the rest — seed, logging,
 # checkpointing, workdir — only changes values, not the program).
-_OPT_FIELDS = ("learning_rate", "schedule", "warmup_steps", "steps", "d_model", "weight_decay", "grad_accumulation",
+_OPT_FIELDS = ("learning_rate", "schedule", "warmup_steps", "steps", "weight_decay", "grad_accumulation",
                "grad_clip", "b1", "b2", "eps", "compute_dtype")
 _COMPILED: dict[tuple, tuple] = {}
 _COMPILED_MAX = 32
@@ -183,7 +180,7 @@ def make_phase(config: TrainConfig, info, attention: str, task: Task, tx, mesh=N
     # each new closure would otherwise be traced and compiled again.
     key = (parts.graphdef, parts.param_treedef, parts.other_treedef, parts.rng_treedef,
            parts.rng_leaves, type(task), task.metrics, task.label_smoothing,
-           tuple(getattr(config, f) for f in _OPT_FIELDS), config.task, config.beam_size,
+           tuple(getattr(config, f) for f in _OPT_FIELDS), config.model.d_model, config.task, config.beam_size,
            info.target_max_len, info.bos_id, info.eos_id, info.pad_id)
     if key not in _COMPILED:
         if len(_COMPILED) >= _COMPILED_MAX:
@@ -350,7 +347,7 @@ class _Run:
                 "eval_history": self.eval_history, "window": self.window,
                 "train_flops": self.train_flops, "wall_time_s": wall, "time_split": dict(time_split or {}),
                 "switches": self.switches, "init_from": self.init_from, "dataset": self.dataset,
-                "config": config_dict(self.config)}
+                "config": configs.as_dict(self.config)}
 
     def load_meta(self, meta: dict) -> None:
         self.step = int(meta["step"])
@@ -391,26 +388,18 @@ class _Run:
         return entry
 
 
-def config_dict(config: TrainConfig) -> dict:
-    out = dataclasses.asdict(config)
-    out["attention_options"] = dict(config.attention_options)
-    out["dataset_options"] = dict(config.dataset_options)
-    out["metrics"] = list(config.metrics)
-    return out
-
-
 def _check_fork(config: TrainConfig, meta: dict, base: str, path: str) -> None:
     if meta.get("attention") != base:
         raise ValueError(f"base_checkpoint {path} holds a {meta.get('attention')!r} model at step "
                          f"{meta.get('step')}; this run's base is {base!r}")
-    theirs, ours = meta.get("config", {}), config_dict(config)
-    differ = [k for k in _FORK_FIELDS if k in theirs and _norm(theirs[k]) != _norm(ours[k])]
+    if not meta.get("config"):
+        return
+    theirs = configs.from_dict(meta["config"])
+    differ = [k for k in _FORK_FIELDS if getattr(theirs, k) != getattr(config, k)]
+    differ += [f"model.{f.name}" for f in dataclasses.fields(config.model) if f.name not in _FORK_FREE_MODEL_FIELDS
+               and getattr(theirs.model, f.name) != getattr(config.model, f.name)]
     if differ:
         raise ValueError(f"base_checkpoint {path} was trained with different {', '.join(differ)}")
-
-
-def _norm(v):
-    return tuple(v) if isinstance(v, list) else v
 
 
 @dataclasses.dataclass
@@ -568,7 +557,7 @@ def _restore(loop: _Loop, source: Checkpointer, step: int, attention: str, hando
 def _progress_bar(config: TrainConfig, progress: bool | None, initial: int):
     if not (progress or (progress is None and sys.stderr.isatty())):
         return None
-    return tqdm(total=config.steps, initial=initial, desc=f"{config.benchmark} {config.attention}",
+    return tqdm(total=config.steps, initial=initial, desc=f"{config.benchmark} {config.model.attention}",
                 unit="step", file=sys.stderr)
 
 
@@ -737,7 +726,7 @@ def _result(loop: _Loop, status: str, diverged_step: int | None) -> dict:
     return {
         "status": status,
         "benchmark": config.benchmark,
-        "attention": config.attention,
+        "attention": config.model.attention,
         "seed": config.seed,
         "steps": run.step if diverged_step is None else diverged_step,
         "final_metrics": final,
@@ -750,5 +739,5 @@ def _result(loop: _Loop, status: str, diverged_step: int | None) -> dict:
         "switches": run.switches,
         "init_from": run.init_from,
         "dataset": run.dataset,
-        "config": config_dict(config),
+        "config": configs.as_dict(config),
     }

@@ -31,9 +31,10 @@ def step_floor_bytes(config: TrainConfig, devices: int = 1) -> dict[str, int]:
     act = np.dtype("float32").itemsize if config.compute_dtype == "float32" else 2
     sequences = 2 if config.task == "translation" else 1   # source and target
     host = b * n * sequences * (4 + 1)                     # int32 ids + bool mask
-    widest = max(config.d_ff, 3 * config.d_model)
-    if config.attention in _MATERIALISED_WEIGHTS:
-        widest = max(widest, config.num_heads * n)
+    model = config.model
+    widest = max(model.d_ff, 3 * model.d_model)
+    if model.attention in _MATERIALISED_WEIGHTS:
+        widest = max(widest, model.num_heads * n)
     prefetched = config.prefetch * -(-host // max(devices, 1))
     return {"host": int(host), "device": int(per_device * n * widest * act), "prefetched": int(prefetched)}
 

@@ -57,9 +57,9 @@ def train(args: argparse.Namespace) -> int:
     for bench in args.benchmarks:
         for mech, control in runs:
             for seed in args.seeds:
-                over = {**extra, "attention": mech, "seed": seed}
+                over = {**extra, "model.attention": mech, "seed": seed}
                 if control:
-                    over["attention_options"] = {**over.get("attention_options", {}), "d_k": CONTROL[1]}
+                    over["model.attention_options.d_k"] = CONTROL[1]
                 if args.steps:
                     over["steps"] = args.steps
                 config = get_config(bench, **over)
@@ -70,7 +70,7 @@ def train(args: argparse.Namespace) -> int:
                     print(json.dumps({**head, "status": f"error: {exc}"[:300]}), flush=True)
                     continue
                 final = r["final_metrics"]
-                d_k = dict(config.attention_options).get("d_k") if mech in COMPRESSED else None
+                d_k = config.model.attention_options.get("d_k") if mech in COMPRESSED else None
                 row = {**head, "status": r["status"], "d_k": d_k,
                        "metric": config.metrics[0], "value": final.get(config.metrics[0]),
                        "metrics": {m: final.get(m) for m in config.metrics if m in final},

@@ -14,7 +14,7 @@ from typing import Any
 
 from flax import nnx
 
-from flurka.configs.base import TrainConfig
+from flurka.configs.base import TrainConfig, from_dict
 from flurka.training.checkpoints import Checkpointer, checkpoint_meta
 from flurka.training.loop import load_dataset, make_phase
 from flurka.training.optimizer import make_optimizer
@@ -36,12 +36,9 @@ class TrainedRun:
                 f"{self.attention}, step {self.step})")
 
 
-def train_config(meta: dict):
-    """The TrainConfig a checkpoint's metadata recorded."""
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    stored = {k: v for k, v in meta["config"].items() if k in fields}
-    stored["metrics"] = tuple(stored.get("metrics", ()))
-    return TrainConfig(**stored)
+def train_config(meta: dict) -> TrainConfig:
+    """The TrainConfig a checkpoint's metadata recorded (either layout: :func:`from_dict`)."""
+    return from_dict(meta["config"])
 
 
 def load_run(workdir: str | os.PathLike, step: int | None = None) -> TrainedRun:

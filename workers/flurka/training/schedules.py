@@ -56,4 +56,4 @@ def make_schedule(name: str, *, lr: float, warmup: int, steps: int, d_model: int
 
 def from_config(config) -> optax.Schedule:
     return make_schedule(config.schedule, lr=config.learning_rate, warmup=config.warmup_steps,
-                         steps=config.steps, d_model=config.d_model)
+                         steps=config.steps, d_model=config.model.d_model)

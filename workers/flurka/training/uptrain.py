@@ -59,11 +59,11 @@ def phases(config) -> list[tuple[str, int, int]]:
     """
     s, t = config.switch_step, config.steps
     if config.alpha == 0 or s == 0:
-        return [(config.attention, 0, t)]
-    base = base_mechanism(config.attention, config.base)
+        return [(config.model.attention, 0, t)]
+    base = base_mechanism(config.model.attention, config.base)
     if s >= t:
         return [(base, 0, t)]
-    return [(base, 0, s), (config.attention, s, t)]
+    return [(base, 0, s), (config.model.attention, s, t)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -139,7 +139,7 @@ def test_tiny_sweep_on_postgres_persists_no_password(tmp_path):
         argv = ["--benchmarks", "lra-listops-small", "--variants", "flurka-rnn", "--alphas", "0.5", "--steps", "8",
                 "--no-baselines", "--num-cpus", "1", "--name", "secret", "--run-dir", str(run), "--results-db", url,
                 *[a for k, v in (("warmup_steps", 0), ("eval_every", 0), ("log_every", 2), ("batch_size", 8),
-                                 ("eval_batches", 1), ("d_model", 16), ("d_ff", 32), ("num_layers", 1))
+                                 ("eval_batches", 1), ("model.d_model", 16), ("model.d_ff", 32), ("model.num_layers", 1))
                   for a in ("--set", f"{k}={v}")]]
         proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "uptrain_sweep.py"), *argv],
                               cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env)

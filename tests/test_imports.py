@@ -134,3 +134,22 @@ def test_the_mechanism_names_are_plain_python_and_the_layers_use_them():
     assert set(mechanisms.COMPRESSED) | {"full", "flash", *mechanisms.KERNELS} == set(mechanisms.MECHANISMS)
     assert {v: mechanisms.constituents(v) for v in mechanisms.FLURKA} == {
         f"flurka-{k}": {"low_rank": "linformer", "kernel": k} for k in ("performer", "rnn", "eva")}
+
+
+def test_a_training_config_with_the_fused_ffn_loads_the_kernels():
+    """``model.fused_ffn`` (a ModelConfig field a config may set) runs the FFN kernels: building the
+    model from such a config loads them, as the attention's ``fused`` options do."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from flurka.configs import get_config\n"
+            "from flurka.data.core import DatasetInfo\n"
+            "from flurka.training.loop import build_model\n"
+            "config = get_config('lra-listops-small', **{'model.fused_ffn': True, 'model.d_model': 128, "
+            "'model.d_ff': 256})\n"
+            "info = DatasetInfo(name='t', task='classification', vocab_size=20, max_len=config.max_len, num_classes=10)\n"
+            "assert 'flurka.kernels' not in sys.modules\n"
+            "model = build_model(config, info, 'full')\n"
+            "assert 'flurka.kernels' in sys.modules and model.encoder.layers[0].ffn_tiling is not None\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

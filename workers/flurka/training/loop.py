@@ -115,8 +115,8 @@ def build_model(config: TrainConfig, info, attention: str,
         options["handover_from"] = handover_from
     if config.compute_dtype != "float32":  # the attention's projections and products in it too
         options["dtype"] = jnp.dtype(config.compute_dtype)
-    if options.get("fused") or options.get("fused_projections"):
-        # registers the Pallas kernels these options run (flurka.attention.execution); imported
+    if options.get("fused") or options.get("fused_projections") or config.model.fused_ffn:
+        # registers the Pallas kernels these settings run (flurka.attention.execution); imported
         # only then: Pallas and Triton add a quarter second to every other run's start
         import flurka.kernels  # noqa: F401
     model_config = config.model.replace(attention=attention, attention_options=options)

@@ -44,8 +44,7 @@ from flurka.results.models import CurvePoint, Metric, Sweep, Trial
 from flurka.catalogue import metrics as metric_catalogue
 from flurka.catalogue.metrics import CHANCE_OF, FRACTION_METRICS, LOWER_IS_BETTER, better, significant_decimals
 from flurka.configs import char_bleu, metric_label, table_columns
-from flurka.configs.base import as_dict, from_dict, model_of
-from flurka.configs.model import FIELDS as MODEL_FIELDS
+from flurka.configs.base import as_dict, from_dict, upgraded
 from flurka.catalogue.mechanisms import BASES, CONTROL, CONTROL_LABEL, KERNEL_OF, LOW_RANK
 from flurka.results.tables import NoResults, format_table, mechanism_order
 from flurka.stats import AT_CHANCE, AT_FLOOR, CHANCE_NOTE, Estimate, in_family, mean_ci, paired
@@ -107,10 +106,10 @@ def setup_of(config: dict | str | None) -> dict | None:
         return None
     try:            # either layout (flat before the model was nested), today's defaults filled in
         config = as_dict(from_dict(config))
-    except (TypeError, ValueError):            # not a whole config (a hand-written record): as given
-        pass
-    setup = {k: v for k, v in config.items() if k not in NOT_SETUP and k != "model" and k not in MODEL_FIELDS}
-    model = model_of(config)
+    except (TypeError, ValueError):            # not a whole config (a hand-written record): its fields
+        config = upgraded(config)
+    setup = {k: v for k, v in config.items() if k not in NOT_SETUP and k != "model"}
+    model = dict(config["model"]) if isinstance(config.get("model"), dict) else {}
     model.pop("attention", None)
     if isinstance(model.get("attention_options"), dict):
         model["attention_options"] = {k: v for k, v in model["attention_options"].items() if k not in CELL_OPTIONS}

@@ -119,6 +119,17 @@ RESUME_MAY_CHANGE = ("resume", "new", "run_dir", "address", "num_cpus", "max_fai
                      "compilation_cache", "verbose")
 
 
+def _overrides_upgraded(part: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec (or its ``pretrain`` part) with its overrides in today's layout: a sweep's from
+    before the model's settings were nested compares equal given today's keys (configs.upgraded)."""
+    out = dict(part)
+    if isinstance(out.get("overrides"), dict):
+        out["overrides"] = upgraded(out["overrides"])
+    if isinstance(out.get("pretrain"), dict):
+        out["pretrain"] = _overrides_upgraded(out["pretrain"])
+    return out
+
+
 def _check_same_spec(spec: SweepSpec, state: dict[str, Any]) -> None:
     """``--resume`` continues the stored sweep: a flag or config value that differs from it
     (``--steps 300`` on a 600-step sweep) is an error naming the field and both values."""
@@ -126,10 +137,7 @@ def _check_same_spec(spec: SweepSpec, state: dict[str, Any]) -> None:
     if not isinstance(stored, dict):
         return
     now = json.loads(json.dumps(stored_dict(spec)))   # tuples as the stored lists
-    if isinstance(stored.get("overrides"), dict):       # a sweep's from before the model was nested
-        stored = {**stored, "overrides": upgraded(stored["overrides"])}
-    if isinstance(stored.get("pretrain"), dict) and isinstance(stored["pretrain"].get("overrides"), dict):
-        stored = {**stored, "pretrain": {**stored["pretrain"], "overrides": upgraded(stored["pretrain"]["overrides"])}}
+    stored = _overrides_upgraded(stored)
     for field, value in now.items():
         if field in RESUME_MAY_CHANGE or field not in stored:
             continue

@@ -6,6 +6,7 @@ Families: ``lra`` (lra-listops/text/retrieval/image/pathfinder), ``glue`` (glue-
 CPU). Each registers itself with the paper table and columns it fills (:func:`register`).
 """
 
+from flurka.configs.model import ModelConfig
 from flurka.configs.base import (BASES, BENCHMARKS, FIELDS, SCHEDULES, TABLES, TASKS, Benchmark, TrainConfig,
                                  char_bleu, family_benchmarks, get_config, metric_label, primary_metric, register, switch_step,
                                  table_columns, validate)
@@ -13,6 +14,6 @@ from flurka.configs.base import (BASES, BENCHMARKS, FIELDS, SCHEDULES, TABLES, T
 # the paper's (Table 4: NMT, ImageNet, WikiText-103; glue imports mlm).
 from flurka.configs import nmt, imagenet, glue, lra, mlm, small  # noqa: F401  (registration)
 
-__all__ = ["BENCHMARKS", "Benchmark", "TrainConfig", "get_config", "validate", "register", "table_columns",
+__all__ = ["BENCHMARKS", "Benchmark", "TrainConfig", "ModelConfig", "get_config", "validate", "register", "table_columns",
            "family_benchmarks", "char_bleu", "metric_label", "primary_metric", "switch_step",
            "FIELDS", "TASKS", "SCHEDULES", "BASES", "TABLES"]

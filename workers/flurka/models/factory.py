@@ -3,7 +3,7 @@
 ``info`` is a ``flurka.data.DatasetInfo`` (or anything with the same attributes); ``model_config``
 a mapping or attribute object (dict, dataclass, ConfigDict) holding the keys in
 ``MODEL_CONFIG_KEYS``: the fields of :class:`~flurka.configs.model.ModelConfig` and ``seed``;
-or a ``ModelConfig`` itself, used as it is.
+or a ``ModelConfig`` itself, used as it is (seed 0 where ``rngs`` is not given).
 Only ``attention`` is required. Unknown keys are an error (typos would otherwise silently fall
 back to defaults).
 """
@@ -31,9 +31,7 @@ MODEL_CONFIG_KEYS: dict[str, Any] = {**dataclasses.asdict(ModelConfig("full")), 
 
 
 def config_dict(model_config: Any) -> dict[str, Any]:
-    if isinstance(model_config, ModelConfig):
-        cfg = {f.name: getattr(model_config, f.name) for f in dataclasses.fields(ModelConfig)}
-    elif isinstance(model_config, Mapping):
+    if isinstance(model_config, Mapping):
         cfg = dict(model_config)
     elif dataclasses.is_dataclass(model_config):
         cfg = dataclasses.asdict(model_config)
@@ -51,11 +49,14 @@ def config_dict(model_config: Any) -> dict[str, Any]:
 
 def build_model(info: Any, model_config: Any, *, rngs: nnx.Rngs | None = None) -> nnx.Module:
     """The model for ``info.task`` with the configured attention mechanism."""
-    c = config_dict(model_config)
+    if isinstance(model_config, ModelConfig):
+        config, seed = model_config, MODEL_CONFIG_KEYS["seed"]
+    else:
+        c = config_dict(model_config)
+        config, seed = ModelConfig(**{k: v for k, v in c.items() if k != "seed"}), c["seed"]
     task = check_choice("task", getattr(info, "task", None), TASKS)
     if rngs is None:
-        rngs = nnx.Rngs(params=c["seed"], dropout=c["seed"] + 1)
-    config = ModelConfig(**{k: v for k, v in c.items() if k != "seed"})
+        rngs = nnx.Rngs(params=seed, dropout=seed + 1)
     if task in ("classification", "regression"):
         if config.pooling is None:
             config = config.replace(pooling="cls" if getattr(info, "cls_id", None) is not None else "mean")

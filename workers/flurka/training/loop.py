@@ -46,8 +46,7 @@ from tqdm.auto import tqdm
 
 from flurka.attention.base import cast_floating
 
-from flurka.configs import base as configs
-from flurka.configs.base import CURVE_POINT, TrainConfig, validate
+from flurka.configs.base import CURVE_POINT, TrainConfig, as_dict, from_dict, validate
 from flurka.data import get_dataset
 from flurka.data.core import split_metric
 from flurka.models import build_model as build_network
@@ -347,7 +346,7 @@ class _Run:
                 "eval_history": self.eval_history, "window": self.window,
                 "train_flops": self.train_flops, "wall_time_s": wall, "time_split": dict(time_split or {}),
                 "switches": self.switches, "init_from": self.init_from, "dataset": self.dataset,
-                "config": configs.as_dict(self.config)}
+                "config": as_dict(self.config)}
 
     def load_meta(self, meta: dict) -> None:
         self.step = int(meta["step"])
@@ -394,7 +393,7 @@ def _check_fork(config: TrainConfig, meta: dict, base: str, path: str) -> None:
                          f"{meta.get('step')}; this run's base is {base!r}")
     if not meta.get("config"):
         return
-    theirs = configs.from_dict(meta["config"])
+    theirs = from_dict(meta["config"])
     differ = [k for k in _FORK_FIELDS if getattr(theirs, k) != getattr(config, k)]
     differ += [f"model.{f.name}" for f in dataclasses.fields(config.model) if f.name not in _FORK_FREE_MODEL_FIELDS
                and getattr(theirs.model, f.name) != getattr(config.model, f.name)]
@@ -739,5 +738,5 @@ def _result(loop: _Loop, status: str, diverged_step: int | None) -> dict:
         "switches": run.switches,
         "init_from": run.init_from,
         "dataset": run.dataset,
-        "config": configs.as_dict(config),
+        "config": as_dict(config),
     }
